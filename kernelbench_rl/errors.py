@@ -1,0 +1,16 @@
+"""User-facing errors: one clear sentence, caught by the CLI and turned into an exit code."""
+
+
+class UserError(Exception):
+    """An error the user can fix (bad id, missing path, bad config, missing key).
+
+    The message is one sentence that says what to do; the CLI prints it without a traceback.
+    """
+
+    exit_code = 2
+
+
+class StoreBusyError(UserError):
+    """Another process held the DuckDB file for longer than the retry budget."""
+
+    exit_code = 3

@@ -1,0 +1,184 @@
+"""Evaluation request and result: the contract between the evaluator and everything else.
+
+Both are plain dataclasses that round-trip through JSON (`to_json` / `from_json`), so they cross
+process boundaries (sandbox -> worker -> orchestrator -> DuckDB) without pickles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+RESULT_SCHEMA_VERSION = 1
+
+Backend = Literal["triton", "cuda"]
+Precision = Literal["fp32", "fp16", "bf16"]
+DeviceKind = Literal["cpu", "cuda"]
+
+# KernelBench's tolerances (atol = rtol) per precision.
+TOLERANCES: dict[str, float] = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 1e-2}
+
+
+class ErrorCategory(str, Enum):
+    FORMAT = "format"  # no kernel could be extracted from the response
+    STATIC = "static"  # the static policy rejected it (includes detected hacks)
+    COMPILE = "compile"  # import / build / JIT failure
+    RUNTIME = "runtime"  # raised while running (includes CUDA faults)
+    TIMEOUT = "timeout"  # exceeded the wall-clock limit
+    CRASH = "crash"  # the sandbox process died (segfault, abort, OOM-kill)
+    MISMATCH = "mismatch"  # ran, wrong values
+    SHAPE = "shape"  # ran, wrong output shape
+    DTYPE = "dtype"  # ran, wrong output dtype
+    INFRA = "infra"  # our fault (worker lost, GPU unavailable): retry, never a zero reward
+    OK = "ok"
+
+    @property
+    def is_kernel_fault(self) -> bool:
+        return self not in (ErrorCategory.OK, ErrorCategory.INFRA)
+
+
+class Flag(str, Enum):
+    EXCESSIVE_SPEEDUP = "excessive_speedup"  # speedup above threshold: earns nothing until re-verified
+    NEEDS_REVERIFICATION = "needs_reverification"
+    REVERIFIED = "reverified"  # host-clock re-timing confirmed the speedup
+    INPUT_MUTATED = "input_mutated"  # the candidate wrote into its inputs
+    BACKEND_NOT_USED = "backend_not_used"  # no kernel of the candidate's own was launched
+    LOW_KERNEL_SHARE = "low_kernel_share"  # the candidate's kernels carry little of the GPU time
+    HACK = "hack"  # any detected reward hack: reward is zero
+    NO_SPEEDUP_ON_CPU = "no_speedup_on_cpu"
+
+
+@dataclass
+class EvalSettings:
+    """Everything that changes a verdict; its hash is part of the evaluation cache key."""
+
+    backend: Backend = "triton"
+    precision: Precision = "fp32"
+    device: DeviceKind = "cpu"
+    size: Literal["real", "small"] = "small"
+    correctness_trials: int = 3  # hidden seeds per evaluation
+    timing_trials: int = 50
+    warmup_trials: int = 3
+    timeout_s: float = 120.0
+    excessive_speedup_threshold: float = 10.0
+    measure_compile_baseline: bool = False
+    memory_limit_mb: int = 16384  # address-space limit of the sandbox (CPU side)
+
+    @property
+    def atol(self) -> float:
+        return TOLERANCES[self.precision]
+
+    @property
+    def rtol(self) -> float:
+        return TOLERANCES[self.precision]
+
+    def settings_hash(self) -> str:
+        payload = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass
+class EvalRequest:
+    problem_id: str
+    candidate_source: str  # the extracted kernel module (ModelNew)
+    settings: EvalSettings = field(default_factory=EvalSettings)
+    request_id: str = ""  # caller's label (e.g. run/step/sample); not part of the cache key
+
+    @property
+    def candidate_sha256(self) -> str:
+        return hashlib.sha256(self.candidate_source.encode()).hexdigest()
+
+    @property
+    def cache_key(self) -> str:
+        raw = f"{self.problem_id}|{self.candidate_sha256}|{self.settings.settings_hash()}"
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@dataclass
+class StaticReport:
+    errors: list[str] = field(default_factory=list)  # "rule_name: message"
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass
+class EvalResult:
+    problem_id: str
+    candidate_sha256: str
+    backend: str
+    precision: str
+    device_kind: str
+    format_ok: bool = False
+    static: StaticReport = field(default_factory=StaticReport)
+    compiled: bool = False
+    correct: bool = False
+    trials_passed: int = 0
+    trials_total: int = 0
+    max_abs_err: float | None = None
+    runtime_ms: float | None = None  # median
+    runtime_spread_ms: float | None = None  # interquartile range
+    baseline_ms: float | None = None  # eager
+    baseline_compile_ms: float | None = None  # torch.compile
+    speedup: float | None = None  # baseline_ms / runtime_ms, only when timed on a GPU
+    error_category: ErrorCategory = ErrorCategory.OK
+    error_message: str = ""  # short, fit for the model to read
+    flags: list[str] = field(default_factory=list)
+    hardware: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # extract/static/compile/correctness/timing
+    settings_hash: str = ""
+    schema_version: int = RESULT_SCHEMA_VERSION
+    cached: bool = False  # served from the evaluation cache
+
+    @property
+    def is_hack(self) -> bool:
+        return Flag.HACK.value in self.flags
+
+    @property
+    def speedup_counts(self) -> bool:
+        """A speedup earns reward only if it is not flagged excessive without re-verification."""
+        if self.speedup is None or not self.correct or self.is_hack:
+            return False
+        return not (Flag.EXCESSIVE_SPEEDUP.value in self.flags and Flag.REVERIFIED.value not in self.flags)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["error_category"] = self.error_category.value
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalResult:
+        data = dict(data)
+        data["static"] = StaticReport(**data.get("static", {}))
+        data["error_category"] = ErrorCategory(data.get("error_category", "ok"))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_json(cls, text: str) -> EvalResult:
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def failure(cls, request: EvalRequest, category: ErrorCategory, message: str, **extra: Any) -> EvalResult:
+        s = request.settings
+        return cls(
+            problem_id=request.problem_id,
+            candidate_sha256=request.candidate_sha256,
+            backend=s.backend,
+            precision=s.precision,
+            device_kind=s.device,
+            error_category=category,
+            error_message=message,
+            settings_hash=s.settings_hash(),
+            **extra,
+        )

@@ -1,0 +1,245 @@
+"""The DuckDB schema: every table, its natural key, and the migrations that build it.
+
+This module and `store/db.py` are the only places that hold SQL. Other modules write rows as
+dicts through `Store.upsert(table, rows)`; the natural key of each table (`PRIMARY KEY`) makes a
+retried write replace rather than duplicate.
+
+Migrations are append-only: never edit a shipped migration, add the next one.
+"""
+
+from __future__ import annotations
+
+# Each entry: (version, description, list of SQL statements).
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "initial schema",
+        [
+            """
+            CREATE TABLE IF NOT EXISTS runs (
+                run_id VARCHAR PRIMARY KEY,
+                kind VARCHAR,              -- train | eval | pipeline | nightly
+                config_json VARCHAR,
+                status VARCHAR,            -- running | finished | failed
+                stage VARCHAR,             -- current reward stage (format/compile/correctness/speed)
+                level INTEGER,             -- current curriculum level
+                last_step INTEGER,
+                created_at TIMESTAMP DEFAULT now(),
+                updated_at TIMESTAMP DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS problems (
+                problem_id VARCHAR,        -- L1/19
+                source_sha256 VARCHAR,
+                level INTEGER,
+                number INTEGER,
+                name VARCHAR,              -- KernelBench file stem, e.g. 19_ReLU
+                origin VARCHAR,            -- bundled | kernelbench_root | hf
+                split VARCHAR,             -- train | holdout
+                source VARCHAR,
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (problem_id, source_sha256)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS kernels (
+                sha256 VARCHAR PRIMARY KEY,  -- sha256 of the candidate source
+                backend VARCHAR,
+                source VARCHAR,
+                created_at TIMESTAMP DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS blobs (
+                sha256 VARCHAR PRIMARY KEY,  -- prompts, completions, feedback: stored once
+                kind VARCHAR,
+                text VARCHAR,
+                created_at TIMESTAMP DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS rollouts (
+                run_id VARCHAR,
+                step INTEGER,
+                problem_id VARCHAR,
+                sample_index INTEGER,      -- index within the group
+                turn INTEGER,              -- 0 for single-turn
+                stage VARCHAR,
+                level INTEGER,
+                prompt_sha256 VARCHAR,
+                completion_sha256 VARCHAR,
+                kernel_sha256 VARCHAR,     -- NULL when nothing could be extracted
+                eval_key VARCHAR,          -- evaluations.eval_key
+                prompt_tokens INTEGER,
+                completion_tokens INTEGER,
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (run_id, step, problem_id, sample_index, turn)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS evaluations (
+                eval_key VARCHAR PRIMARY KEY,  -- sha256(problem_id | kernel sha256 | settings hash)
+                problem_id VARCHAR,
+                kernel_sha256 VARCHAR,
+                settings_hash VARCHAR,
+                backend VARCHAR,
+                precision VARCHAR,
+                device_kind VARCHAR,
+                hardware VARCHAR,
+                format_ok BOOLEAN,
+                compiled BOOLEAN,
+                correct BOOLEAN,
+                error_category VARCHAR,
+                error_message VARCHAR,
+                runtime_ms DOUBLE,
+                baseline_ms DOUBLE,
+                speedup DOUBLE,
+                flags VARCHAR,             -- JSON list
+                result_json VARCHAR,       -- the whole EvalResult
+                created_at TIMESTAMP DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS rewards (
+                run_id VARCHAR,
+                step INTEGER,
+                problem_id VARCHAR,
+                sample_index INTEGER,
+                turn INTEGER,
+                stage VARCHAR,
+                reward DOUBLE,             -- this turn's own score
+                return_value DOUBLE,       -- discounted return used for training
+                advantage DOUBLE,
+                components_json VARCHAR,
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (run_id, step, problem_id, sample_index, turn)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS train_steps (
+                run_id VARCHAR,
+                step INTEGER,
+                stage VARCHAR,
+                level INTEGER,
+                loss DOUBLE,
+                reward_mean DOUBLE,
+                reward_std DOUBLE,
+                format_rate DOUBLE,
+                compile_rate DOUBLE,
+                correct_rate DOUBLE,
+                hack_rate DOUBLE,
+                num_samples INTEGER,
+                num_trained INTEGER,       -- samples left after constant-reward groups are dropped
+                sampling_s DOUBLE,
+                eval_s DOUBLE,
+                train_s DOUBLE,
+                metrics_json VARCHAR,
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (run_id, step)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS checkpoints (
+                run_id VARCHAR,
+                name VARCHAR,
+                step INTEGER,
+                backend VARCHAR,           -- local | tinker
+                state_path VARCHAR,        -- training state (optimizer included)
+                sampler_path VARCHAR,      -- weights for sampling
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (run_id, name)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS curriculum_events (
+                run_id VARCHAR,
+                step INTEGER,
+                kind VARCHAR,              -- stage | level | manual
+                from_value VARCHAR,
+                to_value VARCHAR,
+                reason VARCHAR,
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (run_id, step, kind)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS corpus_docs (
+                sha256 VARCHAR PRIMARY KEY,  -- sha256 of the normalised kernel code
+                source VARCHAR,            -- kernelbook | sakana | solutions
+                revision VARCHAR,
+                backend VARCHAR,           -- triton | cuda
+                licence VARCHAR,
+                origin_id VARCHAR,         -- the row's id in its source (uuid, Level_ID/Task_ID, file)
+                kb_level INTEGER,          -- KernelBench level/task it solves, when known (leak filter)
+                kb_task INTEGER,
+                title VARCHAR,
+                pytorch_code VARCHAR,
+                kernel_code VARCHAR,
+                speedup DOUBLE,
+                meta_json VARCHAR,
+                verified BOOLEAN,          -- re-verified by our evaluator (NULL: not tried)
+                verdict VARCHAR,
+                created_at TIMESTAMP DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS embeddings (
+                doc_sha256 VARCHAR,
+                model_id VARCHAR,
+                dimension INTEGER,
+                vector FLOAT[],
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (doc_sha256, model_id)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS index_builds (
+                build_id VARCHAR PRIMARY KEY,
+                model_id VARCHAR,
+                dimension INTEGER,
+                index_kind VARCHAR,        -- flat | hnsw | ivf
+                num_docs INTEGER,
+                corpus_hash VARCHAR,
+                path VARCHAR,
+                build_seconds DOUBLE,
+                params_json VARCHAR,
+                created_at TIMESTAMP DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS eval_reports (
+                report_id VARCHAR PRIMARY KEY,  -- run / checkpoint / split / level
+                run_id VARCHAR,
+                checkpoint VARCHAR,
+                split VARCHAR,
+                level INTEGER,
+                num_problems INTEGER,
+                samples_per_problem INTEGER,
+                metrics_json VARCHAR,      -- pass@k, fast_p, compile/correct rates, geomean speedup
+                created_at TIMESTAMP DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS baselines (
+                problem_id VARCHAR,
+                source_sha256 VARCHAR,
+                precision VARCHAR,
+                hardware VARCHAR,
+                size VARCHAR,              -- real | small
+                eager_ms DOUBLE,
+                compile_ms DOUBLE,
+                eager_spread_ms DOUBLE,
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (problem_id, source_sha256, precision, hardware, size)
+            )
+            """,
+        ],
+    ),
+]
+
+TABLES = [
+    "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
+    "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",
+    "baselines",
+]
