@@ -1,0 +1,77 @@
+"""The `problems` CLI: listing, showing, and one-sentence errors with non-zero exits."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kernelbench_rl.cli import app
+from kernelbench_rl.problems import get_problem, load_problems
+
+runner = CliRunner()
+
+
+def _write_checkout(root: Path, per_level: dict[int, int]) -> None:
+    template = (
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return x * {k}\n\nN = 8\n\ndef get_inputs():\n    return [torch.rand(N)]\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    for level, count in per_level.items():
+        folder = root / "KernelBench" / f"level{level}"
+        folder.mkdir(parents=True)
+        for number in range(1, count + 1):
+            (folder / f"{number}_Op{number}.py").write_text(template.format(k=number + 1))
+
+
+def test_list_shows_bundled_levels_and_counts():
+    result = runner.invoke(app, ["problems", "list"])
+    assert result.exit_code == 0, result.output
+    counts = {}
+    for problem in load_problems():
+        counts[problem.level] = counts.get(problem.level, 0) + 1
+    for level, count in counts.items():
+        assert f"level {level}: {count}" in result.output
+    assert "L1/19" in result.output
+
+
+def test_list_external_checkout_counts_levels_1_to_3_and_skips_level4(tmp_path):
+    _write_checkout(tmp_path, {1: 5, 2: 4, 3: 3, 4: 2})
+    result = runner.invoke(app, ["problems", "list", "--kernelbench-root", str(tmp_path), "--ids"])
+    assert result.exit_code == 0, result.output
+    ids = [line for line in result.output.splitlines() if line.startswith("L")]
+    assert len(ids) == 12
+    assert not any(i.startswith("L4/") for i in ids)
+    assert "Level 4 is skipped" in result.output
+
+
+def test_show_prints_source_and_small_sizes():
+    result = runner.invoke(app, ["problems", "show", "L1/19", "--small"])
+    assert result.exit_code == 0, result.output
+    assert "class Model" in result.output
+    small_dim = get_problem("L1/19").small_sizes["dim"]
+    assert f"dim = {small_dim}" in result.output  # the small size is substituted
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / "kernelbench-rl"
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_unknown_problem_is_one_sentence_and_nonzero_exit():
+    proc = _run_cli("problems", "show", "L1/9999")
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "L1/9999" in proc.stderr
+
+
+def test_missing_root_and_malformed_file_fail_cleanly(tmp_path):
+    proc = _run_cli("problems", "list", "--kernelbench-root", str(tmp_path / "nope"))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and "does not exist" in proc.stderr
+
+    _write_checkout(tmp_path, {1: 2})
+    (tmp_path / "KernelBench" / "level1" / "3_Broken.py").write_text("def oops(:\n")
+    proc = _run_cli("problems", "list", "--kernelbench-root", str(tmp_path))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "3_Broken.py" in proc.stderr and "not valid Python" in proc.stderr
