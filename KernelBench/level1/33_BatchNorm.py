@@ -1,0 +1,31 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """BatchNorm2d in training mode (normalises with the batch's own statistics)."""
+
+    def __init__(self, num_features: int):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(num_features=num_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(x)
+
+
+batch_size = 16
+features = 64
+dim1 = 512
+dim2 = 512
+
+# Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
+KBRL_SMALL_SIZES = {"batch_size": 4, "features": 6, "dim1": 10, "dim2": 12}
+
+
+def get_inputs():
+    x = torch.randn(batch_size, features, dim1, dim2)
+    return [x]
+
+
+def get_init_inputs():
+    return [features]

@@ -1,0 +1,31 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Batched matmul: C[b] = A[b] @ B[b], A (batch, m, k), B (batch, k, n)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(A, B)
+
+
+batch_size = 128
+m = 512
+k = 1024
+n = 1024
+
+# Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
+KBRL_SMALL_SIZES = {"batch_size": 3, "m": 20, "k": 36, "n": 24}
+
+
+def get_inputs():
+    A = torch.randn(batch_size, m, k)
+    B = torch.randn(batch_size, k, n)
+    return [A, B]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,31 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Mean reduction over one dimension of a (batch, dim1, dim2) tensor."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mean(x, dim=self.dim)
+
+
+batch_size = 128
+dim1 = 4096
+dim2 = 1024
+reduce_dim = 1
+
+# Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
+KBRL_SMALL_SIZES = {"batch_size": 4, "dim1": 100, "dim2": 40}
+
+
+def get_inputs():
+    x = torch.randn(batch_size, dim1, dim2)
+    return [x]
+
+
+def get_init_inputs():
+    return [reduce_dim]

@@ -1,0 +1,35 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Conv2d, ReLU, then HardSwish written out as x * clamp((x + 3) / 6, 0, 1)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        x = torch.relu(x)
+        return x * torch.clamp((x + 3) / 6, 0, 1)
+
+
+batch_size = 64
+in_channels = 32
+out_channels = 64
+height = 256
+width = 256
+kernel_size = 3
+
+# Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
+KBRL_SMALL_SIZES = {"batch_size": 2, "in_channels": 3, "out_channels": 6, "height": 10, "width": 11}
+
+
+def get_inputs():
+    x = torch.randn(batch_size, in_channels, height, width)
+    return [x]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]

@@ -1,0 +1,34 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Linear, divide by a constant, exact GELU."""
+
+    def __init__(self, in_features: int, out_features: int, divisor: float):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.divisor = divisor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.linear(x)
+        x = x / self.divisor
+        return torch.nn.functional.gelu(x)
+
+
+batch_size = 8192
+in_features = 4096
+out_features = 4096
+divisor = 2.0
+
+# Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
+KBRL_SMALL_SIZES = {"batch_size": 12, "in_features": 40, "out_features": 24}
+
+
+def get_inputs():
+    x = torch.randn(batch_size, in_features)
+    return [x]
+
+
+def get_init_inputs():
+    return [in_features, out_features, divisor]

@@ -1,0 +1,32 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Linear, exact GELU, softmax over the output features."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.linear(x)
+        x = torch.nn.functional.gelu(x)
+        return torch.softmax(x, dim=1)
+
+
+batch_size = 16384
+in_features = 4096
+out_features = 1024
+
+# Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
+KBRL_SMALL_SIZES = {"batch_size": 12, "in_features": 40, "out_features": 24}
+
+
+def get_inputs():
+    x = torch.randn(batch_size, in_features)
+    return [x]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
