@@ -1,4 +1,4 @@
-"""CLI commands of this area (registered by kernelbench_rl.cli)."""
+"""`kernelbench-rl train`: GRPO training from a YAML config with key=value overrides."""
 
 from __future__ import annotations
 
@@ -7,3 +7,22 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the top-level app."""
+
+    @app.command("train")
+    def train(
+        config: str = typer.Option("default", "--config", "-c",
+                                   help="YAML file, or a packaged config: default, raicl, kevin."),
+        overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. training.steps=3 env.mode=kevin"),
+        stop_after: int | None = typer.Option(None, "--stop-after", help="Run at most this many steps now; re-run to resume."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    ) -> None:
+        """Train (or resume: the same command continues from the last checkpoint)."""
+        from kernelbench_rl.config import load_config
+        from kernelbench_rl.training import run_training
+
+        cfg = load_config(config, list(overrides or []))
+        typer.echo(f"run {cfg.resolved_run_id()} -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
+        summary = run_training(cfg, progress=progress, stop_after_steps=stop_after)
+        resumed = f" (resumed after step {summary.resumed_from_step})" if summary.resumed_from_step is not None else ""
+        typer.echo(f"run {summary.run_id}: {summary.steps_run} step(s) done{resumed}; last step {summary.last_step}, "
+                   f"stage {summary.stage}, level {summary.level}{'; finished' if summary.finished else ''}")

@@ -1,0 +1,20 @@
+"""Reward shaping, stage presets, discounted returns and advantages."""
+
+from kernelbench_rl.rewards.returns import discounted_returns, group_advantages, is_constant
+from kernelbench_rl.rewards.shaping import (
+    PRESETS,
+    STAGE_RATE_METRIC,
+    STAGES,
+    RewardPreset,
+    Score,
+    bounded_log_speedup,
+    is_hack,
+    score,
+    unverified_excessive_speedup,
+)
+
+__all__ = [
+    "PRESETS", "STAGES", "STAGE_RATE_METRIC", "RewardPreset", "Score", "bounded_log_speedup",
+    "discounted_returns", "group_advantages", "is_constant", "is_hack", "score",
+    "unverified_excessive_speedup",
+]

@@ -1,0 +1,329 @@
+"""The training configuration as dataclasses, loaded from YAML with dotted `key=value` overrides.
+
+Every field is typed; overrides are parsed as YAML scalars and then checked against the field's
+type, so `training.steps=abc` or `trainig.steps=3` fail with one sentence naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kernelbench_rl.errors import UserError
+
+CONFIG_DIR = Path(__file__).resolve().parent
+
+DEFAULT_TINKER_MODEL = "Qwen/Qwen3-8B"
+DEFAULT_LOCAL_MODEL = "local:tiny"
+
+
+@dataclass
+class PolicySection:
+    backend: str = "auto"  # auto | tinker | local (auto: tinker when TINKER_API_KEY is set)
+    base_model: str | None = None  # None: Qwen/Qwen3-8B on tinker, local:tiny locally
+    lora_rank: int = 32
+    device: str = "cpu"  # local backend only: cpu | cuda
+    seed: int = 0
+
+
+@dataclass
+class SamplingConfig:
+    group_size: int = 8
+    max_tokens: int = 4096
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass
+class TrainingConfig:
+    steps: int = 100
+    batch_problems: int = 8
+    learning_rate: float = 1e-5
+    loss_fn: str = "importance_sampling"  # importance_sampling | ppo
+    checkpoint_every: int = 10
+    seed: int = 0
+    infra_retries: int = 1  # extra evaluations of a sample whose evaluation failed for infra reasons
+
+
+@dataclass
+class RewardsConfig:
+    preset: str = "curriculum"  # curriculum (follow the stage) | format | compile | correctness | speed | kernrl
+    gamma: float = 0.4  # discount over later turns (Kevin mode)
+    baseline: str = "loo"  # loo (leave-one-out) | group_mean
+    speedup_cap: float = 8.0  # the speed term saturates at this speedup
+
+
+@dataclass
+class EnvConfig:
+    mode: str = "single"  # single | kevin
+    turns: int = 4  # Kevin mode only
+    token_budget: int = 32768  # prompt + completion tokens allowed for one turn's context
+    early_stop_on_correct: bool = False
+    kernel_backend: str = "triton"  # triton | cuda
+    instructions: str | None = None
+
+
+@dataclass
+class CurriculumConfig:
+    enabled: bool = True
+    stages: list[str] = field(default_factory=lambda: ["format", "compile", "correctness", "speed"])
+    start_stage: str = "format"
+    force_stage: str | None = None  # pins the stage: no automatic stage promotion
+    threshold: float = 0.8  # the stage's rate must stay above this ...
+    window: int = 5  # ... for this many consecutive steps
+    start_level: int = 1
+    promote_levels: bool = True
+    level_threshold: float = 0.5  # correct rate at the last stage that promotes the level
+
+
+@dataclass
+class ProblemsConfig:
+    levels: list[int] = field(default_factory=lambda: [1, 2, 3])
+    ids: list[str] = field(default_factory=list)  # restrict to these ids (empty: all)
+    holdout_fraction: float = 0.2
+    split_seed: int = 0
+    kernelbench_root: str | None = None
+
+
+@dataclass
+class EvalConfig:
+    device: str = "cpu"  # cpu | cuda
+    size: str = "small"  # small | real
+    precision: str = "fp32"
+    num_workers: int | None = None
+    timeout_s: float = 120.0
+    correctness_trials: int = 3
+    timing_trials: int = 50
+
+
+@dataclass
+class RagConfig:
+    enabled: bool = False
+    k: int = 2
+
+
+@dataclass
+class TrainConfig:
+    run_id: str | None = None  # None: derived from the rest of the config, so re-running resumes
+    db_path: str = "runs/kernelbench_rl.duckdb"
+    log_dir: str = "runs/logs"
+    policy: PolicySection = field(default_factory=PolicySection)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    problems: ProblemsConfig = field(default_factory=ProblemsConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    rag: RagConfig = field(default_factory=RagConfig)
+
+    def resolved_run_id(self) -> str:
+        if self.run_id:
+            return self.run_id
+        payload = config_to_dict(self)
+        payload.pop("run_id", None)
+        digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
+        return f"train-{digest}"
+
+    def run_log_dir(self) -> Path:
+        return Path(self.log_dir) / self.resolved_run_id()
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "policy.backend": ("auto", "tinker", "local"),
+    "rewards.preset": ("curriculum", "format", "compile", "correctness", "speed", "kernrl"),
+    "rewards.baseline": ("loo", "group_mean"),
+    "env.mode": ("single", "kevin"),
+    "env.kernel_backend": ("triton", "cuda"),
+    "training.loss_fn": ("importance_sampling", "ppo"),
+    "eval.device": ("cpu", "cuda"),
+    "eval.size": ("small", "real"),
+    "eval.precision": ("fp32", "fp16", "bf16"),
+}
+_STAGES = ("format", "compile", "correctness", "speed")
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Check (and gently convert) a parsed value against a field's type annotation."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except UserError as exc:
+                errors.append(exc)
+        raise errors[0] if errors else UserError(f"Config key {key} cannot be null.")
+    if origin is list:
+        (item_type,) = args or (Any,)
+        if isinstance(value, str):  # `problems.ids=L1/19,L1/20`
+            value = [v.strip() for v in value.split(",") if v.strip()] if value else []
+        if not isinstance(value, list):
+            value = [value]
+        return [_coerce(v, item_type, key) for v in value]
+    if annotation is Any:
+        return value
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise UserError(f"Config key {key} needs true or false, got {value!r}.")
+    if annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise UserError(f"Config key {key} needs an integer, got {value!r}.")
+    if annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise UserError(f"Config key {key} needs a number, got {value!r}.")
+    if annotation is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise UserError(f"Config key {key} needs a string, got {value!r}.")
+    raise UserError(f"Config key {key} has an unsupported type.")
+
+
+def _fill(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise UserError(f"Unknown config key {prefix}{key}; see kernelbench_rl/config/default.yaml for the keys.")
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        annotation = hints[f.name]
+        value = data[f.name]
+        if dataclasses.is_dataclass(annotation):
+            if not isinstance(value, dict):
+                raise UserError(f"Config key {prefix}{f.name} is a section; set its fields, e.g. {prefix}{f.name}.<field>=...")
+            kwargs[f.name] = _fill(annotation, value, f"{prefix}{f.name}.")
+        else:
+            kwargs[f.name] = _coerce(value, annotation, prefix + f.name)
+    return cls(**kwargs)
+
+
+def _validate(config: TrainConfig) -> None:
+    flat = {k: v for k, v in _flatten(config_to_dict(config)).items()}
+    for key, choices in _CHOICES.items():
+        if flat[key] not in choices:
+            raise UserError(f"Config key {key} must be one of {', '.join(choices)}; got {flat[key]!r}.")
+    cur = config.curriculum
+    for name in ("start_stage", "force_stage"):
+        value = getattr(cur, name)
+        if value is not None and value not in cur.stages:
+            raise UserError(f"Config key curriculum.{name} must be one of {', '.join(cur.stages)}; got {value!r}.")
+    unknown = [s for s in cur.stages if s not in _STAGES]
+    if unknown:
+        raise UserError(f"Config key curriculum.stages names unknown stage {unknown[0]!r}; use {', '.join(_STAGES)}.")
+    positive = {
+        "sampling.group_size": config.sampling.group_size, "sampling.max_tokens": config.sampling.max_tokens,
+        "training.batch_problems": config.training.batch_problems, "training.checkpoint_every": config.training.checkpoint_every,
+        "env.turns": config.env.turns, "curriculum.window": config.curriculum.window,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise UserError(f"Config key {key} must be at least 1; got {value}.")
+    if config.training.steps < 0:
+        raise UserError("Config key training.steps must not be negative.")
+    if not 0.0 <= config.rewards.gamma <= 1.0:
+        raise UserError(f"Config key rewards.gamma must be in [0, 1]; got {config.rewards.gamma}.")
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    config = _fill(TrainConfig, data or {}, "")
+    _validate(config)
+    return config
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """`["training.steps=3", "problems.ids=[L1/19]"]` -> nested dict (values parsed as YAML)."""
+    nested: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"Override {item!r} is not of the form key=value, e.g. training.steps=3.")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise UserError(f"Override {item!r} has no key; write it as key=value.")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise UserError(f"Override {key} conflicts with another override of {part}.")
+            node = child
+        node[parts[-1]] = value
+    return nested
+
+
+def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
+    return config_from_dict(_deep_merge(config_to_dict(config), parse_overrides(overrides)))
+
+
+def packaged_config_path(name: str) -> Path | None:
+    """`kevin` or `kevin.yaml` -> the packaged file, if one exists."""
+    stem = name[:-5] if name.endswith(".yaml") else name
+    candidate = CONFIG_DIR / f"{stem}.yaml"
+    return candidate if candidate.is_file() and "/" not in name else None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Defaults, then the YAML file (a path or a packaged name: default, raicl, kevin), then overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            packaged = packaged_config_path(str(path))
+            if packaged is None:
+                raise UserError(f"Config file {path} does not exist; pass a YAML path or one of: default, raicl, kevin.")
+            file = packaged
+        try:
+            loaded = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise UserError(f"Config file {file} is not valid YAML ({str(exc).splitlines()[0]}).") from None
+        if not isinstance(loaded, dict):
+            raise UserError(f"Config file {file} must hold a mapping of keys to values.")
+        data = loaded
+    return config_from_dict(_deep_merge(data, parse_overrides(overrides or [])))

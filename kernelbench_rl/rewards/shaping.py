@@ -1,0 +1,112 @@
+"""Reward shaping: one weighted formula, the stages and the kernrl curve are its presets.
+
+A preset is data (`RewardPreset`), not a code path: the stage presets of the curriculum
+(format -> compile -> correctness -> speed) and the kernrl curve differ only in their weights.
+
+Rules that hold for every preset:
+- a detected hack (EvalResult.is_hack, or a static error from a rule in HACK_RULES) earns 0;
+- an unverified excessive speedup earns nothing for correctness or speed;
+- the speed term is bounded: log2(speedup) / log2(cap), clipped to [0, 1];
+- an infrastructure failure is not a score at all: `Score.reward` is None and the sample is
+  retried or left out of training (never a zero that would teach the model a wrong lesson).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, Flag
+
+STAGES: tuple[str, ...] = ("format", "compile", "correctness", "speed")
+
+
+@dataclass(frozen=True)
+class RewardPreset:
+    """reward = w_format*format_ok + w_compile*compiled + w_correct*correct
+    + w_faster*[counted speedup > 1] + w_speed*bounded_log_speedup (the last two only when correct)."""
+
+    name: str
+    format: float = 0.0
+    compile: float = 0.0
+    correct: float = 0.0
+    faster: float = 0.0
+    speed: float = 0.0
+
+
+PRESETS: dict[str, RewardPreset] = {
+    "format": RewardPreset("format", format=1.0),
+    "compile": RewardPreset("compile", format=0.1, compile=0.9),
+    "correctness": RewardPreset("correctness", format=0.05, compile=0.15, correct=0.8),
+    "speed": RewardPreset("speed", format=0.05, compile=0.05, correct=0.3, speed=0.6),
+    # kernrl (OpenEnv): 0.1 compile + 0.3 correct + 0.3 faster + up to 0.3 from log2(speedup)
+    "kernrl": RewardPreset("kernrl", compile=0.1, correct=0.3, faster=0.3, speed=0.3),
+}
+
+# The stage whose rate the curriculum watches for each stage preset.
+STAGE_RATE_METRIC: dict[str, str] = {
+    "format": "format_rate",
+    "compile": "compile_rate",
+    "correctness": "correct_rate",
+    "speed": "correct_rate",
+}
+
+
+def _hack_rules() -> frozenset[str]:
+    try:
+        from kernelbench_rl.evaluation.static_policy import HACK_RULES
+    except ImportError:  # the static policy is not installed yet: rely on the HACK flag alone
+        return frozenset()
+    return frozenset(HACK_RULES)
+
+
+def is_hack(result: EvalResult) -> bool:
+    if result.is_hack:
+        return True
+    rules = _hack_rules()
+    return any(error.split(":", 1)[0].strip() in rules for error in result.static.errors)
+
+
+def unverified_excessive_speedup(result: EvalResult) -> bool:
+    flags = set(result.flags)
+    return Flag.EXCESSIVE_SPEEDUP.value in flags and Flag.REVERIFIED.value not in flags
+
+
+def bounded_log_speedup(speedup: float, cap: float) -> float:
+    """log2(speedup) / log2(cap), clipped to [0, 1]: 1x earns 0, `cap`x and beyond earn 1."""
+    if speedup <= 0 or cap <= 1:
+        return 0.0
+    return min(max(math.log2(speedup) / math.log2(cap), 0.0), 1.0)
+
+
+@dataclass
+class Score:
+    """One evaluated turn's reward. `reward is None` means an infra failure: not trainable."""
+
+    reward: float | None
+    components: dict[str, float] = field(default_factory=dict)
+    hack: bool = False
+    infra: bool = False
+    preset: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def score(result: EvalResult, preset: str | RewardPreset, *, speedup_cap: float = 8.0) -> Score:
+    spec = PRESETS[preset] if isinstance(preset, str) else preset
+    if result.error_category == ErrorCategory.INFRA:
+        return Score(reward=None, infra=True, preset=spec.name)
+    if is_hack(result):
+        return Score(reward=0.0, components={"hack": 1.0}, hack=True, preset=spec.name)
+    trusted = not unverified_excessive_speedup(result)
+    correct = bool(result.correct) and trusted
+    counted_speedup = result.speedup if (correct and result.speedup_counts and result.speedup is not None) else None
+    components = {
+        "format": spec.format * float(bool(result.format_ok)),
+        "compile": spec.compile * float(bool(result.compiled)),
+        "correct": spec.correct * float(correct),
+        "faster": spec.faster * float(counted_speedup is not None and counted_speedup > 1.0),
+        "speed": spec.speed * (bounded_log_speedup(counted_speedup, speedup_cap) if counted_speedup else 0.0),
+    }
+    return Score(reward=sum(components.values()), components=components, preset=spec.name)

@@ -1,0 +1,406 @@
+"""The GRPO training loop, one step at a time, resumable by re-running the same configuration.
+
+    run = TrainingRun(config)          # cheap: nothing heavy is built yet
+    with run:                          # builds the policy, evaluator, store rows; resumes if it can
+        while not run.finished:
+            result = run.step()        # sample -> evaluate -> reward -> train -> checkpoint -> rows
+
+`run_training(config)` does exactly that with a progress bar. A flow can make one task per
+`run.step()`. Resume: the run id (explicit, or derived from the config) finds the last row of
+`checkpoints`; the run reloads that state and starts at the next step. Rows are upserted on
+natural keys, so a step done twice (killed after some of its rows landed) never duplicates rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tinker
+
+from kernelbench_rl.config.schema import DEFAULT_LOCAL_MODEL, DEFAULT_TINKER_MODEL, TrainConfig, config_to_dict
+from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.evaluation.result import EvalSettings
+from kernelbench_rl.problems import Problem, load_problems, split_problems
+from kernelbench_rl.store import Store
+from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
+from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
+from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics
+from kernelbench_rl.training.rollouts import EvaluateFn, GroupRollout, PromptRenderer, RolloutRunner
+
+
+@dataclass
+class StepResult:
+    step: int
+    stage: str
+    level: int
+    loss: float | None
+    metrics: dict[str, float]
+    events: list[CurriculumEvent] = field(default_factory=list)
+    checkpoint: str | None = None
+
+
+@dataclass
+class TrainSummary:
+    run_id: str
+    db_path: str
+    log_dir: str
+    resumed_from_step: int | None  # the checkpoint step a resumed run started after; None when fresh
+    first_step: int  # first step this invocation ran
+    steps_run: int
+    last_step: int | None  # last completed step of the run (None: none yet)
+    stage: str
+    level: int
+    finished: bool  # all configured steps are done
+    last_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def resolve_base_model(config: TrainConfig) -> str:
+    if config.policy.base_model:
+        return config.policy.base_model
+    wants_tinker = config.policy.backend == "tinker" or (
+        config.policy.backend == "auto" and bool(os.environ.get("TINKER_API_KEY"))
+    )
+    return DEFAULT_TINKER_MODEL if wants_tinker else DEFAULT_LOCAL_MODEL
+
+
+def training_problems(config: TrainConfig) -> list[Problem]:
+    """The train split of the configured levels (and ids); the holdout split is never trained on."""
+    cfg = config.problems
+    problems = load_problems(cfg.kernelbench_root, levels=cfg.levels)
+    if cfg.ids:
+        by_id = {p.id: p for p in problems}
+        missing = [pid for pid in cfg.ids if pid not in by_id]
+        if missing:
+            raise UserError(f"Problem {missing[0]} is not among the loaded problems; `kernelbench-rl problems list` shows the ids.")
+        problems = [by_id[pid] for pid in cfg.ids]
+        # Explicit ids are the user's choice: only the holdout of the *whole* set is excluded.
+    train, _ = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
+    if not train:
+        raise UserError("No training problems are left after the holdout split; add problems or lower problems.holdout_fraction.")
+    return train
+
+
+def _result(value: Any) -> Any:
+    """Policy calls return futures (APIFuture-like); accept a ready object too."""
+    return value.result() if hasattr(value, "result") and callable(value.result) else value
+
+
+class TrainingRun:
+    """One training run: builds its heavy parts on `start()`, then advances one `step()` at a time."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        store: Store | None = None,
+        retrieve: Retriever | None = None,
+        evaluate_fn: EvaluateFn | None = None,
+        service_client: Any | None = None,
+        on_step: Callable[[StepResult], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.run_id = config.resolved_run_id()
+        self.log_dir = config.run_log_dir()
+        self.store = store or Store(config.db_path)
+        self.retrieve = retrieve
+        self._evaluate_fn = evaluate_fn
+        self._service = service_client
+        self.on_step = on_step
+        self.next_step = 0
+        self.resumed_from_step: int | None = None
+        self.last_result: StepResult | None = None
+        self._started = False
+        self._evaluator: Any = None
+        self._tb: TensorBoardLogger | None = None
+
+    # -- set-up and resume ----------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self.next_step >= self.config.training.steps
+
+    def start(self) -> TrainingRun:
+        if self._started:
+            return self
+        cfg = self.config
+        self.problems = training_problems(cfg)
+        self.spec = EnvSpec.from_config(cfg)
+        self.curriculum = Curriculum.from_config(cfg.curriculum, [p.level for p in self.problems])
+        self.base_model = resolve_base_model(cfg)
+        if self._service is None:
+            from kernelbench_rl.policy import PolicyConfig, make_service_client
+
+            self._service = make_service_client(PolicyConfig(
+                backend=cfg.policy.backend, base_model=self.base_model, lora_rank=cfg.policy.lora_rank,
+                device=cfg.policy.device, log_dir=str(self.log_dir / "policy"), seed=cfg.policy.seed))
+        checkpoint = self._last_checkpoint()
+        if checkpoint is None:
+            self.training_client = _result(self._service.create_lora_training_client(
+                base_model=self.base_model, rank=cfg.policy.lora_rank))
+            self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
+        else:
+            self.resumed_from_step = int(checkpoint["step"])
+            self.next_step = self.resumed_from_step + 1
+            self.training_client = _result(
+                self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
+            self.sampling_client = _result(self._service.create_sampling_client(model_path=checkpoint["sampler_path"]))
+            self._replay_curriculum(self.resumed_from_step)
+        self.renderer = PromptRenderer(self.training_client.get_tokenizer())
+        if self._evaluate_fn is None:
+            self._evaluate_fn = self._make_evaluator()
+        self._tb = TensorBoardLogger(self.log_dir / "tensorboard", purge_step=self.next_step if self.resumed_from_step is not None else None)
+        self._write_run("running")
+        self._started = True
+        return self
+
+    def _make_evaluator(self) -> EvaluateFn:
+        from kernelbench_rl.evaluation import Evaluator
+
+        ev = self.config.eval
+        settings = EvalSettings(backend=self.config.env.kernel_backend, precision=ev.precision, device=ev.device,
+                                size=ev.size, correctness_trials=ev.correctness_trials,
+                                timing_trials=ev.timing_trials, timeout_s=ev.timeout_s)
+        self._evaluator = Evaluator(settings, num_workers=ev.num_workers, store=self.store,
+                                    kernelbench_root=self.config.problems.kernelbench_root,
+                                    problems={p.id: p for p in self.problems})
+        self._evaluator.__enter__()
+        return self._evaluator.evaluate_responses
+
+    def _last_checkpoint(self) -> dict[str, Any] | None:
+        frame = self.store.query(
+            "SELECT step, state_path, sampler_path FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT 1",
+            [self.run_id])
+        rows = frame.to_dicts()
+        return rows[0] if rows else None
+
+    def _replay_curriculum(self, up_to_step: int) -> None:
+        events = self.store.query(
+            "SELECT step, kind, from_value, to_value FROM curriculum_events WHERE run_id = ? AND step <= ? ORDER BY step",
+            [self.run_id, up_to_step]).to_dicts()
+        steps = self.store.query(
+            "SELECT step, metrics_json FROM train_steps WHERE run_id = ? AND step <= ? ORDER BY step",
+            [self.run_id, up_to_step]).to_dicts()
+        self.curriculum.replay(events, [(r["step"], json.loads(r["metrics_json"] or "{}")) for r in steps])
+
+    def _write_run(self, status: str) -> None:
+        last = self.next_step - 1 if self.next_step > 0 else None
+        self.store.upsert("runs", [{
+            "run_id": self.run_id, "kind": "train", "config_json": json.dumps(config_to_dict(self.config), sort_keys=True),
+            "status": status, "stage": self.curriculum.stage, "level": self.curriculum.level, "last_step": last,
+        }])
+
+    # -- one step ------------------------------------------------------------------------------
+    def stage_preset(self) -> str:
+        preset = self.config.rewards.preset
+        return self.curriculum.stage if preset == "curriculum" else preset
+
+    def problems_for_step(self, step: int) -> list[Problem]:
+        """Deterministic per (seed, step), so a re-done step samples the same problems (same row keys)."""
+        pool = [p for p in self.problems if p.level == self.curriculum.level] or self.problems
+        rng = random.Random(f"{self.config.training.seed}:{step}")
+        return rng.sample(pool, min(self.config.training.batch_problems, len(pool)))
+
+    def step(self) -> StepResult:
+        self.start()
+        if self.finished:
+            raise RuntimeError(f"run {self.run_id} has already done its {self.config.training.steps} steps")
+        cfg = self.config
+        step = self.next_step
+        events = self.curriculum.apply_override(step)
+        self._write_events(events)
+        stage, level, preset = self.curriculum.stage, self.curriculum.level, self.stage_preset()
+        problems = self.problems_for_step(step)
+        builders = make_group_builders(problems, cfg.sampling.group_size, self.spec, self.retrieve,
+                                       cfg.rag.k if cfg.rag.enabled else 0)
+        samples: list[SampleTurn] = []
+
+        def on_group_done(group: GroupRollout) -> None:
+            group_samples = score_group(group, preset, gamma=cfg.rewards.gamma, baseline=cfg.rewards.baseline,
+                                        speedup_cap=cfg.rewards.speedup_cap)
+            samples.extend(group_samples)
+            self._write_group(step, stage, level, group, group_samples)
+
+        runner = RolloutRunner(self.sampling_client, self.renderer, self._evaluate_fn,
+                               temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
+                               infra_retries=cfg.training.infra_retries, on_group_done=on_group_done)
+        groups = runner.run(builders)
+        metrics, speedups = step_metrics(groups, samples)
+
+        train_start = time.perf_counter()
+        datums = build_datums(samples)
+        loss = None
+        if datums:
+            fwd_bwd = self.training_client.forward_backward(datums, loss_fn=cfg.training.loss_fn)
+            optim = self.training_client.optim_step(tinker.AdamParams(learning_rate=cfg.training.learning_rate))
+            output = _result(fwd_bwd)
+            _result(optim)
+            loss = _loss_of(output)
+            self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
+        checkpoint = None
+        if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
+            checkpoint = self._checkpoint(step)
+        train_s = time.perf_counter() - train_start
+
+        metrics.update({"time/sampling_s": runner.timings.sampling_s, "time/eval_s": runner.timings.eval_s,
+                        "time/rollout_wall_s": runner.timings.wall_s, "time/train_s": train_s,
+                        "stage_index": float(self.curriculum.stages.index(stage)), "level": float(level)})
+        if loss is not None:
+            metrics["loss"] = loss
+        promotions = self.curriculum.observe(step, metrics)
+        self._write_events(promotions)
+        self.store.upsert("train_steps", [{
+            "run_id": self.run_id, "step": step, "stage": stage, "level": level, "loss": loss,
+            "reward_mean": metrics.get("reward_mean"), "reward_std": metrics.get("reward_std"),
+            "format_rate": metrics.get("format_rate"), "compile_rate": metrics.get("compile_rate"),
+            "correct_rate": metrics.get("correct_rate"), "hack_rate": metrics.get("hack_rate"),
+            "num_samples": int(metrics["num_samples"]), "num_trained": int(metrics["num_trained"]),
+            "sampling_s": runner.timings.sampling_s, "eval_s": runner.timings.eval_s, "train_s": train_s,
+            "metrics_json": json.dumps(metrics, sort_keys=True),
+        }])
+        self.next_step = step + 1
+        self._write_run("running")
+        assert self._tb is not None
+        self._tb.log(step, metrics, speedups)
+        result = StepResult(step, stage, level, loss, metrics, events + promotions, checkpoint)
+        self.last_result = result
+        if self.on_step is not None:
+            self.on_step(result)
+        return result
+
+    def _checkpoint(self, step: int) -> str:
+        name = f"step_{step:06d}"
+        state_path = _result(self.training_client.save_state(name)).path
+        sampler_path = _result(self.training_client.save_weights_for_sampler(name)).path
+        backend = type(self._service).__name__.lower()
+        self.store.upsert("checkpoints", [{
+            "run_id": self.run_id, "name": name, "step": step,
+            "backend": "tinker" if "tinker" in backend else "local",
+            "state_path": state_path, "sampler_path": sampler_path,
+        }])
+        return name
+
+    def _write_events(self, events: Sequence[CurriculumEvent]) -> None:
+        if events:
+            self.store.upsert("curriculum_events", [e.row(self.run_id) for e in events])
+
+    def _write_group(self, step: int, stage: str, level: int, group: GroupRollout, samples: Sequence[SampleTurn]) -> None:
+        """Rollouts, rewards, prompts/completions and kernels of one finished group."""
+        store = self.store
+        turns = [(i, turn) for i, env in enumerate(group.envs) for turn in env.turns]
+        if not turns:
+            return
+        prompts = store.put_texts("prompt", [t.prompt for _, t in turns])
+        completions = store.put_texts("completion", [t.completion for _, t in turns])
+        backend = self.spec.kernel_backend
+        rollouts, rewards = [], []
+        by_key = {(s.sample_index, s.turn): s for s in samples}
+        for (sample_index, turn), prompt_sha, completion_sha in zip(turns, prompts, completions, strict=True):
+            kernel_sha = store.put_kernel(turn.code, backend) if turn.code else None
+            result = turn.result
+            eval_key = None
+            if kernel_sha and result is not None and result.settings_hash:
+                from kernelbench_rl.store.db import eval_key_for
+
+                eval_key = eval_key_for(group.problem.id, kernel_sha, result.settings_hash)
+            key = {"run_id": self.run_id, "step": step, "problem_id": group.problem.id,
+                   "sample_index": sample_index, "turn": turn.index}
+            rollouts.append({**key, "stage": stage, "level": group.problem.level, "prompt_sha256": prompt_sha,
+                             "completion_sha256": completion_sha, "kernel_sha256": kernel_sha, "eval_key": eval_key,
+                             "prompt_tokens": len(turn.prompt_tokens), "completion_tokens": len(turn.completion_tokens)})
+            sample = by_key[(sample_index, turn.index)]
+            components = dict(turn.score.components) if turn.score else {}
+            components.update({"infra": bool(turn.score and turn.score.infra), "hack": bool(turn.score and turn.score.hack),
+                               "trainable": sample.trainable, "dropped_constant": sample.dropped_constant,
+                               "preset": turn.score.preset if turn.score else "",
+                               "error_category": result.error_category.value if result else None})
+            rewards.append({**key, "stage": stage, "reward": sample.reward, "return_value": sample.return_value,
+                            "advantage": sample.advantage, "components_json": json.dumps(components, sort_keys=True)})
+        store.upsert("rollouts", rollouts)
+        store.upsert("rewards", rewards)
+
+    # -- tear-down -----------------------------------------------------------------------------
+    def close(self, status: str | None = None) -> None:
+        if not self._started:
+            return
+        if self._evaluator is not None:
+            self._evaluator.__exit__(None, None, None)
+            self._evaluator = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        self._write_run(status or ("finished" if self.finished else "stopped"))
+        self._started = False
+
+    def __enter__(self) -> TrainingRun:
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close("failed" if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt) else None)
+
+    def summary(self, first_step: int, steps_run: int) -> TrainSummary:
+        return TrainSummary(
+            run_id=self.run_id, db_path=str(self.store.path), log_dir=str(self.log_dir),
+            resumed_from_step=self.resumed_from_step, first_step=first_step, steps_run=steps_run,
+            last_step=self.next_step - 1 if self.next_step > 0 else None, stage=self.curriculum.stage,
+            level=self.curriculum.level, finished=self.finished,
+            last_metrics=dict(self.last_result.metrics) if self.last_result else {},
+        )
+
+
+def _loss_of(output: Any) -> float | None:
+    metrics = getattr(output, "metrics", None) or {}
+    for key in ("loss:sum", "loss:mean", "loss"):
+        if key in metrics:
+            return float(metrics[key])
+    return None
+
+
+def run_training(
+    config: TrainConfig,
+    *,
+    progress: bool = True,
+    stop_after_steps: int | None = None,
+    retrieve: Retriever | None = None,
+    evaluate_fn: EvaluateFn | None = None,
+    service_client: Any | None = None,
+    store: Store | None = None,
+) -> TrainSummary:
+    """Train (or resume) the configured run; `stop_after_steps` ends this invocation early."""
+    if retrieve is None and config.rag.enabled:
+        retrieve = default_retriever(config)
+    run = TrainingRun(config, store=store, retrieve=retrieve, evaluate_fn=evaluate_fn, service_client=service_client)
+    with run:
+        first, count = run.next_step, 0
+        limit = config.training.steps - first if stop_after_steps is None else min(stop_after_steps, config.training.steps - first)
+        if progress:
+            from kernelbench_rl.training.progress import TrainProgress
+
+            with TrainProgress(run.run_id, config.training.steps, completed=first) as bar:
+                run.on_step = bar.update
+                while count < limit:
+                    run.step()
+                    count += 1
+        else:
+            while count < limit:
+                run.step()
+                count += 1
+        return run.summary(first, count)
+
+
+def default_retriever(config: TrainConfig) -> Retriever | None:
+    """The RAG area's retriever when it is installed (RA-ICL); None otherwise."""
+    try:
+        from kernelbench_rl import rag
+    except ImportError:
+        return None
+    factory = getattr(rag, "make_retriever", None)
+    if factory is None:
+        raise UserError("rag.enabled is true but kernelbench_rl.rag provides no make_retriever yet; set rag.enabled=false.")
+    return factory(config)

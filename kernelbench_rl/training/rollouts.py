@@ -1,0 +1,173 @@
+"""Rollouts: sample completions for groups of environments and evaluate them, overlapped.
+
+The sampler (main thread) works on the next group while a single evaluation thread evaluates
+the group before it; in Kevin mode a group whose turn was evaluated goes back to the queue for
+its next turn. The callback `on_group_done` runs on the main thread as each group finishes, so
+its rows reach the store while later groups are still being sampled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import tinker
+
+from kernelbench_rl.envs.kernel_env import EnvGroupBuilder, KernelEnv
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
+
+# (problem_ids, responses) -> results in the same order; Evaluator.evaluate_responses has this shape.
+EvaluateFn = Callable[[list[str], list[str]], list[EvalResult]]
+
+
+class PromptRenderer:
+    """Prompt text -> token ids (through the chat template when the tokenizer has one), and back."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.use_chat_template = bool(getattr(tokenizer, "chat_template", None))
+
+    def encode_prompt(self, text: str) -> list[int]:
+        if self.use_chat_template:
+            rendered = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
+            return list(self.tokenizer.encode(rendered, add_special_tokens=False))
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+
+@dataclass
+class GroupRollout:
+    index: int
+    builder: EnvGroupBuilder
+    envs: list[KernelEnv]
+    infra_retries_used: int = 0
+
+    @property
+    def problem(self):
+        return self.builder.problem
+
+    @property
+    def done(self) -> bool:
+        return all(env.done for env in self.envs)
+
+
+@dataclass
+class RolloutTimings:
+    sampling_s: float = 0.0
+    eval_s: float = 0.0  # evaluation work (in the evaluation thread; overlaps sampling)
+    wall_s: float = 0.0
+
+
+@dataclass
+class RolloutRunner:
+    sampling_client: Any
+    renderer: PromptRenderer
+    evaluate: EvaluateFn
+    temperature: float = 1.0
+    top_p: float = 1.0
+    infra_retries: int = 1
+    on_group_done: Callable[[GroupRollout], None] | None = None
+    timings: RolloutTimings = field(default_factory=RolloutTimings)
+
+    # -- sampling (main thread) ----------------------------------------------------------------
+    def _params(self, max_tokens: int) -> tinker.SamplingParams:
+        return tinker.SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p)
+
+    def _record(self, env: KernelEnv, prompt: str, prompt_tokens: list[int], sequence: Any) -> None:
+        tokens = list(sequence.tokens)
+        logprobs = list(sequence.logprobs) if sequence.logprobs is not None else [0.0] * len(tokens)
+        env.add_completion(prompt, prompt_tokens, self.renderer.decode(tokens), tokens, logprobs,
+                           str(sequence.stop_reason))
+
+    def sample_group(self, group: GroupRollout) -> None:
+        active = [env for env in group.envs if not env.done]
+        if active and all(not env.turns for env in active):
+            # First turn: every environment of the group has the same prompt, so one call samples them all.
+            prompt = active[0].next_prompt()
+            tokens = self.renderer.encode_prompt(prompt)
+            max_tokens = active[0].turn_max_tokens(len(tokens))
+            if max_tokens == 0:
+                for env in active:
+                    env.end("token_budget")
+                return
+            response = self.sampling_client.sample(
+                prompt=tinker.ModelInput.from_ints(tokens), num_samples=len(active),
+                sampling_params=self._params(max_tokens)).result()
+            for env, sequence in zip(active, response.sequences, strict=True):
+                self._record(env, prompt, tokens, sequence)
+            return
+        pending: list[tuple[KernelEnv, str, list[int], Any]] = []
+        for env in active:
+            prompt = env.next_prompt()
+            tokens = self.renderer.encode_prompt(prompt)
+            max_tokens = env.turn_max_tokens(len(tokens))
+            if max_tokens == 0:
+                env.end("token_budget")
+                continue
+            future = self.sampling_client.sample(prompt=tinker.ModelInput.from_ints(tokens), num_samples=1,
+                                                 sampling_params=self._params(max_tokens))
+            pending.append((env, prompt, tokens, future))
+        for env, prompt, tokens, future in pending:  # all requests are in flight before we wait on one
+            self._record(env, prompt, tokens, future.result().sequences[0])
+
+    # -- evaluation (evaluation thread) --------------------------------------------------------
+    def evaluate_group(self, group: GroupRollout) -> tuple[list[tuple[KernelEnv, EvalResult]], float, int]:
+        start = time.perf_counter()
+        envs = [env for env in group.envs if env.pending_turn is not None]
+        results = self.evaluate([env.problem.id for env in envs], [env.pending_turn.completion for env in envs])
+        retries = 0
+        for _ in range(self.infra_retries):
+            again = [i for i, r in enumerate(results) if r.error_category == ErrorCategory.INFRA]
+            if not again:
+                break
+            retries += len(again)
+            redone = self.evaluate([envs[i].problem.id for i in again], [envs[i].pending_turn.completion for i in again])
+            for i, result in zip(again, redone, strict=True):
+                results[i] = result
+        return list(zip(envs, results, strict=True)), time.perf_counter() - start, retries
+
+    # -- the overlapped loop -------------------------------------------------------------------
+    def run(self, builders: Sequence[EnvGroupBuilder]) -> list[GroupRollout]:
+        wall_start = time.perf_counter()
+        groups = [GroupRollout(i, builder, builder()) for i, builder in enumerate(builders)]
+        ready: deque[GroupRollout] = deque(groups)
+        in_flight: dict[Future, GroupRollout] = {}
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbrl-eval") as executor:
+            while ready or in_flight:
+                if ready:
+                    group = ready.popleft()
+                    start = time.perf_counter()
+                    self.sample_group(group)
+                    self.timings.sampling_s += time.perf_counter() - start
+                    if any(env.pending_turn is not None for env in group.envs):
+                        in_flight[executor.submit(self.evaluate_group, group)] = group
+                    elif group.done:
+                        self._finish(group)
+                    finished = [f for f in in_flight if f.done()]
+                else:
+                    finished, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                for future in finished:
+                    group = in_flight.pop(future)
+                    pairs, seconds, retries = future.result()
+                    self.timings.eval_s += seconds
+                    group.infra_retries_used += retries
+                    for env, result in pairs:
+                        env.add_result(result)
+                    if group.done:
+                        self._finish(group)
+                    else:
+                        ready.append(group)
+        self.timings.wall_s += time.perf_counter() - wall_start
+        return groups
+
+    def _finish(self, group: GroupRollout) -> None:
+        if self.on_group_done is not None:
+            self.on_group_done(group)
