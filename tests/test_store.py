@@ -297,3 +297,12 @@ def test_default_path_follows_kbrl_db(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert Store().path == tmp_path / "env.duckdb" == default_db_path()
     monkeypatch.delenv("KBRL_DB")
     assert Store().path == Path("runs/kernelbench_rl.duckdb")
+
+
+@pytest.mark.parametrize("count", [2, ARROW_BATCH_MIN_ROWS * 2])
+def test_numpy_values_are_stored_as_plain_numbers(store: Store, count: int) -> None:
+    np = pytest.importorskip("numpy")
+    store.upsert("train_steps", [{"run_id": "r", "step": np.int64(s), "loss": np.float32(0.5)} for s in range(count)])
+    store.upsert("embeddings", [{"doc_sha256": "d", "model_id": "m", "vector": np.arange(3, dtype=np.float32)}])
+    assert store.fetchall("SELECT DISTINCT loss FROM train_steps") == [(0.5,)]
+    assert store.fetchall("SELECT vector FROM embeddings") == [([0.0, 1.0, 2.0],)]

@@ -168,9 +168,11 @@ class _TableInfo:
 
 
 def _encode(value: Any, column_type: str) -> Any:
-    """Python value -> what DuckDB stores: JSON for dicts/lists in text columns, enum values."""
+    """Python value -> what DuckDB stores: JSON for dicts/lists in text columns, enum values, plain numbers."""
     if isinstance(value, Enum):
         return value.value
+    if type(value).__module__ == "numpy":  # numpy scalars and arrays: DuckDB's row path takes neither
+        value = value.tolist()
     if column_type == "VARCHAR":
         if isinstance(value, (dict, list, tuple)):
             return json.dumps(value, sort_keys=True)
