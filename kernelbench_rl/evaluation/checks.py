@@ -1,0 +1,87 @@
+"""Output and input checks, run in the worker (never in the candidate's process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from kernelbench_rl.evaluation.result import ErrorCategory
+
+
+@dataclass
+class CheckOutcome:
+    category: ErrorCategory = ErrorCategory.OK
+    message: str = ""
+    max_abs_err: float | None = None
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.category == ErrorCategory.OK
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(d) for d in t.shape) + ")"
+
+
+def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor], atol: float, rtol: float) -> CheckOutcome:
+    """Count, shape, dtype, NaN/Inf and allclose, in that order; max_abs_err over all outputs."""
+    if len(candidate) != len(reference):
+        return CheckOutcome(ErrorCategory.SHAPE, f"forward returned {len(candidate)} tensor(s), expected {len(reference)}")
+    worst = 0.0
+    for index, (ref, got) in enumerate(zip(reference, candidate)):
+        label = "output" if len(reference) == 1 else f"output {index}"
+        if tuple(got.shape) != tuple(ref.shape):
+            return CheckOutcome(ErrorCategory.SHAPE, f"{label} has shape {_shape(got)}, expected {_shape(ref)}")
+        if got.dtype != ref.dtype:
+            return CheckOutcome(
+                ErrorCategory.DTYPE,
+                f"{label} has dtype {str(got.dtype).removeprefix('torch.')}, expected {str(ref.dtype).removeprefix('torch.')}",
+            )
+        if got.device != ref.device:
+            got = got.to(ref.device)
+        if got.numel() == 0:
+            continue
+        if got.is_floating_point() or got.is_complex():
+            ref_bad = ~torch.isfinite(ref)
+            got_bad = ~torch.isfinite(got)
+            if bool((got_bad & ~ref_bad).any()):
+                kind = "NaN" if bool(torch.isnan(got).any()) else "Inf"
+                return CheckOutcome(ErrorCategory.MISMATCH, f"{label} contains {kind} where the reference is finite")
+            got64, ref64 = got.double(), ref.double()
+            finite = ~ref_bad
+            diff = (got64 - ref64).abs()
+            err = float(diff[finite].max()) if bool(finite.any()) else 0.0
+            worst = max(worst, err)
+            close = torch.isclose(got64, ref64, rtol=rtol, atol=atol, equal_nan=True)
+            if not bool(close.all()):
+                bad = int((~close).sum())
+                return CheckOutcome(
+                    ErrorCategory.MISMATCH,
+                    f"{label} differs from the reference at {bad} of {got.numel()} elements "
+                    f"(max abs error {err:.3g}, tolerance atol=rtol={atol:g})",
+                    max_abs_err=err,
+                )
+        else:
+            if not torch.equal(got, ref):
+                bad = int((got != ref).sum())
+                return CheckOutcome(ErrorCategory.MISMATCH, f"{label} differs from the reference at {bad} of {got.numel()} elements")
+    return CheckOutcome(ErrorCategory.OK, "", max_abs_err=worst)
+
+
+def inputs_unmodified(original: list[torch.Tensor], after: list[torch.Tensor]) -> str:
+    """'' when every input is bit-identical after the run, else one sentence naming the input."""
+    if len(original) != len(after):
+        return "the inputs changed in number during forward"
+    for index, (before, now) in enumerate(zip(original, after)):
+        if tuple(before.shape) != tuple(now.shape) or before.dtype != now.dtype:
+            return f"input {index} changed shape or dtype during forward"
+        now = now.to(before.device)
+        same = torch.equal(before, now) or (
+            before.is_floating_point() and bool(torch.isnan(before).any())
+            and torch.equal(torch.nan_to_num(before), torch.nan_to_num(now))
+        )
+        if not same:
+            return f"forward modified its input {index} in place; inputs must stay unchanged"
+    return ""

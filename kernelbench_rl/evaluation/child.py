@@ -1,0 +1,252 @@
+"""The sandboxed child: the only process that ever runs candidate code.
+
+Forked from the worker's zygote (a forkserver that imported torch and triton but never touched
+CUDA), it optionally initialises CUDA while idle, then receives one job, confines itself
+(new session, private cwd, scrubbed env, rlimits, Landlock, unprivileged uid), imports the
+candidate and obeys the worker's commands: build, check <seed>, time <plan>, host_time, profile,
+exit. It never compares anything: outputs and inputs-after-run go back to the worker.
+Worker side only: torch, triton, stdlib.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from kernelbench_rl.evaluation import runtime, sandbox, timing, wire
+
+_COMPILE_EXCEPTIONS = {
+    "CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct", "OutOfResources",
+    "PTXASError", "SyntaxError", "IndentationError", "TabError",
+}
+_COMPILE_MARKERS = ("Error building extension", "ninja: build stopped", "nvcc fatal", "error: identifier")
+_NOISE_PREFIXES = (
+    "CUDA kernel errors might", "For debugging consider", "Compile with `TORCH_USE_CUDA_DSA`",
+    "Search for `cuda", "Device-side assertions", "Exception raised from", "frame #",
+)
+MAX_MESSAGE_CHARS = 700
+
+
+class CandidateFault(Exception):
+    def __init__(self, category: str, message: str) -> None:
+        super().__init__(message)
+        self.category = category
+        self.message = message
+
+
+def short_error(exc: BaseException, candidate_path: str | None = None) -> str:
+    """The key lines of an exception, fit for a model to read: no traceback noise."""
+    lines = [ln.rstrip() for ln in str(exc).splitlines()]
+    kept = [ln for ln in lines if ln.strip() and not ln.strip().startswith(_NOISE_PREFIXES)][:10]
+    text = f"{type(exc).__name__}: " + "\n".join(kept) if kept else type(exc).__name__
+    if candidate_path:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == candidate_path]
+        if frames:
+            text += f" (kernel line {frames[-1].lineno})"
+        elif isinstance(exc, SyntaxError) and exc.lineno:
+            text += f" (kernel line {exc.lineno})"
+    return text[:MAX_MESSAGE_CHARS]
+
+
+def classify(exc: BaseException, during_import: bool) -> str:
+    name = type(exc).__name__
+    text = str(exc)
+    if during_import or name in _COMPILE_EXCEPTIONS or any(marker in text for marker in _COMPILE_MARKERS):
+        return "compile"
+    return "runtime"
+
+
+def child_main(conn: Connection, device: str) -> None:
+    """Entry point of a forked child: warm up, then serve exactly one job."""
+    t0 = time.perf_counter()
+    cuda_init_s = 0.0
+    if device == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+        cuda_init_s = time.perf_counter() - t0
+    try:
+        job = wire.recv_json(conn)
+    except (EOFError, OSError):
+        return
+    if job.get("cmd") != "job":
+        return
+    try:
+        _serve(conn, job, cuda_init_s)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        os._exit(0)  # skip interpreter teardown: a broken candidate can hang it
+
+
+def _confine(job: dict[str, Any]) -> sandbox.Confinement:
+    confinement = sandbox.Confinement()
+    try:
+        os.setsid()
+        confinement.session = True
+    except OSError:
+        pass
+    workdir = job["workdir"]
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update(job["env"])
+    # Our own stdout/stderr go to files in the private dir, capped by RLIMIT_FSIZE.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+        target = os.open(os.path.join(workdir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    faulthandler.enable(file=sys.stderr)
+    confinement.limits = sandbox.apply_limits(sandbox.Limits(address_space_mb=job.get("address_space_mb")))
+    writable = [workdir, "/dev/shm", "/dev/null"] + [p for p in job.get("extra_writable", [])]
+    if job.get("device") == "cuda":
+        writable += [p for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia-uvm-tools")]
+        writable += [os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")]
+    if job.get("drop_uid"):
+        confinement.uid_dropped = sandbox.drop_privileges()
+    if job.get("landlock", True):
+        confinement.landlock = sandbox.restrict_writes_to(sorted(set(writable)))
+    return confinement
+
+
+def _send_error(conn: Connection, category: str, message: str) -> None:
+    wire.send_json(conn, {"event": "error", "category": category, "message": message})
+
+
+def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
+    confinement = _confine(job)
+    device = job["device"]
+    precision = job["precision"]
+    clock = timing.Clock.capture() if device == "cuda" else None
+    problem = runtime.load_module_from_file(job["problem_path"], "kbrl_problem")
+    wire.send_json(conn, {"event": "started", "sandbox": confinement.label(), "cuda_init_s": cuda_init_s})
+
+    candidate_path = job["candidate_path"]
+    t_compile = time.perf_counter()
+    if job.get("nvcc_only"):
+        from kernelbench_rl.evaluation.cuda_check import nvcc_check
+
+        ok, message = nvcc_check(open(candidate_path).read(), job["workdir"], job.get("nvcc", "nvcc"))
+        wire.send_json(conn, {"event": "nvcc", "ok": ok, "message": message, "compile_s": time.perf_counter() - t_compile})
+        return
+    try:
+        module = runtime.load_module_from_file(candidate_path, "kbrl_candidate")
+        model_cls = getattr(module, "ModelNew", None)
+        if not isinstance(model_cls, type):
+            raise CandidateFault("compile", "the kernel module defines no class ModelNew")
+    except CandidateFault as fault:
+        _send_error(conn, fault.category, fault.message)
+        return
+    except BaseException as exc:  # noqa: BLE001 - any failure to import is the candidate's
+        _send_error(conn, "compile", short_error(exc, candidate_path))
+        return
+    wire.send_json(conn, {"event": "loaded", "compile_s": time.perf_counter() - t_compile})
+
+    model = None
+    use_ipc = bool(job.get("use_ipc")) and device == "cuda"
+    keep_alive: list[torch.Tensor] = []
+
+    def inputs_for_seed(seed: int) -> list[Any]:
+        return runtime.make_inputs(problem, seed, device, precision)
+
+    while True:
+        command = wire.recv_json(conn)
+        keep_alive.clear()
+        cmd = command.get("cmd")
+        try:
+            if cmd == "build":
+                t = time.perf_counter()
+                model = runtime.build_model(model_cls, problem, int(command["seed"]), device, precision)
+                wire.send_json(conn, {"event": "built", "seconds": time.perf_counter() - t})
+            elif cmd == "check":
+                inputs = inputs_for_seed(int(command["seed"]))
+                if device == "cuda":
+                    _poison_allocator(int(command.get("poison_bytes", 64 << 20)))
+                t = time.perf_counter()
+                with torch.no_grad():
+                    output = model(*inputs)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - t
+                outputs = wire.flatten_outputs(output)
+                keep_alive = wire.send_tensors(
+                    conn, "checked", {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs)}, use_ipc,
+                    {"seconds": seconds},
+                )
+                del output, outputs, inputs
+            elif cmd == "time":
+                seeds = [int(s) for s in command["seeds"]]
+                keep = {int(i) for i in command.get("verify", [])}
+                t = time.perf_counter()
+                record = timing.time_forward(model, inputs_for_seed, seeds, int(command.get("warmup", 3)), device, clock, keep)
+                tampered = clock.tampered()
+                indices = sorted(record.kept_outputs)
+                groups = {f"trial_{i}": record.kept_outputs[i] for i in indices}
+                keep_alive = wire.send_tensors(conn, "timed", groups, use_ipc, {
+                    "times_ms": record.times_ms, "tampered": tampered, "seconds": time.perf_counter() - t,
+                })
+            elif cmd == "host_time":
+                seeds = [int(s) for s in command["seeds"]]
+                ms = timing.host_time_forward(model, inputs_for_seed, seeds, device, clock)
+                wire.send_json(conn, {"event": "host_timed", "median_ms": ms, "tampered": clock.tampered()})
+            elif cmd == "profile":
+                kernels = _profile(model, inputs_for_seed(int(command["seed"])))
+                wire.send_json(conn, {"event": "profiled", "kernels": kernels})
+            elif cmd == "exit":
+                return
+            else:
+                _send_error(conn, "infra", f"unknown command {cmd!r}")
+                return
+        except (EOFError, BrokenPipeError):
+            raise
+        except CandidateFault as fault:
+            _send_error(conn, fault.category, fault.message)
+            return
+        except BaseException as exc:  # noqa: BLE001 - the candidate's fault, reported as a result
+            category = classify(exc, during_import=False)
+            if isinstance(exc, MemoryError) or "out of memory" in str(exc):
+                category = "runtime"
+            _send_error(conn, category, short_error(exc, candidate_path))
+            return
+
+
+def _poison_allocator(nbytes: int) -> None:
+    """Fill freed cache blocks with NaN bytes, so `torch.empty` outputs cannot hold stale results."""
+    nbytes = max(16 << 20, min(nbytes, 8 << 30))
+    try:
+        big = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(0xFF)
+        small = [torch.empty(256 << 10, dtype=torch.uint8, device="cuda").fill_(0xFF) for _ in range(16)]
+        torch.cuda.synchronize()
+        del big, small
+    except RuntimeError:
+        torch.cuda.empty_cache()
+
+
+def _profile(model: Any, inputs: list[Any]) -> list[list[Any]]:
+    """[name, launches, device microseconds] for every GPU activity of one forward."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        model(*inputs)  # warm: keep compilation out of the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            model(*inputs)
+            torch.cuda.synchronize()
+    totals: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type != DeviceType.CUDA:
+            continue
+        duration = float(getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0) or 0.0)
+        entry = totals.setdefault(event.name, [0, 0.0])
+        entry[0] += 1
+        entry[1] += duration
+    return [[name, int(count), us] for name, (count, us) in totals.items()]
+

@@ -1,0 +1,81 @@
+"""Loading a KernelBench-format module and making its models and inputs (worker and child side).
+
+The reference and the candidate are built the same way: the same seed before construction (so
+parameters match), inputs made directly on the device by the problem's own `get_inputs()` with the
+default generator seeded per hidden seed (never on the CPU and copied: that dominates KernelBench's
+harness), floating tensors cast to the requested precision.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PRECISION_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def load_module_from_file(path: str | Path, name: str) -> types.ModuleType:
+    """Import a file as a module (registered in sys.modules: Triton reads kernels' source via inspect)."""
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)  # seeds the CPU and every CUDA generator
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
+
+
+def _device_scope(device: str):
+    return torch.device(device) if device != "cpu" else nullcontext()
+
+
+def cast_floating(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+        return value.to(dtype)
+    return value
+
+
+def make_inputs(module: types.ModuleType, seed: int, device: str, precision: str) -> list[Any]:
+    dtype = PRECISION_DTYPES[precision]
+    seed_everything(seed)
+    with _device_scope(device):
+        inputs = list(module.get_inputs())
+    return [cast_floating(x.to(device) if isinstance(x, torch.Tensor) else x, dtype) for x in inputs]
+
+
+def build_model(cls: type, problem: types.ModuleType, seed: int, device: str, precision: str) -> torch.nn.Module:
+    """Construct `cls` with the problem's init inputs after `seed`, on `device`, in `precision`."""
+    dtype = PRECISION_DTYPES[precision]
+    seed_everything(seed)
+    with _device_scope(device):
+        init_inputs = list(problem.get_init_inputs()) if hasattr(problem, "get_init_inputs") else []
+        model = cls(*init_inputs)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device)
+        if dtype != torch.float32:
+            model = model.to(dtype)
+    return model
+
+
+def init_inputs_of(module: types.ModuleType) -> list[Any]:
+    return list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
+
+
+def clone_inputs(inputs: list[Any]) -> list[Any]:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def tensor_inputs(inputs: list[Any]) -> list[torch.Tensor]:
+    return [x for x in inputs if isinstance(x, torch.Tensor)]

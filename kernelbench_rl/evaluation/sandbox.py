@@ -1,0 +1,189 @@
+"""Process confinement for untrusted candidates: environment, resource limits, Landlock, uid.
+
+Standard library only: the orchestrator uses `scrubbed_env` to start workers and the worker's
+children call `confine` on themselves before the candidate module is imported.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import resource
+from dataclasses import dataclass, field
+
+# Variables a sandboxed process may keep; anything else is dropped.
+_KEEP_EXACT = {
+    "PATH", "LANG", "LC_ALL", "TERM", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
+    "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHASHSEED", "TORCH_CUDA_ARCH_LIST", "NVIDIA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TMPDIR", "VIRTUAL_ENV", "PYTHONUNBUFFERED",
+}
+_KEEP_PREFIXES = ("TRITON_", "CUDA_", "NCCL_", "KBRL_EVAL_", "CUBLAS_", "CUDNN_", "PYTORCH_", "TORCH_")
+# Secrets never travel, whatever their prefix.
+_SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|^AWS_|^HF_|^TINKER_|^GOOGLE_|^AZURE_")
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_RE.search(name.upper()))
+
+
+def scrubbed_env(base: dict[str, str] | None = None, **overrides: str) -> dict[str, str]:
+    """A copy of `base` (default os.environ) with only harmless, needed variables, plus overrides."""
+    source = dict(os.environ if base is None else base)
+    env = {
+        k: v for k, v in source.items()
+        if (k in _KEEP_EXACT or k.startswith(_KEEP_PREFIXES)) and not is_secret_name(k)
+    }
+    env.update({k: v for k, v in overrides.items() if v is not None})
+    return env
+
+
+# -- Landlock (Linux >= 5.13), through raw syscalls: unprivileged and inherited by children ------
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64 and arm64
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+_ACCESS_WRITE_FILE = 1 << 1
+_ACCESS_REMOVE_DIR = 1 << 4
+_ACCESS_REMOVE_FILE = 1 << 5
+_ACCESS_MAKE_CHAR = 1 << 6
+_ACCESS_MAKE_DIR = 1 << 7
+_ACCESS_MAKE_REG = 1 << 8
+_ACCESS_MAKE_SOCK = 1 << 9
+_ACCESS_MAKE_FIFO = 1 << 10
+_ACCESS_MAKE_BLOCK = 1 << 11
+_ACCESS_MAKE_SYM = 1 << 12
+_ACCESS_REFER = 1 << 13  # ABI 2
+_ACCESS_TRUNCATE = 1 << 14  # ABI 3
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _write_rights(abi: int) -> int:
+    rights = (
+        _ACCESS_WRITE_FILE | _ACCESS_REMOVE_DIR | _ACCESS_REMOVE_FILE | _ACCESS_MAKE_CHAR | _ACCESS_MAKE_DIR
+        | _ACCESS_MAKE_REG | _ACCESS_MAKE_SOCK | _ACCESS_MAKE_FIFO | _ACCESS_MAKE_BLOCK | _ACCESS_MAKE_SYM
+    )
+    if abi >= 2:
+        rights |= _ACCESS_REFER
+    if abi >= 3:
+        rights |= _ACCESS_TRUNCATE
+    return rights
+
+
+def landlock_abi() -> int:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return max(0, int(libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _LANDLOCK_CREATE_RULESET_VERSION)))
+    except Exception:
+        return 0
+
+
+def restrict_writes_to(writable: list[str]) -> str:
+    """Confine this process (and its children) so it can write only beneath `writable` paths.
+
+    Reads stay allowed (Python, torch and CUDA must load). Returns a label for the result:
+    "landlock-v<N>" when applied, "" when the kernel has no Landlock.
+    """
+    abi = landlock_abi()
+    if abi <= 0:
+        return ""
+    libc = ctypes.CDLL(None, use_errno=True)
+    rights = _write_rights(abi)
+    attr = _RulesetAttr(handled_access_fs=rights)
+    ruleset_fd = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
+    if ruleset_fd < 0:
+        return ""
+    try:
+        for path in writable:
+            if not os.path.exists(path):
+                continue
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                allowed = rights if os.path.isdir(path) else (_ACCESS_WRITE_FILE | (_ACCESS_TRUNCATE if abi >= 3 else 0))
+                rule = _PathBeneathAttr(allowed_access=allowed, parent_fd=fd)
+                if libc.syscall(_SYS_ADD_RULE, ruleset_fd, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) != 0:
+                    return ""
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return ""
+        if libc.syscall(_SYS_RESTRICT_SELF, ruleset_fd, 0) != 0:
+            return ""
+    finally:
+        os.close(ruleset_fd)
+    return f"landlock-v{abi}"
+
+
+# -- limits and identity -----------------------------------------------------------------------
+UNPRIVILEGED_UID = 65534  # "nobody"
+
+
+@dataclass
+class Limits:
+    address_space_mb: int | None  # None on GPUs: CUDA reserves huge virtual ranges
+    file_size_mb: int = 512
+    open_files: int = 1024
+    processes: int = 512  # applies only after dropping root
+
+
+def apply_limits(limits: Limits) -> list[str]:
+    applied = []
+
+    def _set(kind: int, value: int, label: str) -> None:
+        try:
+            soft, hard = resource.getrlimit(kind)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(kind, (value, value))
+            applied.append(label)
+        except (ValueError, OSError):
+            pass
+
+    _set(resource.RLIMIT_CORE, 0, "core=0")
+    _set(resource.RLIMIT_FSIZE, limits.file_size_mb << 20, f"fsize={limits.file_size_mb}MB")
+    _set(resource.RLIMIT_NOFILE, limits.open_files, f"nofile={limits.open_files}")
+    if limits.address_space_mb:
+        _set(resource.RLIMIT_AS, limits.address_space_mb << 20, f"as={limits.address_space_mb}MB")
+    return applied
+
+
+def drop_privileges(uid: int = UNPRIVILEGED_UID, processes: int = 512) -> bool:
+    """Become an unprivileged user when running as root (the machines here run everything as root)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    except OSError:
+        return False
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+    except (ValueError, OSError):
+        pass
+    return True
+
+
+@dataclass
+class Confinement:
+    """What was applied to one child; recorded in the result's versions['sandbox']."""
+
+    session: bool = False
+    landlock: str = ""
+    uid_dropped: bool = False
+    limits: list[str] = field(default_factory=list)
+
+    def label(self) -> str:
+        parts = ["setsid" if self.session else "no-setsid"]
+        parts.append(self.landlock or "no-landlock")
+        parts.append("uid=nobody" if self.uid_dropped else "uid=same")
+        parts.extend(self.limits)
+        return ",".join(parts)

@@ -1,0 +1,133 @@
+"""GPU timing shared by the child (candidate) and the worker (baseline), so both are timed alike.
+
+Every timed call gets fresh inputs made on the device from a new seed outside the timed region
+(memoising on data_ptr/_version/shape cannot help), an L2 flush before it, a start event, the
+forward, a full-device synchronise (work on side streams or threads counts), an end event. The
+timer functions are captured before the candidate is imported and their identity re-checked after.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelbench_rl.evaluation.wire import flatten_outputs
+
+
+@dataclass
+class Clock:
+    """Timer functions captured at a trusted moment (before any candidate code ran)."""
+
+    synchronize: Callable[..., Any]
+    event_cls: type
+    record: Callable[..., Any]
+    elapsed_time: Callable[..., Any]
+    event_synchronize: Callable[..., Any]
+    perf_counter: Callable[[], float]
+
+    @classmethod
+    def capture(cls) -> Clock:
+        event_cls = torch.cuda.Event
+        return cls(
+            synchronize=torch.cuda.synchronize, event_cls=event_cls, record=event_cls.record,
+            elapsed_time=event_cls.elapsed_time, event_synchronize=event_cls.synchronize,
+            perf_counter=time.perf_counter,
+        )
+
+    def tampered(self) -> list[str]:
+        """Names of timing functions that no longer are the captured ones (a candidate patched them)."""
+        now = Clock.capture()
+        return [name for name in ("synchronize", "event_cls", "record", "elapsed_time", "event_synchronize", "perf_counter")
+                if getattr(now, name) is not getattr(self, name)]
+
+
+@dataclass
+class TimingRecord:
+    times_ms: list[float] = field(default_factory=list)
+    kept_outputs: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+
+    @property
+    def median_ms(self) -> float:
+        return float(statistics.median(self.times_ms))
+
+    @property
+    def iqr_ms(self) -> float:
+        if len(self.times_ms) < 4:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.times_ms, n=4)
+        return float(q3 - q1)
+
+
+def l2_flush_buffer(device: torch.device | str) -> torch.Tensor:
+    """A buffer twice the L2 size (256 MiB when the size is unknown); writing it evicts L2."""
+    try:
+        l2_bytes = int(torch.cuda.get_device_properties(device).L2_cache_size)
+    except Exception:
+        l2_bytes = 0
+    nbytes = 2 * l2_bytes if l2_bytes > 0 else 256 << 20
+    return torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+
+
+def time_forward(
+    model: Callable[..., Any],
+    inputs_for_seed: Callable[[int], list[Any]],
+    seeds: list[int],
+    warmup: int,
+    device: torch.device | str,
+    clock: Clock,
+    keep: set[int] | None = None,
+) -> TimingRecord:
+    """Event-timed trials, one per seed; outputs of the trials in `keep` are cloned for verification."""
+    keep = keep or set()
+    record = TimingRecord()
+    flush = l2_flush_buffer(device)
+    start = clock.event_cls(enable_timing=True)
+    end = clock.event_cls(enable_timing=True)
+    previous: list[Any] | None = None
+    with torch.no_grad():
+        for index in range(warmup):
+            model(*inputs_for_seed(seeds[index % len(seeds)] ^ 0x5A5A5A))
+        clock.synchronize()
+        for index, seed in enumerate(seeds):
+            inputs = inputs_for_seed(seed)  # allocated while the previous set is alive: new buffers
+            flush.fill_(index)
+            clock.synchronize()
+            clock.record(start)
+            output = model(*inputs)
+            clock.synchronize()
+            clock.record(end)
+            clock.event_synchronize(end)
+            record.times_ms.append(float(clock.elapsed_time(start, end)))
+            if index in keep:
+                record.kept_outputs[index] = [t.detach().clone() for t in flatten_outputs(output)]
+            del output
+            previous = inputs
+    del previous, flush
+    return record
+
+
+def host_time_forward(
+    model: Callable[..., Any],
+    inputs_for_seed: Callable[[int], list[Any]],
+    seeds: list[int],
+    device: torch.device | str,
+    clock: Clock,
+) -> float:
+    """Median host-clock time (perf_counter around forward + full synchronise), for re-verification."""
+    flush = l2_flush_buffer(device)
+    times: list[float] = []
+    with torch.no_grad():
+        for index, seed in enumerate(seeds):
+            inputs = inputs_for_seed(seed)
+            flush.fill_(index)
+            clock.synchronize()
+            begin = clock.perf_counter()
+            model(*inputs)
+            clock.synchronize()
+            times.append((clock.perf_counter() - begin) * 1000.0)
+    return float(statistics.median(times))

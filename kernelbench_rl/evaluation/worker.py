@@ -1,0 +1,606 @@
+"""The evaluation worker: one per GPU (or one on the CPU), trusted, long-lived.
+
+    python -m kernelbench_rl.evaluation.worker --device cuda --parallel 4
+
+Speaks JSON lines: requests on stdin ({"id", "request"}), results on stdout ({"id", "result",
+"baseline"}). It owns each problem's reference (model built after a hidden seed, inputs made on
+the device from a pool of hidden seeds, reference outputs cached per seed, the eager baseline timed
+once) and runs every candidate in a fresh child forked from a zygote (a forkserver that imported
+torch and triton but never initialised CUDA), pre-started so a child is ready when a request comes.
+Compilation in children runs in parallel; correctness and timing hold the device exclusively.
+Imports only torch, triton, numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing
+import os
+import platform
+import random
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelbench_rl.evaluation import checks, kernels, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation.child import child_main
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
+
+SEED_POOL_SIZE = 16
+TIMING_VERIFY_TRIALS = 2
+LOW_KERNEL_SHARE = 0.5
+HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
+START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class WorkerConfig:
+    device: str = "cpu"
+    parallel: int = 2  # children compiling/loading at once
+    warm_children: int = 1
+    drop_uid: bool = True
+    landlock: bool = True
+    use_ipc: bool = True
+    ref_cache_bytes: int = 2 << 30
+    nvcc: str = "nvcc"
+
+
+class ChildGone(Exception):
+    """The child died or stopped answering."""
+
+
+class Child:
+    """One forked sandbox process and its message pipe."""
+
+    def __init__(self, ctx: Any, device: str) -> None:
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self.started_at = time.perf_counter()
+        self.rss_limit_mb: float | None = None
+        self.process = ctx.Process(target=child_main, args=(child_conn, device), daemon=False)
+        self.process.start()
+        child_conn.close()
+        self.spawn_s = time.perf_counter() - self.started_at
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def kill(self) -> None:
+        for kill in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+        self.process.join(timeout=5)
+        self.conn.close()
+
+    def rss_mb(self) -> float:
+        try:
+            with open(f"/proc/{self.pid}/status") as handle:
+                for line in handle:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024.0
+        except (OSError, ValueError):
+            pass
+        return 0.0
+
+
+@dataclass
+class ProblemState:
+    problem_id: str
+    module: Any
+    init_seed: int
+    seed_pool: list[int]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    models: dict[str, torch.nn.Module] = field(default_factory=dict)
+    refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed) -> outputs
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)
+    host_baselines: dict[str, float] = field(default_factory=dict)
+    mutates_inputs: bool = False
+
+
+class Fault(Exception):
+    """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
+
+    def __init__(self, category: ErrorCategory, message: str) -> None:
+        super().__init__(message)
+        self.category = category
+        self.message = message
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.device = "cuda" if config.device == "cuda" else "cpu"
+        self.root = tempfile.mkdtemp(prefix="kbrl-eval-")
+        os.chmod(self.root, 0o711)
+        self.cache_root = os.path.join(self.root, ".build-cache")
+        os.makedirs(self.cache_root, exist_ok=True)
+        self.gpu_lock = threading.Lock()
+        self.problems: dict[str, ProblemState] = {}
+        self.problems_lock = threading.Lock()
+        self.ref_bytes = 0
+        self.clock = timing.Clock.capture() if self.device == "cuda" else None
+        self.arch = ""
+        if self.device == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("no CUDA device is visible to this worker")
+            major, minor = torch.cuda.get_device_capability()
+            self.arch = f"{major}.{minor}"
+            self.hardware = torch.cuda.get_device_name()
+        else:
+            self.hardware = f"cpu:{platform.machine()}"
+        # The zygote inherits this environment when it starts (on the first child).
+        os.environ.setdefault("TRITON_INTERPRET", "1" if self.device == "cpu" else "0")
+        if self.device == "cpu":
+            os.environ["TRITON_INTERPRET"] = "1"
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child"])
+        self.warm: collections.deque[Child] = collections.deque()
+        self.warm_lock = threading.Lock()
+        self.versions = {
+            "torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version(),
+            "cuda": str(torch.version.cuda or ""),
+        }
+        for _ in range(max(0, config.warm_children)):
+            self.warm.append(Child(self.ctx, self.device))
+
+    # -- children --------------------------------------------------------------------------
+    def take_child(self) -> Child:
+        with self.warm_lock:
+            child = None
+            while self.warm:
+                candidate = self.warm.popleft()
+                if candidate.process.is_alive():
+                    child = candidate
+                    break
+                candidate.kill()
+            if child is None:
+                child = Child(self.ctx, self.device)
+            if self.config.warm_children > 0:
+                self.warm.append(Child(self.ctx, self.device))
+        return child
+
+    def shutdown(self) -> None:
+        with self.warm_lock:
+            while self.warm:
+                self.warm.popleft().kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- problems and references -----------------------------------------------------------
+    def problem_state(self, problem_id: str, source: str) -> ProblemState:
+        key = f"{problem_id}:{hash(source)}"
+        with self.problems_lock:
+            state = self.problems.get(key)
+            if state is None:
+                path = os.path.join(self.root, f"problem_{len(self.problems)}.py")
+                with open(path, "w") as handle:
+                    handle.write(source)
+                module = runtime.load_module_from_file(path, f"kbrl_reference_{len(self.problems)}")
+                state = ProblemState(
+                    problem_id=problem_id, module=module, init_seed=secrets.randbits(31),
+                    seed_pool=[secrets.randbits(31) for _ in range(SEED_POOL_SIZE)],
+                )
+                self.problems[key] = state
+        return state
+
+    def reference_model(self, state: ProblemState, precision: str) -> torch.nn.Module:
+        if precision not in state.models:
+            state.models[precision] = runtime.build_model(state.module.Model, state.module, state.init_seed, self.device, precision)
+        return state.models[precision]
+
+    def reference_outputs(self, state: ProblemState, precision: str, seed: int) -> list[torch.Tensor]:
+        key = (precision, seed)
+        if key in state.refs:
+            state.refs.move_to_end(key)
+            return state.refs[key]
+        model = self.reference_model(state, precision)
+        inputs = runtime.make_inputs(state.module, seed, self.device, precision)
+        pristine = runtime.clone_inputs(runtime.tensor_inputs(inputs))
+        with torch.no_grad():
+            outputs = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
+        if checks.inputs_unmodified(pristine, runtime.tensor_inputs(inputs)):
+            state.mutates_inputs = True  # the reference itself writes its inputs: skip that check
+        size = sum(t.numel() * t.element_size() for t in outputs)
+        if size <= self.config.ref_cache_bytes:
+            state.refs[key] = outputs
+            self.ref_bytes += size
+            while self.ref_bytes > self.config.ref_cache_bytes and len(state.refs) > 1:
+                _, evicted = state.refs.popitem(last=False)
+                self.ref_bytes -= sum(t.numel() * t.element_size() for t in evicted)
+        return outputs
+
+    def baseline(self, state: ProblemState, precision: str, settings: EvalSettings, known: dict | None) -> dict[str, float]:
+        if known and known.get("eager_ms"):
+            state.baselines.setdefault(precision, dict(known))
+        if precision not in state.baselines:
+            model = self.reference_model(state, precision)
+            seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
+            record = timing.time_forward(
+                model, lambda s: runtime.make_inputs(state.module, s, self.device, precision), seeds,
+                settings.warmup_trials, self.device, self.clock,
+            )
+            entry = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None}
+            if settings.measure_compile_baseline:
+                entry["compile_ms"] = self._compile_baseline(state, precision, settings)
+            state.baselines[precision] = entry
+        return state.baselines[precision]
+
+    def _compile_baseline(self, state: ProblemState, precision: str, settings: EvalSettings) -> float | None:
+        try:
+            compiled = torch.compile(self.reference_model(state, precision))
+            seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
+            record = timing.time_forward(
+                compiled, lambda s: runtime.make_inputs(state.module, s, self.device, precision), seeds,
+                max(settings.warmup_trials, 3), self.device, self.clock,
+            )
+            return record.median_ms
+        except Exception:  # noqa: BLE001 - an optional figure; inductor may be unavailable
+            return None
+
+    def host_baseline(self, state: ProblemState, precision: str, settings: EvalSettings) -> float:
+        if precision not in state.host_baselines:
+            seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
+            state.host_baselines[precision] = timing.host_time_forward(
+                self.reference_model(state, precision), lambda s: runtime.make_inputs(state.module, s, self.device, precision),
+                seeds, self.device, self.clock,
+            )
+        return state.host_baselines[precision]
+
+    # -- one evaluation --------------------------------------------------------------------
+    def evaluate(self, payload: dict[str, Any]) -> tuple[EvalResult, dict | None]:
+        t_start = time.perf_counter()
+        settings = EvalSettings(**payload["settings"])
+        source = payload["candidate_source"]
+        result = EvalResult(
+            problem_id=payload["problem_id"], candidate_sha256=payload.get("candidate_sha256", ""),
+            backend=settings.backend, precision=settings.precision, device_kind=self.device,
+            format_ok=True, settings_hash=settings.settings_hash(), hardware=self.hardware,
+            versions=dict(self.versions), trials_total=settings.correctness_trials,
+        )
+        baseline_out: dict | None = None
+        child: Child | None = None
+        workdir = ""
+        try:
+            state = self.problem_state(payload["problem_id"], payload["problem_source"])
+            workdir = tempfile.mkdtemp(prefix="c-", dir=self.root)
+            t = time.perf_counter()
+            child = self.take_child()
+            if self.device == "cuda":
+                child.rss_limit_mb = float(settings.memory_limit_mb)
+            result.phase_seconds["child_start"] = time.perf_counter() - t
+            job = self._job(workdir, source, payload["problem_source"], settings)
+            wire.send_json(child.conn, job)
+            started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
+            result.versions["sandbox"] = str(started.get("sandbox", ""))
+            result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
+            loaded = self._expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
+            result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
+            if loaded["event"] == "nvcc":
+                self._nvcc_verdict(result, loaded)
+                return result, None
+            result.compiled = True
+            with self._device_section():
+                deadline = time.monotonic() + settings.timeout_s
+                baseline_out = self._run_on_device(child, state, settings, result, deadline, payload)
+        except Fault as fault:
+            result.error_category = fault.category
+            result.error_message = fault.message
+            if fault.category == ErrorCategory.COMPILE:
+                result.compiled = False
+        except Exception as exc:  # noqa: BLE001 - our own failure: the pool retries INFRA
+            result.error_category = ErrorCategory.INFRA
+            result.error_message = f"worker error: {type(exc).__name__}: {exc}"[:500]
+            traceback.print_exc(file=sys.stderr)
+        finally:
+            if child is not None:
+                child.kill()
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+        if result.error_category != ErrorCategory.OK:
+            result.correct = False
+            if result.error_category.is_kernel_fault:
+                result.speedup = None
+        if self.device == "cpu" and Flag.NO_SPEEDUP_ON_CPU.value not in result.flags:
+            result.flags.append(Flag.NO_SPEEDUP_ON_CPU.value)
+        result.phase_seconds["worker_total"] = time.perf_counter() - t_start
+        return result, baseline_out
+
+    def _job(self, workdir: str, source: str, problem_source: str, settings: EvalSettings) -> dict[str, Any]:
+        candidate_path = os.path.join(workdir, "kernel.py")
+        problem_path = os.path.join(workdir, "problem.py")
+        with open(candidate_path, "w") as handle:
+            handle.write(source)
+        with open(problem_path, "w") as handle:
+            handle.write(problem_source)
+        env = sandbox.scrubbed_env(
+            HOME=workdir, TMPDIR=workdir, TRITON_CACHE_DIR=os.path.join(workdir, ".triton"),
+            TORCH_EXTENSIONS_DIR=os.path.join(workdir, "torch_extensions"),
+            TRITON_INTERPRET="1" if self.device == "cpu" else "0", PYTHONDONTWRITEBYTECODE="1",
+        )
+        if self.arch:
+            env["TORCH_CUDA_ARCH_LIST"] = self.arch
+        drop = self.config.drop_uid and os.geteuid() == 0
+        if drop:
+            for path in (workdir, candidate_path, problem_path):
+                os.chown(path, sandbox.UNPRIVILEGED_UID, sandbox.UNPRIVILEGED_UID)
+        return {
+            "cmd": "job", "workdir": workdir, "candidate_path": candidate_path, "problem_path": problem_path,
+            "device": self.device, "precision": settings.precision, "env": env, "drop_uid": drop,
+            "landlock": self.config.landlock, "use_ipc": self.config.use_ipc,
+            "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
+            "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
+        }
+
+    def _nvcc_verdict(self, result: EvalResult, message: dict[str, Any]) -> None:
+        text = str(message.get("message", ""))[:700]
+        if message.get("ok"):
+            result.compiled = True
+            result.error_message = text
+        elif text.startswith("nvcc"):
+            result.error_category = ErrorCategory.COMPILE
+            result.error_message = text
+        elif text.startswith("cannot run"):
+            result.error_category = ErrorCategory.INFRA
+            result.error_message = text
+        else:
+            result.error_category = ErrorCategory.COMPILE
+            result.error_message = text
+
+    class _DeviceSection:
+        def __init__(self, lock: threading.Lock) -> None:
+            self.lock = lock
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+
+        def __exit__(self, *exc: Any) -> None:
+            self.lock.release()
+
+    def _device_section(self) -> Worker._DeviceSection:
+        # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
+        # anyway, so children run concurrently.
+        return Worker._DeviceSection(self.gpu_lock if self.device == "cuda" else threading.Lock())
+
+    def _run_on_device(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
+                       deadline: float, payload: dict[str, Any]) -> dict | None:
+        precision = settings.precision
+        t = time.perf_counter()
+        wire.send_json(child.conn, {"cmd": "build", "seed": state.init_seed})
+        self._expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
+        seeds = random.sample(state.seed_pool, min(settings.correctness_trials, len(state.seed_pool)))
+        result.trials_total = len(seeds)
+        worst = 0.0
+        for seed in seeds:
+            with state.lock:
+                reference = self.reference_outputs(state, precision, seed)
+            poison = 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20)
+            wire.send_json(child.conn, {"cmd": "check", "seed": seed, "poison_bytes": poison})
+            header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
+            received = self._receive(child, header, reference)
+            outcome = checks.compare_outputs(reference, received.get("outputs", []), settings.atol, settings.rtol)
+            if outcome.max_abs_err is not None:
+                worst = max(worst, outcome.max_abs_err)
+                result.max_abs_err = worst
+            if not outcome.ok:
+                raise Fault(outcome.category, outcome.message)
+            if not state.mutates_inputs:
+                pristine = runtime.tensor_inputs(runtime.make_inputs(state.module, seed, self.device, precision))
+                mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
+                if mutated:
+                    result.flags.append(Flag.INPUT_MUTATED.value)
+                    raise Fault(ErrorCategory.MISMATCH, mutated)
+            del received
+            result.trials_passed += 1
+        result.correct = True
+        result.phase_seconds["correctness"] = time.perf_counter() - t
+        if self.device != "cuda":
+            wire.send_json(child.conn, {"cmd": "exit"})
+            return None
+        return self._time_on_device(child, state, settings, result, deadline, payload)
+
+    def _time_on_device(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
+                        deadline: float, payload: dict[str, Any]) -> dict | None:
+        precision = settings.precision
+        t = time.perf_counter()
+        known = payload.get("baseline")
+        fresh = precision not in state.baselines and not (known and known.get("eager_ms"))
+        base = self.baseline(state, precision, settings, known)
+        result.phase_seconds["baseline"] = time.perf_counter() - t
+        result.baseline_ms = base["eager_ms"]
+        result.baseline_compile_ms = base.get("compile_ms")
+        t = time.perf_counter()
+        seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
+        verify = sorted(random.sample(range(len(seeds)), min(TIMING_VERIFY_TRIALS, len(seeds))))
+        wire.send_json(child.conn, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": settings.warmup_trials})
+        header = self._expect(child, {"timed"}, deadline - time.monotonic(), "timing")
+        times = header.get("times_ms")
+        if not (isinstance(times, list) and len(times) == len(seeds) and all(isinstance(x, (int, float)) for x in times)):
+            raise Fault(ErrorCategory.RUNTIME, "the timing run returned malformed figures")
+        if header.get("tampered"):
+            result.flags.append(Flag.HACK.value)
+            raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
+        kept = self._receive(child, header, None)
+        for index in verify:
+            with state.lock:
+                reference = self.reference_outputs(state, precision, seeds[index])
+            outcome = checks.compare_outputs(reference, kept.get(f"trial_{index}", []), settings.atol, settings.rtol)
+            if not outcome.ok:
+                result.flags.append(Flag.HACK.value)
+                raise Fault(ErrorCategory.MISMATCH, f"outputs during timing were wrong (trial {index}): {outcome.message}")
+        del kept
+        record = timing.TimingRecord(times_ms=[float(x) for x in times])
+        result.runtime_ms = record.median_ms
+        result.runtime_spread_ms = record.iqr_ms
+        result.phase_seconds["timing"] = time.perf_counter() - t
+        if result.runtime_ms > 0:
+            result.speedup = result.baseline_ms / result.runtime_ms
+        if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
+            result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
+            host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
+            wire.send_json(child.conn, {"cmd": "host_time", "seeds": host_seeds})
+            host = self._expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
+            candidate_host = float(host.get("median_ms") or 0.0)
+            baseline_host = self.host_baseline(state, precision, settings)
+            if candidate_host > 0 and not host.get("tampered"):
+                host_speedup = baseline_host / candidate_host
+                result.phase_seconds["host_speedup"] = host_speedup
+                if host_speedup >= HOST_CONFIRM_FRACTION * result.speedup:
+                    result.flags.append(Flag.REVERIFIED.value)
+        t = time.perf_counter()
+        wire.send_json(child.conn, {"cmd": "profile", "seed": secrets.randbits(31)})
+        profiled = self._expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
+        names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
+        launches, _own_us, share = kernels.kernel_share(profiled.get("kernels") or [], names)
+        result.phase_seconds["profile"] = time.perf_counter() - t
+        result.phase_seconds["kernel_share"] = share
+        if launches == 0:
+            result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
+        elif share < LOW_KERNEL_SHARE:
+            result.flags.append(Flag.LOW_KERNEL_SHARE.value)
+        wire.send_json(child.conn, {"cmd": "exit"})
+        if fresh:
+            return {"eager_ms": base["eager_ms"], "eager_spread_ms": base.get("eager_spread_ms"),
+                    "compile_ms": base.get("compile_ms")}
+        return None
+
+    def _receive(self, child: Child, header: dict[str, Any], reference: list[torch.Tensor] | None) -> dict[str, list[torch.Tensor]]:
+        limit = 8 << 30
+        if reference is not None:
+            limit = 4 * sum(r.numel() * r.element_size() for r in reference) + (256 << 20)
+        try:
+            return wire.receive_tensors(child.conn, header, limit)
+        except wire.ProtocolError as exc:
+            raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent malformed results ({exc})") from None
+        except (EOFError, OSError):
+            raise self._death(child, "sending results") from None
+
+    def _expect(self, child: Child, events: set[str], timeout_s: float, phase: str) -> dict[str, Any]:
+        """Wait for the next message, enforcing the deadline and the memory limit by killing."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        limit_mb = child.rss_limit_mb or float(os.environ.get("KBRL_EVAL_RSS_LIMIT_MB", "0")) or None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                child.kill()
+                raise Fault(ErrorCategory.TIMEOUT, f"timed out after {timeout_s:.0f} s while {phase}")
+            try:
+                ready = child.conn.poll(min(0.25, remaining))
+            except (EOFError, OSError):
+                raise self._death(child, phase) from None
+            if ready:
+                try:
+                    message = wire.recv_json(child.conn)
+                except (EOFError, OSError):
+                    raise self._death(child, phase) from None
+                except wire.ProtocolError as exc:
+                    raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent a malformed message ({exc})") from None
+                event = message.get("event")
+                if event in events:
+                    return message
+                if event == "error":
+                    category = str(message.get("category", "runtime"))
+                    category = category if category in ("compile", "runtime") else "runtime"
+                    raise Fault(ErrorCategory(category), str(message.get("message", ""))[:700])
+                raise Fault(ErrorCategory.RUNTIME, f"unexpected message {event!r} while {phase}")
+            if limit_mb and child.rss_mb() > limit_mb:
+                child.kill()
+                raise Fault(ErrorCategory.CRASH, f"used more than {limit_mb:.0f} MB of host memory while {phase}")
+
+    def _death(self, child: Child, phase: str) -> Fault:
+        child.process.join(timeout=5)
+        code = child.process.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            detail = f"the process was killed by {name}"
+        elif code is None:
+            detail = "the process stopped answering"
+        else:
+            detail = f"the process exited with status {code}"
+        return Fault(ErrorCategory.CRASH, f"crashed while {phase}: {detail}")
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return str(triton.__version__)
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def _handle(worker: Worker, line: str, emit: Any) -> None:
+    message = json.loads(line)
+    tag = message.get("id")
+    try:
+        result, baseline = worker.evaluate(message["request"])
+        emit({"id": tag, "result": result.to_dict(), "baseline": baseline})
+    except Exception as exc:  # noqa: BLE001 - never leave the orchestrator waiting
+        traceback.print_exc(file=sys.stderr)
+        emit({"id": tag, "error": f"{type(exc).__name__}: {exc}"[:500]})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--warm-children", type=int, default=1)
+    parser.add_argument("--no-drop-uid", action="store_true")
+    parser.add_argument("--no-landlock", action="store_true")
+    parser.add_argument("--transport", choices=["ipc", "host"], default="ipc")
+    args = parser.parse_args(argv)
+    # The protocol gets its own copy of stdout; anything else printed (torch, triton) goes to stderr.
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    emit_lock = threading.Lock()
+
+    def emit(message: dict[str, Any]) -> None:
+        with emit_lock:
+            protocol.write(json.dumps(message) + "\n")
+            protocol.flush()
+
+    config = WorkerConfig(
+        device=args.device, parallel=max(1, args.parallel), warm_children=max(0, args.warm_children),
+        drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, use_ipc=args.transport == "ipc",
+    )
+    if config.device == "cuda":
+        total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
+        config.ref_cache_bytes = max(1 << 30, total // 5)
+    try:
+        worker = Worker(config)
+    except Exception as exc:  # noqa: BLE001
+        emit({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        return
+    emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "versions": worker.versions})
+    pool = ThreadPoolExecutor(max_workers=config.parallel + 1)
+    try:
+        for line in sys.stdin:
+            line = line.strip()
+            if not line:
+                continue
+            if line == '{"cmd": "shutdown"}':
+                break
+            pool.submit(_handle, worker, line, emit)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        worker.shutdown()
+
+
+if __name__ == "__main__":
+    main()
