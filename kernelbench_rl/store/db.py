@@ -309,7 +309,7 @@ class Store:
                 )
                 con.execute("COMMIT")
             except Exception:
-                con.execute("ROLLBACK")
+                _rollback_quietly(con)
                 raise
             self._tables = None
         self._migrated = True
@@ -403,7 +403,7 @@ class Store:
                     self._insert(con, info, names, group, on_conflict)
                 con.execute("COMMIT")
             except Exception:
-                con.execute("ROLLBACK")
+                _rollback_quietly(con)
                 raise
         return len(rows)
 
@@ -577,6 +577,14 @@ class Store:
     @staticmethod
     def _read_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
         return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+
+
+def _rollback_quietly(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back without hiding the error that caused it (closing rolls back as well)."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
 
 
 def _params(params: Sequence[Any] | Mapping[str, Any] | None) -> list[Any] | dict[str, Any] | None:
