@@ -1,0 +1,81 @@
+"""Policy configuration and the one entry point that builds a service client for it.
+
+    service = make_service_client(PolicyConfig(backend="local"))          # offline, CPU or CUDA
+    service = make_service_client(PolicyConfig(backend="tinker", base_model="Qwen/Qwen3-8B"))
+
+Switching from the local backend to Tinker is one config change (`policy.backend=tinker`, with
+`TINKER_API_KEY` exported and a base_model Tinker offers); the calling code is the same.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.policy.base import ServiceClientProtocol
+from kernelbench_rl.policy.tiny import TINY_MODEL_NAME
+
+Backend = Literal["auto", "local", "tinker"]
+TINKER_API_KEY_ENV = "TINKER_API_KEY"
+BACKENDS: tuple[str, ...] = ("auto", "local", "tinker")
+
+
+@dataclass
+class PolicyConfig:
+    """How to reach the policy.
+
+    backend: "local" (transformers + peft here), "tinker" (the Tinker service), or "auto":
+        local when base_model is "local:..." or an existing directory, otherwise tinker when
+        TINKER_API_KEY is set, otherwise local.
+    base_model: "local:tiny" (the shipped tiny model), a local model directory, or a Tinker model
+        name such as "Qwen/Qwen3-8B".
+    lora_rank: LoRA rank for new training clients (Tinker's default is 32).
+    device / dtype: local backend only ("auto" picks cuda when available; bfloat16 on cuda).
+    log_dir: local backend only: where save_state / save_weights_for_sampler write.
+    seed: local backend: seeds the tiny model's weights, LoRA init and sampling.
+    tinker_base_url: tinker backend only: overrides the service URL (None: the SDK's default).
+    """
+
+    backend: Backend = "auto"
+    base_model: str = TINY_MODEL_NAME
+    lora_rank: int = 32
+    device: str = "auto"
+    dtype: str = "auto"
+    log_dir: str = "runs/policy"
+    seed: int = 0
+    tinker_base_url: str | None = None
+
+
+def resolve_backend(config: PolicyConfig) -> Literal["local", "tinker"]:
+    if config.backend not in BACKENDS:
+        raise UserError(f"Unknown policy.backend {config.backend!r}: choose one of {', '.join(BACKENDS)}.")
+    if config.backend != "auto":
+        return config.backend
+    if config.base_model.startswith("local:") or Path(config.base_model).is_dir():
+        return "local"
+    return "tinker" if os.environ.get(TINKER_API_KEY_ENV) else "local"
+
+
+def make_service_client(
+    config: PolicyConfig | None = None,
+    *,
+    client_factory: Callable[..., Any] | None = None,
+) -> ServiceClientProtocol:
+    """Build the service client for `config`; nothing here contacts any service.
+
+    client_factory replaces tinker.ServiceClient (tests pass a stand-in); the local backend
+    ignores it.
+    """
+    config = config or PolicyConfig()
+    backend = resolve_backend(config)
+    if backend == "tinker":
+        from kernelbench_rl.policy.tinker_backend import TinkerServiceClient
+
+        return TinkerServiceClient.from_environment(config, client_factory=client_factory)
+    from kernelbench_rl.policy.local import LocalServiceClient
+
+    return LocalServiceClient(config)

@@ -1,0 +1,764 @@
+"""The `local` backend: Tinker's client interface over transformers + peft LoRA, CPU or CUDA.
+
+Semantics follow the Tinker SDK 0.38 (see base.py): client-creating calls return futures of
+clients; work calls return APIFutures. All model work of one service runs in order on one worker
+thread, so futures are truly asynchronous (the caller can evaluate while the policy samples) and
+results are deterministic given PolicyConfig.seed.
+
+Losses are sums over tokens, as Tinker documents them (logp: the training model's log-probability
+of each target token; q: the sampler's log-probability from loss_fn_inputs["logprobs"]):
+    cross_entropy:       -sum(weights * logp)                      (weights default to 1)
+    importance_sampling: -sum(exp(logp - q) * advantages)
+    ppo:                 -sum(min(r * A, clip(r, low, high) * A)),  r = exp(logp - q),
+                         low/high from loss_fn_config clip_low_threshold / clip_high_threshold
+                         (default 0.8 / 1.2)
+Gradients accumulate across forward_backward calls until optim_step (AdamW, as Tinker's Adam).
+
+Sampled logprobs are those of the unmodified model distribution (temperature 1, no top-k/top-p),
+the same quantity forward_backward computes, so an on-policy importance ratio is exactly 1.
+
+Checkpoints are directories under PolicyConfig.log_dir:
+    save_state(name)               -> {log_dir}/weights/{name}          adapter + optimizer + step
+    save_weights_for_sampler(name) -> {log_dir}/sampler_weights/{name}  adapter only
+Both hold a peft adapter (adapter_config.json + adapter_model.safetensors) and kbrl_checkpoint.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import threading
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tinker import types
+from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
+
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.policy.base import ClientFuture, SessionStatus, completed_future
+from kernelbench_rl.policy.factory import PolicyConfig
+from kernelbench_rl.policy.tiny import LoadedModel, load_base_model, lora_target_modules, resolve_device
+
+T = TypeVar("T")
+
+SUPPORTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo")
+CHECKPOINT_META = "kbrl_checkpoint.json"
+OPTIMIZER_FILE = "optimizer.pt"
+LORA_ALPHA = 32
+DEFAULT_MAX_TOKENS = 256
+PPO_CLIP_LOW = 0.8
+PPO_CLIP_HIGH = 1.2
+
+
+@dataclass
+class AdapterSnapshot:
+    """Frozen LoRA weights (on CPU) plus the config that shapes them: what a sampling client serves."""
+
+    base_model: str
+    lora_config: Any  # peft.LoraConfig
+    state: dict[str, torch.Tensor]
+    key: int
+
+
+_snapshot_keys = itertools.count()
+
+
+def _lora_signature(lora_config: Any) -> tuple[Any, ...]:
+    return (
+        lora_config.r,
+        lora_config.lora_alpha,
+        tuple(sorted(lora_config.target_modules)),
+        lora_config.lora_dropout,
+    )
+
+
+def _load_adapter_snapshot(path: Path) -> AdapterSnapshot:
+    from peft import LoraConfig
+    from peft.utils import load_peft_weights
+
+    meta = _read_meta(path)
+    lora_config = LoraConfig.from_pretrained(str(path))
+    state = {k: v.detach().cpu().clone() for k, v in load_peft_weights(str(path), device="cpu").items()}
+    return AdapterSnapshot(meta["base_model"], lora_config, state, next(_snapshot_keys))
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    meta_file = path / CHECKPOINT_META
+    if not meta_file.is_file():
+        raise UserError(f"{path} is not a local-backend checkpoint (no {CHECKPOINT_META} in it).")
+    return json.loads(meta_file.read_text(encoding="utf-8"))
+
+
+class _SamplerEngine:
+    """One frozen copy of a base model that serves every sampling client of that base model.
+
+    A sampling client's LoRA weights are copied into the engine's adapter slot before it samples
+    (cheap: LoRA tensors only), so any number of weight snapshots share one base model.
+    """
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.peft_model: Any | None = None
+        self.active_key: int | None = None
+        self.active_signature: tuple[Any, ...] | None = None
+
+    @contextlib.contextmanager
+    def model_for(self, snapshot: AdapterSnapshot | None):
+        if snapshot is None:
+            if self.peft_model is None:
+                yield self.loaded.model
+            else:
+                with self.peft_model.disable_adapter():
+                    yield self.peft_model
+            return
+        self._activate(snapshot)
+        yield self.peft_model
+
+    def _activate(self, snapshot: AdapterSnapshot) -> None:
+        from peft import get_peft_model
+        from peft.utils import set_peft_model_state_dict
+
+        signature = _lora_signature(snapshot.lora_config)
+        if self.peft_model is None or signature != self.active_signature:
+            base = self.loaded.model if self.peft_model is None else self.peft_model.unload()
+            with torch.random.fork_rng(devices=[]):  # LoRA init draws random numbers; keep them private
+                self.peft_model = get_peft_model(base, snapshot.lora_config)
+            self.peft_model.eval()
+            self.active_signature = signature
+            self.active_key = None
+        if self.active_key != snapshot.key:
+            device = next(self.peft_model.parameters()).device
+            set_peft_model_state_dict(self.peft_model, {k: v.to(device) for k, v in snapshot.state.items()})
+            self.active_key = snapshot.key
+
+
+class LocalServiceClient:
+    """Tinker's ServiceClient, locally. Build it with make_service_client(PolicyConfig(backend="local"))."""
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        self.config = config or PolicyConfig(backend="local")
+        self.device = resolve_device(self.config.device)
+        self.log_dir = Path(self.config.log_dir)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbrl-local-policy")
+        self._engines: dict[str, _SamplerEngine] = {}
+        self._tokenizers: dict[str, Any] = {}
+        self._training_ids = itertools.count()
+        self._sampling_ids = itertools.count()
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _submit(self, work: Callable[[], T]) -> AwaitableConcurrentFuture[T]:
+        if self._closed:
+            raise RuntimeError("ServiceClient is closed")
+        return AwaitableConcurrentFuture(self._executor.submit(work))
+
+    def _engine(self, base_model: str) -> _SamplerEngine:
+        if base_model not in self._engines:
+            self._engines[base_model] = _SamplerEngine(
+                load_base_model(base_model, self.device, self.config.seed, self.config.dtype)
+            )
+        return self._engines[base_model]
+
+    def _tokenizer(self, base_model: str) -> Any:
+        with self._lock:
+            if base_model not in self._tokenizers:
+                from kernelbench_rl.policy.tiny import load_tokenizer
+
+                self._tokenizers[base_model] = load_tokenizer(base_model)
+            return self._tokenizers[base_model]
+
+    def _new_sampling_client(self, base_model: str, snapshot: AdapterSnapshot | None) -> LocalSamplingClient:
+        index = next(self._sampling_ids)
+        return LocalSamplingClient(self, base_model, snapshot, seed=self.config.seed * 1_000_003 + index)
+
+    # -- Tinker ServiceClient API -----------------------------------------------------------
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        user_metadata: dict[str, str] | None = None,
+        optimizer: Any | None = None,
+    ) -> ClientFuture[LocalTrainingClient]:
+        if not any([train_mlp, train_attn, train_unembed]):
+            raise ValueError("At least one of train_mlp, train_attn, or train_unembed must be True")
+
+        def build() -> LocalTrainingClient:
+            loaded = load_base_model(base_model, self.device, self.config.seed, self.config.dtype)
+            from peft import LoraConfig
+
+            lora_config = LoraConfig(
+                r=rank,
+                lora_alpha=LORA_ALPHA,
+                lora_dropout=0.0,
+                target_modules=lora_target_modules(loaded.model, train_mlp, train_attn, train_unembed),
+                bias="none",
+            )
+            lora_seed = self.config.seed if seed is None else seed
+            return LocalTrainingClient(self, base_model, loaded, lora_config, lora_seed, next(self._training_ids))
+
+        return ClientFuture(self._submit(build))
+
+    def create_training_client_from_state(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: Any | None = None,
+    ) -> ClientFuture[LocalTrainingClient]:
+        return ClientFuture(self._submit(lambda: self._training_client_from_state(path, base_model, False)))
+
+    def create_training_client_from_state_with_optimizer(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+    ) -> ClientFuture[LocalTrainingClient]:
+        return ClientFuture(self._submit(lambda: self._training_client_from_state(path, base_model, True)))
+
+    def _training_client_from_state(
+        self, path: str, base_model: str | None, with_optimizer: bool
+    ) -> LocalTrainingClient:
+        from peft import LoraConfig
+
+        checkpoint = Path(path)
+        meta = _read_meta(checkpoint)
+        model_name = base_model or meta["base_model"]
+        loaded = load_base_model(model_name, self.device, self.config.seed, self.config.dtype)
+        lora_config = LoraConfig.from_pretrained(str(checkpoint))
+        client = LocalTrainingClient(
+            self, model_name, loaded, lora_config, self.config.seed, next(self._training_ids)
+        )
+        client._load(checkpoint, with_optimizer)
+        return client
+
+    def create_sampling_client(
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        retry_config: Any | None = None,
+        record_stability_info: bool = False,
+    ) -> ClientFuture[LocalSamplingClient]:
+        if model_path is None and base_model is None:
+            raise ValueError("Either model_path or base_model must be provided")
+
+        def build() -> LocalSamplingClient:
+            if model_path is None:
+                assert base_model is not None
+                return self._new_sampling_client(base_model, None)
+            snapshot = _load_adapter_snapshot(Path(model_path))
+            return self._new_sampling_client(base_model or snapshot.base_model, snapshot)
+
+        return ClientFuture(self._submit(build))
+
+    def close(self, status: SessionStatus = "success", detail: str | None = None) -> APIFuture[None]:
+        if not self._closed:
+            self._closed = True
+            self._executor.shutdown(wait=True)
+        return completed_future(None)
+
+    def __enter__(self) -> LocalServiceClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close("success" if exc_info[0] is None else "errored")
+
+
+@dataclass
+class _SampleOutcome:
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    stop_reason: str = "length"
+    done: bool = False
+
+
+class LocalSamplingClient:
+    """Tinker's SamplingClient, locally: a fixed snapshot of LoRA weights (or none) on a base model."""
+
+    def __init__(
+        self, service: LocalServiceClient, base_model: str, snapshot: AdapterSnapshot | None, seed: int
+    ) -> None:
+        self._service = service
+        self._base_model = base_model
+        self._snapshot = snapshot
+        self._generator_seed = seed
+        self._generator: torch.Generator | None = None
+        self._sequence_ids = itertools.count()
+
+    def get_tokenizer(self) -> Any:
+        return self._service._tokenizer(self._base_model)
+
+    def get_base_model(self) -> str:
+        return self._base_model
+
+    def sample(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: types.TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
+    ) -> APIFuture[types.SampleResponse]:
+        unsupported = {
+            "topk_prompt_logprobs": topk_prompt_logprobs,
+            "topk_sample_logprobs": topk_sample_logprobs,
+            "target_prompt_logprobs": target_prompt_logprobs,
+            "prompt_alt_tokens_k": prompt_alt_tokens_k,
+        }
+        asked = [name for name, value in unsupported.items() if value]
+        if asked:
+            raise NotImplementedError(f"The local backend does not compute {', '.join(asked)}.")
+        prompt_tokens = prompt.to_ints()
+        if not prompt_tokens:
+            raise ValueError("The prompt is empty.")
+        if num_samples < 1:
+            raise ValueError("num_samples must be at least 1.")
+        return self._service._submit(
+            lambda: self._sample_now(prompt_tokens, num_samples, sampling_params, include_prompt_logprobs)
+        )
+
+    def compute_logprobs(
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+    ) -> APIFuture[list[float | None]]:
+        tokens = prompt.to_ints()
+
+        def work() -> list[float | None]:
+            engine = self._service._engine(self._base_model)
+            with torch.no_grad(), engine.model_for(self._snapshot) as model:
+                scored = _prompt_logprobs(model, tokens, self._service.device)
+            if prompt_logprobs_last_n is not None:
+                cut = len(scored) - prompt_logprobs_last_n
+                scored = [None] * cut + scored[cut:]
+            return scored
+
+        return self._service._submit(work)
+
+    # -- generation ------------------------------------------------------------------------
+    def _next_generator(self, params: types.SamplingParams, device: torch.device) -> torch.Generator:
+        if params.seed is not None:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(int(params.seed))
+            return generator
+        if self._generator is None:
+            self._generator = torch.Generator(device=device)
+            self._generator.manual_seed(self._generator_seed)
+        return self._generator
+
+    def _sample_now(
+        self,
+        prompt_tokens: list[int],
+        num_samples: int,
+        params: types.SamplingParams,
+        include_prompt_logprobs: bool,
+    ) -> types.SampleResponse:
+        service = self._service
+        tokenizer = self.get_tokenizer()
+        engine = service._engine(self._base_model)
+        device = service.device
+        stop_token_ids, stop_strings = _stop_conditions(params.stop, tokenizer)
+        max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else int(params.max_tokens)
+        generator = self._next_generator(params, device)
+        outcomes = [_SampleOutcome() for _ in range(num_samples)]
+        prompt_logprobs: list[float | None] | None = None
+
+        with torch.no_grad(), engine.model_for(self._snapshot) as model:
+            input_ids = torch.tensor([prompt_tokens] * num_samples, dtype=torch.long, device=device)
+            output = model(input_ids=input_ids, use_cache=True)
+            if include_prompt_logprobs:
+                prompt_logprobs = _logprobs_of(output.logits[0, :-1].float(), input_ids[0, 1:])
+                prompt_logprobs = [None, *prompt_logprobs]
+            past = output.past_key_values
+            logits = output.logits[:, -1, :].float()
+            for _ in range(max_tokens):
+                log_probs = torch.log_softmax(logits, dim=-1)
+                chosen = _choose_tokens(logits, params, generator)
+                chosen_logprobs = log_probs.gather(1, chosen[:, None])[:, 0].tolist()
+                for outcome, token, logprob in zip(outcomes, chosen.tolist(), chosen_logprobs):
+                    if outcome.done:
+                        continue
+                    outcome.tokens.append(token)
+                    outcome.logprobs.append(logprob)
+                    if token in stop_token_ids or _ends_with_stop_string(outcome.tokens, stop_strings, tokenizer):
+                        outcome.done = True
+                        outcome.stop_reason = "stop"
+                if all(outcome.done for outcome in outcomes):
+                    break
+                output = model(input_ids=chosen[:, None], past_key_values=past, use_cache=True)
+                past = output.past_key_values
+                logits = output.logits[:, -1, :].float()
+
+        sequences = [
+            types.SampledSequence(
+                stop_reason=outcome.stop_reason,  # type: ignore[arg-type]
+                sequence_id=f"local-{id(self):x}-{next(self._sequence_ids)}",
+                tokens_np=np.asarray(outcome.tokens, dtype=np.int32),
+                logprobs_np=np.asarray(outcome.logprobs, dtype=np.float32),
+            )
+            for outcome in outcomes
+        ]
+        return types.SampleResponse(
+            sequences=sequences,
+            prompt_logprobs_np=None
+            if prompt_logprobs is None
+            else np.asarray([np.nan if v is None else v for v in prompt_logprobs], dtype=np.float32),
+        )
+
+
+def _logprobs_of(logits: torch.Tensor, targets: torch.Tensor) -> list[float]:
+    return torch.log_softmax(logits, dim=-1).gather(1, targets[:, None])[:, 0].tolist()
+
+
+def _prompt_logprobs(model: Any, tokens: list[int], device: torch.device) -> list[float | None]:
+    if len(tokens) < 2:
+        return [None] * len(tokens)
+    input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
+    logits = model(input_ids=input_ids).logits[0, :-1].float()
+    return [None, *_logprobs_of(logits, input_ids[0, 1:])]
+
+
+def _stop_conditions(stop: str | Sequence[str] | Sequence[int] | None, tokenizer: Any) -> tuple[set[int], list[str]]:
+    """Tinker's rules: None stops at EOS only; [] never stops early; otherwise EOS plus the given stops."""
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    if stop is None:
+        return eos, []
+    if isinstance(stop, str):
+        return eos, [stop]
+    stops = list(stop)
+    if not stops:
+        return set(), []
+    token_ids = {int(s) for s in stops if isinstance(s, (int, np.integer))}
+    strings = [s for s in stops if isinstance(s, str)]
+    return eos | token_ids, strings
+
+
+def _ends_with_stop_string(tokens: list[int], stop_strings: list[str], tokenizer: Any) -> bool:
+    if not stop_strings:
+        return False
+    # Decoding only the tail keeps this cheap; a stop string spans at most len(stop) tokens.
+    window = max(len(s) for s in stop_strings) + 1
+    text = tokenizer.decode(tokens[-window:])
+    return any(s in text for s in stop_strings)
+
+
+def _choose_tokens(logits: torch.Tensor, params: types.SamplingParams, generator: torch.Generator) -> torch.Tensor:
+    if params.temperature <= 0:
+        return logits.argmax(dim=-1)
+    scaled = logits / params.temperature
+    if params.top_k is not None and params.top_k > 0 and params.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if params.top_p is not None and params.top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        # Drop a token once the mass before it already reaches top_p (the first token always stays).
+        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    probabilities = torch.softmax(scaled, dim=-1)
+    return torch.multinomial(probabilities, 1, generator=generator)[:, 0]
+
+
+class LocalTrainingClient:
+    """Tinker's TrainingClient, locally: a LoRA adapter on its own copy of the base model."""
+
+    def __init__(
+        self,
+        service: LocalServiceClient,
+        base_model: str,
+        loaded: LoadedModel,
+        lora_config: Any,
+        lora_seed: int,
+        index: int,
+    ) -> None:
+        from peft import get_peft_model
+
+        self._service = service
+        self._base_model = base_model
+        self._loaded = loaded
+        self._lora_config = lora_config
+        self.model_id = f"local-{index}"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(lora_seed)
+            self._model = get_peft_model(loaded.model, lora_config)
+        # eval(): no dropout, so training forward passes match sampling exactly.
+        self._model.eval()
+        self._trainable = [p for p in self._model.parameters() if p.requires_grad]
+        self._optimizer = torch.optim.AdamW(self._trainable, lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+        self._step = 0
+
+    # -- info ----------------------------------------------------------------------------
+    def get_tokenizer(self) -> Any:
+        return self._service._tokenizer(self._base_model)
+
+    def get_info(self) -> types.GetInfoResponse:
+        return types.GetInfoResponse(
+            model_data=types.ModelData(arch=self._loaded.arch, model_name=self._base_model, tokenizer_id=None),
+            model_id=self.model_id,
+            is_lora=True,
+            lora_rank=self._lora_config.r,
+            model_name=self._base_model,
+        )
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far (restored by load_state_with_optimizer)."""
+        return self._step
+
+    # -- training ------------------------------------------------------------------------
+    def forward(
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> APIFuture[types.ForwardBackwardOutput]:
+        self._check_request(data, loss_fn)
+        return self._service._submit(lambda: self._run_loss(data, loss_fn, loss_fn_config, backward=False))
+
+    def forward_backward(
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
+    ) -> APIFuture[types.ForwardBackwardOutput]:
+        self._check_request(data, loss_fn)
+        return self._service._submit(lambda: self._run_loss(data, loss_fn, loss_fn_config, backward=True))
+
+    @staticmethod
+    def _check_request(data: list[types.Datum], loss_fn: str) -> None:
+        if not data:
+            raise ValueError("No data provided")
+        if loss_fn not in SUPPORTED_LOSSES:
+            raise UserError(
+                f"Loss {loss_fn!r} is not available on the local backend; use one of {', '.join(SUPPORTED_LOSSES)}."
+            )
+
+    def _run_loss(
+        self,
+        data: list[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float | str] | None,
+        backward: bool,
+    ) -> types.ForwardBackwardOutput:
+        device = self._service.device
+        config = dict(loss_fn_config or {})
+        outputs: list[dict[str, types.TensorData]] = []
+        total = 0.0
+        context = contextlib.nullcontext() if backward else torch.no_grad()
+        with context:
+            # One datum at a time: memory stays bounded by one sequence's logits on big vocabularies.
+            for datum in data:
+                tokens = datum.model_input.to_ints()
+                inputs = datum.loss_fn_inputs
+                targets = inputs["target_tokens"].to_torch().to(device=device, dtype=torch.long).reshape(-1)
+                if targets.numel() != len(tokens):
+                    raise ValueError(
+                        f"target_tokens has {targets.numel()} entries but model_input has {len(tokens)} tokens."
+                    )
+                input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
+                logits = self._model(input_ids=input_ids).logits[0].float()
+                logp = -F.cross_entropy(logits, targets, reduction="none")
+                loss = _token_loss_sum(loss_fn, logp, inputs, config, device)
+                if backward:
+                    loss.backward()
+                total += float(loss.detach())
+                outputs.append({"logprobs": types.TensorData.from_torch(logp.detach().cpu())})
+        return types.ForwardBackwardOutput(
+            loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics={"loss:sum": total}
+        )
+
+    def optim_step(
+        self,
+        optim_params: types.AdamParams | None = None,
+        *,
+        adam_params: types.AdamParams | None = None,
+    ) -> APIFuture[types.OptimStepResponse]:
+        if optim_params is not None and adam_params is not None:
+            raise ValueError("Specify optim_params or legacy adam_params, not both")
+        params = optim_params if optim_params is not None else adam_params
+        if not isinstance(params, types.AdamParams):
+            raise TypeError("Expected AdamParams")
+        return self._service._submit(lambda: self._optim_step_now(params))
+
+    def _optim_step_now(self, params: types.AdamParams) -> types.OptimStepResponse:
+        grads = [p.grad for p in self._trainable if p.grad is not None]
+        grad_norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
+        if params.grad_clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self._trainable, params.grad_clip_norm)
+        for group in self._optimizer.param_groups:
+            group["lr"] = params.learning_rate
+            group["betas"] = (params.beta1, params.beta2)
+            group["eps"] = params.eps
+            group["weight_decay"] = params.weight_decay
+        self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        self._step += 1
+        return types.OptimStepResponse(metrics={"grad_norm": grad_norm, "step": float(self._step)})
+
+    # -- weights -------------------------------------------------------------------------
+    def _snapshot(self) -> AdapterSnapshot:
+        from peft.utils import get_peft_model_state_dict
+
+        state = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(self._model, save_embedding_layers=False).items()}
+        return AdapterSnapshot(self._base_model, self._lora_config, state, next(_snapshot_keys))
+
+    def _checkpoint_dir(self, kind: str, name: str, overwrite: bool) -> Path:
+        if not name or "/" in name or name in (".", ".."):
+            raise UserError(f"Checkpoint name {name!r} must be a plain, non-empty file name.")
+        path = self._service.log_dir / kind / name
+        if path.exists() and not overwrite:
+            raise UserError(f"Checkpoint {path} already exists; pass overwrite=True or choose another name.")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _write_adapter(self, path: Path, kind: str, user_metadata: dict[str, str] | None) -> None:
+        # The frozen base lm_head is not part of the adapter (peft would copy it when lm_head is a target).
+        self._model.save_pretrained(str(path), save_embedding_layers=False)
+        meta = {
+            "kind": kind,
+            "base_model": self._base_model,
+            "step": self._step,
+            "lora_rank": self._lora_config.r,
+            "user_metadata": user_metadata or {},
+        }
+        (path / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+    def save_state(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        overwrite: bool = False,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsResponse]:
+        def work() -> types.SaveWeightsResponse:
+            path = self._checkpoint_dir("weights", name, overwrite)
+            torch.save(self._optimizer.state_dict(), path / OPTIMIZER_FILE)
+            self._write_adapter(path, "state", user_metadata)
+            return types.SaveWeightsResponse(path=str(path.resolve()))
+
+        return self._service._submit(work)
+
+    def save_weights_for_sampler(
+        self,
+        name: str,
+        ttl_seconds: int | None = None,
+        user_metadata: dict[str, str] | None = None,
+    ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
+        def work() -> types.SaveWeightsForSamplerResponse:
+            # Sampler weights are write-once in Tinker too; re-saving a name replaces it here.
+            path = self._checkpoint_dir("sampler_weights", name, overwrite=True)
+            self._write_adapter(path, "sampler", user_metadata)
+            return types.SaveWeightsForSamplerResponse(path=str(path.resolve()))
+
+        return self._service._submit(work)
+
+    def save_weights_and_get_sampling_client(
+        self,
+        name: str | None = None,
+        retry_config: Any | None = None,
+        record_stability_info: bool = False,
+        kind: str = "snapshot",
+    ) -> ClientFuture[LocalSamplingClient]:
+        if name is not None:
+            warnings.warn(
+                "The 'name' parameter of save_weights_and_get_sampling_client() is deprecated and has "
+                "no effect (as in the Tinker SDK); use save_weights_for_sampler(name) for a checkpoint.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return ClientFuture(
+            self._service._submit(lambda: self._service._new_sampling_client(self._base_model, self._snapshot()))
+        )
+
+    def create_sampling_client(
+        self, model_path: str, retry_config: Any | None = None, record_stability_info: bool = False
+    ) -> ClientFuture[LocalSamplingClient]:
+        return self._service.create_sampling_client(model_path=model_path)
+
+    def _load(self, path: Path, with_optimizer: bool) -> None:
+        from peft.utils import load_peft_weights, set_peft_model_state_dict
+
+        meta = _read_meta(path)
+        device = self._service.device
+        set_peft_model_state_dict(self._model, load_peft_weights(str(path), device=str(device)))
+        if with_optimizer:
+            optimizer_file = path / OPTIMIZER_FILE
+            if not optimizer_file.is_file():
+                raise UserError(f"{path} holds no optimizer state; save it with save_state, not save_weights_for_sampler.")
+            self._optimizer.load_state_dict(torch.load(optimizer_file, map_location=device, weights_only=True))
+            self._step = int(meta.get("step", 0))
+        for parameter in self._trainable:
+            parameter.grad = None
+
+    def load_state(self, path: str, weights_access_token: str | None = None) -> APIFuture[types.LoadWeightsResponse]:
+        """Weights only. Deprecated in Tinker 0.38: use the service's create_training_client_from_state."""
+        warnings.warn(
+            "TrainingClient.load_state is deprecated in Tinker 0.38; use "
+            "ServiceClient.create_training_client_from_state_with_optimizer(path).result().",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self._service._submit(lambda: self._load_response(path, False))
+
+    def load_state_with_optimizer(
+        self, path: str, weights_access_token: str | None = None
+    ) -> APIFuture[types.LoadWeightsResponse]:
+        """Weights, optimizer state and step. Deprecated in Tinker 0.38 in favour of the service call."""
+        warnings.warn(
+            "TrainingClient.load_state_with_optimizer is deprecated in Tinker 0.38; use "
+            "ServiceClient.create_training_client_from_state_with_optimizer(path).result().",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self._service._submit(lambda: self._load_response(path, True))
+
+    def _load_response(self, path: str, with_optimizer: bool) -> types.LoadWeightsResponse:
+        self._load(Path(path), with_optimizer)
+        return types.LoadWeightsResponse(path=path, model_id=self.model_id)
+
+
+def _token_loss_sum(
+    loss_fn: str,
+    logp: torch.Tensor,
+    inputs: Mapping[str, types.TensorData],
+    config: Mapping[str, float | str],
+    device: torch.device,
+) -> torch.Tensor:
+    def tensor(key: str, default: float | None = None) -> torch.Tensor:
+        if key not in inputs:
+            if default is None:
+                raise ValueError(f"loss_fn_inputs lacks {key!r}, which {loss_fn} needs.")
+            return torch.full_like(logp, default)
+        value = inputs[key].to_torch().to(device=device, dtype=torch.float32).reshape(-1)
+        if value.numel() != logp.numel():
+            raise ValueError(f"loss_fn_inputs[{key!r}] has {value.numel()} entries, expected {logp.numel()}.")
+        return value
+
+    if loss_fn == "cross_entropy":
+        return -(tensor("weights", 1.0) * logp).sum()
+    sampler_logp = tensor("logprobs")
+    advantages = tensor("advantages")
+    ratio = torch.exp(logp - sampler_logp)
+    if loss_fn == "importance_sampling":
+        return -(ratio * advantages).sum()
+    low = float(config.get("clip_low_threshold", PPO_CLIP_LOW))
+    high = float(config.get("clip_high_threshold", PPO_CLIP_HIGH))
+    clipped = torch.clamp(ratio, low, high)
+    return -torch.min(ratio * advantages, clipped * advantages).sum()
