@@ -164,7 +164,9 @@ def solution_results() -> dict[str, dict]:
         if line.startswith("{"):
             result = json.loads(line)
             results[result["id"]] = result
-    print(f"\n{len(results)} solutions checked in {time.monotonic() - start:.1f} s")
+    slowest = sorted(results.values(), key=lambda r: -r["seconds"])[:5]
+    print(f"\n{len(results)} solutions checked in {time.monotonic() - start:.1f} s; slowest: "
+          + ", ".join(f"{r['id']} {r['seconds']:.1f}s" for r in slowest))
     if proc.returncode != 0:
         print(proc.stderr[-3000:])
     return results
