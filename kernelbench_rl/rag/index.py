@@ -1,0 +1,198 @@
+"""FAISS indexes over unit vectors (inner product = cosine), saved without pickles.
+
+Exact search (`IndexFlatIP`) answers a small corpus faster than any approximate index can be
+built; past `AUTO_APPROX_ABOVE` vectors an HNSW graph keeps queries in the low milliseconds. IVF is
+available by request. An index is two files in one folder: `index.faiss` (faiss.write_index) and
+`index.json` (model id, dimension, normalisation, corpus hash, document order, build parameters).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from kernelbench_rl.errors import UserError
+
+IndexKind = Literal["flat", "hnsw", "ivf"]
+KindChoice = Literal["auto", "flat", "hnsw", "ivf"]
+
+AUTO_APPROX_ABOVE = 20_000
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 200
+HNSW_EF_SEARCH = 128
+INDEX_FILE = "index.faiss"
+META_FILE = "index.json"
+META_VERSION = 1
+
+
+def choose_kind(num_vectors: int, kind: KindChoice = "auto") -> IndexKind:
+    if kind == "auto":
+        return "hnsw" if num_vectors > AUTO_APPROX_ABOVE else "flat"
+    if kind not in ("flat", "hnsw", "ivf"):
+        raise UserError(f"Unknown index kind {kind!r}; choose auto, flat, hnsw or ivf.")
+    return kind
+
+
+def normalise_rows(vectors: np.ndarray) -> np.ndarray:
+    out = np.ascontiguousarray(vectors, dtype=np.float32).copy()
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return out / norms
+
+
+def corpus_hash(doc_shas: Sequence[str]) -> str:
+    """Identity of a corpus: the ordered document keys."""
+    return hashlib.sha256("\n".join(doc_shas).encode()).hexdigest()
+
+
+@dataclass
+class IndexParams:
+    hnsw_m: int = HNSW_M
+    ef_construction: int = HNSW_EF_CONSTRUCTION
+    ef_search: int = HNSW_EF_SEARCH
+    ivf_nlist: int | None = None  # default 4 * sqrt(n)
+    ivf_nprobe: int = 16
+
+
+def build_faiss(vectors: np.ndarray, kind: IndexKind, params: IndexParams | None = None) -> Any:
+    """A FAISS inner-product index holding `vectors` (already unit length), ids = row positions."""
+    import faiss
+
+    params = params or IndexParams()
+    n, dim = vectors.shape
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = params.ef_construction
+        index.hnsw.efSearch = params.ef_search
+    elif kind == "ivf":
+        nlist = params.ivf_nlist or max(1, min(n // 39, int(4 * np.sqrt(max(n, 1)))))
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        index.nprobe = min(params.ivf_nprobe, nlist)
+    else:
+        raise UserError(f"Unknown index kind {kind!r}; choose flat, hnsw or ivf.")
+    if n:
+        index.add(vectors)
+    return index
+
+
+@dataclass
+class IndexMeta:
+    model_id: str
+    dimension: int
+    normalised: bool
+    corpus_hash: str
+    doc_sha256: list[str]
+    index_kind: str
+    built_at: str
+    build_seconds: float
+    params: dict[str, Any] = field(default_factory=dict)
+    version: int = META_VERSION
+
+    @property
+    def build_id(self) -> str:
+        raw = f"{self.model_id}|{self.corpus_hash}|{self.index_kind}|{json.dumps(self.params, sort_keys=True)}"
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+@dataclass
+class VectorIndex:
+    """A loaded index: the FAISS object, its metadata, and search over unit query vectors."""
+
+    index: Any
+    meta: IndexMeta
+    path: Path | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.index.ntotal)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, positions), each (len(queries), k'); k' = min(k, size); -1 positions pad misses."""
+        k = max(1, min(k, self.size))
+        return self.index.search(normalise_rows(np.atleast_2d(queries)), k)
+
+    def vector(self, position: int) -> np.ndarray:
+        return np.asarray(self.index.reconstruct(int(position)), dtype=np.float32)
+
+    def doc_sha(self, position: int) -> str:
+        return self.meta.doc_sha256[int(position)]
+
+
+def build_index(
+    doc_shas: Sequence[str], vectors: np.ndarray, *, model_id: str, kind: KindChoice = "auto",
+    params: IndexParams | None = None,
+) -> VectorIndex:
+    if len(doc_shas) != len(vectors):
+        raise ValueError("one vector per document is required")
+    dim = int(vectors.shape[1]) if vectors.ndim == 2 and len(vectors) else 0
+    if not doc_shas:
+        raise UserError("The corpus is empty; run `kernelbench-rl corpus ingest` first (or drop --verified-only).")
+    chosen = choose_kind(len(doc_shas), kind)
+    params = params or IndexParams()
+    started = time.perf_counter()
+    index = build_faiss(normalise_rows(vectors), chosen, params)
+    seconds = time.perf_counter() - started
+    used = {"flat": {}, "hnsw": {"M": params.hnsw_m, "efConstruction": params.ef_construction, "efSearch": params.ef_search},
+            "ivf": {"nlist": getattr(index, "nlist", None), "nprobe": getattr(index, "nprobe", None)}}[chosen]
+    meta = IndexMeta(
+        model_id=model_id, dimension=dim, normalised=True, corpus_hash=corpus_hash(doc_shas),
+        doc_sha256=list(doc_shas), index_kind=chosen, built_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        build_seconds=seconds, params=used,
+    )
+    return VectorIndex(index=index, meta=meta)
+
+
+def save_index(index: VectorIndex, folder: str | Path) -> Path:
+    import faiss
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    faiss.write_index(index.index, str(out / INDEX_FILE))
+    (out / META_FILE).write_text(json.dumps(asdict(index.meta), indent=1, sort_keys=True))
+    index.path = out
+    return out
+
+
+def load_index(folder: str | Path, *, expected_model_id: str | None = None, expected_dimension: int | None = None) -> VectorIndex:
+    """Load an index folder, refusing one built with another model or dimension."""
+    import faiss
+
+    root = Path(folder)
+    if not (root / INDEX_FILE).exists() or not (root / META_FILE).exists():
+        raise UserError(f"No index at {root}; build one with `kernelbench-rl index build`.")
+    try:
+        meta = IndexMeta(**json.loads((root / META_FILE).read_text()))
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"The index metadata {root / META_FILE} is unreadable ({type(exc).__name__}); rebuild the index.") from None
+    if expected_model_id is not None and meta.model_id != expected_model_id:
+        raise UserError(
+            f"The index at {root} was built with model {meta.model_id}, not {expected_model_id}; "
+            "rebuild it with `kernelbench-rl index build` or pass the model it was built with."
+        )
+    if expected_dimension is not None and meta.dimension != expected_dimension:
+        raise UserError(
+            f"The index at {root} holds {meta.dimension}-dimensional vectors but the model gives "
+            f"{expected_dimension}; rebuild the index with this model."
+        )
+    index = faiss.read_index(str(root / INDEX_FILE))
+    if index.d != meta.dimension or index.ntotal != len(meta.doc_sha256):
+        raise UserError(f"The index at {root} does not match its metadata file; rebuild it.")
+    if meta.index_kind == "ivf":
+        index.make_direct_map()  # so retrieval can read stored vectors back for the near-duplicate check
+    if meta.index_kind == "hnsw" and "efSearch" in meta.params:
+        index.hnsw.efSearch = int(meta.params["efSearch"])
+    if meta.index_kind == "ivf" and meta.params.get("nprobe"):
+        index.nprobe = int(meta.params["nprobe"])
+    return VectorIndex(index=index, meta=meta, path=root)

@@ -1,0 +1,51 @@
+"""Code normalisation for de-duplication: the same kernel reformatted or re-commented hashes the same.
+
+Python is normalised through its tokenizer (comments dropped, token text kept); anything that does
+not tokenize as Python (CUDA C++, a truncated file) falls back to stripping C and Python comments
+with regular expressions. Whitespace is then removed entirely, so indentation, blank lines and
+spacing around operators never make two copies of one kernel look different.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import re
+import tokenize
+
+_C_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.DOTALL)
+_C_LINE_COMMENT = re.compile(r"//[^\n]*")
+_HASH_LINE_COMMENT = re.compile(r"(?m)^\s*#(?!\s*(include|define|pragma|if|ifdef|ifndef|endif|else|elif|undef)\b)[^\n]*")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _python_tokens(code: str) -> str | None:
+    """Token text without comments, or None if the code is not Python (C++ often tokenizes as Python)."""
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING}
+    try:
+        tokens = [tok.string for tok in tokenize.generate_tokens(io.StringIO(code).readline) if tok.type not in skip]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return "".join(tokens)
+
+
+def normalise_code(code: str) -> str:
+    """Code with comments and all whitespace removed (Python via tokenize, else C-style rules)."""
+    text = code.replace("\r\n", "\n")
+    tokens = _python_tokens(text)
+    if tokens is None:
+        text = _C_BLOCK_COMMENT.sub("", text)
+        text = _C_LINE_COMMENT.sub("", text)
+        text = _HASH_LINE_COMMENT.sub("", text)
+        tokens = text
+    return _WHITESPACE.sub("", tokens)
+
+
+def code_sha256(code: str) -> str:
+    """sha256 of the normalised code: the corpus key, shared across sources."""
+    return hashlib.sha256(normalise_code(code).encode()).hexdigest()

@@ -1,0 +1,218 @@
+"""Leak-free retrieval of worked examples for a problem.
+
+An example is never shown if it
+- solves the problem being asked or any holdout problem (its KernelBench level/task, known for
+  Sakana rows and our own solutions, is one of theirs), or
+- has a PyTorch side that is a near-duplicate (cosine >= 0.95 by default) of the asked problem's
+  reference or of any holdout problem's reference (catches copies without level/task labels, e.g.
+  a KernelBench module that found its way into KernelBook).
+Examples are filtered by backend and must fit a character budget each.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from kernelbench_rl.envs.prompts import PromptExample
+from kernelbench_rl.problems import Problem, holdout_ids, load_problems
+from kernelbench_rl.rag.corpus import read_corpus
+from kernelbench_rl.rag.embed import Embedder, embed_cached
+from kernelbench_rl.rag.index import VectorIndex, load_index
+from kernelbench_rl.rag.normalize import code_sha256
+
+NEAR_DUPLICATE_COSINE = 0.95
+DEFAULT_CHAR_BUDGET = 6000
+
+
+@dataclass
+class RetrievedExample:
+    doc_sha256: str
+    score: float  # cosine between the problem's reference and the example's PyTorch side
+    source: str
+    backend: str
+    title: str
+    origin_id: str
+    pytorch_code: str
+    kernel_code: str
+    licence: str | None = None
+    kb_level: int | None = None
+    kb_task: int | None = None
+    speedup: float | None = None
+    verified: bool | None = None
+    truncated: bool = False
+
+    def as_prompt_example(self) -> PromptExample:
+        return PromptExample(pytorch_code=self.pytorch_code, kernel_code=self.kernel_code, backend=self.backend,
+                             title=self.title, source=self.source)
+
+
+@dataclass
+class RetrievalTrace:
+    """Why candidates were passed over (for the CLI and for tests of the leak filter)."""
+
+    excluded: Counter[str] = field(default_factory=Counter)
+    considered: int = 0
+
+
+def _truncate(code: str, limit: int) -> str:
+    if len(code) <= limit:
+        return code
+    cut = code[:limit].rsplit("\n", 1)[0]
+    return cut + "\n# ... (truncated)\n"
+
+
+class Retriever:
+    """Top-k examples for a problem from a built index, with the leak filter applied."""
+
+    def __init__(
+        self,
+        index: VectorIndex,
+        docs: Mapping[str, Mapping[str, Any]],
+        embedder: Embedder,
+        *,
+        holdout_problems: Sequence[Problem] = (),
+        near_duplicate_cosine: float = NEAR_DUPLICATE_COSINE,
+        store: Any = None,
+    ) -> None:
+        if index.meta.model_id != embedder.model_id:
+            from kernelbench_rl.errors import UserError
+
+            raise UserError(f"The index was built with {index.meta.model_id} but the embedder is {embedder.model_id}; use the same model.")
+        self.index = index
+        self.docs = docs
+        self.embedder = embedder
+        self.store = store
+        self.near_duplicate_cosine = near_duplicate_cosine
+        self.holdout_ids: set[tuple[int, int]] = {(p.level, p.number) for p in holdout_problems}
+        self._holdout_vectors = self._embed_problems(holdout_problems)
+
+    @classmethod
+    def open(
+        cls,
+        store: Any,
+        index_dir: str | Path,
+        embedder: Embedder,
+        *,
+        holdout_problems: Sequence[Problem] | None = None,
+        kernelbench_root: str | None = None,
+        holdout_fraction: float = 0.2,
+        split_seed: int = 0,
+        near_duplicate_cosine: float = NEAR_DUPLICATE_COSINE,
+    ) -> Retriever:
+        """Load the index (refusing another model's), its documents, and the holdout set.
+
+        The holdout defaults to `kernelbench_rl.problems.split` over the problem set in use.
+        """
+        index = load_index(index_dir, expected_model_id=embedder.model_id, expected_dimension=embedder.dimension)
+        wanted = set(index.meta.doc_sha256)
+        docs = {d["sha256"]: d for d in read_corpus(store) if d["sha256"] in wanted}
+        if holdout_problems is None:
+            problems = load_problems(kernelbench_root)
+            held = holdout_ids(problems, holdout_fraction, split_seed)
+            holdout_problems = [p for p in problems if p.id in held]
+        return cls(index, docs, embedder, holdout_problems=holdout_problems,
+                   near_duplicate_cosine=near_duplicate_cosine, store=store)
+
+    def _embed_problems(self, problems: Sequence[Problem]) -> np.ndarray:
+        if not problems:
+            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
+        texts = {code_sha256(p.source): p.source for p in problems}
+        if self.store is not None:
+            vectors, _ = embed_cached(self.store, self.embedder, texts)
+            return np.stack([vectors[s] for s in texts])
+        return self.embedder.embed_code(list(texts.values()))
+
+    def exclusion_reason(
+        self, doc: Mapping[str, Any], vector: np.ndarray, problem: Problem, problem_vector: np.ndarray,
+        backend: str | None,
+    ) -> str | None:
+        """Why a document may not be shown for this problem, or None if it may."""
+        if backend is not None and doc.get("backend") != backend:
+            return "other_backend"
+        task = (doc.get("kb_level"), doc.get("kb_task"))
+        if task == (problem.level, problem.number):
+            return "same_problem"
+        if task in self.holdout_ids:
+            return "holdout_problem"
+        if float(vector @ problem_vector) >= self.near_duplicate_cosine:
+            return "near_duplicate_of_problem"
+        if len(self._holdout_vectors) and float((self._holdout_vectors @ vector).max()) >= self.near_duplicate_cosine:
+            return "near_duplicate_of_holdout"
+        return None
+
+    def retrieve(
+        self,
+        problem: Problem,
+        backend: str | None = "triton",
+        k: int = 3,
+        *,
+        char_budget: int = DEFAULT_CHAR_BUDGET,
+        overflow: Literal["skip", "truncate"] = "skip",
+        trace: RetrievalTrace | None = None,
+    ) -> list[RetrievedExample]:
+        """The k most similar allowed examples, best first; each fits `char_budget` characters.
+
+        overflow="skip" passes over an example longer than the budget (a cut kernel teaches
+        little); "truncate" shortens its kernel code instead.
+        """
+        trace = trace if trace is not None else RetrievalTrace()
+        if k <= 0 or self.index.size == 0:
+            return []
+        query = self.embedder.embed_code([problem.source])[0]
+        chosen: list[RetrievedExample] = []
+        seen: set[int] = set()
+        depth = min(self.index.size, max(64, 20 * k))
+        while True:
+            scores, positions = self.index.search(query[None, :], depth)
+            for score, position in zip(scores[0], positions[0]):
+                if position < 0 or position in seen:
+                    continue
+                seen.add(int(position))
+                trace.considered += 1
+                sha = self.index.doc_sha(position)
+                doc = self.docs.get(sha)
+                if doc is None:
+                    trace.excluded["not_in_store"] += 1
+                    continue
+                reason = self.exclusion_reason(doc, self.index.vector(position), problem, query, backend)
+                if reason is None:
+                    example = self._fit(doc, float(score), char_budget, overflow)
+                    if example is None:
+                        reason = "over_budget"
+                    else:
+                        chosen.append(example)
+                if reason is not None:
+                    trace.excluded[reason] += 1
+                if len(chosen) >= k:
+                    return chosen
+            if depth >= self.index.size:
+                return chosen
+            depth = min(self.index.size, depth * 4)
+
+    @staticmethod
+    def _fit(doc: Mapping[str, Any], score: float, budget: int, overflow: str) -> RetrievedExample | None:
+        pytorch_code, kernel_code = doc["pytorch_code"], doc["kernel_code"]
+        truncated = False
+        if len(pytorch_code) + len(kernel_code) > budget:
+            room = budget - len(pytorch_code)
+            if overflow != "truncate" or room < budget // 4:
+                return None
+            kernel_code, truncated = _truncate(kernel_code, room), True
+        return RetrievedExample(
+            doc_sha256=doc["sha256"], score=score, source=doc["source"], backend=doc["backend"],
+            title=doc.get("title") or "", origin_id=doc.get("origin_id") or "", pytorch_code=pytorch_code,
+            kernel_code=kernel_code, licence=doc.get("licence"), kb_level=doc.get("kb_level"),
+            kb_task=doc.get("kb_task"), speedup=doc.get("speedup"), verified=doc.get("verified"), truncated=truncated,
+        )
+
+
+def problem_ids_of(examples: Sequence[RetrievedExample]) -> set[str]:
+    """KernelBench ids the examples solve (where known)."""
+    return {f"L{e.kb_level}/{e.kb_task}" for e in examples if e.kb_level is not None and e.kb_task is not None}
+
