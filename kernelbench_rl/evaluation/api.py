@@ -1,0 +1,292 @@
+"""The evaluator: extraction and static checks here, everything that runs code in the workers.
+
+    with Evaluator(EvalSettings(device="cpu"), store=Store(path)) as ev:
+        results = ev.evaluate([EvalRequest("L1/19", source, settings)])
+
+An identical (problem, candidate sha256, settings) never runs twice: verdicts are cached in DuckDB
+(`evaluations`), and eager baselines in `baselines` per (problem, source sha256, precision,
+hardware, size) are handed to the workers so a known baseline is never re-timed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from kernelbench_rl.evaluation.pool import WorkerPool
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag, StaticReport
+from kernelbench_rl.problems import Problem, get_problem
+
+
+@dataclasses.dataclass
+class _Pending:
+    index: int
+    request: EvalRequest
+    problem: Problem
+    future: Future | None = None
+    result: EvalResult | None = None
+    static: StaticReport | None = None
+    static_s: float = 0.0
+
+
+def _static_check(source: str, backend: str, reference_source: str, precision: str) -> StaticReport | None:
+    try:
+        from kernelbench_rl.evaluation.static_policy import check_static
+    except ImportError:
+        return None
+    try:
+        return check_static(source, backend, reference_source=reference_source, precision=precision)
+    except TypeError:  # an older signature without precision
+        return check_static(source, backend, reference_source=reference_source)
+
+
+def _hack_rules() -> frozenset[str]:
+    try:
+        from kernelbench_rl.evaluation.static_policy import HACK_RULES
+    except ImportError:
+        return frozenset()
+    return frozenset(HACK_RULES)
+
+
+def _rule(error: str) -> str:
+    return error.split(":", 1)[0].strip()
+
+
+class Evaluator:
+    """A pool of sandboxed evaluation workers with a DuckDB-backed verdict cache."""
+
+    def __init__(
+        self,
+        settings: EvalSettings | None = None,
+        *,
+        num_workers: int | None = None,
+        store: Any | None = None,
+        kernelbench_root: str | None = None,
+        problems: Mapping[str, Problem] | None = None,
+        parallel_compiles: int = 2,
+        warm_children: int = 1,
+        static_checks: bool = True,
+        worker_args: Sequence[str] = (),
+    ) -> None:
+        self.settings = settings or EvalSettings()
+        self.num_workers = num_workers
+        self.store = store
+        self.kernelbench_root = kernelbench_root
+        self.problems = dict(problems or {})
+        self.parallel_compiles = parallel_compiles
+        self.warm_children = warm_children
+        self.static_checks = static_checks
+        self.worker_args = list(worker_args)
+        self._pool: WorkerPool | None = None
+        self._hardware = ""
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def pool(self) -> WorkerPool:
+        if self._pool is None:
+            self._pool = WorkerPool(
+                self.settings.device, self.num_workers, parallel_compiles=self.parallel_compiles,
+                warm_children=self.warm_children, worker_args=self.worker_args,
+            )
+        return self._pool
+
+    def start(self) -> Evaluator:
+        """Start the workers now and wait until they are ready (else they start on first use)."""
+        infos = self.pool.wait_ready()
+        if infos and infos[0]:
+            self._hardware = str(infos[0].get("hardware", ""))
+        return self
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            shutil.rmtree(self._pool.home, ignore_errors=True)
+            self._pool = None
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- evaluation ------------------------------------------------------------------------
+    def problem(self, problem_id: str) -> Problem:
+        if problem_id not in self.problems:
+            self.problems[problem_id] = get_problem(problem_id, self.kernelbench_root)
+        return self.problems[problem_id]
+
+    def evaluate(self, requests: Sequence[EvalRequest]) -> list[EvalResult]:
+        """One result per request, in order. Kernel faults are results; lost workers come back as INFRA."""
+        results: list[EvalResult | None] = [None] * len(requests)
+        cached = self._cached([r.cache_key for r in requests])
+        to_run: dict[str, _Pending] = {}
+        duplicates: dict[int, str] = {}
+        fresh: list[EvalResult] = []
+        for index, request in enumerate(requests):
+            key = request.cache_key
+            if key in cached:
+                results[index] = dataclasses.replace(cached[key], cached=True)
+                continue
+            if key in to_run:
+                duplicates[index] = key
+                continue
+            early = self._pre_checks(request)
+            if isinstance(early, EvalResult):
+                results[index] = early
+                fresh.append(early)
+                continue
+            problem, static, static_s = early
+            to_run[key] = _Pending(index, request, problem, static=static, static_s=static_s)
+        self._run(to_run)
+        for pending in to_run.values():
+            results[pending.index] = pending.result
+            fresh.append(pending.result)
+        for index, key in duplicates.items():
+            results[index] = dataclasses.replace(to_run[key].result, cached=True)
+        self._record([r for r in fresh if r.error_category != ErrorCategory.INFRA])
+        return [r for r in results if r is not None]
+
+    def evaluate_responses(self, problem_ids: Sequence[str], responses: Sequence[str]) -> list[EvalResult]:
+        """Extract the kernel from each model response, then evaluate; no code -> ErrorCategory.FORMAT."""
+        from kernelbench_rl.evaluation.extract import extract_kernel
+
+        if len(problem_ids) != len(responses):
+            raise ValueError("problem_ids and responses must have the same length")
+        results: list[EvalResult | None] = [None] * len(responses)
+        requests: list[EvalRequest] = []
+        where: list[int] = []
+        extract_s: list[float] = []
+        for index, (problem_id, response) in enumerate(zip(problem_ids, responses)):
+            t = time.perf_counter()
+            extraction = extract_kernel(response, backend=self.settings.backend)
+            seconds = time.perf_counter() - t
+            if not extraction.code:
+                request = EvalRequest(problem_id, "", self.settings)
+                failure = EvalResult.failure(request, ErrorCategory.FORMAT, extraction.reason or "no kernel code was found")
+                failure.phase_seconds["extract"] = seconds
+                results[index] = failure
+                continue
+            requests.append(EvalRequest(problem_id, extraction.code, self.settings))
+            where.append(index)
+            extract_s.append(seconds)
+        for index, seconds, result in zip(where, extract_s, self.evaluate(requests)):
+            result.format_ok = True
+            result.phase_seconds.setdefault("extract", seconds)
+            results[index] = result
+        return [r for r in results if r is not None]
+
+    # -- pieces ----------------------------------------------------------------------------
+    def _pre_checks(self, request: EvalRequest) -> tuple[Problem, StaticReport | None, float] | EvalResult:
+        """Problem lookup and the static policy; returns the problem, or the verdict when it ends here."""
+        problem = self.problem(request.problem_id)  # an unknown id raises UserError: the caller's mistake
+        if request.settings.device != self.settings.device:
+            return EvalResult.failure(
+                request, ErrorCategory.INFRA,
+                f"this evaluator runs on {self.settings.device}, the request asks for {request.settings.device}",
+            )
+        if not self.static_checks:
+            return problem, None, 0.0
+        t = time.perf_counter()
+        report = _static_check(request.candidate_source, request.settings.backend, problem.source, request.settings.precision)
+        seconds = time.perf_counter() - t
+        if report is None or report.ok:
+            return problem, report, seconds
+        syntax = [e for e in report.errors if _rule(e) == "syntax"]
+        category = ErrorCategory.COMPILE if syntax else ErrorCategory.STATIC
+        result = EvalResult.failure(request, category, "; ".join(report.errors)[:700], static=report, format_ok=True)
+        hack_rules = _hack_rules()
+        if any(_rule(e) in hack_rules for e in report.errors):
+            result.flags.append(Flag.HACK.value)
+        result.phase_seconds["static"] = seconds
+        return result
+
+    def _baseline_for(self, problem: Problem, settings: EvalSettings) -> dict[str, Any] | None:
+        if self.store is None or settings.device != "cuda" or not self._hardware:
+            return None
+        try:
+            rows = self.store.fetchall(
+                "SELECT eager_ms, eager_spread_ms, compile_ms FROM baselines WHERE problem_id = ? AND source_sha256 = ? "
+                "AND precision = ? AND hardware = ? AND size = ?",
+                [problem.id, problem.sha256, settings.precision, self._hardware, settings.size], read_only=True,
+            )
+        except Exception:  # noqa: BLE001 - no file or table yet
+            return None
+        if not rows or rows[0][0] is None:
+            return None
+        return {"eager_ms": rows[0][0], "eager_spread_ms": rows[0][1], "compile_ms": rows[0][2]}
+
+    def _run(self, pending: dict[str, _Pending]) -> None:
+        if not pending:
+            return
+        pool = self.pool
+        if not self._hardware and self.settings.device == "cuda":
+            infos = pool.wait_ready()
+            self._hardware = str(infos[0].get("hardware", "")) if infos and infos[0] else ""
+        for item in pending.values():
+            request = item.request
+            payload = {
+                "problem_id": request.problem_id,
+                "candidate_source": request.candidate_source,
+                "candidate_sha256": request.candidate_sha256,
+                "settings": dataclasses.asdict(request.settings),
+                "problem_source": item.problem.source_for(request.settings.size),
+                "baseline": self._baseline_for(item.problem, request.settings),
+            }
+            item.future = pool.submit(payload, request.settings.timeout_s)
+        baselines = []
+        for item in pending.values():
+            answer = item.future.result()
+            request = item.request
+            if "infra" in answer:
+                result = EvalResult.failure(request, ErrorCategory.INFRA, str(answer["infra"])[:500], format_ok=True)
+            else:
+                result = EvalResult.from_dict(answer["result"])
+                result.candidate_sha256 = request.candidate_sha256
+                result.settings_hash = request.settings.settings_hash()
+                self._hardware = self._hardware or result.hardware
+                if answer.get("baseline") and result.hardware:
+                    baselines.append({
+                        "problem_id": request.problem_id, "source_sha256": item.problem.sha256,
+                        "precision": request.settings.precision, "hardware": result.hardware,
+                        "size": request.settings.size, **answer["baseline"],
+                    })
+            if item.static is not None:
+                result.static = item.static
+                result.phase_seconds["static"] = item.static_s
+            result.format_ok = True
+            item.result = result
+        if baselines and self.store is not None:
+            self.store.upsert("baselines", baselines)
+
+    def _cached(self, keys: list[str]) -> dict[str, EvalResult]:
+        if self.store is None or not keys:
+            return {}
+        getter = getattr(self.store, "get_cached_evaluations", None)
+        if getter is not None:
+            return getter(keys)
+        found = {}
+        for key in keys:
+            result = self.store.get_cached_evaluation(key)
+            if result is not None:
+                found[key] = result
+        return found
+
+    def _record(self, results: list[EvalResult]) -> None:
+        if self.store is not None and results:
+            self.store.record_evaluations(results)
+
+
+def evaluate_source(problem_id: str, source: str, settings: EvalSettings | None = None, **evaluator_kwargs: Any) -> EvalResult:
+    settings = settings or EvalSettings()
+    with Evaluator(settings, **evaluator_kwargs) as evaluator:
+        return evaluator.evaluate([EvalRequest(problem_id, source, settings)])[0]
+
+
+def evaluate_response(problem_id: str, response: str, settings: EvalSettings | None = None, **evaluator_kwargs: Any) -> EvalResult:
+    settings = settings or EvalSettings()
+    with Evaluator(settings, **evaluator_kwargs) as evaluator:
+        return evaluator.evaluate_responses([problem_id], [response])[0]

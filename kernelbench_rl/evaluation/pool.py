@@ -1,0 +1,303 @@
+"""Orchestrator side: a pool of long-lived evaluation workers (one per GPU; one on the CPU).
+
+Each worker is `python -m kernelbench_rl.evaluation.worker` started with a scrubbed environment
+and spoken to in JSON lines. A worker that dies (or hangs past a watchdog) is replaced and each of
+its in-flight requests is retried once, then answered as ErrorCategory.INFRA: a lost worker is
+never the kernel's fault.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelbench_rl.evaluation.sandbox import scrubbed_env
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+MAX_ATTEMPTS = 2  # the first try and one retry
+READY_TIMEOUT_S = 180.0
+
+
+@dataclass
+class _Job:
+    tag: int
+    payload: dict[str, Any]
+    future: Future
+    deadline_s: float
+    attempts: int = 0
+    sent_at: float = 0.0
+
+
+class WorkerProcess:
+    """One worker subprocess plus the thread that reads its answers."""
+
+    def __init__(self, slot: _Slot, device: str, args: list[str], env: dict[str, str], log_path: str) -> None:
+        self.slot = slot
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelbench_rl.evaluation.worker", "--device", device, *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=PACKAGE_PARENT,
+            start_new_session=True,
+        )
+        self.ready = threading.Event()
+        self.info: dict[str, Any] = {}
+        self.failed = ""
+        self.dead = False
+        self.reader = threading.Thread(target=self._read, name=f"kbrl-eval-reader-{self.proc.pid}", daemon=True)
+        self.reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                continue
+            if message.get("event") == "ready":
+                self.info = message
+                self.ready.set()
+            elif message.get("event") == "failed":
+                self.failed = str(message.get("error", "worker failed to start"))
+                self.ready.set()
+            elif "id" in message:
+                self.slot.answered(self, message)
+        self.dead = True
+        self.ready.set()
+        self.proc.wait()
+        self.slot.died(self)
+
+    def send(self, job: _Job) -> None:
+        assert self.proc.stdin is not None
+        line = json.dumps({"id": job.tag, "request": job.payload}) + "\n"
+        self.proc.stdin.write(line.encode())
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b'{"cmd": "shutdown"}\n')
+            self.proc.stdin.flush()
+            self.proc.stdin.close()
+            self.proc.wait(timeout=timeout_s)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+        self.log.close()
+
+
+@dataclass
+class _Slot:
+    """One worker position (a GPU): owns the current process and its in-flight jobs."""
+
+    pool: WorkerPool
+    index: int
+    env: dict[str, str]
+    capacity: threading.Semaphore
+    inflight: dict[int, _Job] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    worker: WorkerProcess | None = None
+    restarts: int = 0
+
+    def start(self) -> WorkerProcess:
+        log = os.path.join(self.pool.log_dir, f"worker{self.index}.log")
+        self.worker = WorkerProcess(self, self.pool.device, self.pool.worker_args, self.env, log)
+        return self.worker
+
+    def answered(self, worker: WorkerProcess, message: dict[str, Any]) -> None:
+        with self.lock:
+            job = self.inflight.pop(int(message["id"]), None)
+        if job is None:
+            return
+        self.capacity.release()
+        if "error" in message:
+            self.pool.retry_or_fail(job, f"worker error: {message['error']}")
+        else:
+            job.future.set_result(message)
+
+    def died(self, worker: WorkerProcess) -> None:
+        with self.lock:
+            if worker is not self.worker:
+                return
+            orphans = list(self.inflight.values())
+            self.inflight.clear()
+            self.worker = None
+        for _ in orphans:
+            self.capacity.release()
+        if not self.pool.closed:
+            self.restarts += 1
+            if self.restarts <= self.pool.max_restarts:
+                self.start()
+        reason = worker.failed or f"evaluation worker (pid {worker.pid}) exited with status {worker.proc.returncode}"
+        for job in orphans:
+            self.pool.retry_or_fail(job, reason)
+
+    def dispatch_loop(self) -> None:
+        while True:
+            self.capacity.acquire()
+            job = self.pool.jobs.get()
+            if job is None:
+                self.pool.jobs.put(None)  # let the other slots see it too
+                return
+            with self.lock:
+                worker = self.worker
+                if worker is None or worker.dead:
+                    worker = None
+                else:
+                    job.sent_at = time.monotonic()
+                    self.inflight[job.tag] = job
+            if worker is None:
+                self.capacity.release()
+                if self.restarts > self.pool.max_restarts:
+                    self.pool.retry_or_fail(job, "the evaluation worker keeps dying; giving up on it", final=True)
+                else:
+                    self.pool.jobs.put(job)
+                    time.sleep(0.2)
+                continue
+            try:
+                worker.send(job)
+            except (BrokenPipeError, OSError, ValueError):
+                pass  # the reader sees the death and retries the in-flight job
+
+
+class WorkerPool:
+    """Submit worker payloads, get futures of the worker's answers ({"result", "baseline"})."""
+
+    def __init__(
+        self,
+        device: str = "cpu",
+        num_workers: int | None = None,
+        *,
+        parallel_compiles: int = 2,
+        warm_children: int = 1,
+        worker_args: list[str] | None = None,
+        max_restarts: int = 5,
+        watchdog_slack_s: float = 120.0,
+    ) -> None:
+        self.device = device
+        self.num_workers = num_workers or _default_worker_count(device)
+        self.worker_args = ["--parallel", str(parallel_compiles), "--warm-children", str(warm_children), *(worker_args or [])]
+        self.max_restarts = max_restarts
+        self.watchdog_slack_s = watchdog_slack_s
+        self.closed = False
+        self.jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._tags = itertools.count()
+        self.home = tempfile.mkdtemp(prefix="kbrl-eval-home-")
+        self.log_dir = self.home
+        self.slots: list[_Slot] = []
+        for index in range(self.num_workers):
+            overrides = {"HOME": self.home, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath()}
+            if device == "cuda":
+                visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+                devices = visible.split(",") if visible else [str(i) for i in range(self.num_workers)]
+                overrides["CUDA_VISIBLE_DEVICES"] = devices[index % len(devices)]
+            slot = _Slot(self, index, scrubbed_env(**overrides), threading.Semaphore(parallel_compiles + 1))
+            slot.start()
+            self.slots.append(slot)
+        self._threads = [threading.Thread(target=s.dispatch_loop, daemon=True, name=f"kbrl-eval-dispatch-{s.index}")
+                         for s in self.slots]
+        self._threads.append(threading.Thread(target=self._watchdog, daemon=True, name="kbrl-eval-watchdog"))
+        for thread in self._threads:
+            thread.start()
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> list[dict[str, Any]]:
+        infos = []
+        for slot in self.slots:
+            worker = slot.worker
+            if worker is not None:
+                worker.ready.wait(timeout_s)
+                infos.append(worker.info)
+        return infos
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [s.worker.pid for s in self.slots if s.worker is not None]
+
+    def submit(self, payload: dict[str, Any], timeout_s: float) -> Future:
+        if self.closed:
+            raise RuntimeError("the worker pool is closed")
+        future: Future = Future()
+        self.jobs.put(_Job(next(self._tags), payload, future, deadline_s=3 * timeout_s + self.watchdog_slack_s))
+        return future
+
+    def retry_or_fail(self, job: _Job, reason: str, final: bool = False) -> None:
+        job.attempts += 1
+        if final or job.attempts >= MAX_ATTEMPTS or self.closed:
+            if not job.future.done():
+                job.future.set_result({"infra": reason})
+        else:
+            self.jobs.put(job)
+
+    def _watchdog(self) -> None:
+        """A worker that sits on a request far past its timeout is killed (and so replaced)."""
+        while not self.closed:
+            time.sleep(1.0)
+            now = time.monotonic()
+            for slot in self.slots:
+                with slot.lock:
+                    late = any(now - j.sent_at > j.deadline_s for j in slot.inflight.values())
+                    worker = slot.worker
+                if late and worker is not None:
+                    worker.kill()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.jobs.put(None)
+        for slot in self.slots:
+            worker = slot.worker
+            if worker is not None:
+                worker.stop()
+            for job in list(slot.inflight.values()):
+                if not job.future.done():
+                    job.future.set_result({"infra": "the evaluator was closed"})
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _pythonpath() -> str:
+    existing = os.environ.get("PYTHONPATH", "")
+    return PACKAGE_PARENT + (os.pathsep + existing if existing else "")
+
+
+def _default_worker_count(device: str) -> int:
+    if device != "cuda":
+        return 1
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return len([d for d in visible.split(",") if d.strip()])
+    try:
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    except Exception:  # noqa: BLE001
+        return 1
