@@ -191,6 +191,11 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     if annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads `2e-5` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         raise UserError(f"Config key {key} needs a number, got {value!r}.")
     if annotation is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelbench_rl.envs.feedback import refinement_feedback
-from kernelbench_rl.envs.text import build_prompt, extract_kernel, strip_reasoning
+from kernelbench_rl.envs.text import build_messages, extract_kernel, messages_to_text, strip_reasoning
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.rewards.shaping import Score
@@ -70,10 +70,11 @@ class Turn:
 class KernelEnv:
     """One sample's episode: up to `spec.turns` turns of write -> evaluate -> feedback."""
 
-    def __init__(self, problem: Problem, spec: EnvSpec, examples: Sequence[Any] = ()) -> None:
+    def __init__(self, problem: Problem, spec: EnvSpec, examples: Sequence[Any] | None = None) -> None:
         self.problem = problem
         self.spec = spec
-        self.examples = list(examples)
+        # None: the prompt builder's default one-shot example; a sequence (maybe empty): exactly those.
+        self.examples = list(examples) if examples is not None else None
         self.turns: list[Turn] = []
         self.end_reason: str | None = None
 
@@ -82,7 +83,11 @@ class KernelEnv:
         return self.end_reason is not None
 
     def next_prompt(self) -> str:
-        """The prompt of the next turn: the problem, and after turn 0 the last kernel and its feedback."""
+        """The next turn's prompt as plain text."""
+        return messages_to_text(self.next_messages())
+
+    def next_messages(self) -> list[dict[str, str]]:
+        """The next turn's prompt as chat messages: the problem, and after turn 0 the last kernel and its feedback."""
         if self.done:
             raise RuntimeError("the episode is over")
         feedback = None
@@ -90,8 +95,8 @@ class KernelEnv:
             last = self.turns[-1]
             assert last.result is not None, "the previous turn has not been evaluated"
             feedback = refinement_feedback(last.code, strip_reasoning(last.completion), last.result)
-        return build_prompt(self.problem, self.spec.kernel_backend, examples=self.examples,
-                            instructions=self.spec.instructions, feedback=feedback)
+        return build_messages(self.problem, self.spec.kernel_backend, examples=self.examples,
+                              instructions=self.spec.instructions, feedback=feedback)
 
     def turn_max_tokens(self, prompt_tokens: int) -> int:
         """Completion tokens allowed for a prompt of this length (0: the budget is spent)."""
@@ -136,7 +141,7 @@ class EnvGroupBuilder:
     problem: Problem
     group_size: int
     spec: EnvSpec
-    examples: tuple[Any, ...] = ()
+    examples: tuple[Any, ...] | None = None  # None: the prompt builder's default example
 
     def __call__(self) -> list[KernelEnv]:
         return [KernelEnv(self.problem, self.spec, self.examples) for _ in range(self.group_size)]
@@ -147,6 +152,6 @@ def make_group_builders(problems: Sequence[Problem], group_size: int, spec: EnvS
     """One builder per problem; RA-ICL examples (when `retrieve` is given) are fetched once per problem."""
     builders = []
     for problem in problems:
-        examples = tuple(retrieve(problem, k)) if retrieve is not None and k > 0 else ()
+        examples = tuple(retrieve(problem, k)) if retrieve is not None and k > 0 else None
         builders.append(EnvGroupBuilder(problem, group_size, spec, examples))
     return builders

@@ -47,7 +47,8 @@ def _fallback_build_prompt(problem: Problem, backend: str, examples: list[Any] |
     if instructions:
         parts.append(instructions)
     for i, example in enumerate(examples or []):
-        parts.append(f"Example {i + 1}:\n{example}")
+        shown = getattr(example, "kernel_code", example)
+        parts.append(f"Example {i + 1}:\n{shown}")
     parts.append(f"```python\n{problem.source}\n```")
     if feedback:
         parts.append(feedback)
@@ -70,10 +71,16 @@ def strip_reasoning(text: str) -> str:
     return real(text)
 
 
-def build_prompt(problem: Problem, backend: str, *, examples: list[Any] | None = None,
-                 instructions: str | None = None, feedback: str | None = None) -> str:
+def build_messages(problem: Problem, backend: str, *, examples: list[Any] | None = None,
+                   instructions: str | None = None, feedback: str | None = None) -> list[dict[str, str]]:
+    """Chat messages of a prompt. examples=None: the prompt module's default one-shot example; []: none."""
     try:
-        from kernelbench_rl.envs.prompts import build_prompt as real
+        from kernelbench_rl.envs.prompts import build_messages as real
     except ImportError:
-        return _fallback_build_prompt(problem, backend, examples, instructions, feedback)
-    return real(problem, backend, examples=list(examples or []), instructions=instructions, feedback=feedback)
+        return [{"role": "user", "content": _fallback_build_prompt(problem, backend, examples, instructions, feedback)}]
+    return real(problem, backend, examples=examples, instructions=instructions, feedback=feedback)
+
+
+def messages_to_text(messages: list[dict[str, str]]) -> str:
+    """The plain-text form of a prompt (what a model without a chat template reads; what the store keeps)."""
+    return "\n\n".join(m["content"] for m in messages)

@@ -276,7 +276,8 @@ class TrainingRun:
 
     def _checkpoint(self, step: int) -> str:
         name = f"step_{step:06d}"
-        state_path = _result(self.training_client.save_state(name)).path
+        # overwrite: a step re-done after a kill saves under the same name
+        state_path = _result(self.training_client.save_state(name, overwrite=True)).path
         sampler_path = _result(self.training_client.save_weights_for_sampler(name)).path
         backend = type(self._service).__name__.lower()
         self.store.upsert("checkpoints", [{

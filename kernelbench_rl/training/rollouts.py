@@ -18,6 +18,7 @@ from typing import Any
 import tinker
 
 from kernelbench_rl.envs.kernel_env import EnvGroupBuilder, KernelEnv
+from kernelbench_rl.envs.text import messages_to_text
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 
 # (problem_ids, responses) -> results in the same order; Evaluator.evaluate_responses has this shape.
@@ -31,13 +32,11 @@ class PromptRenderer:
         self.tokenizer = tokenizer
         self.use_chat_template = bool(getattr(tokenizer, "chat_template", None))
 
-    def encode_prompt(self, text: str) -> list[int]:
+    def encode_messages(self, messages: list[dict[str, str]]) -> list[int]:
         if self.use_chat_template:
-            rendered = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-            )
+            rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             return list(self.tokenizer.encode(rendered, add_special_tokens=False))
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(messages_to_text(messages), add_special_tokens=False))
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
@@ -91,8 +90,8 @@ class RolloutRunner:
         active = [env for env in group.envs if not env.done]
         if active and all(not env.turns for env in active):
             # First turn: every environment of the group has the same prompt, so one call samples them all.
-            prompt = active[0].next_prompt()
-            tokens = self.renderer.encode_prompt(prompt)
+            messages = active[0].next_messages()
+            prompt, tokens = messages_to_text(messages), self.renderer.encode_messages(messages)
             max_tokens = active[0].turn_max_tokens(len(tokens))
             if max_tokens == 0:
                 for env in active:
@@ -106,8 +105,8 @@ class RolloutRunner:
             return
         pending: list[tuple[KernelEnv, str, list[int], Any]] = []
         for env in active:
-            prompt = env.next_prompt()
-            tokens = self.renderer.encode_prompt(prompt)
+            messages = env.next_messages()
+            prompt, tokens = messages_to_text(messages), self.renderer.encode_messages(messages)
             max_tokens = env.turn_max_tokens(len(tokens))
             if max_tokens == 0:
                 env.end("token_budget")

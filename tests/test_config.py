@@ -1,0 +1,74 @@
+"""Config loading: packaged YAML files, typed key=value overrides, one-sentence errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelbench_rl.config import load_config
+from kernelbench_rl.config.schema import DEFAULT_TINKER_MODEL
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.training.loop import resolve_base_model
+
+
+def test_packaged_configs_load() -> None:
+    default, raicl, kevin = (load_config(name) for name in ("default", "raicl", "kevin.yaml"))
+    assert default.env.mode == "single" and not default.rag.enabled
+    assert raicl.rag.enabled and raicl.rag.k >= 1
+    assert kevin.env.mode == "kevin" and kevin.env.turns == 4 and kevin.rewards.gamma == 0.4
+    assert not kevin.env.early_stop_on_correct
+    assert default.policy.backend == "auto"
+
+
+def test_overrides_are_typed() -> None:
+    cfg = load_config("default", ["training.steps=3", "training.learning_rate=2e-5", "env.mode=kevin",
+                                  "problems.ids=L1/19,L1/20", "problems.levels=[1]", "rag.enabled=true",
+                                  "policy.base_model=local:tiny", "curriculum.force_stage=compile"])
+    assert cfg.training.steps == 3 and isinstance(cfg.training.steps, int)
+    assert cfg.training.learning_rate == pytest.approx(2e-5)
+    assert cfg.problems.ids == ["L1/19", "L1/20"] and cfg.problems.levels == [1]
+    assert cfg.rag.enabled is True and cfg.curriculum.force_stage == "compile"
+    assert load_config("default", ["training.learning_rate=1"]).training.learning_rate == 1.0
+
+
+def test_yaml_file_then_overrides(tmp_path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("sampling:\n  group_size: 3\ntraining:\n  steps: 7\n")
+    cfg = load_config(path, ["training.steps=9"])
+    assert cfg.sampling.group_size == 3 and cfg.training.steps == 9
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("trainig.steps=3", "trainig"),
+    ("training.stepz=3", "training.stepz"),
+    ("training.steps=abc", "training.steps"),
+    ("env.mode=chat", "env.mode"),
+    ("rewards.gamma=2", "rewards.gamma"),
+    ("curriculum.start_stage=expert", "curriculum.start_stage"),
+    ("sampling.group_size=0", "sampling.group_size"),
+    ("rag.enabled=maybe", "rag.enabled"),
+    ("notakeyvalue", "key=value"),
+])
+def test_bad_overrides_name_the_key(override: str, needle: str) -> None:
+    with pytest.raises(UserError, match=needle.replace(".", r"\.")):
+        load_config("default", [override])
+
+
+def test_missing_file_is_a_user_error(tmp_path) -> None:
+    with pytest.raises(UserError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_run_id_is_stable_and_follows_the_config() -> None:
+    a = load_config("default", ["training.steps=3"]).resolved_run_id()
+    assert a == load_config("default", ["training.steps=3"]).resolved_run_id()
+    assert a != load_config("default", ["training.steps=4"]).resolved_run_id()
+    assert load_config("default", ["run_id=mine"]).resolved_run_id() == "mine"
+
+
+def test_default_model_by_backend(monkeypatch) -> None:
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    assert resolve_base_model(load_config("default")) == "local:tiny"
+    assert resolve_base_model(load_config("default", ["policy.backend=tinker"])) == DEFAULT_TINKER_MODEL
+    monkeypatch.setenv("TINKER_API_KEY", "tml-test")
+    assert resolve_base_model(load_config("default")) == DEFAULT_TINKER_MODEL
+    assert resolve_base_model(load_config("default", ["policy.base_model=local:tiny"])) == "local:tiny"
