@@ -329,6 +329,46 @@ class CallInfo:
     target: tuple[str, str] | None = None  # (class name, method name) to follow
 
 
+_SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list", "dict", "complex"})
+
+
+def _annotated_scalar(annotation: ast.expr | None) -> bool:
+    if annotation is None:
+        return False
+    text = ast.unparse(annotation)
+    return text.split("[")[0].split(".")[-1] in _SCALAR_ANNOTATIONS
+
+
+def scalar_input_positions(reference_source: str | None) -> set[int]:
+    """Positions of `get_inputs()` items in the reference that are not tensors (e.g. a Python float)."""
+    if not reference_source:
+        return set()
+    try:
+        tree = ast.parse(reference_source)
+    except SyntaxError:
+        return set()
+    resolver = Resolver(collect_imports(tree))
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)
+    if fn is None:
+        return set()
+    assigned: dict[str, ast.expr] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    assigned[target.id] = node.value
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and isinstance(n.value, (ast.List, ast.Tuple))]
+    if not returns:
+        return set()
+
+    def makes_tensor(expr: ast.expr) -> bool:
+        if isinstance(expr, ast.Name) and expr.id in assigned:
+            expr = assigned[expr.id]
+        return any(isinstance(c, ast.Call) and under(resolver.qualname(c.func), "torch") for c in ast.walk(expr))
+
+    return {i for i, elt in enumerate(returns[-1].value.elts) if not makes_tensor(elt)}
+
+
 class FunctionScan:
     """One function of the forward path with its local names classified."""
 
@@ -345,8 +385,10 @@ class FunctionScan:
         self.local_kinds: dict[str, Kinds] = {}
         self.tensor_names: set[str] = set()
         if owner is not None and isinstance(fn, ast.FunctionDef) and fn.name == "forward":
-            skip = 1  # self, or ctx for autograd functions
-            self.tensor_names = {a.arg for a in args[skip:]}
+            params = args[1:]  # after self, or ctx for autograd functions
+            scalar_positions = analysis.scalar_input_positions if owner is analysis.model_new else set()
+            self.tensor_names = {p.arg for i, p in enumerate(params)
+                                 if i not in scalar_positions and not _annotated_scalar(p.annotation)}
         for _ in range(2):
             self._prepass()
 
@@ -494,7 +536,7 @@ class FunctionScan:
             if qn is not None:
                 return CallInfo("qualified", qn)
             recv_kinds = self.kinds(recv)
-            if recv_kinds & {"extension"} or attr in a.extension_functions:
+            if "extension" in recv_kinds or (attr in a.extension_functions and not self.is_tensor(recv)):
                 return CallInfo("extension", attr)
             for kind in recv_kinds:
                 if kind.startswith("cls:"):
@@ -545,6 +587,8 @@ class Analysis:
         for node in self.tree.body:
             self._collect_definition(node)
         self.reference_names = self._reference_names(reference_source)
+        self.scalar_input_positions = scalar_input_positions(reference_source)
+        self.model_new: ClassInfo | None = None
         self.extension_calls = extension_load_calls(self.tree, self.resolver)
         self.extension_functions = self._extension_function_names()
         self.cuda_sources = [strip_cpp_comments(s) for s in cuda_source_strings(self.tree)]
@@ -1404,6 +1448,11 @@ def _precision_downgrade(a: Analysis) -> list[Finding]:
                 qn = a.resolver.qualname(node)
                 if qn in LOW_PRECISION_DTYPES:
                     found.append((_line(node), f"{qn} in an fp32 problem: keep fp32 precision"))
+            elif isinstance(node, ast.Call) and a.resolver.qualname(node.func) == "triton.language.dot":
+                for kw in node.keywords:
+                    value = kw.value.value if isinstance(kw.value, ast.Constant) else None
+                    if (kw.arg == "input_precision" and isinstance(value, str) and value.startswith("tf32")) or (kw.arg == "allow_tf32" and value is True):
+                        found.append((_line(node), "tl.dot in TF32 in an fp32 problem: use input_precision=\"ieee\""))
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("half", "bfloat16") and not node.args:
                 if a.resolver.qualname(node.func) is None:
                     found.append((_line(node), f".{node.func.attr}() in an fp32 problem: keep fp32 precision"))
@@ -1451,19 +1500,27 @@ def _torch_data_movement(a: Analysis) -> list[Finding]:
     return found
 
 
-_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
+               ast.BitXor, ast.LShift, ast.RShift)
 
 
-def _tensor_arithmetic(a: Analysis) -> list[Finding]:
+def _tensor_operators(a: Analysis) -> list[Finding]:
     found: list[Finding] = []
+
+    def report(node: ast.AST) -> None:
+        found.append((_line(node), f"`{ast.unparse(node)[:40]}` computes on tensors in PyTorch; do it in your kernel"))
+
     for node, scan in a.path_nodes():
         if isinstance(node, ast.BinOp) and isinstance(node.op, _ARITHMETIC):
             if scan.is_tensor(node.left) or scan.is_tensor(node.right):
-                found.append((_line(node), f"`{ast.unparse(node)[:40]}` is tensor arithmetic in PyTorch; do it in your kernel"))
-        elif isinstance(node, ast.AugAssign) and isinstance(node.op, _ARITHMETIC) and scan.is_tensor(node.target):
-            found.append((_line(node), f"`{ast.unparse(node)[:40]}` is tensor arithmetic in PyTorch; do it in your kernel"))
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and scan.is_tensor(node.operand):
-            found.append((_line(node), "tensor negation in PyTorch; do it in your kernel"))
+                report(node)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, _ARITHMETIC) and (scan.is_tensor(node.target) or scan.is_tensor(node.value)):
+            report(node)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Invert)) and scan.is_tensor(node.operand):
+            report(node)
+        elif isinstance(node, ast.Compare) and not isinstance(node.ops[0], (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+            if scan.is_tensor(node.left) or any(scan.is_tensor(c) for c in node.comparators):
+                report(node)
     return found
 
 
@@ -1506,7 +1563,9 @@ RULES: list[Rule] = [
     Rule("timer_use", "warning", "No timers or CUDA events in a kernel module.", _timer_use),
     Rule("file_access", "warning", "The kernel should not read files or list directories.", _file_access),
     Rule("torch_data_movement", "warning", "torch.cat/stack/clone in the forward path copy in PyTorch.", _torch_data_movement),
-    Rule("tensor_arithmetic", "warning", "Arithmetic operators on tensors in the forward path run in PyTorch.", _tensor_arithmetic),
+    Rule("tensor_operators", "error",
+         "No arithmetic/comparison operators on tensors in the forward path (x * y, x > 0, -x run in PyTorch).",
+         _tensor_operators),
 ]
 RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
 
@@ -1514,7 +1573,7 @@ RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
 HACK_RULES: frozenset[str] = frozenset({
     "torch_compute", "try_fallback", "reference_reuse", "concurrency", "cuda_streams", "monkey_patching",
     "introspection", "process_control", "file_write", "torch_compile", "backend_not_used", "library_call",
-    "dynamic_code",
+    "dynamic_code", "tensor_operators",
 })
 
 
