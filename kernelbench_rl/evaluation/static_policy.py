@@ -43,7 +43,7 @@ TORCH_ALLOWED_FUNCTIONS = frozenset({
     "unsqueeze", "permute", "transpose", "swapaxes", "swapdims", "movedim", "moveaxis", "t", "narrow", "chunk",
     "split", "tensor_split", "hsplit", "vsplit", "unbind", "broadcast_to", "broadcast_tensors", "atleast_1d",
     "atleast_2d", "atleast_3d", "select", "as_strided", "typename", "get_num_threads", "is_autocast_enabled",
-    "use_deterministic_algorithms", "Tensor", "Stream", "Event",
+    "use_deterministic_algorithms", "Tensor", "Stream", "Event", "eye", "tril_indices", "triu_indices", "meshgrid",
 })
 # Copies done by PyTorch: not compute, but worth a warning.
 TORCH_DATA_MOVEMENT = frozenset({
@@ -114,7 +114,11 @@ TENSOR_COMPUTE_METHODS = frozenset((TORCH_COMPUTE - {"tensordot", "chain_matmul"
     "index_add_", "scatter_", "scatter_add_", "index_put", "index_put_", "put_", "masked_scatter", "masked_select",
     "addmm_", "baddbmm_", "addcmul_", "addcdiv_", "lerp_", "floor_", "ceil_", "round_", "reciprocal_", "rsqrt_",
     "sum_to_size", "absolute", "negative", "multiply", "divide", "subtract", "softmax", "log_softmax", "erf_",
-    "hardtanh", "cumsum_", "fmod_", "remainder_", "mish", "nan_to_num_",
+    "hardtanh", "cumsum_", "fmod_", "remainder_", "mish", "nan_to_num_", "apply_", "map_", "map2_",
+    "__matmul__", "__rmatmul__", "__imatmul__", "__add__", "__radd__", "__iadd__", "__sub__", "__rsub__",
+    "__isub__", "__mul__", "__rmul__", "__imul__", "__truediv__", "__rtruediv__", "__itruediv__",
+    "__floordiv__", "__pow__", "__rpow__", "__neg__", "__abs__", "__gt__", "__lt__", "__ge__", "__le__",
+    "__and__", "__or__", "__xor__", "__invert__", "__mod__",
 })
 # Tensor methods that stay allowed even though a same-named torch function computes (reshape-like).
 CONTAINER_METHODS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
@@ -503,6 +507,9 @@ class FunctionScan:
                 return CallInfo("kernel_launch", ast.unparse(func.value))
             return self._kinds_call(kinds, ast.unparse(func))
         if isinstance(func, ast.Call):
+            qn = a.resolver.qualname(func, self.local_aliases)  # getattr(torch, "matmul")(...)
+            if qn is not None:
+                return CallInfo("qualified", qn)
             return self._kinds_call(self.kinds(func), ast.unparse(func))
         if isinstance(func, ast.Name):
             name = func.id
@@ -809,6 +816,8 @@ class Analysis:
         if head == "nn":
             if len(parts) >= 3 and parts[2] == "functional":
                 return "compute" if len(parts) >= 4 else "allowed"
+            if parts[-1] in FUNCTIONAL_COMPUTE:
+                return "compute"
             for i, part in enumerate(parts[2:], start=2):
                 if part[:1].isupper():
                     if i == len(parts) - 1:
@@ -850,7 +859,8 @@ class Analysis:
             if re.fullmatch(r"(float|int|uint|bfloat|complex|bool|half|double|long|short|cfloat|cdouble)\w*", head):
                 return "allowed"
             return "compute"
-        return "allowed"
+        # Deeper paths (torch.functional.einsum, torch.nn.modules.conv.F.conv2d...): judge by the op's name.
+        return "compute" if parts[-1] in COMPUTE_NAMES else "allowed"
 
     def call_result_kinds(self, call: ast.Call, scope: FunctionScan | _MethodScope | _ModuleScope) -> Kinds:
         """Kinds of the value a call returns (nn layer built, helper module built, extension loaded, tensor...)."""
@@ -927,6 +937,7 @@ class Analysis:
                 found = self.find_method(name, method)
                 if found is not None:
                     queue.append((found[0], found[1]))
+        queue.extend(self._hook_functions())
         scans: list[FunctionScan] = []
         seen: set[int] = set()
         while queue:
@@ -938,6 +949,26 @@ class Analysis:
             scans.append(scan)
             queue.extend(self._callees(scan))
         return scans
+
+    def _hook_functions(self) -> list[tuple[ast.AST, ClassInfo | None]]:
+        """Functions registered as module hooks run inside forward: they are part of the path."""
+        out: list[tuple[ast.AST, ClassInfo | None]] = []
+        for node in ast.walk(self.tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)) and node.args):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            if not (name.startswith("register_") and "hook" in name):
+                continue
+            for arg in node.args:
+                if isinstance(arg, ast.Lambda):
+                    out.append((arg, None))
+                elif isinstance(arg, ast.Name) and arg.id in self.module_functions:
+                    out.append((self.module_functions[arg.id], None))
+                elif isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
+                    for info in self.classes.values():
+                        if arg.attr in info.methods:
+                            out.append((info.methods[arg.attr], info))
+        return out
 
     def _callees(self, scan: FunctionScan) -> list[tuple[ast.AST, ClassInfo | None]]:
         out: list[tuple[ast.AST, ClassInfo | None]] = []
@@ -957,6 +988,11 @@ class Analysis:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 if node.id in self.module_functions and node.id not in scan.local_kinds:
                     out.append((self.module_functions[node.id], None))
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and scan.self_name
+                  and node.value.id == scan.self_name and scan.owner is not None):
+                found = self.find_method(scan.owner.node.name, node.attr)  # properties and bound-method references
+                if found is not None:
+                    out.append(found)
             if not isinstance(node, ast.Call):
                 continue
             info = scan.call_info(node)
@@ -1108,7 +1144,9 @@ def _torch_compute(a: Analysis) -> list[Finding]:
             found.append((_line(node), "the @= operator runs a PyTorch matmul; do it in your kernel"))
         elif isinstance(node, ast.Call):
             info = scan.call_info(node)
-            if info.kind == "qualified" and a.classify_torch(info.name) == "compute":
+            if info.kind == "qualified" and info.name in ("operator.matmul", "operator.imatmul"):
+                found.append((_line(node), f"{info.name} runs a PyTorch matmul; do it in your kernel"))
+            elif info.kind == "qualified" and a.classify_torch(info.name) == "compute":
                 found.append((_line(node), f"{info.name} computes in PyTorch; do the work in your own kernel"))
             elif info.kind == "nn_layer":
                 found.append((_line(node), f"{info.name}(...) calls a PyTorch layer; keep layers only as parameter holders"))
@@ -1427,10 +1465,14 @@ def _dynamic_code(a: Analysis) -> list[Finding]:
         if under_any(qn, DYNAMIC_CODE_MODULES) or under_any(qn, DYNAMIC_CODE_NAMES):
             found.append((_line(node), f"{qn}: dynamic code loading is not allowed"))
     for node in ast.walk(a.tree):
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__" and a.resolver.qualname(node.value) is not None:
+            found.append((_line(node), f"{ast.unparse(node)} looks functions up by computed name"))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             name = node.func.id
             if name in DYNAMIC_BUILTINS and name not in a.defined_names and name not in a.resolver.aliases:
                 found.append((_line(node), f"{name}(): running code built at run time is not allowed"))
+            elif name == "vars" and node.args and a.resolver.qualname(node.args[0]) is not None:
+                found.append((_line(node), f"vars({ast.unparse(node.args[0])}) looks functions up by computed name"))
             elif name == "getattr" and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
                 if a.resolver.qualname(node.args[0]) is not None:
                     found.append((_line(node), f"getattr({ast.unparse(node.args[0])}, <computed name>) hides which function runs"))
@@ -1521,7 +1563,17 @@ def _tensor_operators(a: Analysis) -> list[Finding]:
         elif isinstance(node, ast.Compare) and not isinstance(node.ops[0], (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
             if scan.is_tensor(node.left) or any(scan.is_tensor(c) for c in node.comparators):
                 report(node)
+        elif isinstance(node, ast.Call) and any(
+                scan.is_tensor(arg) or (isinstance(arg, (ast.List, ast.Tuple, ast.Set)) and any(scan.is_tensor(e) for e in arg.elts))
+                for arg in node.args):
+            # sum(tensors), abs(x), operator.mul(x, y): operators in disguise
+            info = scan.call_info(node)
+            if (info.kind == "builtin" and info.name in _TENSOR_BUILTINS) or (info.kind == "qualified" and under(info.name, "operator")):
+                report(node)
     return found
+
+
+_TENSOR_BUILTINS = frozenset({"sum", "abs", "pow", "max", "min", "round", "divmod"})
 
 
 def _structure(a: Analysis) -> list[Finding]:
