@@ -26,6 +26,7 @@ from kernelbench_rl.problems import get_problem, list_solutions
 SEEDS = (42, 7)
 ATOL = RTOL = 1e-4
 PER_SOLUTION_TIMEOUT_S = 60
+H100_MAX_SHARED_BYTES = 227 * 1024  # per block, with the opt-in carve-out
 
 # Runs in the helper process. Reads jobs (JSON list) on stdin; prints one JSON result per job.
 _FORK_RUNNER = r'''
@@ -106,6 +107,78 @@ for job in jobs:
     print(json.dumps(result), flush=True)
 '''
 
+# Runs without TRITON_INTERPRET: every kernel launch is replaced by an ahead-of-time compile for an
+# H100 (sm_90) target, so the GPU code path (typing, masks' shapes, constexprs, ptxas) is checked
+# on a machine with no GPU. Arguments are typed from the values the solution passes.
+_GPU_COMPILE_RUNNER = r'''
+import importlib.util, json, os, sys, tempfile, time, traceback
+assert not os.environ.get("TRITON_INTERPRET")
+import torch
+import triton
+try:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+except ImportError as exc:  # another Triton layout: the test skips, saying why
+    print(json.dumps({"id": "setup", "error": repr(exc)}), flush=True)
+    sys.exit(0)
+
+TARGET = GPUTarget("cuda", 90, 32)  # H100
+POINTER_TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int64: "*i64",
+                 torch.int32: "*i32", torch.bool: "*i1", torch.uint8: "*u8", torch.int8: "*i8"}
+compiled = []
+
+def compile_instead_of_launch(self, *args, grid, warmup, **kwargs):
+    bound = dict(zip((p.name for p in self.params), args))
+    bound.update(kwargs)
+    signature, constexprs = {}, {}
+    for param in self.params:
+        value = bound[param.name] if param.name in bound else param.default
+        if param.is_constexpr:
+            signature[param.name] = "constexpr"
+            constexprs[param.name] = value
+        elif isinstance(value, torch.Tensor):
+            signature[param.name] = POINTER_TYPES[value.dtype]
+        elif isinstance(value, bool):
+            signature[param.name] = "i1"
+        elif isinstance(value, int):
+            signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        elif isinstance(value, float):
+            signature[param.name] = "fp32"
+        else:
+            raise TypeError(f"{self.__name__}: cannot type argument {param.name}={value!r}")
+    kernel = triton.compile(ASTSource(fn=self, signature=signature, constexprs=constexprs), target=TARGET)
+    compiled.append({"kernel": self.__name__, "shared": kernel.metadata.shared})
+
+JITFunction.run = compile_instead_of_launch
+workdir = tempfile.mkdtemp()
+
+for index, job in enumerate(json.load(sys.stdin)):
+    compiled.clear()
+    start = time.monotonic()
+    try:
+        ref = {"__name__": "reference"}
+        exec(compile(job["problem_source"], "<reference>", "exec"), ref)
+        # Compiled (non-interpreted) @triton.jit reads its source from a real file.
+        path = os.path.join(workdir, f"solution_{index}.py")
+        with open(path, "w") as f:
+            f.write(job["solution_source"])
+        spec = importlib.util.spec_from_file_location(f"solution_{index}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        torch.manual_seed(0)
+        inputs = ref["get_inputs"]()
+        model = module.ModelNew(*ref["get_init_inputs"]())
+        with torch.no_grad():
+            model(*inputs)  # launches become compiles; the output is not looked at
+        result = {"ok": bool(compiled), "kernels": list(compiled), "error": None if compiled else "no kernel launched"}
+    except BaseException:
+        result = {"ok": False, "kernels": list(compiled), "error": traceback.format_exc(limit=3)}
+    result["id"] = job["id"]
+    result["seconds"] = round(time.monotonic() - start, 2)
+    print(json.dumps(result), flush=True)
+'''
+
 SOLUTIONS = list_solutions()
 
 # Calls that would do the compute outside our Triton kernels (allocation and layout are fine).
@@ -143,32 +216,52 @@ def forward_path_violations(source: str) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def solution_results() -> dict[str, dict]:
+def _jobs(seeds: tuple[int, ...]) -> list[dict]:
     jobs = []
     for problem_id, path in SOLUTIONS:
-        problem = get_problem(problem_id)
         jobs.append({
-            "id": problem_id, "problem_source": problem.source_for("small"),
-            "solution_source": path.read_text(), "seeds": list(SEEDS), "atol": ATOL, "rtol": RTOL,
+            "id": problem_id, "problem_source": get_problem(problem_id).source_for("small"),
+            "solution_source": path.read_text(), "seeds": list(seeds), "atol": ATOL, "rtol": RTOL,
             "timeout_s": PER_SOLUTION_TIMEOUT_S,
         })
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-c", _FORK_RUNNER], input=json.dumps(jobs), capture_output=True, text=True,
-        env=env, timeout=PER_SOLUTION_TIMEOUT_S * len(jobs) + 60,
+    return jobs
+
+
+def _start(code: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env,
     )
+
+
+def _collect(proc: subprocess.Popen, jobs: list[dict], label: str) -> dict[str, dict]:
+    stdout, stderr = proc.communicate(json.dumps(jobs), timeout=PER_SOLUTION_TIMEOUT_S * len(jobs) + 60)
     results = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("{"):
             result = json.loads(line)
-            results[result["id"]] = result
-    slowest = sorted(results.values(), key=lambda r: -r["seconds"])[:5]
-    print(f"\n{len(results)} solutions checked in {time.monotonic() - start:.1f} s; slowest: "
-          + ", ".join(f"{r['id']} {r['seconds']:.1f}s" for r in slowest))
+            results[result.get("id", "setup")] = result
     if proc.returncode != 0:
-        print(proc.stderr[-3000:])
+        print(f"{label} runner exited {proc.returncode}: {stderr[-3000:]}")
+    return results
+
+
+@pytest.fixture(scope="module")
+def runner_results(tmp_path_factory) -> dict[str, dict[str, dict]]:
+    """Both runners at once (two processes, so both CI cores work): interpreter and H100 compile."""
+    jobs = _jobs(SEEDS)
+    interp_env = {**os.environ, "TRITON_INTERPRET": "1"}
+    compile_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # A fresh cache: every kernel really goes through the compiler, and ~/.triton stays clean.
+    compile_env["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton_cache"))
+    start = time.monotonic()
+    interp = _start(_FORK_RUNNER, interp_env)
+    compiler = _start(_GPU_COMPILE_RUNNER, compile_env)
+    results = {"interpret": _collect(interp, jobs, "interpreter"), "compile": _collect(compiler, jobs, "compile")}
+    checked = [r for r in results["interpret"].values() if "seconds" in r]
+    slowest = sorted(checked, key=lambda r: -r["seconds"])[:5]
+    print(f"\n{len(checked)} solutions checked in {time.monotonic() - start:.1f} s; slowest in the interpreter: "
+          + ", ".join(f"{r['id']} {r['seconds']:.1f}s" for r in slowest))
     return results
 
 
@@ -184,10 +277,23 @@ def test_solution_does_its_compute_in_triton(problem_id: str, path: Path):
 
 
 @pytest.mark.parametrize("problem_id,path", SOLUTIONS, ids=[p.stem for _, p in SOLUTIONS])
-def test_solution_matches_reference(problem_id: str, path: Path, solution_results: dict[str, dict]):
-    result = solution_results.get(problem_id)
+def test_solution_matches_reference(problem_id: str, path: Path, runner_results: dict[str, dict[str, dict]]):
+    result = runner_results["interpret"].get(problem_id)
     assert result is not None, f"{problem_id}: the runner returned no result"
     assert result["ok"], f"{problem_id} ({path.name}): {result.get('error')}"
+
+
+@pytest.mark.parametrize("problem_id,path", SOLUTIONS, ids=[p.stem for _, p in SOLUTIONS])
+def test_solution_compiles_for_h100(problem_id: str, path: Path, runner_results: dict[str, dict[str, dict]]):
+    """Every kernel the solution launches compiles to an sm_90 cubin (ptxas included), no GPU needed."""
+    setup = runner_results["compile"].get("setup")
+    if setup is not None:
+        pytest.skip(f"this Triton cannot compile for CUDA here: {setup['error']}")
+    result = runner_results["compile"].get(problem_id)
+    assert result is not None, f"{problem_id}: the compile runner returned no result"
+    assert result["ok"], f"{problem_id} ({path.name}): {result.get('error')}"
+    for kernel in result["kernels"]:
+        assert kernel["shared"] <= H100_MAX_SHARED_BYTES, f"{kernel['kernel']} needs {kernel['shared']} B of shared memory"
 
 
 def test_checker_rejects_a_wrong_solution(tmp_path):
@@ -213,3 +319,22 @@ def test_static_rule_flags_torch_compute_in_forward():
         "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
     )
     assert forward_path_violations(source) == ["torch.relu at line 10"]
+
+
+def test_compile_check_rejects_an_invalid_gpu_kernel(tmp_path):
+    """The H100 compile check must be able to fail: tl.arange needs a power-of-two length."""
+    problem = get_problem("L1/19")
+    source = (Path(__file__).parents[1] / "KernelBench/solutions/level1/19_ReLU.py").read_text()
+    broken = source.replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 1000)")
+    assert broken != source
+    jobs = [{"id": "L1/19", "problem_source": problem.source_for("small"), "solution_source": broken}]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", _GPU_COMPILE_RUNNER], input=json.dumps(jobs), capture_output=True, text=True,
+        env=env, timeout=120,
+    )
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result["id"] == "setup":
+        pytest.skip(f"this Triton cannot compile for CUDA here: {result['error']}")
+    assert result["ok"] is False and "power of 2" in result["error"].lower().replace("two", "2"), result["error"]
