@@ -173,7 +173,8 @@ def test_rollouts_overlap_evaluation_with_sampling(tiny_policy) -> None:
     done_order = []
     runner = RolloutRunner(WatchedSampler(), PromptRenderer(tokenizer), evaluate,
                            on_group_done=lambda g: done_order.append(g.problem.id))
-    groups = runner.run(make_group_builders(problems, 2, EnvSpec(turns=2, max_tokens=8)))
+    zero_shot = lambda problem, k: []  # short prompts keep the tiny model quick
+    groups = runner.run(make_group_builders(problems, 2, EnvSpec(turns=2, max_tokens=8), zero_shot, k=1))
     assert overlapped == [True]
     assert sorted(done_order) == ["L1/19", "L1/20"]
     for group in groups:
@@ -199,7 +200,7 @@ def test_rollouts_retry_infra_failures_then_drop_them(tiny_policy) -> None:
         return [result(ErrorCategory.INFRA) for _ in responses]  # the retry fails too
 
     runner = RolloutRunner(sampling_client, PromptRenderer(tokenizer), flaky, infra_retries=1)
-    (group,) = runner.run(make_group_builders([get_problem("L1/19")], 2, EnvSpec(turns=1, max_tokens=4)))
+    (group,) = runner.run(make_group_builders([get_problem("L1/19")], 2, EnvSpec(turns=1, max_tokens=4), lambda p, k: [], k=1))
     assert calls == [2, 1] and group.infra_retries_used == 1
     samples = score_group(group, "format", gamma=0.4, baseline="loo", speedup_cap=8.0)
     infra = [s for s in samples if s.sample_index == 0][0]

@@ -108,6 +108,9 @@ class EvalConfig:
 class RagConfig:
     enabled: bool = False
     k: int = 2
+    index_dir: str | None = None  # None: $KBRL_RAG_INDEX, else rag_index/ beside the database
+    model: str | None = None  # embedding model (None: the bundled MiniLM); must match the index
+    char_budget: int = 6000  # longest example shown, in characters
 
 
 @dataclass

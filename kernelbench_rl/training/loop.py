@@ -255,6 +255,10 @@ class TrainingRun:
             metrics["loss"] = loss
         promotions = self.curriculum.observe(step, metrics)
         self._write_events(promotions)
+        # TensorBoard before the step's row: a run killed in between redoes the step, and the resumed
+        # writer purges events from that step on, so TensorBoard never lacks a step DuckDB has.
+        assert self._tb is not None
+        self._tb.log(step, metrics, speedups)
         self.store.upsert("train_steps", [{
             "run_id": self.run_id, "step": step, "stage": stage, "level": level, "loss": loss,
             "reward_mean": metrics.get("reward_mean"), "reward_std": metrics.get("reward_std"),
@@ -266,8 +270,6 @@ class TrainingRun:
         }])
         self.next_step = step + 1
         self._write_run("running")
-        assert self._tb is not None
-        self._tb.log(step, metrics, speedups)
         result = StepResult(step, stage, level, loss, metrics, events + promotions, checkpoint)
         self.last_result = result
         if self.on_step is not None:
@@ -375,7 +377,7 @@ def run_training(
 ) -> TrainSummary:
     """Train (or resume) the configured run; `stop_after_steps` ends this invocation early."""
     if retrieve is None and config.rag.enabled:
-        retrieve = default_retriever(config)
+        retrieve = default_retriever(config, store)
     run = TrainingRun(config, store=store, retrieve=retrieve, evaluate_fn=evaluate_fn, service_client=service_client)
     with run:
         first, count = run.next_step, 0
@@ -395,13 +397,21 @@ def run_training(
         return run.summary(first, count)
 
 
-def default_retriever(config: TrainConfig) -> Retriever | None:
-    """The RAG area's retriever when it is installed (RA-ICL); None otherwise."""
-    try:
-        from kernelbench_rl import rag
-    except ImportError:
-        return None
-    factory = getattr(rag, "make_retriever", None)
-    if factory is None:
-        raise UserError("rag.enabled is true but kernelbench_rl.rag provides no make_retriever yet; set rag.enabled=false.")
-    return factory(config)
+def default_retriever(config: TrainConfig, store: Store | None = None) -> Retriever:
+    """Leak-free RA-ICL examples from the built index (kernelbench_rl.rag), as prompt examples."""
+    from kernelbench_rl.rag.build import default_index_dir
+    from kernelbench_rl.rag.embed import Embedder
+    from kernelbench_rl.rag.retrieve import Retriever as IndexRetriever
+
+    store = store or Store(config.db_path)
+    rag = config.rag
+    retriever = IndexRetriever.open(
+        store, rag.index_dir or default_index_dir(store), Embedder(rag.model),
+        kernelbench_root=config.problems.kernelbench_root, holdout_fraction=config.problems.holdout_fraction,
+        split_seed=config.problems.split_seed)
+    backend = config.env.kernel_backend
+
+    def retrieve(problem: Problem, k: int) -> list[Any]:
+        return [ex.as_prompt_example() for ex in retriever.retrieve(problem, backend, k, char_budget=rag.char_budget)]
+
+    return retrieve

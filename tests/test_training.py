@@ -1,0 +1,189 @@
+"""The GRPO loop: credit assignment, datums, a real local-backend run, and kill -9 + resume via the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelbench_rl.config import load_config
+from kernelbench_rl.envs import EnvSpec, KernelEnv
+from kernelbench_rl.envs.kernel_env import EnvGroupBuilder
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, Flag
+from kernelbench_rl.problems import get_problem
+from kernelbench_rl.store import Store
+from kernelbench_rl.training import build_datums, run_training, sample_to_datum, score_group
+from kernelbench_rl.training.metrics import step_metrics
+from kernelbench_rl.training.rollouts import GroupRollout
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def result(category=ErrorCategory.FORMAT, **kw) -> EvalResult:
+    fields = dict(problem_id="L1/19", candidate_sha256="x", backend="triton", precision="fp32", device_kind="cuda")
+    fields.update(kw)
+    return EvalResult(error_category=category, **fields)
+
+
+COMPILED = dict(category=ErrorCategory.MISMATCH, format_ok=True, compiled=True)
+CORRECT = dict(category=ErrorCategory.OK, format_ok=True, compiled=True, correct=True, speedup=1.0)
+
+
+def finished_group(per_sample_results: list[list[dict]], turns: int) -> GroupRollout:
+    builder = EnvGroupBuilder(get_problem("L1/19"), len(per_sample_results), EnvSpec(turns=turns))
+    envs = builder()
+    for env, results in zip(envs, per_sample_results):
+        for r in results:
+            env.add_completion("p", [1, 2, 3], "c", [4, 5], [-0.5, -0.25], "stop")
+            env.add_result(result(**r))
+    return GroupRollout(0, builder, envs)
+
+
+def test_kevin_returns_are_discounted_and_baselined_per_turn() -> None:
+    group = finished_group([
+        [{}, COMPILED, CORRECT],            # sample 0 improves over its turns
+        [COMPILED, COMPILED, COMPILED],     # sample 1 stays compiled
+    ], turns=3)
+    samples = score_group(group, "correctness", gamma=0.4, baseline="loo", speedup_cap=8.0)
+    by = {(s.sample_index, s.turn): s for s in samples}
+    r0 = [by[0, t].reward for t in range(3)]
+    assert r0[0] == 0.0 and r0[1] == pytest.approx(0.2) and r0[2] == pytest.approx(1.0)
+    assert by[0, 0].return_value == pytest.approx(0.0 + 0.4 * 0.2 + 0.16 * 1.0)
+    assert by[0, 2].return_value == pytest.approx(1.0)
+    # leave-one-out with two samples: my return minus the other's return at the same turn
+    for t in range(3):
+        assert by[0, t].advantage == pytest.approx(by[0, t].return_value - by[1, t].return_value)
+        assert by[0, t].advantage == pytest.approx(-by[1, t].advantage)
+    assert all(s.trainable for s in samples)
+
+
+def test_constant_groups_are_dropped_after_metrics() -> None:
+    group = finished_group([[{}], [{}], [{}]], turns=1)  # three format failures: no signal
+    samples = score_group(group, "format", gamma=0.4, baseline="loo", speedup_cap=8.0)
+    assert all(s.dropped_constant and not s.trainable for s in samples)
+    assert build_datums(samples) == []
+    metrics, _ = step_metrics([group], samples)
+    assert metrics["num_samples"] == 3 and metrics["num_trained"] == 0 and metrics["num_dropped_constant"] == 3
+    assert metrics["reward_mean"] == 0.0 and metrics["format_rate"] == 0.0
+
+
+def test_hacks_and_unverified_speedups_in_metrics() -> None:
+    hack = dict(category=ErrorCategory.OK, format_ok=True, compiled=True, correct=True, speedup=3.0, flags=[Flag.HACK.value])
+    fishy = dict(category=ErrorCategory.OK, format_ok=True, compiled=True, correct=True, speedup=40.0,
+                 flags=[Flag.EXCESSIVE_SPEEDUP.value])
+    group = finished_group([[hack], [fishy], [CORRECT], [COMPILED]], turns=1)
+    samples = score_group(group, "speed", gamma=0.4, baseline="group_mean", speedup_cap=8.0)
+    metrics, speedups = step_metrics([group], samples)
+    assert metrics["hack_rate"] == 0.25 and metrics["correct_rate"] == 0.25  # only the honest correct one
+    assert speedups == [1.0]
+    assert samples[0].reward == 0.0
+    assert sum(s.advantage for s in samples) == pytest.approx(0.0)
+
+
+def test_datum_matches_the_cookbook_layout() -> None:
+    group = finished_group([[COMPILED], [{}]], turns=1)
+    sample = score_group(group, "compile", gamma=0.4, baseline="loo", speedup_cap=8.0)[0]
+    datum = sample_to_datum(sample)
+    assert datum.model_input.to_ints() == [1, 2, 3, 4]  # prompt + completion[:-1]
+    inputs = {k: v.tolist() for k, v in ((k, t.to_torch()) for k, t in datum.loss_fn_inputs.items())}
+    assert inputs["target_tokens"] == [2, 3, 4, 5]
+    assert inputs["logprobs"] == pytest.approx([0.0, 0.0, -0.5, -0.25])
+    assert inputs["advantages"] == pytest.approx([0.0, 0.0, sample.advantage, sample.advantage])
+    assert sample.advantage > 0
+
+
+def _overrides(tmp_path: Path, steps: int) -> list[str]:
+    return [f"db_path={tmp_path / 'kb.duckdb'}", f"log_dir={tmp_path / 'logs'}", "policy.backend=local",
+            "policy.base_model=local:tiny", "policy.lora_rank=4", f"training.steps={steps}",
+            "training.batch_problems=2", "sampling.group_size=2", "sampling.max_tokens=8",
+            "training.checkpoint_every=1", "problems.ids=L1/19,L1/20", "problems.levels=[1]",
+            "problems.holdout_fraction=0", "eval.device=cpu", "run_id=test-run"]
+
+
+def test_loop_trains_when_rewards_differ(tmp_path: Path) -> None:
+    """The policy and store are real; the random tiny model never writes a kernel, so a stand-in
+    judge (honouring Evaluator.evaluate_responses) rewards completions by a token pattern instead."""
+    cfg = load_config("default", _overrides(tmp_path, 2) + ["curriculum.enabled=false"])
+
+    def judge(problem_ids, responses):
+        # even-length responses count as "well formed": a property the tiny model varies on
+        return [result(format_ok=len(r) % 2 == 0, problem_id=pid) for pid, r in zip(problem_ids, responses)]
+
+    summary = run_training(cfg, progress=False, evaluate_fn=judge)
+    assert summary.steps_run == 2 and summary.finished
+    store = Store(cfg.db_path)
+    steps = store.query("SELECT step, loss, num_trained, metrics_json FROM train_steps ORDER BY step").to_dicts()
+    assert [s["step"] for s in steps] == [0, 1]
+    trained = [s for s in steps if s["num_trained"] > 0]
+    assert trained, "expected at least one step with differing rewards over 8 samples"
+    assert all(s["loss"] is not None for s in trained)
+    rewards = store.query("SELECT reward, advantage, components_json FROM rewards").to_dicts()
+    assert len(rewards) == 2 * 2 * 2 and {r["reward"] for r in rewards} <= {0.0, 1.0}
+
+
+def _train_cmd(tmp_path: Path, steps: int) -> list[str]:
+    return [sys.executable, "-m", "kernelbench_rl.cli", "train", "--config", "default", "--no-progress",
+            *_overrides(tmp_path, steps)]
+
+
+def test_kill_and_resume_via_cli(tmp_path: Path) -> None:
+    """SIGKILL `kernelbench-rl train` after step 0's rows land; the same command resumes with no duplicates."""
+    db = tmp_path / "kb.duckdb"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(_train_cmd(tmp_path, 3), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"training exited early ({proc.returncode}): {proc.stdout.read().decode()[-3000:]}")
+            if db.exists() and Store(db).count("train_steps") >= 1:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("step 0 never landed")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    store = Store(db)
+    done_before = store.fetchall("SELECT max(step) FROM train_steps")[0][0]
+    assert done_before < 2, "the run finished before it could be killed"
+    assert store.fetchall("SELECT status FROM runs WHERE run_id = 'test-run'")[0][0] == "running"
+
+    rerun = subprocess.run(_train_cmd(tmp_path, 3), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
+    assert f"resumed after step {done_before}" in rerun.stdout
+
+    assert [r[0] for r in store.fetchall("SELECT step FROM train_steps ORDER BY step")] == [0, 1, 2]
+    expected = 3 * 2 * 2  # steps x problems x group size, one turn
+    for table in ("rollouts", "rewards"):
+        rows = store.fetchall(f"SELECT count(*), count(DISTINCT (step, problem_id, sample_index, turn)) FROM {table}")[0]
+        assert rows == (expected, expected), table
+    checkpoints = store.query("SELECT step, state_path, sampler_path FROM checkpoints ORDER BY step").to_dicts()
+    assert [c["step"] for c in checkpoints] == [0, 1, 2]
+    assert all(Path(c["state_path"]).exists() and Path(c["sampler_path"]).exists() for c in checkpoints)
+    run = store.query("SELECT status, last_step, stage, config_json FROM runs").to_dicts()[0]
+    assert run["status"] == "finished" and run["last_step"] == 2 and run["stage"] == "format"
+    assert json.loads(run["config_json"])["training"]["steps"] == 3
+    # every rollout's prompt and completion are stored blobs
+    missing = store.fetchall("SELECT count(*) FROM rollouts r LEFT JOIN blobs b ON b.sha256 = r.prompt_sha256 "
+                             "WHERE b.sha256 IS NULL")[0][0]
+    assert missing == 0
+    events = list((tmp_path / "logs" / "test-run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert events, "no TensorBoard event files"
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps_logged = set()
+    for path in events:
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        if "reward_mean" in acc.Tags()["scalars"]:
+            steps_logged |= {e.step for e in acc.Scalars("reward_mean")}
+    assert steps_logged == {0, 1, 2}
