@@ -19,6 +19,7 @@ HF_DATASET = "ScalingIntelligence/KernelBench"
 SUPPORTED_LEVELS = (1, 2, 3)
 
 _FILE_RE = re.compile(r"^(\d+)_(.+)\.py$")
+LEVEL4_SKIPPED = "Level 4 is skipped: its problems download Hugging Face models, which this harness does not do."
 
 
 class ProblemFileError(UserError):
@@ -51,7 +52,8 @@ def _problem_from_file(path: Path, level: int, origin: str) -> Problem:
 
 
 def _load_tree(root: Path, origin: str, levels: Iterable[int] | None) -> list[Problem]:
-    wanted = set(levels) if levels else set(SUPPORTED_LEVELS)
+    # `levels=[]` means none (e.g. only level 4 was asked for), not "all levels".
+    wanted = set(SUPPORTED_LEVELS) if levels is None else set(levels) & set(SUPPORTED_LEVELS)
     problems: list[Problem] = []
     for level in sorted(wanted):
         level_dir = root / f"level{level}"
@@ -95,10 +97,10 @@ def load_problems(
     root = resolve_kernelbench_root(kernelbench_root)
     if root is None:
         return _load_tree(BUNDLED_ROOT, "bundled", levels)
-    if levels and 4 in levels or (root / "level4").is_dir() and (levels is None):
+    if (levels is not None and 4 in levels) or (levels is None and (root / "level4").is_dir()):
         if warn is not None:
-            warn("Level 4 is skipped: its problems download Hugging Face models, which this harness does not do.")
-    levels = [lv for lv in (levels or SUPPORTED_LEVELS) if lv in SUPPORTED_LEVELS]
+            warn(LEVEL4_SKIPPED)
+    levels = [lv for lv in levels if lv in SUPPORTED_LEVELS] if levels is not None else None
     return _load_tree(root, "kernelbench_root", levels)
 
 
@@ -119,6 +121,7 @@ def load_hf_problems(
     *,
     revision: str | None = None,
     data_files: dict[str, str] | None = None,
+    warn=None,
 ) -> list[Problem]:
     """Problems from the HF dataset (splits level_1..level_4; columns code, level, name, problem_id).
 
@@ -127,6 +130,7 @@ def load_hf_problems(
     """
     import datasets  # heavy import, only when used
 
+    levels = list(levels) if levels is not None else None
     wanted = [lv for lv in (levels or SUPPORTED_LEVELS) if lv in SUPPORTED_LEVELS]
     path = Path(dataset)
     try:
@@ -139,6 +143,8 @@ def load_hf_problems(
             f"Could not load the dataset {dataset} ({type(exc).__name__}); check the name or path, "
             "or go online (HF_HUB_OFFLINE=0) to download it once."
         ) from None
+    if "level_4" in dsd and (levels is None or 4 in levels) and warn is not None:
+        warn(LEVEL4_SKIPPED)
     problems: list[Problem] = []
     for level in wanted:
         split = f"level_{level}"
