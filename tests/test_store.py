@@ -86,9 +86,11 @@ def test_arrow_and_row_paths_store_the_same_values(tmp_path: Path) -> None:
         ]
 
     big, small = Store(tmp_path / "big.duckdb"), Store(tmp_path / "small.duckdb")
-    big.upsert("embeddings", rows(ARROW_BATCH_MIN_ROWS * 4))
-    for row in rows(ARROW_BATCH_MIN_ROWS * 4):
-        small.upsert("embeddings", [row])
+    count, small_batch = ARROW_BATCH_MIN_ROWS * 2, ARROW_BATCH_MIN_ROWS // 2
+    big.upsert("embeddings", rows(count))
+    all_rows = rows(count)
+    for start in range(0, count, small_batch):
+        small.upsert("embeddings", all_rows[start : start + small_batch])
     order = "doc_sha256"
     assert table_rows(big, "embeddings", order) == table_rows(small, "embeddings", order)
     assert table_rows(big, "embeddings", order)[1] == ("d1", "m", 3, [0.5, 1.5, 1.0])
@@ -274,21 +276,21 @@ def test_threads_sharing_a_store_all_write(store: Store) -> None:
 
     def write(thread: int) -> None:
         try:
-            for batch in range(10):
+            for batch in range(5):
                 store.upsert("rollouts", [{**r, "run_id": f"t{thread}", "step": batch * 5 + i}
                                           for i, r in enumerate(rollout_rows(5))])
                 store.query("SELECT count(*) FROM rollouts", read_only=batch % 2 == 0)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=write, args=(t,)) for t in range(4)]
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert errors == []
     assert store.fetchall("SELECT run_id, count(*) FROM rollouts GROUP BY 1 ORDER BY 1") == [
-        (f"t{t}", 50) for t in range(4)
+        (f"t{t}", 25) for t in range(3)
     ]
 
 

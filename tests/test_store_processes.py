@@ -125,13 +125,13 @@ def test_sigkill_mid_batch_leaves_only_whole_batches(tmp_path: Path) -> None:
 
 def test_two_processes_writing_concurrently_both_land_every_row(tmp_path: Path) -> None:
     db = tmp_path / "concurrent.duckdb"
-    procs = [start("small_batches", db, name=name, batches=40, batch=5) for name in ("a", "b")]
+    procs = [start("small_batches", db, name=name, batches=20, batch=5) for name in ("a", "b")]
     for proc in procs:
         finish(proc)
     store = Store(db)
     assert store.fetchall("SELECT run_id, count(*), count(DISTINCT step) FROM rollouts GROUP BY 1 ORDER BY 1") == [
-        ("a", 200, 200),
-        ("b", 200, 200),
+        ("a", 100, 100),
+        ("b", 100, 100),
     ]
 
 
@@ -139,15 +139,15 @@ def test_two_processes_writing_alternately_both_succeed(tmp_path: Path) -> None:
     db, turn = tmp_path / "alternate.duckdb", tmp_path / "turn"
     turn.write_text("a")
     procs = [
-        start("alternate", db, name="a", other="b", turn=str(turn), turns=15),
-        start("alternate", db, name="b", other="a", turn=str(turn), turns=15),
+        start("alternate", db, name="a", other="b", turn=str(turn), turns=8),
+        start("alternate", db, name="b", other="a", turn=str(turn), turns=8),
     ]
     for proc in procs:
         finish(proc)
     # Strict alternation means each write happened right after the other process's write
     # closed the file: neither process kept it open between calls.
     rows = Store(db).fetchall("SELECT run_id FROM rollouts ORDER BY created_at")
-    assert [r[0] for r in rows] == ["a", "b"] * 15
+    assert [r[0] for r in rows] == ["a", "b"] * 8
 
 
 def test_readers_and_writers_get_in_while_a_long_run_writes(tmp_path: Path) -> None:
