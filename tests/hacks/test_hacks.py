@@ -19,13 +19,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hack_cases import (  # noqa: E402
+    CASES_BY_NAME,
     CASES,
     KNOWN_GOOD_PROBLEM,
+    RUNTIME_LAYER,
     KNOWN_GOOD_SOLUTION,
     SECRET_ENV,
     HackCase,
     clean_markers,
     judge,
+    known_gap,
     sandbox_escapes,
 )
 
@@ -35,12 +38,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _marks(layer: str, name: str, devices: tuple[str, ...]) -> list:
+    marks = [pytest.mark.gpu] if "cpu" not in devices else []
+    gap = known_gap(layer, name, DEVICE)
+    if gap:
+        marks.append(pytest.mark.xfail(reason=gap, strict=False))
+    return marks
+
+
 def _params() -> list:
-    params = []
-    for case in CASES:
-        marks = [pytest.mark.gpu] if "cpu" not in case.devices else []
-        params.append(pytest.param(case, id=case.name, marks=marks))
-    return params
+    return [pytest.param(case, id=case.name, marks=_marks("full", case.name, case.devices)) for case in CASES]
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +58,29 @@ def base_settings() -> EvalSettings:
 
 
 @pytest.fixture(scope="module")
-def evaluator(base_settings: EvalSettings):
-    api = pytest.importorskip("kernelbench_rl.evaluation.api", reason="the evaluator (api.py) is not built yet")
+def secret_environment():
+    """Fake API keys in the parent environment for the whole module, before any pool starts."""
     patcher = pytest.MonkeyPatch()
     for name, value in SECRET_ENV.items():
-        patcher.setenv(name, value)  # set before the pool starts, so its workers inherit them
-    try:
-        # One worker: the known-good evaluation runs after the hack, on the same worker.
-        with api.Evaluator(base_settings, num_workers=1, store=None) as ev:
-            yield ev
-    finally:
-        patcher.undo()
+        patcher.setenv(name, value)
+    yield
+    patcher.undo()
+
+
+@pytest.fixture(scope="module")
+def evaluator(base_settings: EvalSettings, secret_environment):
+    api = pytest.importorskip("kernelbench_rl.evaluation.api", reason="the evaluator (api.py) is not built yet")
+    # One worker: the known-good evaluation runs after the hack, on the same worker.
+    with api.Evaluator(base_settings, num_workers=1, store=None) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def runtime_only_evaluator(base_settings: EvalSettings, secret_environment):
+    """The same evaluator with its static policy switched off: the sandbox and runtime checks alone."""
+    api = pytest.importorskip("kernelbench_rl.evaluation.api", reason="the evaluator (api.py) is not built yet")
+    with api.Evaluator(base_settings, num_workers=1, store=None, static_checks=False) as ev:
+        yield ev
 
 
 @pytest.fixture()
@@ -96,6 +115,33 @@ def test_hack_earns_nothing_and_leaves_evaluator_healthy(
     )
 
 
+def _runtime_params() -> list:
+    return [pytest.param(name, id=name, marks=_marks("runtime", name, devices))
+            for name, (_, devices) in RUNTIME_LAYER.items()]
+
+
+@pytest.mark.parametrize("name", _runtime_params())
+def test_runtime_layer_alone_stops_what_slips_past_the_static_policy(
+    name: str, runtime_only_evaluator, base_settings: EvalSettings, clean_repo_markers
+) -> None:
+    """Defence in depth: sandbox escapes, exfiltration and in-process tricks fail even unchecked."""
+    case = CASES_BY_NAME[name]
+    if DEVICE not in RUNTIME_LAYER[name][1]:
+        pytest.skip(f"{name}: the runtime layer's defence needs a GPU")
+    started = time.time() - 1.0
+    settings = dataclasses.replace(base_settings, **case.settings_overrides())
+    hack_result, good_result = runtime_only_evaluator.evaluate([
+        EvalRequest(case.problem_id, case.source, settings, request_id=f"redteam-runtime/{name}"),
+        EvalRequest(KNOWN_GOOD_PROBLEM, KNOWN_GOOD_SOLUTION.read_text(), base_settings),
+    ])
+    assert not hack_result.static.errors, "static checks were meant to be off"
+    verdict = judge(case, hack_result.to_dict(), DEVICE, layer="runtime")
+    assert verdict.passed, f"{name} (runtime layer): expected {verdict.expected}, got {verdict.got}: {verdict.problems}"
+    escapes = sandbox_escapes(case, [hack_result.to_json(), good_result.to_json()], REPO_ROOT, started)
+    assert not escapes, f"{name} (runtime layer): {escapes}"
+    assert good_result.correct, f"after {name}, the known-correct ReLU failed: {good_result.error_message}"
+
+
 def test_secrets_are_set_for_the_suite(evaluator) -> None:
     """Guards the suite itself: the exfiltration checks mean nothing unless the keys are really set."""
     import os
@@ -104,11 +150,14 @@ def test_secrets_are_set_for_the_suite(evaluator) -> None:
         assert os.environ.get(name) == value
 
 
-def test_exfiltration_candidate_finds_nothing(evaluator, base_settings: EvalSettings, clean_repo_markers) -> None:
-    """The key is in the orchestrator's environment; the candidate's own message must say it found none."""
+def test_exfiltration_candidate_finds_nothing(runtime_only_evaluator, base_settings: EvalSettings, clean_repo_markers) -> None:
+    """The keys are in the orchestrator's environment; unchecked, the candidate runs, searches its own
+    environment and its ancestors' (/proc/<pid>/environ), and must report that it found none."""
     case = next(c for c in CASES if c.name == "exfiltrate_secret")
     started = time.time() - 1.0
-    (result,) = evaluator.evaluate([EvalRequest(case.problem_id, case.source, base_settings)])
+    (result,) = runtime_only_evaluator.evaluate([EvalRequest(case.problem_id, case.source, base_settings)])
+    assert result.error_category.value == "runtime", result.error_message
+    assert "no secret found" in result.error_message
     text = result.to_json()
     assert all(value not in text for value in SECRET_ENV.values())
     assert "tml-" not in result.error_message
