@@ -38,6 +38,9 @@ class PolicyConfig:
     log_dir: local backend only: where save_state / save_weights_for_sampler write.
     seed: local backend: seeds the tiny model's weights, LoRA init and sampling.
     tinker_base_url: tinker backend only: overrides the service URL (None: the SDK's default).
+    cpu_threads: local backend on CPU: torch threads of the policy's worker thread (it does not
+        change other threads); 0 picks 1 for the tiny model (small ops gain nothing from threads
+        and lose a lot on a busy machine) and torch's default otherwise.
     """
 
     backend: Backend = "auto"
@@ -48,6 +51,7 @@ class PolicyConfig:
     log_dir: str = "runs/policy"
     seed: int = 0
     tinker_base_url: str | None = None
+    cpu_threads: int = 0
 
 
 def resolve_backend(config: PolicyConfig) -> Literal["local", "tinker"]:

@@ -45,7 +45,13 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.policy.base import ClientFuture, SessionStatus, completed_future
 from kernelbench_rl.policy.factory import PolicyConfig
-from kernelbench_rl.policy.tiny import LoadedModel, load_base_model, lora_target_modules, resolve_device
+from kernelbench_rl.policy.tiny import (
+    TINY_MODEL_NAME,
+    LoadedModel,
+    load_base_model,
+    lora_target_modules,
+    resolve_device,
+)
 
 T = TypeVar("T")
 
@@ -147,7 +153,9 @@ class LocalServiceClient:
         self.config = config or PolicyConfig(backend="local")
         self.device = resolve_device(self.config.device)
         self.log_dir = Path(self.config.log_dir)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbrl-local-policy")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="kbrl-local-policy", initializer=self._init_worker_thread
+        )
         self._engines: dict[str, _SamplerEngine] = {}
         self._tokenizers: dict[str, Any] = {}
         self._training_ids = itertools.count()
@@ -156,6 +164,14 @@ class LocalServiceClient:
         self._lock = threading.Lock()
 
     # -- plumbing -------------------------------------------------------------------------
+    def _init_worker_thread(self) -> None:
+        # torch's OpenMP thread count is per calling thread, so this touches only the worker.
+        threads = self.config.cpu_threads
+        if threads == 0 and self.device.type == "cpu" and self.config.base_model == TINY_MODEL_NAME:
+            threads = 1
+        if threads > 0:
+            torch.set_num_threads(threads)
+
     def _submit(self, work: Callable[[], T]) -> AwaitableConcurrentFuture[T]:
         if self._closed:
             raise RuntimeError("ServiceClient is closed")
@@ -240,6 +256,7 @@ class LocalServiceClient:
         model_name = base_model or meta["base_model"]
         loaded = load_base_model(model_name, self.device, self.config.seed, self.config.dtype)
         lora_config = LoraConfig.from_pretrained(str(checkpoint))
+        lora_config.inference_mode = False  # saved adapters are marked for inference; this one trains
         client = LocalTrainingClient(
             self, model_name, loaded, lora_config, self.config.seed, next(self._training_ids)
         )
