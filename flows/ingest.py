@@ -4,17 +4,28 @@ from __future__ import annotations
 
 from prefect import flow
 
+from tasks.corpus import ingest_source
 from tasks.problems import sync_problems
 
 
 @flow(name="ingest-corpus", log_prints=True)
 def ingest_corpus(
     db_path: str = "runs/kernelbench_rl.duckdb",
+    sources: list[str] = ["solutions"],  # noqa: B006 - Prefect parameters are copied per run
+    source_paths: dict[str, str] | None = None,
+    limit: int | None = None,
     levels: list[int] | None = None,
     kernelbench_root: str | None = None,
     holdout_fraction: float = 0.2,
     split_seed: int = 0,
-) -> dict[str, int]:
+) -> dict:
+    """`sources`: solutions (our own), kernelbook, sakana; `source_paths` maps a source to a local copy."""
     problems = sync_problems(db_path, levels, kernelbench_root, holdout_fraction, split_seed)
     print(f"recorded {problems} problems in {db_path}")
-    return {"problems": problems}
+    reports = {}
+    for source in sources:
+        report = ingest_source(db_path, source, (source_paths or {}).get(source), limit)
+        print(f"{source}: {report['inserted']} new documents, {report['already_stored']} already stored, "
+              f"skipped {report['stats'].get('skipped', {})}")
+        reports[source] = report
+    return {"problems": problems, "sources": reports}

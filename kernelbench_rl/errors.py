@@ -14,3 +14,12 @@ class StoreBusyError(UserError):
     """Another process held the DuckDB file for longer than the retry budget."""
 
     exit_code = 3
+
+
+class InfraError(Exception):
+    """Our infrastructure failed (worker lost, GPU unavailable, service unreachable): retry, never a zero reward."""
+
+
+def is_infra_failure(exc: BaseException | None) -> bool:
+    """Whether an exception is worth an orchestrator retry (infrastructure), not a bug or bad input."""
+    return isinstance(exc, (InfraError, StoreBusyError, ConnectionError, TimeoutError))

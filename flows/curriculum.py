@@ -1,0 +1,48 @@
+"""Flow: train through the curriculum, one task per step; promotions become Prefect events."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+from prefect.events import emit_event
+
+from flows.common import build_config
+from kernelbench_rl.training import TrainingRun
+from tasks.training import train_step
+
+
+def _emit_promotions(run_id: str, events: list[dict]) -> None:
+    for event in events:
+        emit_event(
+            event=f"kernelbench-rl.curriculum.{event['kind']}-promoted",
+            resource={"prefect.resource.id": f"kernelbench-rl.run.{run_id}", "prefect.resource.name": run_id},
+            payload=event,
+        )
+
+
+@flow(name="curriculum", log_prints=True)
+def curriculum(
+    run_id: str = "default",
+    config: str = "default",
+    overrides: list[str] = [],  # noqa: B006
+    db_path: str = "runs/kernelbench_rl.duckdb",
+    log_dir: str = "runs/logs",
+    train_steps: int | None = None,
+    levels: list[int] | None = None,
+    num_problems: int | None = None,
+) -> dict:
+    """Train (or resume: the same run_id continues after its last checkpoint) until the configured steps."""
+    logger = get_run_logger()
+    cfg = build_config(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir,
+                       train_steps=train_steps, levels=levels, num_problems=num_problems)
+    with TrainingRun(cfg) as run:
+        run.start()
+        if run.resumed_from_step is not None:
+            logger.info(f"run {run.run_id} resumes after checkpoint step {run.resumed_from_step}")
+        last = None
+        while not run.finished:
+            last = train_step(run, run.next_step)
+            _emit_promotions(run.run_id, last["events"])
+            for event in last["events"]:
+                logger.info(f"curriculum: {event['kind']} {event['from_value']} -> {event['to_value']} ({event['reason']})")
+        return {"run_id": run.run_id, "next_step": run.next_step, "last": last,
+                "stage": run.curriculum.stage, "level": run.curriculum.level}

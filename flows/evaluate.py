@@ -1,0 +1,51 @@
+"""Flows: evaluate a checkpoint (optionally against the base model), and the nightly evaluation."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from flows.common import build_config
+from kernelbench_rl.training.checkpoint_eval import BASE, resolve_checkpoint
+from kernelbench_rl.store import Store
+from tasks.evaluation import evaluate, publish_report
+
+
+@flow(name="evaluate-checkpoint", log_prints=True)
+def evaluate_checkpoint(
+    run_id: str = "default",
+    checkpoint: str = "latest",
+    compare_base: bool = True,
+    config: str = "default",
+    overrides: list[str] = [],  # noqa: B006
+    db_path: str = "runs/kernelbench_rl.duckdb",
+    log_dir: str = "runs/logs",
+    samples_per_problem: int = 4,
+    split: str = "holdout",
+    max_problems: int | None = None,
+    levels: list[int] | None = None,
+) -> str:
+    """pass@k, fast_p (p in 0, 0.5, 0.8, 1, 1.5, 2), compile/correct rates and geomean speedup per level."""
+    cfg = build_config(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir, levels=levels)
+    name = resolve_checkpoint(Store(db_path), cfg.resolved_run_id(), checkpoint)["name"] if checkpoint != BASE else BASE
+    # One after the other: two evaluators on one GPU would disturb each other's timings.
+    labels = [BASE, name] if compare_base and name != BASE else [name]
+    reports = [evaluate(cfg, label, samples_per_problem, split, max_problems) for label in labels]
+    table = publish_report(reports, str(cfg.run_log_dir()), f"eval-{cfg.resolved_run_id()}-{name}")
+    print(table)
+    return table
+
+
+@flow(name="nightly-eval", log_prints=True)
+def nightly_eval(
+    run_id: str = "default",
+    config: str = "default",
+    overrides: list[str] = [],  # noqa: B006
+    db_path: str = "runs/kernelbench_rl.duckdb",
+    log_dir: str = "runs/logs",
+    samples_per_problem: int = 4,
+    levels: list[int] | None = None,
+) -> str:
+    """The newest checkpoint of `run_id` on the holdout set, side by side with the base model."""
+    return evaluate_checkpoint(run_id=run_id, checkpoint="latest", compare_base=True, config=config,
+                               overrides=overrides, db_path=db_path, log_dir=log_dir,
+                               samples_per_problem=samples_per_problem, split="holdout", levels=levels)

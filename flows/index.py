@@ -1,0 +1,20 @@
+"""Flow: build the retrieval index over the stored corpus (embeddings cached per document and model)."""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from tasks.corpus import build_index as build_index_task
+
+
+@flow(name="build-index", log_prints=True)
+def build_index(
+    db_path: str = "runs/kernelbench_rl.duckdb",
+    model: str | None = None,
+    kind: str = "auto",
+    verified_only: bool = False,
+    index_dir: str | None = None,
+) -> dict:
+    report = build_index_task(db_path, model, kind, verified_only, index_dir)
+    print(f"index {report['build_id']}: {report['num_docs']} docs, {report['index_kind']}, at {report['path']}")
+    return report

@@ -1,0 +1,209 @@
+"""Checkpoint evaluation: sample a checkpoint (or the base model) on held-out problems and score it.
+
+Prompts, sampling and evaluation go through the same environments and rollout runner as training,
+so an evaluation prompt is exactly a training prompt. Metrics (pass@k, fast_p, compile and
+correct rates, geometric-mean speedup) are computed per level and overall, written to
+`eval_reports`, and rendered as a markdown table and a speedup plot for Prefect artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelbench_rl.config.schema import TrainConfig
+from kernelbench_rl.envs.kernel_env import EnvSpec, make_group_builders
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.metrics import BenchmarkSummary, SampleOutcome, summarize
+from kernelbench_rl.problems import Problem, load_problems, split_problems
+from kernelbench_rl.store import Store
+from kernelbench_rl.training.rollouts import EvaluateFn, PromptRenderer, RolloutRunner
+
+BASE = "base"
+
+
+@dataclass
+class CheckpointReport:
+    run_id: str
+    label: str  # checkpoint name, or "base"
+    split: str
+    outcomes: list[SampleOutcome]
+    overall: BenchmarkSummary
+    per_level: dict[int, BenchmarkSummary] = field(default_factory=dict)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """eval_reports rows: one per level and one for all levels (level NULL)."""
+        out = []
+        for level, summary in [(None, self.overall), *sorted(self.per_level.items())]:
+            out.append({
+                "report_id": f"{self.run_id}|{self.label}|{self.split}|{'all' if level is None else f'L{level}'}",
+                "run_id": self.run_id, "checkpoint": self.label, "split": self.split, "level": level,
+                "num_problems": summary.num_problems, "samples_per_problem": summary.samples_per_problem,
+                "metrics_json": json.dumps(summary.to_dict(), sort_keys=True),
+            })
+        return out
+
+
+def evaluation_problems(config: TrainConfig, split: str = "holdout", max_problems: int | None = None) -> list[Problem]:
+    """The held-out problems of the configured levels (never trained on), or the train split."""
+    cfg = config.problems
+    problems = load_problems(cfg.kernelbench_root, levels=cfg.levels)
+    train, holdout = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
+    chosen = {"holdout": holdout, "train": train, "all": problems}.get(split)
+    if chosen is None:
+        raise UserError(f"Unknown split {split!r}; use holdout, train or all.")
+    if not chosen:
+        raise UserError(f"The {split} split of levels {cfg.levels} is empty; raise problems.holdout_fraction or add levels.")
+    return chosen[:max_problems] if max_problems else chosen
+
+
+def resolve_checkpoint(store: Store, run_id: str, checkpoint: str | None) -> dict[str, Any] | None:
+    """None/"latest": the newest checkpoint of the run; "base": no checkpoint; else by name."""
+    if checkpoint == BASE:
+        return None
+    if checkpoint in (None, "", "latest"):
+        rows = store.query(
+            "SELECT name, step, sampler_path FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT 1", [run_id]
+        ).to_dicts()
+        if not rows:
+            raise UserError(f"Run {run_id!r} has no checkpoint yet; train it first or evaluate checkpoint='base'.")
+        return rows[0]
+    rows = store.query("SELECT name, step, sampler_path FROM checkpoints WHERE run_id = ? AND name = ?",
+                       [run_id, checkpoint]).to_dicts()
+    if not rows:
+        raise UserError(f"Run {run_id!r} has no checkpoint named {checkpoint!r}; `kernelbench-rl sql \"SELECT * FROM checkpoints\"` lists them.")
+    return rows[0]
+
+
+def _sampling_client(config: TrainConfig, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
+    from kernelbench_rl.policy import PolicyConfig, make_service_client
+    from kernelbench_rl.training.loop import resolve_base_model
+
+    base_model = resolve_base_model(config)
+    service = service_client or make_service_client(PolicyConfig(
+        backend=config.policy.backend, base_model=base_model, lora_rank=config.policy.lora_rank,
+        device=config.policy.device, log_dir=str(config.run_log_dir() / "policy"), seed=config.policy.seed))
+    client = (service.create_sampling_client(base_model=base_model) if checkpoint is None
+              else service.create_sampling_client(model_path=checkpoint["sampler_path"]))
+    # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
+    return client.result() if callable(getattr(client, "result", None)) else client
+
+
+def evaluate_checkpoint(
+    config: TrainConfig,
+    *,
+    checkpoint: str | None = None,
+    samples_per_problem: int = 4,
+    split: str = "holdout",
+    max_problems: int | None = None,
+    ks: Sequence[int] = (1, 5, 10),
+    store: Store | None = None,
+    service_client: Any | None = None,
+    evaluate_fn: EvaluateFn | None = None,
+) -> CheckpointReport:
+    """Sample `samples_per_problem` kernels per held-out problem, evaluate them, record the report."""
+    store = store or Store(config.db_path)
+    run_id = config.resolved_run_id()
+    ckpt = resolve_checkpoint(store, run_id, checkpoint)
+    label = BASE if ckpt is None else str(ckpt["name"])
+    problems = evaluation_problems(config, split, max_problems)
+    sampling_client = _sampling_client(config, ckpt, service_client)
+
+    evaluator = None
+    if evaluate_fn is None:
+        from kernelbench_rl.evaluation import Evaluator
+        from kernelbench_rl.evaluation.result import EvalSettings
+
+        ev = config.eval
+        settings = EvalSettings(backend=config.env.kernel_backend, precision=ev.precision, device=ev.device,
+                                size=ev.size, correctness_trials=ev.correctness_trials,
+                                timing_trials=ev.timing_trials, timeout_s=ev.timeout_s)
+        evaluator = Evaluator(settings, num_workers=ev.num_workers, store=store,
+                              kernelbench_root=config.problems.kernelbench_root,
+                              problems={p.id: p for p in problems}).__enter__()
+        evaluate_fn = evaluator.evaluate_responses
+    try:
+        spec = EnvSpec.from_config(config)
+        runner = RolloutRunner(sampling_client, PromptRenderer(sampling_client.get_tokenizer()), evaluate_fn,
+                               temperature=config.sampling.temperature, top_p=config.sampling.top_p)
+        groups = runner.run(make_group_builders(problems, samples_per_problem, spec))
+    finally:
+        if evaluator is not None:
+            evaluator.__exit__(None, None, None)
+
+    outcomes: list[SampleOutcome] = []
+    levels: dict[str, int] = {p.id: p.level for p in problems}
+    for group in groups:
+        for env in group.envs:
+            # The episode's best turn counts (single-turn: its only turn).
+            results = [t.result for t in env.turns if t.result is not None]
+            best = max(results, key=lambda r: (r.correct, r.compiled, r.speedup or 0.0), default=None)
+            correct = bool(best and best.correct and not best.is_hack)
+            outcomes.append(SampleOutcome(
+                problem_id=env.problem.id, compiled=bool(best and best.compiled), correct=correct,
+                speedup=best.speedup if (correct and best.speedup_counts) else None))
+    usable_ks = [k for k in ks if k <= samples_per_problem]
+    per_level = {
+        level: summarize([o for o in outcomes if levels[o.problem_id] == level], usable_ks)
+        for level in sorted(set(levels.values()))
+    }
+    report = CheckpointReport(run_id, label, split, outcomes, summarize(outcomes, usable_ks), per_level)
+    store.upsert("eval_reports", report.rows())
+    return report
+
+
+def markdown_table(reports: Sequence[CheckpointReport]) -> str:
+    """Side-by-side table (e.g. base against a checkpoint), one column per report."""
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    keys = ["num_problems", "samples_per_problem", "compile_rate", "correct_rate"]
+    extra = sorted({k for r in reports for k in r.overall.pass_at_k}) + sorted({k for r in reports for k in r.overall.fast_p})
+    header = "| metric | " + " | ".join(f"{r.label} ({r.split})" for r in reports) + " |"
+    lines = [header, "|---|" + "---|" * len(reports)]
+    for key in keys:
+        lines.append(f"| {key} | " + " | ".join(str(getattr(r.overall, key)) if "num" in key or "samples" in key
+                                              else fmt(getattr(r.overall, key)) for r in reports) + " |")
+    for key in extra:
+        lines.append(f"| {key} | " + " | ".join(fmt(r.overall.pass_at_k.get(key, r.overall.fast_p.get(key)))
+                                              for r in reports) + " |")
+    lines.append("| geomean speedup | " + " | ".join(fmt(r.overall.geomean_speedup) for r in reports) + " |")
+    for level in sorted({lv for r in reports for lv in r.per_level}):
+        lines.append(f"| L{level} correct rate | " + " | ".join(
+            fmt(r.per_level[level].correct_rate) if level in r.per_level else "-" for r in reports) + " |")
+    return "\n".join(lines)
+
+
+def speedup_plot(reports: Sequence[CheckpointReport], path: str | Path) -> Path:
+    """Histogram of correct samples' speedups per report (a note in the plot when none were timed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    plotted = False
+    for report in reports:
+        speedups = [o.speedup for o in report.outcomes if o.speedup is not None]
+        if speedups:
+            ax.hist(speedups, bins=20, alpha=0.6, label=report.label)
+            plotted = True
+    if plotted:
+        ax.axvline(1.0, color="k", linestyle="--", linewidth=1)
+        ax.set_xlabel("speedup over eager PyTorch")
+        ax.set_ylabel("correct samples")
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no timed correct samples\n(CPU runs claim no speedups)", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_axis_off()
+    ax.set_title("Speedup distribution")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

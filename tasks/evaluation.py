@@ -1,0 +1,38 @@
+"""Prefect tasks for checkpoint evaluation and its artifacts."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from tasks._retry import INFRA_RETRIES, INFRA_RETRY_DELAY_S, retry_on_infra
+
+
+@task(name="evaluate-checkpoint", cache_policy=NO_CACHE, retries=INFRA_RETRIES,
+      retry_delay_seconds=INFRA_RETRY_DELAY_S, retry_condition_fn=retry_on_infra, task_run_name="evaluate-{checkpoint}")
+def evaluate(config: Any, checkpoint: str, samples_per_problem: int, split: str, max_problems: int | None) -> Any:
+    from kernelbench_rl.training.checkpoint_eval import evaluate_checkpoint
+
+    return evaluate_checkpoint(config, checkpoint=checkpoint, samples_per_problem=samples_per_problem,
+                               split=split, max_problems=max_problems)
+
+
+@task(name="publish-report", cache_policy=NO_CACHE)
+def publish_report(reports: list[Any], out_dir: str, key: str) -> str:
+    """A markdown artifact with the side-by-side table and the speedup plot (embedded PNG)."""
+    from kernelbench_rl.training.checkpoint_eval import markdown_table, speedup_plot
+
+    table = markdown_table(reports)
+    plot = speedup_plot(reports, Path(out_dir) / f"{key}-speedups.png")
+    image = base64.b64encode(plot.read_bytes()).decode()
+    create_markdown_artifact(
+        key=key.lower().replace("_", "-"),
+        markdown=f"## Checkpoint evaluation\n\n{table}\n\n![speedups](data:image/png;base64,{image})\n",
+        description=f"pass@k, fast_p and rates per checkpoint ({plot})",
+    )
+    return table
