@@ -49,7 +49,7 @@ class Curriculum:
     def from_config(cls, cfg: Any, levels: Sequence[int]) -> Curriculum:
         levels = sorted(set(levels))
         start_level = cfg.start_level if cfg.start_level in levels else (levels[0] if levels else cfg.start_level)
-        return cls(stages=list(cfg.stages), stage=cfg.force_stage or cfg.start_stage, level=start_level,
+        return cls(stages=list(cfg.stages), stage=cfg.start_stage, level=start_level,
                    levels=list(levels), threshold=cfg.threshold, window=cfg.window, enabled=cfg.enabled,
                    force_stage=cfg.force_stage, promote_levels=cfg.promote_levels,
                    level_threshold=cfg.level_threshold)
@@ -64,7 +64,8 @@ class Curriculum:
         return STAGE_RATE_METRIC[self.stage], self.threshold
 
     def apply_override(self, step: int) -> list[CurriculumEvent]:
-        """A forced stage that differs from the current one becomes a `manual` event."""
+        """Called at the start of each step: a forced stage that differs from the current one takes
+        effect now and becomes a `manual` event (also for a resumed run whose config gained the override)."""
         if self.force_stage and self.force_stage != self.stage:
             event = CurriculumEvent(step, "manual", self.stage, self.force_stage, "curriculum.force_stage")
             self.stage = self.force_stage
@@ -103,8 +104,6 @@ class Curriculum:
                 self.stage = event["to_value"]
             elif event["kind"] == "level":
                 self.level = int(event["to_value"])
-        if self.force_stage:
-            self.stage = self.force_stage
         last_event_step = max((e["step"] for e in events), default=-1)
         name, threshold = self.watched_rate()
         self.streak = 0

@@ -116,6 +116,7 @@ class TrainingRun:
         self.on_step = on_step
         self.next_step = 0
         self.resumed_from_step: int | None = None
+        self.checkpoint_step: int | None = None  # last step whose state is saved
         self.last_result: StepResult | None = None
         self._started = False
         self._evaluator: Any = None
@@ -146,7 +147,7 @@ class TrainingRun:
                 base_model=self.base_model, rank=cfg.policy.lora_rank))
             self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
         else:
-            self.resumed_from_step = int(checkpoint["step"])
+            self.resumed_from_step = self.checkpoint_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
             self.training_client = _result(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
@@ -287,6 +288,7 @@ class TrainingRun:
             "backend": "tinker" if "tinker" in backend else "local",
             "state_path": state_path, "sampler_path": sampler_path,
         }])
+        self.checkpoint_step = step
         return name
 
     def _write_events(self, events: Sequence[CurriculumEvent]) -> None:
@@ -332,6 +334,11 @@ class TrainingRun:
     def close(self, status: str | None = None) -> None:
         if not self._started:
             return
+        last_done = self.next_step - 1
+        if status != "failed" and last_done >= 0 and self.checkpoint_step != last_done:
+            # Stopped between checkpoints (stop_after_steps, a flow's per-step task): save the state so
+            # that re-running resumes here instead of at the last periodic checkpoint.
+            self._checkpoint(last_done)
         if self._evaluator is not None:
             self._evaluator.__exit__(None, None, None)
             self._evaluator = None

@@ -35,7 +35,7 @@ def _rates(turns: Sequence[Any], prefix: str) -> dict[str, float]:
         return {}
     n = len(evaluated)
     return {
-        f"{prefix}format_rate": sum(bool(t.format_ok) for t in evaluated) / n,
+        f"{prefix}format_rate": sum(bool(t.result.format_ok) for t in evaluated) / n,
         f"{prefix}compile_rate": sum(bool(t.result.compiled) for t in evaluated) / n,
         f"{prefix}correct_rate": sum(bool(t.result.correct) and not t.score.hack
                                      and not unverified_excessive_speedup(t.result) for t in evaluated) / n,
