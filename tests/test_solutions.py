@@ -21,12 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from kernelbench_rl.problems import get_problem, list_solutions
+from kernelbench_rl.problems import SOLUTIONS_ROOT, get_problem, list_solutions
 
 SEEDS = (42, 7)
 ATOL = RTOL = 1e-4
 PER_SOLUTION_TIMEOUT_S = 60
 H100_MAX_SHARED_BYTES = 227 * 1024  # per block, with the opt-in carve-out
+WRONG_VALUES_ID = "negative/wrong-values"
+INVALID_GPU_ID = "negative/invalid-gpu-kernel"
 
 # Runs in the helper process. Reads jobs (JSON list) on stdin; prints one JSON result per job.
 _FORK_RUNNER = r'''
@@ -227,6 +229,24 @@ def _jobs(seeds: tuple[int, ...]) -> list[dict]:
     return jobs
 
 
+def _negative_controls() -> list[dict]:
+    """Broken variants of the ReLU solution that each runner must reject (run with the real jobs)."""
+    problem = get_problem("L1/19")
+    source = (SOLUTIONS_ROOT / "level1" / "19_ReLU.py").read_text()
+    controls = {
+        # Wrong values: computes x * 0.5 instead of ReLU.
+        WRONG_VALUES_ID: source.replace("tl.maximum(x, 0.0)", "x * 0.5"),
+        # Fine in the interpreter's eyes, invalid on a GPU: tl.arange needs a power-of-two length.
+        INVALID_GPU_ID: source.replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 1000)"),
+    }
+    assert all(text != source for text in controls.values())
+    return [
+        {"id": control_id, "problem_source": problem.source_for("small"), "solution_source": text,
+         "seeds": [0], "atol": ATOL, "rtol": RTOL, "timeout_s": PER_SOLUTION_TIMEOUT_S}
+        for control_id, text in controls.items()
+    ]
+
+
 def _start(code: str, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -249,7 +269,7 @@ def _collect(proc: subprocess.Popen, jobs: list[dict], label: str) -> dict[str, 
 @pytest.fixture(scope="module")
 def runner_results(tmp_path_factory) -> dict[str, dict[str, dict]]:
     """Both runners at once (two processes, so both CI cores work): interpreter and H100 compile."""
-    jobs = _jobs(SEEDS)
+    jobs = _jobs(SEEDS) + _negative_controls()
     interp_env = {**os.environ, "TRITON_INTERPRET": "1"}
     compile_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     # A fresh cache: every kernel really goes through the compiler, and ~/.triton stays clean.
@@ -258,7 +278,7 @@ def runner_results(tmp_path_factory) -> dict[str, dict[str, dict]]:
     interp = _start(_FORK_RUNNER, interp_env)
     compiler = _start(_GPU_COMPILE_RUNNER, compile_env)
     results = {"interpret": _collect(interp, jobs, "interpreter"), "compile": _collect(compiler, jobs, "compile")}
-    checked = [r for r in results["interpret"].values() if "seconds" in r]
+    checked = [r for r in results["interpret"].values() if "seconds" in r and not r["id"].startswith("negative")]
     slowest = sorted(checked, key=lambda r: -r["seconds"])[:5]
     print(f"\n{len(checked)} solutions checked in {time.monotonic() - start:.1f} s; slowest in the interpreter: "
           + ", ".join(f"{r['id']} {r['seconds']:.1f}s" for r in slowest))
@@ -296,21 +316,19 @@ def test_solution_compiles_for_h100(problem_id: str, path: Path, runner_results:
         assert kernel["shared"] <= H100_MAX_SHARED_BYTES, f"{kernel['kernel']} needs {kernel['shared']} B of shared memory"
 
 
-def test_checker_rejects_a_wrong_solution(tmp_path):
-    """The harness above must be able to fail: a ReLU 'solution' that computes x * 0.5."""
-    problem = get_problem("L1/19")
-    wrong = (Path(__file__).parents[1] / "KernelBench/solutions/level1/19_ReLU.py").read_text()
-    wrong = wrong.replace("tl.maximum(x, 0.0)", "x * 0.5")
-    jobs = [{
-        "id": "L1/19", "problem_source": problem.source_for("small"), "solution_source": wrong,
-        "seeds": [0], "atol": ATOL, "rtol": RTOL, "timeout_s": PER_SOLUTION_TIMEOUT_S,
-    }]
-    proc = subprocess.run(
-        [sys.executable, "-c", _FORK_RUNNER], input=json.dumps(jobs), capture_output=True, text=True,
-        env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=120,
-    )
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_checker_rejects_a_wrong_solution(runner_results: dict[str, dict[str, dict]]):
+    """The correctness run must be able to fail: a ReLU 'solution' that computes x * 0.5."""
+    result = runner_results["interpret"][WRONG_VALUES_ID]
     assert result["ok"] is False and "mismatch" in result["error"]
+
+
+def test_compile_check_rejects_an_invalid_gpu_kernel(runner_results: dict[str, dict[str, dict]]):
+    """The H100 compile check must be able to fail, on what the interpreter lets through."""
+    if "setup" in runner_results["compile"]:
+        pytest.skip(f"this Triton cannot compile for CUDA here: {runner_results['compile']['setup']['error']}")
+    result = runner_results["compile"][INVALID_GPU_ID]
+    assert result["ok"] is False
+    assert "power of 2" in result["error"].lower().replace("two", "2"), result["error"]
 
 
 def test_static_rule_flags_torch_compute_in_forward():
@@ -320,21 +338,3 @@ def test_static_rule_flags_torch_compute_in_forward():
     )
     assert forward_path_violations(source) == ["torch.relu at line 10"]
 
-
-def test_compile_check_rejects_an_invalid_gpu_kernel(tmp_path):
-    """The H100 compile check must be able to fail: tl.arange needs a power-of-two length."""
-    problem = get_problem("L1/19")
-    source = (Path(__file__).parents[1] / "KernelBench/solutions/level1/19_ReLU.py").read_text()
-    broken = source.replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 1000)")
-    assert broken != source
-    jobs = [{"id": "L1/19", "problem_source": problem.source_for("small"), "solution_source": broken}]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-c", _GPU_COMPILE_RUNNER], input=json.dumps(jobs), capture_output=True, text=True,
-        env=env, timeout=120,
-    )
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if result["id"] == "setup":
-        pytest.skip(f"this Triton cannot compile for CUDA here: {result['error']}")
-    assert result["ok"] is False and "power of 2" in result["error"].lower().replace("two", "2"), result["error"]
