@@ -274,3 +274,30 @@ def test_client_futures_still_act_as_clients_with_a_warning(service: LocalServic
     with pytest.warns(DeprecationWarning, match="name"):
         sampler_future = future.result().save_weights_and_get_sampling_client(name="step_0000")
     assert sampler_future.result().get_base_model() == "local:tiny"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_one_rl_step_and_round_trip_on_cuda(tmp_path: Path) -> None:
+    service = make_service_client(
+        PolicyConfig(backend="local", base_model="local:tiny", device="cuda", log_dir=str(tmp_path))
+    )
+    training_client = service.create_lora_training_client(base_model="local:tiny", rank=4).result()
+    prompt = _prompt(training_client.get_tokenizer())
+    sampler = training_client.save_weights_and_get_sampling_client().result()
+    params = types.SamplingParams(max_tokens=8, seed=2, stop=[])
+    sequences = sampler.sample(prompt=prompt, num_samples=4, sampling_params=params).result().sequences
+    datums = [_rl_datum(prompt, s, adv) for s, adv in zip(sequences, [1.0, -1.0, 0.5, -0.5])]
+    output = training_client.forward_backward(datums, loss_fn="importance_sampling").result()
+    training_client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    ob_len = prompt.length - 1
+    torch.testing.assert_close(
+        output.loss_fn_outputs[0]["logprobs"].to_torch()[ob_len:], torch.tensor(sequences[0].logprobs), atol=1e-3, rtol=0
+    )
+    sampler_path = training_client.save_weights_for_sampler("cuda_step").result().path
+    trained = training_client.save_weights_and_get_sampling_client().result()
+    reloaded = service.create_sampling_client(model_path=sampler_path).result()
+    a = trained.sample(prompt=prompt, num_samples=2, sampling_params=params).result().sequences
+    b = reloaded.sample(prompt=prompt, num_samples=2, sampling_params=params).result().sequences
+    assert [s.tokens for s in a] == [s.tokens for s in b]
+    service.close("success")
