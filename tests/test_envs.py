@@ -205,3 +205,33 @@ def test_rollouts_retry_infra_failures_then_drop_them(tiny_policy) -> None:
     samples = score_group(group, "format", gamma=0.4, baseline="loo", speedup_cap=8.0)
     infra = [s for s in samples if s.sample_index == 0][0]
     assert infra.reward is None and not infra.trainable  # never a zero reward
+
+
+def test_real_evaluator_judges_turns_and_rewards_follow() -> None:
+    """Environment -> the real sandboxed Evaluator (CPU mode) -> reward, for a correct kernel and a hack."""
+    from kernelbench_rl.evaluation import Evaluator
+    from kernelbench_rl.evaluation.result import EvalSettings
+    from kernelbench_rl.problems import load_solution
+    from kernelbench_rl.training.grpo import score_group
+    from kernelbench_rl.training.rollouts import GroupRollout
+
+    problem = get_problem("L1/19")
+    responses = [f"<think>plan</think>\n```python\n{load_solution(problem)}\n```",
+                 "```python\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x.relu()\n```"]
+    builder = make_group_builders([problem], 2, EnvSpec(turns=2), lambda p, k: [], k=1)[0]
+    envs = builder()
+    for env, response in zip(envs, responses):
+        env.add_completion(env.next_prompt(), [1], response, [2], [-0.1], "stop")
+    with Evaluator(EvalSettings(device="cpu")) as evaluator:
+        results = evaluator.evaluate_responses([problem.id] * 2, responses)
+    for env, r in zip(envs, results):
+        env.add_result(r)
+    good, hack = envs[0].turns[0].result, envs[1].turns[0].result
+    assert good.correct and good.error_category == ErrorCategory.OK
+    assert not hack.correct and hack.error_category == ErrorCategory.STATIC
+    assert "Status: static" in envs[1].next_prompt()
+    for env in envs:  # finish the episodes so the group can be scored
+        env.end("test")
+    samples = score_group(GroupRollout(0, builder, envs), "correctness", gamma=0.4, baseline="loo", speedup_cap=8.0)
+    assert samples[0].reward > 0.9 and samples[1].reward == 0.0
+    assert samples[0].advantage > 0 > samples[1].advantage
