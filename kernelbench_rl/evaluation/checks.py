@@ -49,7 +49,8 @@ def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor]
             if bool((got_bad & ~ref_bad).any()):
                 kind = "NaN" if bool(torch.isnan(got).any()) else "Inf"
                 return CheckOutcome(ErrorCategory.MISMATCH, f"{label} contains {kind} where the reference is finite")
-            got64, ref64 = got.double(), ref.double()
+            wide = torch.float64 if ref.dtype == torch.float64 else torch.float32
+            got64, ref64 = got.to(wide), ref.to(wide)
             finite = ~ref_bad
             diff = (got64 - ref64).abs()
             err = float(diff[finite].max()) if bool(finite.any()) else 0.0

@@ -14,6 +14,7 @@ import faulthandler
 import os
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -72,10 +73,14 @@ def child_main(conn: Connection, device: str) -> None:
         torch.cuda.init()
         torch.empty(1, device="cuda")
         cuda_init_s = time.perf_counter() - t0
+        _warm_profiler()  # CUPTI's first start costs seconds; pay it while idle
     try:
         job = wire.recv_json(conn)
     except (EOFError, OSError):
         return
+    if job.get("cmd") == "ipc_selftest":
+        _ipc_selftest(conn, job)
+        os._exit(0)
     if job.get("cmd") != "job":
         return
     try:
@@ -84,6 +89,34 @@ def child_main(conn: Connection, device: str) -> None:
         pass
     finally:
         os._exit(0)  # skip interpreter teardown: a broken candidate can hang it
+
+
+def _warm_profiler() -> None:
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]):
+            torch.ones(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - profiling is optional; the worker handles its absence
+        pass
+
+
+def _ipc_selftest(conn: Connection, job: dict[str, Any]) -> None:
+    """Share a known tensor over CUDA IPC under the same confinement a job gets."""
+    if job.get("drop_uid"):
+        sandbox.drop_privileges()
+    if job.get("landlock", True):
+        sandbox.restrict_writes_to(["/dev/shm", "/dev/null", job.get("workdir", "/tmp")]
+                                   + [os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")])
+    tensor = torch.arange(1024, dtype=torch.float32, device="cuda")
+    torch.cuda.synchronize()
+    keep = wire.send_tensors(conn, "selftest", {"t": [tensor]}, use_ipc=True)
+    try:
+        wire.recv_json(conn)
+    except (EOFError, OSError):
+        pass
+    del keep
 
 
 def _confine(job: dict[str, Any]) -> sandbox.Confinement:
@@ -97,6 +130,8 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(job["env"])
+    # tempfile caches its directory on first use (the zygote or the profiler warm-up may have used it).
+    tempfile.tempdir = workdir
     # Our own stdout/stderr go to files in the private dir, capped by RLIMIT_FSIZE.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
@@ -104,7 +139,9 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
         os.dup2(target, fd)
         os.close(target)
     faulthandler.enable(file=sys.stderr)
-    confinement.limits = sandbox.apply_limits(sandbox.Limits(address_space_mb=job.get("address_space_mb")))
+    confinement.limits = sandbox.apply_limits(sandbox.Limits(
+        address_space_mb=job.get("address_space_mb"), file_size_mb=int(job.get("file_size_mb", 512)),
+    ))
     writable = [workdir, "/dev/shm", "/dev/null"] + [p for p in job.get("extra_writable", [])]
     if job.get("device") == "cuda":
         writable += [p for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia-uvm-tools")]
@@ -150,7 +187,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     wire.send_json(conn, {"event": "loaded", "compile_s": time.perf_counter() - t_compile})
 
     model = None
-    use_ipc = bool(job.get("use_ipc")) and device == "cuda"
+    use_ipc = job.get("transport") == "ipc" and device == "cuda"
+    spill_dir = job["workdir"] if job.get("transport") == "file" else None
     keep_alive: list[torch.Tensor] = []
 
     def inputs_for_seed(seed: int) -> list[Any]:
@@ -177,8 +215,9 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 seconds = time.perf_counter() - t
                 outputs = wire.flatten_outputs(output)
                 keep_alive = wire.send_tensors(
-                    conn, "checked", {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs)}, use_ipc,
-                    {"seconds": seconds},
+                    conn, "checked",
+                    {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs) if command.get("return_inputs") else []},
+                    use_ipc, {"seconds": seconds}, spill_dir,
                 )
                 del output, outputs, inputs
             elif cmd == "time":
@@ -191,14 +230,18 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 groups = {f"trial_{i}": record.kept_outputs[i] for i in indices}
                 keep_alive = wire.send_tensors(conn, "timed", groups, use_ipc, {
                     "times_ms": record.times_ms, "tampered": tampered, "seconds": time.perf_counter() - t,
-                })
+                }, spill_dir)
             elif cmd == "host_time":
                 seeds = [int(s) for s in command["seeds"]]
                 ms = timing.host_time_forward(model, inputs_for_seed, seeds, device, clock)
                 wire.send_json(conn, {"event": "host_timed", "median_ms": ms, "tampered": clock.tampered()})
             elif cmd == "profile":
-                kernels = _profile(model, inputs_for_seed(int(command["seed"])))
-                wire.send_json(conn, {"event": "profiled", "kernels": kernels})
+                inputs = inputs_for_seed(int(command["seed"]))
+                try:
+                    kernels, problem_text = _profile(model, inputs), ""
+                except Exception as exc:  # noqa: BLE001 - the profiler itself failing is not the kernel's fault
+                    kernels, problem_text = None, short_error(exc)
+                wire.send_json(conn, {"event": "profiled", "kernels": kernels, "error": problem_text})
             elif cmd == "exit":
                 return
             else:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
+import stat
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -66,9 +69,32 @@ def flatten_outputs(value: Any) -> list[torch.Tensor]:
     return _as_tensor_list(value)
 
 
+_SPILL_NAME = re.compile(r"^t_\d{1,6}\.bin$")
+_spill_counter = [0]
+
+
+def _spill(tensor: torch.Tensor, spill_dir: str) -> str:
+    """Copy a tensor's bytes into a file of the private dir (page cache: no pipe, no pickle)."""
+    _spill_counter[0] += 1
+    name = f"t_{_spill_counter[0]}.bin"
+    path = os.path.join(spill_dir, name)
+    nbytes = tensor.numel() * tensor.element_size()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, nbytes)
+    finally:
+        os.close(fd)
+    target = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+    target.copy_(tensor.detach().contiguous().reshape(-1).view(torch.uint8))
+    return name
+
+
 def send_tensors(conn: Connection, event: str, groups: dict[str, list[torch.Tensor]], use_ipc: bool,
-                 extra: dict[str, Any] | None = None) -> list[torch.Tensor]:
-    """Send named groups of tensors. Returns what must stay alive until the worker acknowledges."""
+                 extra: dict[str, Any] | None = None, spill_dir: str | None = None) -> list[torch.Tensor]:
+    """Send named groups of tensors: CUDA IPC handles, else files in `spill_dir`, else pipe bytes.
+
+    Returns what must stay alive until the worker acknowledges.
+    """
     header: dict[str, Any] = {"event": event, "groups": {}, **(extra or {})}
     payloads: list[bytes] = []
     keep_alive: list[torch.Tensor] = []
@@ -92,6 +118,9 @@ def send_tensors(conn: Connection, event: str, groups: dict[str, list[torch.Tens
                     "event_sync": bool(event_sync), "tensor_offset": int(dense.storage_offset()),
                     "stride": list(dense.stride()),
                 }
+            elif spill_dir is not None and tensor.numel() > 0:
+                meta["nbytes"] = tensor.numel() * tensor.element_size()
+                meta["file"] = _spill(tensor, spill_dir)
             else:
                 host = tensor.detach().to("cpu").contiguous()
                 meta["nbytes"] = host.numel() * host.element_size()
@@ -104,7 +133,8 @@ def send_tensors(conn: Connection, event: str, groups: dict[str, list[torch.Tens
     return keep_alive
 
 
-def receive_tensors(conn: Connection, header: dict[str, Any], max_bytes: int) -> dict[str, list[torch.Tensor]]:
+def receive_tensors(conn: Connection, header: dict[str, Any], max_bytes: int,
+                    spill_dir: str | None = None) -> dict[str, list[torch.Tensor]]:
     """The worker's side of `send_tensors`: validates every field before touching torch."""
     groups = header.get("groups")
     if not isinstance(groups, dict):
@@ -119,7 +149,7 @@ def receive_tensors(conn: Connection, header: dict[str, Any], max_bytes: int) ->
             count += 1
             if count > MAX_TENSORS:
                 raise ProtocolError("too many tensors")
-            tensors.append(_receive_one(conn, meta, max_bytes))
+            tensors.append(_receive_one(conn, meta, max_bytes, spill_dir))
         out[str(name)] = tensors
     return out
 
@@ -130,7 +160,7 @@ def _ints(value: Any, what: str) -> list[int]:
     return value
 
 
-def _receive_one(conn: Connection, meta: Any, max_bytes: int) -> torch.Tensor:
+def _receive_one(conn: Connection, meta: Any, max_bytes: int, spill_dir: str | None) -> torch.Tensor:
     if not isinstance(meta, dict) or meta.get("dtype") not in DTYPES:
         raise ProtocolError("bad tensor header")
     dtype = DTYPES[meta["dtype"]]
@@ -144,12 +174,30 @@ def _receive_one(conn: Connection, meta: Any, max_bytes: int) -> torch.Tensor:
     itemsize = torch.empty((), dtype=dtype).element_size()
     if not isinstance(nbytes, int) or nbytes != numel * itemsize or nbytes > max_bytes:
         raise ProtocolError("tensor size does not match its header")
+    if "file" in meta:
+        return _read_spill(meta["file"], spill_dir, nbytes, dtype, shape)
     raw = conn.recv_bytes(max(nbytes, 1) + 16)
     if len(raw) != nbytes:
         raise ProtocolError("tensor payload has the wrong length")
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+def _read_spill(name: Any, spill_dir: str | None, nbytes: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    # The name comes from the child: only a plain file of our pattern, directly in its private dir.
+    if spill_dir is None or not isinstance(name, str) or not _SPILL_NAME.match(name):
+        raise ProtocolError("bad spill file name")
+    path = os.path.join(spill_dir, name)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        raise ProtocolError("spill file missing") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size != nbytes:
+        raise ProtocolError("spill file is not a regular file of the announced size")
+    data = torch.from_file(path, shared=False, size=nbytes, dtype=torch.uint8)
+    os.unlink(path)
+    return data.view(dtype).reshape(shape)
 
 
 def _open_ipc(ipc: Any, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:

@@ -52,7 +52,7 @@ class WorkerConfig:
     warm_children: int = 1
     drop_uid: bool = True
     landlock: bool = True
-    use_ipc: bool = True
+    transport: str = "auto"  # auto (CUDA IPC if a self-test passes, else files) | ipc | file | pipe
     ref_cache_bytes: int = 2 << 30
     nvcc: str = "nvcc"
 
@@ -68,6 +68,7 @@ class Child:
         self.conn, child_conn = ctx.Pipe(duplex=True)
         self.started_at = time.perf_counter()
         self.rss_limit_mb: float | None = None
+        self.workdir = ""
         self.process = ctx.Process(target=child_main, args=(child_conn, device), daemon=False)
         self.process.start()
         child_conn.close()
@@ -109,6 +110,8 @@ class ProblemState:
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     host_baselines: dict[str, float] = field(default_factory=dict)
     mutates_inputs: bool = False
+    input_bytes: int = 0
+    output_bytes: int = 0
 
 
 class Fault(Exception):
@@ -154,8 +157,35 @@ class Worker:
             "torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version(),
             "cuda": str(torch.version.cuda or ""),
         }
+        self.transport = config.transport if config.transport != "auto" else "file"
+        self.ipc_selftest = ""
+        if self.device == "cuda" and config.transport in ("auto", "ipc"):
+            self.ipc_selftest = self._ipc_selftest()
+            self.transport = "ipc" if self.ipc_selftest == "ok" else "file"
+        self.versions["transport"] = self.transport
         for _ in range(max(0, config.warm_children)):
             self.warm.append(Child(self.ctx, self.device))
+
+    def _ipc_selftest(self) -> str:
+        """Can this worker open CUDA IPC handles from a confined child? ('ok' or why not)."""
+        child = Child(self.ctx, self.device)
+        try:
+            drop = self.config.drop_uid and os.geteuid() == 0
+            wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop, "landlock": self.config.landlock,
+                                        "workdir": self.root})
+            if not child.conn.poll(START_TIMEOUT_S):
+                return "no answer"
+            header = wire.recv_json(child.conn)
+            tensors = wire.receive_tensors(child.conn, header, 1 << 20)["t"]
+            expected = torch.arange(1024, dtype=torch.float32, device="cuda")
+            ok = torch.equal(tensors[0], expected)
+            del tensors
+            wire.send_json(child.conn, {"cmd": "exit"})
+            return "ok" if ok else "wrong values"
+        except Exception as exc:  # noqa: BLE001 - any failure means: use files
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        finally:
+            child.kill()
 
     # -- children --------------------------------------------------------------------------
     def take_child(self) -> Child:
@@ -209,11 +239,13 @@ class Worker:
         model = self.reference_model(state, precision)
         inputs = runtime.make_inputs(state.module, seed, self.device, precision)
         pristine = runtime.clone_inputs(runtime.tensor_inputs(inputs))
+        state.input_bytes = max(state.input_bytes, sum(t.numel() * t.element_size() for t in pristine))
         with torch.no_grad():
             outputs = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
         if checks.inputs_unmodified(pristine, runtime.tensor_inputs(inputs)):
             state.mutates_inputs = True  # the reference itself writes its inputs: skip that check
         size = sum(t.numel() * t.element_size() for t in outputs)
+        state.output_bytes = max(state.output_bytes, size)
         if size <= self.config.ref_cache_bytes:
             state.refs[key] = outputs
             self.ref_bytes += size
@@ -275,13 +307,18 @@ class Worker:
         workdir = ""
         try:
             state = self.problem_state(payload["problem_id"], payload["problem_source"])
+            with self._device_section(), state.lock:  # sizes the problem's tensors (and warms its reference)
+                self.reference_outputs(state, settings.precision, state.seed_pool[0])
             workdir = tempfile.mkdtemp(prefix="c-", dir=self.root)
             t = time.perf_counter()
             child = self.take_child()
+            child.workdir = workdir
             if self.device == "cuda":
                 child.rss_limit_mb = float(settings.memory_limit_mb)
             result.phase_seconds["child_start"] = time.perf_counter() - t
             job = self._job(workdir, source, payload["problem_source"], settings)
+            # Tensors travel as files of the private dir: the file-size limit must admit them.
+            job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
             wire.send_json(child.conn, job)
             started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
             result.versions["sandbox"] = str(started.get("sandbox", ""))
@@ -302,7 +339,8 @@ class Worker:
                 result.compiled = False
         except Exception as exc:  # noqa: BLE001 - our own failure: the pool retries INFRA
             result.error_category = ErrorCategory.INFRA
-            result.error_message = f"worker error: {type(exc).__name__}: {exc}"[:500]
+            first_line = str(exc).splitlines()[0] if str(exc) else ""
+            result.error_message = f"worker error: {type(exc).__name__}: {first_line}"[:300]
             traceback.print_exc(file=sys.stderr)
         finally:
             if child is not None:
@@ -339,7 +377,7 @@ class Worker:
         return {
             "cmd": "job", "workdir": workdir, "candidate_path": candidate_path, "problem_path": problem_path,
             "device": self.device, "precision": settings.precision, "env": env, "drop_uid": drop,
-            "landlock": self.config.landlock, "use_ipc": self.config.use_ipc,
+            "landlock": self.config.landlock, "transport": self.transport,
             "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
         }
@@ -383,20 +421,22 @@ class Worker:
         seeds = random.sample(state.seed_pool, min(settings.correctness_trials, len(state.seed_pool)))
         result.trials_total = len(seeds)
         worst = 0.0
-        for seed in seeds:
+        for position, seed in enumerate(seeds):
             with state.lock:
                 reference = self.reference_outputs(state, precision, seed)
             poison = 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20)
-            wire.send_json(child.conn, {"cmd": "check", "seed": seed, "poison_bytes": poison})
+            # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
+            check_inputs = position == 0 and not state.mutates_inputs
+            wire.send_json(child.conn, {"cmd": "check", "seed": seed, "poison_bytes": poison, "return_inputs": check_inputs})
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
-            received = self._receive(child, header, reference)
+            received = self._receive(child, header, reference, state.input_bytes)
             outcome = checks.compare_outputs(reference, received.get("outputs", []), settings.atol, settings.rtol)
             if outcome.max_abs_err is not None:
                 worst = max(worst, outcome.max_abs_err)
                 result.max_abs_err = worst
             if not outcome.ok:
                 raise Fault(outcome.category, outcome.message)
-            if not state.mutates_inputs:
+            if check_inputs:
                 pristine = runtime.tensor_inputs(runtime.make_inputs(state.module, seed, self.device, precision))
                 mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                 if mutated:
@@ -432,7 +472,7 @@ class Worker:
         if header.get("tampered"):
             result.flags.append(Flag.HACK.value)
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
-        kept = self._receive(child, header, None)
+        kept = self._receive(child, header, None, 0)
         for index in verify:
             with state.lock:
                 reference = self.reference_outputs(state, precision, seeds[index])
@@ -462,26 +502,30 @@ class Worker:
         t = time.perf_counter()
         wire.send_json(child.conn, {"cmd": "profile", "seed": secrets.randbits(31)})
         profiled = self._expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
-        names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
-        launches, _own_us, share = kernels.kernel_share(profiled.get("kernels") or [], names)
         result.phase_seconds["profile"] = time.perf_counter() - t
-        result.phase_seconds["kernel_share"] = share
-        if launches == 0:
-            result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
-        elif share < LOW_KERNEL_SHARE:
-            result.flags.append(Flag.LOW_KERNEL_SHARE.value)
+        if isinstance(profiled.get("kernels"), list):
+            names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
+            launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
+            result.phase_seconds["kernel_share"] = share
+            if launches == 0:
+                result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
+            elif share < LOW_KERNEL_SHARE:
+                result.flags.append(Flag.LOW_KERNEL_SHARE.value)
+        else:
+            result.versions["profile_error"] = str(profiled.get("error", ""))[:300]
         wire.send_json(child.conn, {"cmd": "exit"})
         if fresh:
             return {"eager_ms": base["eager_ms"], "eager_spread_ms": base.get("eager_spread_ms"),
                     "compile_ms": base.get("compile_ms")}
         return None
 
-    def _receive(self, child: Child, header: dict[str, Any], reference: list[torch.Tensor] | None) -> dict[str, list[torch.Tensor]]:
-        limit = 8 << 30
+    def _receive(self, child: Child, header: dict[str, Any], reference: list[torch.Tensor] | None,
+                 input_bytes: int) -> dict[str, list[torch.Tensor]]:
+        limit = 64 << 30
         if reference is not None:
-            limit = 4 * sum(r.numel() * r.element_size() for r in reference) + (256 << 20)
+            limit = 4 * sum(r.numel() * r.element_size() for r in reference) + 2 * input_bytes + (256 << 20)
         try:
-            return wire.receive_tensors(child.conn, header, limit)
+            return wire.receive_tensors(child.conn, header, limit, child.workdir if self.transport == "file" else None)
         except wire.ProtocolError as exc:
             raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent malformed results ({exc})") from None
         except (EOFError, OSError):
@@ -532,7 +576,25 @@ class Worker:
             detail = "the process stopped answering"
         else:
             detail = f"the process exited with status {code}"
-        return Fault(ErrorCategory.CRASH, f"crashed while {phase}: {detail}")
+        key = _stderr_key_line(child.workdir)
+        return Fault(ErrorCategory.CRASH, f"crashed while {phase}: {detail}" + (f" ({key})" if key else ""))
+
+
+def _stderr_key_line(workdir: str) -> str:
+    """The telling line of a dead child's stderr (faulthandler's 'Fatal Python error: ...')."""
+    if not workdir:
+        return ""
+    try:
+        with open(os.path.join(workdir, "stderr.txt"), "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 8192))
+            tail = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in tail:
+        if line.startswith("Fatal Python error") or "CUDA error" in line or "Killed" in line:
+            return line.strip()[:200]
+    return ""
 
 
 def _triton_version() -> str:
@@ -562,7 +624,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm-children", type=int, default=1)
     parser.add_argument("--no-drop-uid", action="store_true")
     parser.add_argument("--no-landlock", action="store_true")
-    parser.add_argument("--transport", choices=["ipc", "host"], default="ipc")
+    parser.add_argument("--transport", choices=["auto", "ipc", "file", "pipe"], default="auto")
     args = parser.parse_args(argv)
     # The protocol gets its own copy of stdout; anything else printed (torch, triton) goes to stderr.
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
@@ -577,7 +639,7 @@ def main(argv: list[str] | None = None) -> None:
 
     config = WorkerConfig(
         device=args.device, parallel=max(1, args.parallel), warm_children=max(0, args.warm_children),
-        drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, use_ipc=args.transport == "ipc",
+        drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, transport=args.transport,
     )
     if config.device == "cuda":
         total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
@@ -587,7 +649,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001
         emit({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
         return
-    emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "versions": worker.versions})
+    emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "versions": worker.versions,
+          "transport": worker.transport, "ipc_selftest": worker.ipc_selftest})
     pool = ThreadPoolExecutor(max_workers=config.parallel + 1)
     try:
         for line in sys.stdin:
