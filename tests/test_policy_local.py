@@ -301,3 +301,16 @@ def test_one_rl_step_and_round_trip_on_cuda(tmp_path: Path) -> None:
     b = reloaded.sample(prompt=prompt, num_samples=2, sampling_params=params).result().sequences
     assert [s.tokens for s in a] == [s.tokens for s in b]
     service.close("success")
+
+
+def test_futures_can_be_awaited(service: LocalServiceClient) -> None:
+    import asyncio
+
+    async def run() -> types.SampleResponse:
+        training_client = await service.create_lora_training_client(base_model="local:tiny", rank=4)
+        sampler = await training_client.save_weights_and_get_sampling_client()
+        prompt = _prompt(training_client.get_tokenizer())
+        return await sampler.sample(prompt=prompt, num_samples=2, sampling_params=types.SamplingParams(max_tokens=3, stop=[]))
+
+    response = asyncio.run(run())
+    assert [len(s.tokens) for s in response.sequences] == [3, 3]
