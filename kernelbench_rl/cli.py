@@ -22,24 +22,15 @@ for module in (problems, sql, evaluate, rag, train, pipeline):
 
 
 def main() -> None:
-    """Entry point: user errors become one sentence and an exit code, never a traceback."""
+    """Entry point: user errors become one sentence and an exit code, never a traceback.
+
+    Click runs in standalone mode, so usage errors print usage and exit 2 as usual.
+    """
     try:
-        app(standalone_mode=False)
+        app()
     except UserError as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         sys.exit(exc.exit_code)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        typer.secho("aborted", err=True)
-        sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
 
 
 if __name__ == "__main__":

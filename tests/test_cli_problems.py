@@ -75,3 +75,9 @@ def test_missing_root_and_malformed_file_fail_cleanly(tmp_path):
     proc = _run_cli("problems", "list", "--kernelbench-root", str(tmp_path))
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "3_Broken.py" in proc.stderr and "not valid Python" in proc.stderr
+
+
+def test_usage_error_prints_usage_not_a_traceback():
+    proc = _run_cli("no-such-command")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "No such command" in proc.stderr
