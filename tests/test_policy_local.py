@@ -314,3 +314,20 @@ def test_futures_can_be_awaited(service: LocalServiceClient) -> None:
 
     response = asyncio.run(run())
     assert [len(s.tokens) for s in response.sequences] == [3, 3]
+
+
+def test_checkpoints_keep_the_tiny_base_they_were_trained_on(tmp_path: Path) -> None:
+    """A run resumed with another seed must still pair the adapter with its own tiny base weights."""
+    service = _service(tmp_path, seed=3)
+    training_client = service.create_lora_training_client(base_model="local:tiny", rank=4).result()
+    prompt = _prompt(training_client.get_tokenizer())
+    params = types.SamplingParams(max_tokens=5, seed=1, stop=[])
+    path = training_client.save_weights_for_sampler("seeded").result().path
+    expected = training_client.save_weights_and_get_sampling_client().result().sample(
+        prompt=prompt, num_samples=1, sampling_params=params).result().sequences[0].logprobs
+    other = _service(tmp_path, seed=9)
+    got = other.create_sampling_client(model_path=path).result().sample(
+        prompt=prompt, num_samples=1, sampling_params=params).result().sequences[0].logprobs
+    assert got == expected
+    other.close("success")
+    service.close("success")

@@ -69,6 +69,7 @@ class AdapterSnapshot:
     """Frozen LoRA weights (on CPU) plus the config that shapes them: what a sampling client serves."""
 
     base_model: str
+    base_seed: int  # seeds the tiny model's weights; the adapter only fits the base it was trained on
     lora_config: Any  # peft.LoraConfig
     state: dict[str, torch.Tensor]
     key: int
@@ -93,7 +94,7 @@ def _load_adapter_snapshot(path: Path) -> AdapterSnapshot:
     meta = _read_meta(path)
     lora_config = LoraConfig.from_pretrained(str(path))
     state = {k: v.detach().cpu().clone() for k, v in load_peft_weights(str(path), device="cpu").items()}
-    return AdapterSnapshot(meta["base_model"], lora_config, state, next(_snapshot_keys))
+    return AdapterSnapshot(meta["base_model"], int(meta.get("base_seed", 0)), lora_config, state, next(_snapshot_keys))
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -156,7 +157,7 @@ class LocalServiceClient:
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="kbrl-local-policy", initializer=self._init_worker_thread
         )
-        self._engines: dict[str, _SamplerEngine] = {}
+        self._engines: dict[tuple[str, int], _SamplerEngine] = {}
         self._tokenizers: dict[str, Any] = {}
         self._training_ids = itertools.count()
         self._sampling_ids = itertools.count()
@@ -177,12 +178,11 @@ class LocalServiceClient:
             raise RuntimeError("ServiceClient is closed")
         return AwaitableConcurrentFuture(self._executor.submit(work))
 
-    def _engine(self, base_model: str) -> _SamplerEngine:
-        if base_model not in self._engines:
-            self._engines[base_model] = _SamplerEngine(
-                load_base_model(base_model, self.device, self.config.seed, self.config.dtype)
-            )
-        return self._engines[base_model]
+    def _engine(self, base_model: str, base_seed: int) -> _SamplerEngine:
+        key = (base_model, base_seed)
+        if key not in self._engines:
+            self._engines[key] = _SamplerEngine(load_base_model(base_model, self.device, base_seed, self.config.dtype))
+        return self._engines[key]
 
     def _tokenizer(self, base_model: str) -> Any:
         with self._lock:
@@ -223,7 +223,9 @@ class LocalServiceClient:
                 bias="none",
             )
             lora_seed = self.config.seed if seed is None else seed
-            return LocalTrainingClient(self, base_model, loaded, lora_config, lora_seed, next(self._training_ids))
+            return LocalTrainingClient(
+                self, base_model, self.config.seed, loaded, lora_config, lora_seed, next(self._training_ids)
+            )
 
         return ClientFuture(self._submit(build))
 
@@ -254,11 +256,12 @@ class LocalServiceClient:
         checkpoint = Path(path)
         meta = _read_meta(checkpoint)
         model_name = base_model or meta["base_model"]
-        loaded = load_base_model(model_name, self.device, self.config.seed, self.config.dtype)
+        base_seed = int(meta.get("base_seed", 0))
+        loaded = load_base_model(model_name, self.device, base_seed, self.config.dtype)
         lora_config = LoraConfig.from_pretrained(str(checkpoint))
         lora_config.inference_mode = False  # saved adapters are marked for inference; this one trains
         client = LocalTrainingClient(
-            self, model_name, loaded, lora_config, self.config.seed, next(self._training_ids)
+            self, model_name, base_seed, loaded, lora_config, self.config.seed, next(self._training_ids)
         )
         client._load(checkpoint, with_optimizer)
         return client
@@ -312,6 +315,7 @@ class LocalSamplingClient:
         self._service = service
         self._base_model = base_model
         self._snapshot = snapshot
+        self._base_seed = snapshot.base_seed if snapshot is not None else service.config.seed
         self._generator_seed = seed
         self._generator: torch.Generator | None = None
         self._sequence_ids = itertools.count()
@@ -358,7 +362,7 @@ class LocalSamplingClient:
         tokens = prompt.to_ints()
 
         def work() -> list[float | None]:
-            engine = self._service._engine(self._base_model)
+            engine = self._service._engine(self._base_model, self._base_seed)
             with torch.no_grad(), engine.model_for(self._snapshot) as model:
                 scored = _prompt_logprobs(model, tokens, self._service.device)
             if prompt_logprobs_last_n is not None:
@@ -388,7 +392,7 @@ class LocalSamplingClient:
     ) -> types.SampleResponse:
         service = self._service
         tokenizer = self.get_tokenizer()
-        engine = service._engine(self._base_model)
+        engine = service._engine(self._base_model, self._base_seed)
         device = service.device
         stop_token_ids, stop_strings = _stop_conditions(params.stop, tokenizer)
         max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else int(params.max_tokens)
@@ -500,6 +504,7 @@ class LocalTrainingClient:
         self,
         service: LocalServiceClient,
         base_model: str,
+        base_seed: int,
         loaded: LoadedModel,
         lora_config: Any,
         lora_seed: int,
@@ -509,6 +514,7 @@ class LocalTrainingClient:
 
         self._service = service
         self._base_model = base_model
+        self._base_seed = base_seed
         self._loaded = loaded
         self._lora_config = lora_config
         self.model_id = f"local-{index}"
@@ -634,7 +640,7 @@ class LocalTrainingClient:
         from peft.utils import get_peft_model_state_dict
 
         state = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(self._model, save_embedding_layers=False).items()}
-        return AdapterSnapshot(self._base_model, self._lora_config, state, next(_snapshot_keys))
+        return AdapterSnapshot(self._base_model, self._base_seed, self._lora_config, state, next(_snapshot_keys))
 
     def _checkpoint_dir(self, kind: str, name: str, overwrite: bool) -> Path:
         if not name or "/" in name or name in (".", ".."):
@@ -651,6 +657,7 @@ class LocalTrainingClient:
         meta = {
             "kind": kind,
             "base_model": self._base_model,
+            "base_seed": self._base_seed,
             "step": self._step,
             "lora_rank": self._lora_config.r,
             "user_metadata": user_metadata or {},
