@@ -179,9 +179,10 @@ class LocalServiceClient:
         return AwaitableConcurrentFuture(self._executor.submit(work))
 
     def _engine(self, base_model: str, base_seed: int) -> _SamplerEngine:
-        key = (base_model, base_seed)
+        # Only the tiny model's weights depend on the seed; a real model is loaded once.
+        key = (base_model, base_seed if base_model == TINY_MODEL_NAME else 0)
         if key not in self._engines:
-            self._engines[key] = _SamplerEngine(load_base_model(base_model, self.device, base_seed, self.config.dtype))
+            self._engines[key] = _SamplerEngine(load_base_model(base_model, self.device, key[1], self.config.dtype))
         return self._engines[key]
 
     def _tokenizer(self, base_model: str) -> Any:
