@@ -34,6 +34,8 @@ from hack_cases import (  # noqa: E402
     cases_for,
     clean_markers,
     judge,
+    known_gap,
+    runtime_layer_cases,
     sandbox_escapes,
 )
 
@@ -66,36 +68,26 @@ def run(args: argparse.Namespace) -> int:
     good_source = KNOWN_GOOD_SOLUTION.read_text()
     rows: list[dict[str, Any]] = []
     started_all = time.perf_counter()
-    with Evaluator(base, num_workers=1, store=None) as evaluator:
-        honest = evaluator.evaluate([EvalRequest(KNOWN_GOOD_PROBLEM, good_source, base, request_id="redteam/honest")])[0]
-        honest_speedup = honest.speedup
-        print(f"honest ReLU: {honest.error_category.value} correct={honest.correct} speedup={honest_speedup}", flush=True)
-        for case in cases:
-            clean_markers(REPO_ROOT)
-            since = time.time() - 1.0
-            settings = dataclasses.replace(base, **case.settings_overrides())
-            t0 = time.perf_counter()
-            hack, good = evaluator.evaluate([
-                EvalRequest(case.problem_id, case.source, settings, request_id=f"redteam/{case.name}"),
-                EvalRequest(KNOWN_GOOD_PROBLEM, good_source, base, request_id=f"redteam/after/{case.name}"),
-            ])
-            wall = time.perf_counter() - t0
-            verdict = judge(case, hack.to_dict(), device, honest_speedup=honest_speedup)
-            problems = list(verdict.problems)
-            problems += sandbox_escapes(case, [hack.to_json(), good.to_json()], REPO_ROOT, since)
-            if not good.correct:
-                problems.append(f"known-good ReLU afterwards: {good.error_category.value} {good.error_message[:120]}")
-            clean_markers(REPO_ROOT)
-            row = {
-                "case": case.name, "problem": case.problem_id, "threat": case.threat,
-                "expected": verdict.expected, "got": verdict.got, "passed": not problems, "problems": problems,
-                "error_message": hack.error_message[:300], "static_errors": hack.static.errors[:5],
-                "wall_s": round(wall, 2), "naive_expected_pass": case.naive_passes,
-            }
-            rows.append(row)
-            print(f"{'PASS' if not problems else 'FAIL'} {case.name:32s} {verdict.got}  ({wall:.1f} s)"
-                  + (f"  <- {problems}" if problems else ""), flush=True)
-
+    honest_speedup: float | None = None
+    layers = [("full", True, cases)]
+    if not args.skip_runtime_layer:
+        layers.append(("runtime", False, [c for c in runtime_layer_cases(device) if not args.only or c.name in args.only]))
+    for layer, static_checks, layer_cases in layers:
+        with Evaluator(base, num_workers=1, store=None, static_checks=static_checks) as evaluator:
+            if honest_speedup is None:
+                honest = evaluator.evaluate([EvalRequest(KNOWN_GOOD_PROBLEM, good_source, base, request_id="redteam/honest")])[0]
+                honest_speedup = honest.speedup
+                print(f"honest ReLU: {honest.error_category.value} correct={honest.correct} speedup={honest_speedup}", flush=True)
+            for case in layer_cases:
+                try:
+                    rows.append(_run_case(evaluator, case, layer, base, device, good_source, honest_speedup))
+                except Exception as exc:  # a harness error is a failed case, not the end of the run
+                    print(f"FAIL [{layer}] {case.name}: the run itself failed: {type(exc).__name__}: {exc}", flush=True)
+                    rows.append({"layer": layer, "case": case.name, "problem": case.problem_id, "threat": case.threat,
+                                 "expected": "", "got": f"script error {type(exc).__name__}", "passed": False,
+                                 "problems": [f"{type(exc).__name__}: {exc}"], "known_gap": None, "error_message": "",
+                                 "static_errors": [], "flags": [], "speedup": None, "wall_s": 0.0,
+                                 "naive_expected_pass": case.naive_passes})
     if args.naive:
         _run_naive(rows, cases, device, args, get_problem)
 
@@ -116,16 +108,60 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _run_case(evaluator: Any, case: Any, layer: str, base: Any, device: str, good_source: str,
+              honest_speedup: float | None) -> dict[str, Any]:
+    from kernelbench_rl.evaluation.result import EvalRequest
+
+    clean_markers(REPO_ROOT)
+    since = time.time() - 1.0
+    settings = dataclasses.replace(base, **case.settings_overrides())
+    t0 = time.perf_counter()
+    hack, good = evaluator.evaluate([
+        EvalRequest(case.problem_id, case.source, settings, request_id=f"redteam/{layer}/{case.name}"),
+        EvalRequest(KNOWN_GOOD_PROBLEM, good_source, base, request_id=f"redteam/{layer}/after/{case.name}"),
+    ])
+    wall = time.perf_counter() - t0
+    verdict = judge(case, hack.to_dict(), device, honest_speedup=honest_speedup, layer=layer)
+    problems = list(verdict.problems)
+    problems += sandbox_escapes(case, [hack.to_json(), good.to_json()], REPO_ROOT, since)
+    if not good.correct:
+        problems.append(f"known-good ReLU afterwards: {good.error_category.value} {good.error_message[:120]}")
+    clean_markers(REPO_ROOT)
+    gap = known_gap(layer, case.name, device)
+    print(f"{'PASS' if not problems else 'FAIL'} [{layer}] {case.name:32s} {verdict.got}  ({wall:.1f} s)"
+          + (f"  <- {problems}" if problems else "") + (f"  (known gap: {gap})" if gap and problems else ""), flush=True)
+    return {
+        "layer": layer, "case": case.name, "problem": case.problem_id, "threat": case.threat,
+        "expected": verdict.expected, "got": verdict.got, "passed": not problems, "problems": problems,
+        "known_gap": gap, "error_message": hack.error_message[:300], "static_errors": hack.static.errors[:5],
+        "flags": hack.flags, "speedup": hack.speedup, "wall_s": round(wall, 2), "naive_expected_pass": case.naive_passes,
+    }
+
+
 def _run_naive(rows: list[dict[str, Any]], cases: list, device: str, args: argparse.Namespace, get_problem: Any) -> None:
     from naive_harness import NaiveHarness, NaiveSettings
 
     naive_size = args.naive_size or ("small" if device == "cuda" else "small")
     harness = NaiveHarness(NaiveSettings(device=device, timing_trials=args.naive_timing_trials,
                                          timeout_s=min(args.timeout, 60.0)))
-    by_name = {row["case"]: row for row in rows}
+    by_name = {row["case"]: row for row in rows if row["layer"] == "full"}
+    from kernelbench_rl.problems import load_solution
+
+    # KernelBench measures baselines once, in a separate script: prime each problem's baseline with a
+    # clean run of our known-correct solution, so no hack's process ever times the reference.
+    for problem_id in sorted({case.problem_id for case in cases}):
+        problem = get_problem(problem_id)
+        solution = load_solution(problem)
+        if solution:
+            harness.evaluate(problem.id, problem.source_for(naive_size), solution, label=f"baseline/{problem_id}")
     for case in cases:
-        if case.name in ("oom_host", "write_outside_tmp", "exfiltrate_secret", "stdout_flood"):
-            by_name[case.name]["naive"] = "skipped"
+        # Crashes, hangs and sandbox threats are rejected (or not judged) by any harness: only the
+        # hacks that a KernelBench-style harness might pay for go through it.
+        if case.naive_passes is False or case.expect == "contained" or case.name == "oom_host":
+            if case.name in by_name:
+                by_name[case.name]["naive"] = "not run"
+            continue
+        if case.name not in by_name:
             continue
         problem = get_problem(case.problem_id)
         result = harness.evaluate(problem.id, problem.source_for(naive_size), case.source, label=case.name)
@@ -140,15 +176,18 @@ def _run_naive(rows: list[dict[str, Any]], cases: list, device: str, args: argpa
 
 
 def _print_table(rows: list[dict[str, Any]], naive: bool) -> None:
-    header = f"\n{'case':32s} {'expected':44s} {'got':52s} {'result':6s}"
+    header = f"\n{'layer':7s} {'case':32s} {'expected':44s} {'got':52s} {'result':6s}"
     if naive:
         header += "  naive harness"
     print(header)
     print("-" * len(header))
     for row in rows:
-        line = f"{row['case']:32s} {row['expected'][:44]:44s} {row['got'][:52]:52s} {'PASS' if row['passed'] else 'FAIL':6s}"
+        line = (f"{row['layer']:7s} {row['case']:32s} {row['expected'][:44]:44s} {row['got'][:52]:52s} "
+                f"{'PASS' if row['passed'] else 'FAIL':6s}")
         if naive:
             line += f"  {row.get('naive', '')}"
+        if row["known_gap"] and not row["passed"]:
+            line += "  (known gap)"
         print(line)
 
 
@@ -159,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="per-evaluation timeout (hang cases set their own)")
     parser.add_argument("--only", nargs="*", default=None, help="case names to run")
     parser.add_argument("--naive", action="store_true", help="also run every case through the naive harness")
+    parser.add_argument("--skip-runtime-layer", action="store_true",
+                        help="skip the second pass with the static policy off (sandbox and runtime checks alone)")
     parser.add_argument("--naive-size", choices=["real", "small"], default=None)
     parser.add_argument("--naive-timing-trials", type=int, default=20)
     parser.add_argument("--out", default=None, help="write the JSON report here")
