@@ -1,9 +1,182 @@
-"""CLI commands of this area (registered by kernelbench_rl.cli)."""
+"""`kernelbench-rl eval` (one kernel file) and `kernelbench-rl eval-dir` (KernelBench-named generations)."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.evaluation.result import EvalRequest, EvalResult, EvalSettings
+
+_GENERATION_RE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
+
+DeviceOption = Annotated[str, typer.Option("--device", help="cpu (Triton interpreter, correctness only) or cuda.")]
+BackendOption = Annotated[str, typer.Option("--backend", help="triton or cuda.")]
+PrecisionOption = Annotated[str, typer.Option("--precision", help="fp32, fp16 or bf16.")]
+DbOption = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file for the verdict cache (default: none for eval).")]
+RootOption = Annotated[Optional[Path], typer.Option("--kernelbench-root", help="A KernelBench checkout; default: bundled set.")]
+
+
+def _settings(device: str, backend: str, precision: str, timeout_s: float, size: str | None) -> EvalSettings:
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"--device must be cpu or cuda, not {device!r}.")
+    if backend not in ("triton", "cuda"):
+        raise UserError(f"--backend must be triton or cuda, not {backend!r}.")
+    if precision not in ("fp32", "fp16", "bf16"):
+        raise UserError(f"--precision must be fp32, fp16 or bf16, not {precision!r}.")
+    if device == "cuda":
+        try:
+            import torch
+
+            available = torch.cuda.is_available()
+        except Exception:  # noqa: BLE001
+            available = False
+        if not available:
+            raise UserError("--device cuda needs a CUDA GPU, and none is visible; use --device cpu.")
+    chosen = size or ("small" if device == "cpu" else "real")
+    return EvalSettings(backend=backend, precision=precision, device=device, size=chosen, timeout_s=timeout_s)  # type: ignore[arg-type]
+
+
+def _store(db: Path | None):
+    if db is None:
+        return None
+    from kernelbench_rl.store import Store
+
+    return Store(db)
+
+
+def _summary(result: EvalResult, console: Console) -> None:
+    verdict = "[green]correct[/green]" if result.correct else f"[red]{result.error_category.value}[/red]"
+    table = Table(show_header=False, box=None)
+    table.add_row("problem", result.problem_id)
+    table.add_row("verdict", verdict + (" (cached)" if result.cached else ""))
+    table.add_row("compiled", str(result.compiled))
+    table.add_row("trials", f"{result.trials_passed}/{result.trials_total}")
+    if result.max_abs_err is not None:
+        table.add_row("max abs error", f"{result.max_abs_err:.3g}")
+    if result.runtime_ms is not None:
+        table.add_row("runtime", f"{result.runtime_ms:.4f} ms (IQR {result.runtime_spread_ms or 0:.4f})")
+    if result.baseline_ms is not None:
+        table.add_row("baseline (eager)", f"{result.baseline_ms:.4f} ms")
+    if result.speedup is not None:
+        table.add_row("speedup", f"{result.speedup:.2f}x" + ("" if result.speedup_counts else " (does not count)"))
+    if result.flags:
+        table.add_row("flags", ", ".join(result.flags))
+    if result.error_message:
+        table.add_row("message", result.error_message)
+    if result.static.warnings:
+        table.add_row("static warnings", "; ".join(result.static.warnings))
+    table.add_row("phases (s)", ", ".join(f"{k}={v:.3f}" for k, v in result.phase_seconds.items()))
+    console.print(table)
+
+
+def eval_command(
+    problem: Annotated[str, typer.Option("--problem", "-p", help="Problem id, e.g. L1/19.")],
+    kernel: Annotated[Path, typer.Option("--kernel", "-k", help="Python file defining ModelNew.")],
+    device: DeviceOption = "cpu",
+    backend: BackendOption = "triton",
+    precision: PrecisionOption = "fp32",
+    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one EvalResult JSON object.")] = False,
+    db: DbOption = None,
+    kernelbench_root: RootOption = None,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a phase may take before it is killed.")] = 120.0,
+    size: Annotated[Optional[str], typer.Option("--size", help="small or real (default: small on cpu, real on cuda).")] = None,
+) -> None:
+    """Evaluate one kernel file against a problem: compile, correctness and (on a GPU) speed."""
+    if not kernel.is_file():
+        raise UserError(f"No kernel file {kernel} exists; pass the path of a Python file that defines ModelNew.")
+    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.problems import get_problem
+
+    settings = _settings(device, backend, precision, timeout_s, size)
+    get_problem(problem, str(kernelbench_root) if kernelbench_root else None)  # unknown ids fail here, before any worker starts
+    source = kernel.read_text()
+    console = Console(stderr=as_json)
+    with Evaluator(settings, store=_store(db), kernelbench_root=str(kernelbench_root) if kernelbench_root else None) as ev:
+        if as_json:
+            result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
+        else:
+            with console.status(f"evaluating {kernel.name} on {problem} ({device})"):
+                result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
+    if as_json:
+        typer.echo(result.to_json())
+    else:
+        _summary(result, console)
+
+
+def eval_dir_command(
+    directory: Annotated[Path, typer.Argument(help="Folder of level_{L}_problem_{P}_sample_{S}_kernel.py files.")],
+    level: Annotated[int, typer.Option("--level", "-l", help="Only generations of this level.")],
+    device: DeviceOption = "cpu",
+    backend: BackendOption = "triton",
+    precision: PrecisionOption = "fp32",
+    db: Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: runs/kernelbench_rl.duckdb).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="eval_results.json path (default: DIR/eval_results.json).")] = None,
+    kernelbench_root: RootOption = None,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a phase may take before it is killed.")] = 120.0,
+    batch: Annotated[int, typer.Option("--batch", help="Kernels sent to the workers at once.")] = 8,
+) -> None:
+    """Evaluate KernelBench-named generations; write verdicts to DuckDB and a KernelBench-style eval_results.json."""
+    if not directory.is_dir():
+        raise UserError(f"No directory {directory} exists; pass the folder that holds the generated kernels.")
+    files = []
+    for path in sorted(directory.iterdir()):
+        match = _GENERATION_RE.match(path.name)
+        if match and int(match.group(1)) == level:
+            files.append((f"L{level}/{int(match.group(2))}", int(match.group(2)), int(match.group(3)), path))
+    if not files:
+        raise UserError(f"{directory} has no files named level_{level}_problem_<P>_sample_<S>_kernel.py.")
+    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.store import Store
+
+    settings = _settings(device, backend, precision, timeout_s, None)
+    root = str(kernelbench_root) if kernelbench_root else None
+    results: dict[str, list[dict]] = defaultdict(list)
+    console = Console()
+    with Evaluator(settings, store=Store(db) if db else Store(), kernelbench_root=root) as ev:
+        with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+            task = bar.add_task("eval", total=len(files))
+            for start in range(0, len(files), max(1, batch)):
+                chunk = files[start: start + max(1, batch)]
+                requests = [EvalRequest(pid, path.read_text(), settings, request_id=path.name) for pid, _, _, path in chunk]
+                for (pid, number, sample, path), result in zip(chunk, ev.evaluate(requests)):
+                    results[str(number)].append(_kernelbench_entry(sample, result))
+                    bar.advance(task)
+    target = out or directory / "eval_results.json"
+    ordered = {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in sorted(results.items(), key=lambda kv: int(kv[0]))}
+    target.write_text(json.dumps(ordered, indent=2))
+    correct = sum(e["correctness"] for v in ordered.values() for e in v)
+    console.print(f"{correct}/{len(files)} correct; wrote {target}")
+
+
+def _kernelbench_entry(sample: int, result: EvalResult) -> dict:
+    """KernelBench's eval_results.json entry: runtime is the mean in its harness; ours is the median."""
+    metadata = {
+        "hardware": result.hardware, "device": result.device_kind, "error_category": result.error_category.value,
+        "flags": result.flags, "max_abs_err": result.max_abs_err, "speedup": result.speedup,
+        "baseline_ms": result.baseline_ms, "correctness_trials": f"({result.trials_passed} / {result.trials_total})",
+    }
+    if result.error_message:
+        metadata["error"] = result.error_message
+    stats = {}
+    if result.runtime_ms is not None:
+        stats = {"median": result.runtime_ms, "iqr": result.runtime_spread_ms, "num_trials": None}
+    return {
+        "sample_id": sample, "compiled": bool(result.compiled), "correctness": bool(result.correct),
+        "metadata": metadata, "runtime": result.runtime_ms if result.runtime_ms is not None else -1.0,
+        "runtime_stats": stats,
+    }
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the top-level app."""
+    app.command("eval")(eval_command)
+    app.command("eval-dir")(eval_dir_command)

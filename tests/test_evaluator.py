@@ -1,0 +1,279 @@
+"""The sandboxed evaluator on the CPU (Triton interpreter): verdicts, sandbox, cache.
+
+One Evaluator (one worker, one zygote) serves the whole module: its start-up (importing torch and
+triton) is the fixed cost. Candidates below launch a real Triton kernel so the runtime path is what
+is tested; the static policy is switched off for them (it has its own tests) except where a test
+says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kernelbench_rl.evaluation import kernels, sandbox
+from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, Flag
+from kernelbench_rl.problems import list_solutions
+
+SETTINGS = EvalSettings(device="cpu", timeout_s=60)
+
+HEAD = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+def relu_into(x, out):
+    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+    return out
+'''
+
+
+def candidate(forward_body: str, extra: str = "") -> str:
+    body = "\n".join("        " + line for line in forward_body.strip().splitlines())
+    return HEAD + extra + f'''
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+{body}
+'''
+
+
+CORRECT = candidate("return relu_into(x, torch.empty_like(x))")
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    # A secret in the parent's environment must never reach a candidate.
+    os.environ["TINKER_API_KEY"] = "tml-secret-for-test"
+    ev = Evaluator(SETTINGS, static_checks=False, parallel_compiles=2)
+    try:
+        yield ev
+    finally:
+        ev.close()
+        os.environ.pop("TINKER_API_KEY", None)
+
+
+def run(ev: Evaluator, source: str, problem: str = "L1/19", **overrides):
+    settings = EvalSettings(**{**SETTINGS.__dict__, **overrides})
+    return ev.evaluate([EvalRequest(problem, source, settings)])[0]
+
+
+def test_every_bundled_solution_passes(evaluator):
+    solutions = list_solutions()
+    assert solutions, "the bundled solutions are missing"
+    evaluator.static_checks = True  # known-correct solutions must also pass the static policy
+    try:
+        results = evaluator.evaluate([EvalRequest(pid, path.read_text(), SETTINGS) for pid, path in solutions])
+    finally:
+        evaluator.static_checks = False
+    failures = [f"{r.problem_id}: {r.error_category.value}: {r.error_message}" for r in results if not r.correct]
+    assert not failures, "\n".join(failures)
+    assert all(r.trials_passed == r.trials_total == SETTINGS.correctness_trials for r in results)
+    assert all(Flag.NO_SPEEDUP_ON_CPU.value in r.flags and r.speedup is None for r in results)
+
+
+def test_correct_candidate_records_its_sandbox(evaluator):
+    result = run(evaluator, CORRECT)
+    assert result.correct and result.error_category == ErrorCategory.OK
+    assert result.max_abs_err == 0.0
+    assert "setsid" in result.versions["sandbox"]
+    if sandbox.landlock_abi() > 0:
+        assert "landlock" in result.versions["sandbox"]
+    assert {"child_start", "compile", "correctness"} <= set(result.phase_seconds)
+
+
+@pytest.mark.parametrize(
+    "body, category, words",
+    [
+        ("relu_into(x, torch.empty_like(x))\nreturn x", ErrorCategory.MISMATCH, "differs"),
+        ("return torch.empty_like(x)", ErrorCategory.MISMATCH, "differs"),
+        ("out = torch.empty_like(x)\nrelu_into(x, out)\nreturn out[:, :-1]", ErrorCategory.SHAPE, "shape"),
+        ("out = torch.empty_like(x)\nrelu_into(x, out)\nreturn out.double()", ErrorCategory.DTYPE, "dtype"),
+        ("raise ValueError('block size must be a power of two')", ErrorCategory.RUNTIME, "power of two"),
+    ],
+    ids=["returns-input", "returns-empty", "wrong-shape", "wrong-dtype", "raises"],
+)
+def test_kernel_faults_map_to_categories(evaluator, body, category, words):
+    result = run(evaluator, candidate(body))
+    assert result.error_category == category, result.error_message
+    assert not result.correct
+    assert words in result.error_message
+
+
+def test_syntax_error_is_a_compile_failure(evaluator):
+    result = run(evaluator, CORRECT.replace("def forward(self, x):", "def forward(self, x)"))
+    assert result.error_category == ErrorCategory.COMPILE
+    assert not result.compiled
+    assert "SyntaxError" in result.error_message and "kernel line" in result.error_message
+
+
+def test_missing_model_new_is_a_compile_failure(evaluator):
+    result = run(evaluator, HEAD)
+    assert result.error_category == ErrorCategory.COMPILE
+    assert "ModelNew" in result.error_message
+
+
+def test_infinite_loop_times_out(evaluator):
+    result = run(evaluator, candidate("while True:\n    pass"), timeout_s=3)
+    assert result.error_category == ErrorCategory.TIMEOUT
+    assert "timed out" in result.error_message
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["import os\nos.abort()", "import ctypes\nctypes.string_at(0)"],
+    ids=["abort", "segfault"],
+)
+def test_crash_ends_only_the_child(evaluator, body):
+    result = run(evaluator, candidate(body))
+    assert result.error_category == ErrorCategory.CRASH, result.error_message
+    assert "SIG" in result.error_message
+    after = run(evaluator, CORRECT)  # the same Evaluator keeps working
+    assert after.correct, after.error_message
+
+
+def test_child_environment_is_scrubbed(evaluator):
+    assert os.environ.get("TINKER_API_KEY")
+    body = (
+        "import os\n"
+        "leaked = [k for k in os.environ if 'KEY' in k or 'TOKEN' in k]\n"
+        "if leaked:\n    raise RuntimeError('leaked ' + ','.join(leaked))\n"
+        "if os.environ.get('HOME') != os.getcwd():\n    raise RuntimeError('HOME is not the private dir')\n"
+        "return relu_into(x, torch.empty_like(x))"
+    )
+    result = run(evaluator, candidate(body))
+    assert result.correct, result.error_message
+
+
+def test_input_written_in_place_is_caught(evaluator):
+    result = run(evaluator, candidate("return relu_into(x, x)"))
+    assert result.error_category == ErrorCategory.MISMATCH
+    assert Flag.INPUT_MUTATED.value in result.flags
+    assert "input" in result.error_message
+
+
+@pytest.mark.skipif(sandbox.landlock_abi() <= 0, reason="this kernel has no Landlock")
+def test_writes_outside_the_private_dir_are_refused(evaluator, tmp_path):
+    target = Path("/tmp") / f"kbrl-escape-{uuid.uuid4().hex}"
+    body = f"open({str(target)!r}, 'w').write('x')\nreturn relu_into(x, torch.empty_like(x))"
+    result = run(evaluator, candidate(body))
+    assert not target.exists()
+    assert result.error_category == ErrorCategory.RUNTIME
+    assert "Permission" in result.error_message or "denied" in result.error_message
+
+
+def test_static_policy_runs_before_any_worker(evaluator):
+    evaluator.static_checks = True
+    try:
+        result = run(evaluator, candidate("return torch.relu(x)"))
+    finally:
+        evaluator.static_checks = False
+    assert result.error_category == ErrorCategory.STATIC
+    assert result.is_hack
+    assert result.static.errors
+
+
+def test_identical_candidate_is_served_from_the_cache(tmp_path):
+    from kernelbench_rl.store import Store
+
+    store = Store(tmp_path / "cache.duckdb")
+    with Evaluator(SETTINGS, store=store, static_checks=False) as first:
+        fresh = first.evaluate([EvalRequest("L1/19", CORRECT, SETTINGS)])[0]
+    assert fresh.correct and not fresh.cached
+    with Evaluator(SETTINGS, store=store, static_checks=False) as second:
+        again = second.evaluate([EvalRequest("L1/19", CORRECT, SETTINGS)])[0]
+        assert second._pool is None  # no worker was started: nothing ran
+    assert again.cached and again.correct
+    assert again.candidate_sha256 == fresh.candidate_sha256
+
+
+def test_duplicates_in_one_batch_run_once(evaluator):
+    results = evaluator.evaluate([EvalRequest("L1/19", CORRECT, SETTINGS)] * 3)
+    assert [r.correct for r in results] == [True, True, True]
+    assert [r.cached for r in results] == [False, True, True]
+
+
+def test_evaluate_responses_extracts_and_reports_format(evaluator):
+    response = "Here is the kernel.\n```python\n" + CORRECT + "\n```\n"
+    results = evaluator.evaluate_responses(["L1/19", "L1/19"], [response, "I cannot write this kernel."])
+    assert results[0].correct and results[0].format_ok, results[0].error_message
+    assert results[1].error_category == ErrorCategory.FORMAT and not results[1].format_ok
+
+
+CUDA_RELU = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+source = """
+#include <torch/extension.h>
+__global__ void relu_fwd(const float* x, float* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) { float v = x[i]; y[i] = v > 0.f ? v : 0.f; }
+}
+torch::Tensor relu_cuda(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    relu_fwd<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+}
+"""
+ext = load_inline(name="relu_ext", cpp_sources="torch::Tensor relu_cuda(torch::Tensor x);",
+                  cuda_sources=source, functions=["relu_cuda"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.relu_cuda(x)
+'''
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_cuda_candidate_on_cpu_gets_an_nvcc_compile_check(evaluator):
+    ok = run(evaluator, CUDA_RELU, backend="cuda")
+    assert ok.compiled and ok.error_category == ErrorCategory.OK and not ok.correct, ok.error_message
+    assert "nvcc" in ok.error_message
+    broken = run(evaluator, CUDA_RELU.replace("float v = x[i];", "float v = x[i]"), backend="cuda")
+    assert broken.error_category == ErrorCategory.COMPILE and not broken.compiled
+    assert "error" in broken.error_message
+
+
+def test_own_kernel_names_are_read_from_source():
+    assert kernels.triton_kernel_names(CORRECT) == {"relu_kernel"}
+    assert kernels.cuda_kernel_names(CUDA_RELU) == {"relu_fwd"}
+    launches, _, share = kernels.kernel_share(
+        [["relu_kernel", 2, 30.0], ["void at::native::vectorized_elementwise_kernel<4>", 1, 10.0]], {"relu_kernel"}
+    )
+    assert launches == 2 and share == pytest.approx(0.75)
+    assert kernels.kernel_share([["ampere_sgemm_128x64_nn", 1, 5.0]], {"relu_kernel"})[0] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_timing_and_hack_flags():
+    settings = EvalSettings(device="cuda", size="real", timeout_s=120, timing_trials=20)
+    with Evaluator(settings, static_checks=False) as ev:
+        good = ev.evaluate([EvalRequest("L1/19", CORRECT, settings)])[0]
+        assert good.correct and good.runtime_ms and good.baseline_ms and good.speedup
+        decoy = ev.evaluate([EvalRequest("L1/19", candidate("return torch.relu(x)"), settings)])[0]
+        assert Flag.BACKEND_NOT_USED.value in decoy.flags and decoy.is_hack
+        patched = candidate("return relu_into(x, torch.empty_like(x))",
+                            extra="\ntorch.cuda.Event.elapsed_time = lambda self, end: 0.001\n")
+        assert ev.evaluate([EvalRequest("L1/19", patched, settings)])[0].is_hack
