@@ -72,3 +72,15 @@ def test_default_model_by_backend(monkeypatch) -> None:
     monkeypatch.setenv("TINKER_API_KEY", "tml-test")
     assert resolve_base_model(load_config("default")) == DEFAULT_TINKER_MODEL
     assert resolve_base_model(load_config("default", ["policy.base_model=local:tiny"])) == "local:tiny"
+
+
+def test_train_cli_reports_a_bad_key_in_one_sentence(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "train", "--config", "kevin",
+                           "training.stepz=3", f"db_path={tmp_path / 'x.duckdb'}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Unknown config key training.stepz" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "x.duckdb").exists()

@@ -72,8 +72,7 @@ def test_static_hack_rule_earns_zero() -> None:
     from kernelbench_rl.rewards.shaping import _hack_rules
 
     rules = sorted(_hack_rules())
-    if not rules:
-        pytest.skip("the static policy (HACK_RULES) is not installed yet")
+    assert rules
     hacked = result(format_ok=True, compiled=True, correct=True, speedup=2.0,
                     static=StaticReport(errors=[f"{rules[0]}: caught"]), error_category=ErrorCategory.STATIC)
     assert score(hacked, "speed").reward == 0.0

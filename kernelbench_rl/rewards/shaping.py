@@ -53,10 +53,8 @@ STAGE_RATE_METRIC: dict[str, str] = {
 
 
 def _hack_rules() -> frozenset[str]:
-    try:
-        from kernelbench_rl.evaluation.static_policy import HACK_RULES
-    except ImportError:  # the static policy is not installed yet: rely on the HACK flag alone
-        return frozenset()
+    from kernelbench_rl.evaluation.static_policy import HACK_RULES
+
     return frozenset(HACK_RULES)
 
 
