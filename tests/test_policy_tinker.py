@@ -119,6 +119,10 @@ def test_cookbook_call_sequence(backend: str, tmp_path, monkeypatch: pytest.Monk
     after = resumed.forward([probe], loss_fn="importance_sampling").result()
     torch.testing.assert_close(after.loss_fn_outputs[0]["logprobs"].to_torch(), before.loss_fn_outputs[0]["logprobs"].to_torch())
 
+    # The SDK's older in-place load still works (deprecated in 0.38, hence the warning).
+    with pytest.warns(FutureWarning):
+        training_client.load_state_with_optimizer(state_path).result()
+
     reloaded = service.create_sampling_client(model_path=sampler_path).result()
     params = types.SamplingParams(max_tokens=6, seed=7, stop=[])
     a = sampling_client.sample(prompt=prompts_P[0], num_samples=1, sampling_params=params).result()
