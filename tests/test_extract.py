@@ -169,3 +169,9 @@ def test_strip_reasoning_cases():
     assert strip_reasoning("answer first <think>never closed") == "answer first"
     assert strip_reasoning("<think>never closed") == ""
     assert strip_reasoning("no reasoning at all") == "no reasoning at all"
+
+
+def test_unparsable_code_is_a_format_failure_not_an_exception():
+    result = extract_kernel(fenced("class ModelNew:\n    x = " + "-" * 100_000 + "1"))
+    assert not result.format_ok
+    assert "cannot be parsed" in result.reason or "does not parse" in result.reason

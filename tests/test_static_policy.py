@@ -353,3 +353,18 @@ def test_syntax_error_is_reported_not_raised():
     assert isinstance(report, StaticReport)
     assert report.errors and report.errors[0].startswith("syntax: line 1")
     assert not is_hack(report)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param("x = 1\0", id="null_byte"),
+        pytest.param("x = " + "-" * 100_000 + "1", id="deep_unary"),
+        pytest.param("x = a" + ".a" * 20_000, id="long_attribute_chain"),
+        pytest.param("# padding\n" * 30_000, id="oversized"),
+    ],
+)
+def test_hostile_sources_give_a_report_never_an_exception(source: str):
+    report = check_static(source, "triton")
+    assert report.errors and report.errors[0].split(":")[0] in ("syntax", "structure")
+    assert not is_hack(report)

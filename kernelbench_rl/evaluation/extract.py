@@ -150,6 +150,8 @@ def extract_kernel(response: str, backend: str = "triton") -> Extraction:
         tree = ast.parse(code)
     except SyntaxError as exc:
         return Extraction(code, False, f"the code in the {where} does not parse as Python (line {exc.lineno}: {exc.msg})", backend)
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+        return Extraction(code, False, f"the code in the {where} cannot be parsed ({type(exc).__name__})", backend)
     if not _defines_model_new(tree):
         return Extraction(code, False, f"the code in the {where} does not define class ModelNew", backend)
     problem = _check_backend(tree, backend)

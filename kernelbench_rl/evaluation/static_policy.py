@@ -25,6 +25,7 @@ from kernelbench_rl.evaluation.result import StaticReport
 
 Severity = Literal["error", "warning"]
 MAX_MESSAGES_PER_RULE = 3
+MAX_SOURCE_CHARS = 200_000  # far beyond any real kernel module; bounds the analysis time
 
 # --------------------------------------------------------------------------------------------
 # Vocabulary
@@ -388,13 +389,19 @@ class FunctionScan:
         self.local_aliases: dict[str, str] = {}
         self.local_kinds: dict[str, Kinds] = {}
         self.tensor_names: set[str] = set()
+        # Memo of call results (chained calls would otherwise be re-derived exponentially); reset
+        # whenever the local facts grow.
+        self._call_kinds: dict[int, Kinds] = {}
+        self._call_infos: dict[int, CallInfo] = {}
         if owner is not None and isinstance(fn, ast.FunctionDef) and fn.name == "forward":
             params = args[1:]  # after self, or ctx for autograd functions
             scalar_positions = analysis.scalar_input_positions if owner is analysis.model_new else set()
             self.tensor_names = {p.arg for i, p in enumerate(params)
                                  if i not in scalar_positions and not _annotated_scalar(p.annotation)}
         for _ in range(2):
+            self._call_kinds.clear()
             self._prepass()
+        self._call_kinds.clear()
 
     # -- local names -------------------------------------------------------------------------
     def _prepass(self) -> None:
@@ -456,7 +463,10 @@ class FunctionScan:
         if isinstance(expr, ast.Subscript):
             return self.kinds(expr.value) - {"container"}
         if isinstance(expr, ast.Call):
-            return a.call_result_kinds(expr, self)
+            cached = self._call_kinds.get(id(expr))
+            if cached is None:
+                cached = self._call_kinds[id(expr)] = a.call_result_kinds(expr, self)
+            return set(cached)
         if isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
             out: Kinds = {"container"}
             for elt in expr.elts:
@@ -494,11 +504,17 @@ class FunctionScan:
         if isinstance(expr, ast.Subscript):
             return self.is_tensor(expr.value)
         if isinstance(expr, ast.Call):
-            return "tensor" in a.call_result_kinds(expr, self)
+            return "tensor" in self.kinds(expr)
         return False
 
     # -- calls ---------------------------------------------------------------------------------
     def call_info(self, call: ast.Call) -> CallInfo:
+        info = self._call_infos.get(id(call))
+        if info is None:
+            info = self._call_infos[id(call)] = self._call_info(call)
+        return info
+
+    def _call_info(self, call: ast.Call) -> CallInfo:
         a = self.analysis
         func = call.func
         if isinstance(func, ast.Subscript):
@@ -580,8 +596,10 @@ class Analysis:
         self.backend = backend
         self.precision = precision
         self.tree = ast.parse(source)
+        self.all_nodes: list[ast.AST] = list(ast.walk(self.tree))
         self.parents: dict[int, ast.AST] = {}
-        for node in ast.walk(self.tree):
+        self._references: list[tuple[ast.AST, str]] | None = None
+        for node in self.all_nodes:
             for child in ast.iter_child_nodes(node):
                 self.parents[id(child)] = node
         self.imports = collect_imports(self.tree)
@@ -597,8 +615,9 @@ class Analysis:
         self.scalar_input_positions = scalar_input_positions(reference_source)
         self.model_new: ClassInfo | None = None
         self.extension_calls = extension_load_calls(self.tree, self.resolver)
+        self.raw_cuda_sources = cuda_source_strings(self.tree)
         self.extension_functions = self._extension_function_names()
-        self.cuda_sources = [strip_cpp_comments(s) for s in cuda_source_strings(self.tree)]
+        self.cuda_sources = [strip_cpp_comments(s) for s in self.raw_cuda_sources]
         self.module_kinds: dict[str, Kinds] = {}
         self._module_scan = _ModuleScope(self)
         for _ in range(2):
@@ -612,7 +631,7 @@ class Analysis:
     # -- module level ----------------------------------------------------------------------------
     def _module_defined_names(self) -> set[str]:
         names: set[str] = set()
-        for node in ast.walk(self.tree):
+        for node in self.all_nodes:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -694,7 +713,7 @@ class Analysis:
             for kw in call.keywords:
                 if kw.arg == "functions" and isinstance(kw.value, (ast.List, ast.Tuple)):
                     names |= {e.value for e in kw.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-        for text in cuda_source_strings(self.tree):
+        for text in self.raw_cuda_sources:
             names |= set(re.findall(r"\bm\.def\(\s*\"(\w+)\"", text))
         return names
 
@@ -707,7 +726,7 @@ class Analysis:
                     if isinstance(target, ast.Name) and kinds:
                         self.module_kinds.setdefault(target.id, set()).update(kinds)
         # `global ext; ext = load_inline(...)` inside a function: the global is an extension too.
-        for node in ast.walk(self.tree):
+        for node in self.all_nodes:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.value in self.extension_calls:
                 for target in node.targets:
                     if isinstance(target, ast.Name):
@@ -953,7 +972,7 @@ class Analysis:
     def _hook_functions(self) -> list[tuple[ast.AST, ClassInfo | None]]:
         """Functions registered as module hooks run inside forward: they are part of the path."""
         out: list[tuple[ast.AST, ClassInfo | None]] = []
-        for node in ast.walk(self.tree):
+        for node in self.all_nodes:
             if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)) and node.args):
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
@@ -1030,16 +1049,18 @@ class Analysis:
     # -- whole-module references ----------------------------------------------------------------------
     def references(self) -> Iterator[tuple[ast.AST, str]]:
         """(node, library path) for every maximal name/attribute chain and every import."""
-        for node, name in self.imports.imported:
-            yield node, name
-        for node in ast.walk(self.tree):
-            if isinstance(node, (ast.Name, ast.Attribute)):
-                parent = self.parents.get(id(node))
-                if isinstance(parent, ast.Attribute) and parent.value is node:
-                    continue
-                qn = self.resolver.qualname(node)
-                if qn is not None:
-                    yield node, qn
+        if self._references is None:
+            found: list[tuple[ast.AST, str]] = list(self.imports.imported)
+            for node in self.all_nodes:
+                if isinstance(node, (ast.Name, ast.Attribute)):
+                    parent = self.parents.get(id(node))
+                    if isinstance(parent, ast.Attribute) and parent.value is node:
+                        continue
+                    qn = self.resolver.qualname(node)
+                    if qn is not None:
+                        found.append((node, qn))
+            self._references = found
+        return iter(self._references)
 
     def used_references(self) -> Iterator[tuple[ast.AST, str]]:
         """Like references(), without the import statements themselves (importing alone is harmless)."""
@@ -1193,9 +1214,9 @@ def _reference_reuse(a: Analysis) -> list[Finding]:
                 found.append((_line(a.classes[cls].node), f"{cls} inherits from the reference {base}; write your own module"))
     # Any other use of the reference (building, calling, `Model.forward(self, x)`, patching ModelNew later),
     # except inside a copy of the reference itself and the `if __name__ == "__main__"` test block.
-    copies = [n for n in ast.walk(a.tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name in a.reference_names]
+    copies = [n for n in a.all_nodes if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name in a.reference_names]
     inside_copy = {id(inner) for copy in copies for inner in ast.walk(copy)}
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and is_reference(node.id)):
             continue
         if id(node) in inside_copy or id(node) in a.main_guard_ids:
@@ -1225,7 +1246,7 @@ def _cuda_streams(a: Analysis) -> list[Finding]:
     for node, qn in a.references():
         if a.classify_torch(qn) == "stream":
             found.append((_line(node), f"{qn}: side streams escape the timer; use the current stream"))
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("record_stream", "wait_stream"):
             found.append((_line(node), f".{node.func.attr}(): side streams are not allowed"))
     for text in a.cuda_sources:
@@ -1246,7 +1267,7 @@ def _cuda_graphs(a: Analysis) -> list[Finding]:
 
 
 def _assigned_attribute_targets(a: Analysis) -> Iterator[tuple[ast.AST, ast.AST]]:
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 for t in ast.walk(target):
@@ -1273,7 +1294,7 @@ def _monkey_patching(a: Analysis) -> list[Finding]:
             elif isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) and holder.func.id in ("vars", "globals"):
                 if holder.func.id == "globals" or (holder.args and a.resolver.qualname(holder.args[0])):
                     found.append((_line(stmt), f"writes {ast.unparse(holder)}[...]: patching is not allowed"))
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") and node.args:
             if a.resolver.qualname(node.args[0]) is not None:
                 found.append((_line(node), f"{node.func.id} on {ast.unparse(node.args[0])}: patching library code is not allowed"))
@@ -1292,7 +1313,7 @@ def _introspection(a: Analysis) -> list[Finding]:
     for node, qn in a.references():
         if under_any(qn, INTROSPECTION_MODULES) or under_any(qn, INTROSPECTION_NAMES):
             found.append((_line(node), f"{qn}: snooping on the interpreter (gc/inspect/ctypes/frames) is not allowed"))
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if isinstance(node, ast.Attribute) and node.attr in FRAME_ATTRIBUTES:
             found.append((_line(node), f".{node.attr}: frame/closure snooping is not allowed"))
     return found
@@ -1303,7 +1324,7 @@ def _process_control(a: Analysis) -> list[Finding]:
     for node, qn in a.references():
         if under_any(qn, PROCESS_MODULES) or under_any(qn, PROCESS_NAMES):
             found.append((_line(node), f"{qn}: subprocesses, network and process control are not allowed"))
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exit", "quit") and node.func.id not in a.defined_names:
             found.append((_line(node), f"{node.func.id}(): ending the process is not allowed"))
     for text in a.cuda_sources:
@@ -1336,7 +1357,7 @@ def _file_write(a: Analysis) -> list[Finding]:
     for node, qn in a.references():
         if under_any(qn, FILE_WRITE_NAMES):
             found.append((_line(node), f"{qn}: writing files is not allowed"))
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if not isinstance(node, ast.Call):
             continue
         if _is_open_call(a, node):
@@ -1357,7 +1378,7 @@ def _file_access(a: Analysis) -> list[Finding]:
     for node, qn in a.used_references():
         if under_any(qn, FILE_READ_NAMES):
             found.append((_line(node), f"{qn}: the kernel should not need the filesystem"))
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if isinstance(node, ast.Call):
             if _is_open_call(a, node) and not any(c in (_open_mode(node) or "r") for c in "wax+?"):
                 found.append((_line(node), "open(): the kernel should not read files"))
@@ -1418,7 +1439,7 @@ def _backend_not_used(a: Analysis) -> list[Finding]:
 
 def _unused_kernel(a: Analysis) -> list[Finding]:
     used: set[str] = set()
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in a.jit_kernels:
             used.add(node.id)
     found = [(_line(fn), f"@triton.jit kernel {name} is defined but never used") for name, fn in a.jit_kernels.items() if name not in used]
@@ -1464,7 +1485,7 @@ def _dynamic_code(a: Analysis) -> list[Finding]:
     for node, qn in a.references():
         if under_any(qn, DYNAMIC_CODE_MODULES) or under_any(qn, DYNAMIC_CODE_NAMES):
             found.append((_line(node), f"{qn}: dynamic code loading is not allowed"))
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if isinstance(node, ast.Attribute) and node.attr == "__dict__" and a.resolver.qualname(node.value) is not None:
             found.append((_line(node), f"{ast.unparse(node)} looks functions up by computed name"))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -1509,7 +1530,7 @@ def _precision_downgrade(a: Analysis) -> list[Finding]:
 
 def _stdout_output(a: Analysis) -> list[Finding]:
     found: list[Finding] = []
-    for node in ast.walk(a.tree):
+    for node in a.all_nodes:
         if id(node) in a.main_guard_ids:
             continue
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print" and "print" not in a.defined_names:
@@ -1632,15 +1653,26 @@ HACK_RULES: frozenset[str] = frozenset({
 def check_static(source: str, backend: str, *, reference_source: str | None = None, precision: str = "fp32") -> StaticReport:
     """Run every rule on a candidate module; errors and warnings are "rule_name: message" lines."""
     report = StaticReport()
+    if len(source) > MAX_SOURCE_CHARS:
+        report.errors.append(f"structure: the module is {len(source)} characters; keep it under {MAX_SOURCE_CHARS}")
+        return report
     try:
         analysis = Analysis(source, backend, reference_source, precision)
     except SyntaxError as exc:
-        report.errors.append(f"syntax: line {exc.lineno}: {exc.msg}")
+        report.errors.append(f"syntax: line {exc.lineno}: {exc.msg}" if exc.lineno else f"syntax: {exc.msg}")
+        return report
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+        report.errors.append(f"syntax: the module cannot be parsed ({type(exc).__name__})")
         return report
     for rule in RULES:
         if backend not in rule.backends:
             continue
-        findings = rule.check(analysis)
+        try:
+            findings = rule.check(analysis)
+        except RecursionError:
+            # Our fault, not the candidate's: say so without failing the kernel (the sandbox still judges it).
+            report.warnings.append(f"policy_error: rule {rule.name} could not analyse this module")
+            continue
         messages: list[str] = []
         for line, message in sorted(set(findings)):
             text = f"line {line}: {message}" if line else message
