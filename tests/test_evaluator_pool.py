@@ -1,0 +1,79 @@
+"""The worker pool: a killed worker is replaced, its request retried, never blamed on the kernel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.pool import WorkerPool
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
+from kernelbench_rl.evaluation.sandbox import is_secret_name, scrubbed_env
+from kernelbench_rl.problems import get_problem, load_solution
+
+SETTINGS = EvalSettings(device="cpu", timeout_s=60)
+RELU = load_solution(get_problem("L1/19"))
+SLOW_RELU = RELU.replace("x = x.contiguous()", "import time\n        time.sleep(4)\n        x = x.contiguous()")
+
+
+def test_killed_worker_is_replaced_and_the_request_retried():
+    with Evaluator(SETTINGS, static_checks=False) as ev:
+        ev.start()
+        first_pid = ev.pool.worker_pids[0]
+        box: dict = {}
+        thread = threading.Thread(target=lambda: box.update(r=ev.evaluate([EvalRequest("L1/19", SLOW_RELU, SETTINGS)])))
+        thread.start()
+        time.sleep(2.5)  # the request is in flight (the candidate sleeps in forward)
+        os.kill(first_pid, signal.SIGKILL)
+        thread.join(timeout=240)
+        assert not thread.is_alive()
+        result = box["r"][0]
+        # Retried on the replacement worker, so it passes; a lost worker is never a kernel fault.
+        assert result.error_category in (ErrorCategory.OK, ErrorCategory.INFRA), result.error_message
+        assert not result.error_category.is_kernel_fault
+        assert ev.pool.worker_pids and ev.pool.worker_pids[0] != first_pid
+        again = ev.evaluate([EvalRequest("L1/19", RELU, SETTINGS)])[0]
+        assert again.correct, again.error_message
+
+
+def test_a_worker_that_cannot_start_gives_infra_not_a_kernel_fault():
+    # A CUDA worker on a machine without a GPU fails at start-up, every time.
+    pool = WorkerPool("cuda", num_workers=1, max_restarts=1)
+    try:
+        import dataclasses
+
+        payload = {
+            "problem_id": "L1/19", "candidate_source": RELU, "candidate_sha256": "x",
+            "settings": dataclasses.asdict(SETTINGS), "problem_source": get_problem("L1/19").source_for("small"),
+            "baseline": None,
+        }
+        import torch
+
+        if torch.cuda.is_available():
+            return  # this test is about machines without a GPU
+        answer = pool.submit(payload, timeout_s=30).result(timeout=240)
+        assert "infra" in answer
+    finally:
+        pool.close()
+
+
+def test_results_come_back_in_request_order_with_parallel_children():
+    wrong = RELU.replace("tl.maximum(x, 0.0)", "x")
+    requests = [EvalRequest("L1/19", src, SETTINGS) for src in (RELU, wrong, RELU + "\n# b\n", wrong + "\n# b\n")]
+    with Evaluator(SETTINGS, static_checks=False, parallel_compiles=2) as ev:
+        results = ev.evaluate(requests)
+    assert [r.correct for r in results] == [True, False, True, False]
+    assert [r.candidate_sha256 for r in results] == [r.candidate_sha256 for r in requests]
+
+
+def test_scrubbed_env_drops_secrets_and_keeps_what_cuda_needs():
+    env = scrubbed_env(
+        {"PATH": "/bin", "TINKER_API_KEY": "tml-x", "HF_TOKEN": "hf", "AWS_SECRET_ACCESS_KEY": "a",
+         "CUDA_VISIBLE_DEVICES": "1", "TRITON_CACHE_DIR": "/c", "MY_PASSWORD": "p", "TRITON_API_TOKEN": "t",
+         "RANDOM_THING": "r"},
+        HOME="/tmp/h",
+    )
+    assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "1", "TRITON_CACHE_DIR": "/c", "HOME": "/tmp/h"}
+    assert is_secret_name("github_token") and not is_secret_name("CUDA_HOME")
