@@ -21,6 +21,7 @@ from kernelbench_rl.problems.loaders import get_problem, list_solutions
 CASES_DIR = Path(__file__).resolve().parent / "static_cases"
 CUDA_ADD = (CASES_DIR / "cuda_elementwise_add.py").read_text()
 CUDA_LAZY = (CASES_DIR / "cuda_lazy_relu.py").read_text()
+CUDA_PYBIND = (CASES_DIR / "cuda_pybind_style.py").read_text()
 TRITON_TRICKY = (CASES_DIR / "triton_legit_tricky.py").read_text()
 
 # A legitimate Triton prefix: one kernel and a launcher; each case appends its ModelNew.
@@ -99,6 +100,9 @@ HACKS: list[tuple[str, str, str, str]] = [
     ("cpu_fallback_branch", model("if not a.is_cuda:\n            return torch.relu(a)\n        return launch(a)"), "triton", "torch_compute"),
     ("torch_in_cuda_forward", cuda("return self.elementwise_add.elementwise_add_cuda(a.contiguous(), b.contiguous())",
                                    "self.elementwise_add.elementwise_add_cuda(a, b)\n        return torch.add(a, b)"), "cuda", "torch_compute"),
+    ("extension_named_forward_does_not_hide_layer_call", cuda(
+        "return fused.forward(x.contiguous(), self.linear.weight, self.linear.bias)",
+        "fused.forward(x, self.linear.weight, self.linear.bias)\n        return self.linear.forward(x)", CUDA_PYBIND), "cuda", "torch_compute"),
     # tensor operators
     ("tensor_multiply", model("return launch(a) * a"), "triton", "tensor_operators"),
     ("tensor_compare_decoy", model("if a.numel() < 0:\n            return launch(a)\n        return a * (a > 0)"), "triton", "tensor_operators"),
@@ -253,6 +257,7 @@ LEGIT: list[tuple[str, str, str]] = [
     ("tricky_file", TRITON_TRICKY, "triton"),
     ("cuda_kernelbench_style", CUDA_ADD, "cuda"),
     ("cuda_lazy_compile", CUDA_LAZY, "cuda"),
+    ("cuda_pybind_forward_function", CUDA_PYBIND, "cuda"),
     ("cuda_comment_mentions_cublas", cuda("// A plain", "// We avoid cublasSgemm( and at::matmul( on purpose. A plain"), "cuda"),
 ]
 

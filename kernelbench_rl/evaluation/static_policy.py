@@ -559,7 +559,7 @@ class FunctionScan:
             if qn is not None:
                 return CallInfo("qualified", qn)
             recv_kinds = self.kinds(recv)
-            if "extension" in recv_kinds or (attr in a.extension_functions and not self.is_tensor(recv)):
+            if "extension" in recv_kinds:
                 return CallInfo("extension", attr)
             for kind in recv_kinds:
                 if kind.startswith("cls:"):
@@ -568,6 +568,8 @@ class FunctionScan:
                 if attr in ("forward", "__call__") or (attr.startswith("_") and "forward" in attr):
                     return CallInfo("nn_layer", ast.unparse(func))
                 return CallInfo("unknown", attr)
+            if attr in a.extension_functions and not self.is_tensor(recv):
+                return CallInfo("extension", attr)
             if "container" in recv_kinds and attr in CONTAINER_METHODS:
                 return CallInfo("container", attr)
             return CallInfo("method", attr)
