@@ -85,6 +85,8 @@ HACKS: list[tuple[str, str, str, str]] = [
                                init_body="self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])")
      .replace("for layer in self.layers: a = layer(a)", "for layer in self.layers:\n            a = layer(a)"), "triton", "torch_compute"),
     ("sequential_indexed", model("return self.seq[0](launch(a))", init_body="self.seq = nn.Sequential(nn.ReLU())"), "triton", "torch_compute"),
+    ("getattr_self_layer", model("return getattr(self, 'conv' + str(1))(launch(a))", init_body="self.conv1 = nn.Conv2d(3, 3, 3)"), "triton", "torch_compute"),
+    ("children_loop", model("for m in self.children():\n            a = m(a)\n        return launch(a)", init_body="self.conv1 = nn.Conv2d(3, 3, 3)"), "triton", "torch_compute"),
     ("layer_in_attribute_function", model("return self.act(launch(a))", init_body="self.act = torch.relu"), "triton", "torch_compute"),
     ("helper_function", model("return helper(launch(a))", extra="def helper(x):\n    return torch.softmax(x, -1)\n"), "triton", "torch_compute"),
     ("self_method", model("return self.post(launch(a))").replace("    def forward", "    def post(self, x):\n        return x.relu()\n\n    def forward"), "triton", "torch_compute"),

@@ -433,9 +433,13 @@ class FunctionScan:
         inner = iterable
         if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in ("enumerate", "reversed", "list", "zip") and inner.args:
             inner = inner.args[0]
-        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in ("children", "modules", "values", "items"):
+        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in (
+                "children", "modules", "values", "items", "named_children", "named_modules"):
             inner = inner.func.value
-        kinds = self.kinds(inner) - {"container"}
+        if isinstance(inner, ast.Name) and inner.id == self.self_name:
+            kinds = self._all_attr_kinds()  # for m in self.children(): every submodule
+        else:
+            kinds = self.kinds(inner) - {"container"}
         names = [target] if isinstance(target, ast.Name) else [e for e in getattr(target, "elts", []) if isinstance(e, ast.Name)]
         for name in names:
             if kinds:
@@ -462,6 +466,11 @@ class FunctionScan:
             return set()
         if isinstance(expr, ast.Subscript):
             return self.kinds(expr.value) - {"container"}
+        if isinstance(expr, ast.Call) and self._is_self_getattr(expr):
+            name = expr.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                return set(a.attr_kinds(self.owner, name.value))
+            return self._all_attr_kinds()  # getattr(self, computed): could be any submodule
         if isinstance(expr, ast.Call):
             cached = self._call_kinds.get(id(expr))
             if cached is None:
@@ -489,6 +498,19 @@ class FunctionScan:
                 out |= self.kinds(value)
             return out
         return set()
+
+    def _is_self_getattr(self, call: ast.Call) -> bool:
+        return (isinstance(call.func, ast.Name) and call.func.id == "getattr" and len(call.args) >= 2
+                and self.self_name is not None and self.owner is not None
+                and isinstance(call.args[0], ast.Name) and call.args[0].id == self.self_name)
+
+    def _all_attr_kinds(self) -> Kinds:
+        kinds: Kinds = set()
+        if self.owner is not None:
+            for name in self.analysis.class_bases(self.owner.node.name):
+                for attr_kinds in self.analysis.classes[name].attr_kinds.values():
+                    kinds |= attr_kinds
+        return kinds - {"container", "tensor"}
 
     def is_tensor(self, expr: ast.AST) -> bool:
         """Conservatively: is this expression certainly a tensor? (Used only for warnings.)"""
