@@ -87,6 +87,8 @@ HACKS: list[tuple[str, str, str, str]] = [
     ("sequential_indexed", model("return self.seq[0](launch(a))", init_body="self.seq = nn.Sequential(nn.ReLU())"), "triton", "torch_compute"),
     ("getattr_self_layer", model("return getattr(self, 'conv' + str(1))(launch(a))", init_body="self.conv1 = nn.Conv2d(3, 3, 3)"), "triton", "torch_compute"),
     ("children_loop", model("for m in self.children():\n            a = m(a)\n        return launch(a)", init_body="self.conv1 = nn.Conv2d(3, 3, 3)"), "triton", "torch_compute"),
+    ("setattr_computed_name", model("return self.c1(launch(a))", init_body="for i in range(2):\n            setattr(self, f'c{i}', nn.Conv2d(3, 3, 3))"), "triton", "torch_compute"),
+    ("add_module_layer", model("return self.act(launch(a))", init_body="self.add_module('act', nn.ReLU())"), "triton", "torch_compute"),
     ("layer_in_attribute_function", model("return self.act(launch(a))", init_body="self.act = torch.relu"), "triton", "torch_compute"),
     ("helper_function", model("return helper(launch(a))", extra="def helper(x):\n    return torch.softmax(x, -1)\n"), "triton", "torch_compute"),
     ("self_method", model("return self.post(launch(a))").replace("    def forward", "    def post(self, x):\n        return x.relu()\n\n    def forward"), "triton", "torch_compute"),
@@ -251,6 +253,7 @@ LEGIT: list[tuple[str, str, str]] = [
         "B, C = a.shape[0], a.size(1); a = a.contiguous().view(B, -1).reshape(B, C, -1).permute(0, 2, 1).flatten(1); "
         "out = torch.empty((B, C), device=a.device, dtype=a.dtype); z = torch.zeros_like(out); "
         "assert a.dim() == 2 and a.stride(1) == 1 and a.dtype == torch.float32; return launch(a)"), "triton"),
+    ("setattr_holders_weight_read", model("w = self.c1.weight; return launch(a)", init_body="for i in range(2):\n            setattr(self, f'c{i}', nn.Conv2d(3, 3, 3))"), "triton"),
     ("python_containers", model("seen = set(); seen.add(a.shape[0]); order = []; order.append(1); order.sort(); return launch(a)"), "triton"),
     ("scalar_input_annotated", model("y = launch(a); t = s * 2; return y", params="a, s: float"), "triton"),
     ("main_block_uses_reference", model("return launch(a)") + (

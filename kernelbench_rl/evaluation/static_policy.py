@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -262,7 +263,7 @@ def is_triton_jit(fn: ast.AST, resolver: Resolver) -> bool:
     for deco in fn.decorator_list:
         target = deco.func if isinstance(deco, ast.Call) else deco
         qn = resolver.qualname(target)
-        if qn in ("triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit", "triton.runtime.jit"):
+        if qn in ("triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit"):
             return True
     return False
 
@@ -277,7 +278,7 @@ def _docstring_nodes(tree: ast.AST) -> set[int]:
     return ids
 
 
-_CPP_MARKERS = ("__global__", "#include", "torch::", "at::", "PYBIND11", "<<<", "__device__", "cuda")
+_CPP_MARKERS = ("__global__", "#include", "torch::", "at::", "PYBIND11", "<<<")
 
 
 def cuda_source_strings(tree: ast.AST) -> list[str]:
@@ -287,7 +288,7 @@ def cuda_source_strings(tree: ast.AST) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             text = node.value
-            if any(marker in text for marker in _CPP_MARKERS[:6]):
+            if any(marker in text for marker in _CPP_MARKERS):
                 found.append(text)
     return found
 
@@ -328,13 +329,19 @@ class ClassInfo:
 
 @dataclass
 class CallInfo:
-    kind: str  # torch | qualified | nn_layer | torch_fn | kernel_launch | extension | self_method | function |
-    #            construct | instance | class_attr | super_method | container | method | builtin | unknown
+    # qualified (a library path) | nn_layer | torch_fn | kernel_launch | kernel_call | extension | self_method |
+    # function | construct | instance | class_attr | super_method | container | method | builtin | unknown
+    kind: str
     name: str = ""
     target: tuple[str, str] | None = None  # (class name, method name) to follow
 
 
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list", "dict", "complex"})
+
+
+def _constant_name(expr: ast.expr) -> str:
+    """The attribute name a setattr/add_module call uses, or "*" when it is computed."""
+    return expr.value if isinstance(expr, ast.Constant) and isinstance(expr.value, str) else "*"
 
 
 def _annotated_scalar(annotation: ast.expr | None) -> bool:
@@ -513,7 +520,7 @@ class FunctionScan:
         return kinds - {"container", "tensor"}
 
     def is_tensor(self, expr: ast.AST) -> bool:
-        """Conservatively: is this expression certainly a tensor? (Used only for warnings.)"""
+        """Whether the expression is certainly a tensor (a forward input, a parameter, a torch result)."""
         a = self.analysis
         if isinstance(expr, ast.Name):
             return expr.id in self.tensor_names
@@ -677,9 +684,9 @@ class Analysis:
 
     def _module_statements(self) -> Iterator[ast.stmt]:
         """Module-level statements, looking inside top-level if/try/with blocks."""
-        stack = list(self.tree.body)
+        stack = collections.deque(self.tree.body)
         while stack:
-            node = stack.pop(0)
+            node = stack.popleft()
             if isinstance(node, (ast.If, ast.Try, ast.With)) or type(node).__name__ == "TryStar":
                 for attr in ("body", "orelse", "finalbody"):
                     stack.extend(getattr(node, attr, []) or [])
@@ -775,7 +782,8 @@ class Analysis:
                                     kinds.add("tensor")
                                 info.attr_kinds.setdefault(target.attr, set()).update(kinds)
                         continue
-                    # self.layers.append(nn.Linear(...)); self.add_module("fc", nn.Linear(...))
+                    # self.layers.append(nn.Linear(...)); self.add_module("fc", nn.Linear(...));
+                    # setattr(self, name, nn.Linear(...)). A computed name is stored under "*" (any attribute).
                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
                         holder = node.func.value
                         if node.func.attr in ("append", "extend", "insert", "add_module", "register_module", "register_parameter", "register_buffer"):
@@ -783,11 +791,14 @@ class Analysis:
                             if isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == scan.self_name:
                                 attr = holder.attr
                             elif isinstance(holder, ast.Name) and holder.id == scan.self_name and len(node.args) >= 2:
-                                if isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                                    attr = node.args[0].value
+                                attr = _constant_name(node.args[0])
+                    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                          and len(node.args) >= 3 and isinstance(node.args[0], ast.Name) and node.args[0].id == scan.self_name):
+                        value = node.args[2]
+                        attr = _constant_name(node.args[1])
                     if attr is not None and value is not None:
                         kinds = scan.kinds(value)
-                        if node.func.attr in ("register_parameter", "register_buffer"):
+                        if isinstance(node.func, ast.Attribute) and node.func.attr in ("register_parameter", "register_buffer"):
                             kinds.add("tensor")
                         info.attr_kinds.setdefault(attr, set()).update(kinds)
         for stmt in info.node.body:  # class attributes: `act = staticmethod(torch.relu)` etc.
@@ -821,6 +832,7 @@ class Analysis:
         kinds: Kinds = set()
         for name in self.class_bases(owner.node.name):
             kinds |= self.classes[name].attr_kinds.get(attr, set())
+            kinds |= self.classes[name].attr_kinds.get("*", set()) - {"tensor"}  # setattr(self, computed, ...)
         return kinds
 
     def _find_model_new(self) -> ClassInfo | None:
