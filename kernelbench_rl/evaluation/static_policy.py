@@ -339,6 +339,14 @@ class CallInfo:
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list", "dict", "complex"})
 
 
+_SUBMODULE_ADDERS = ("append", "extend", "insert", "add_module", "register_module", "register_parameter",
+                     "register_buffer")
+
+
+def _is_self_attribute(expr: ast.AST, self_name: str | None) -> bool:
+    return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == self_name
+
+
 def _constant_name(expr: ast.expr) -> str:
     """The attribute name a setattr/add_module call uses, or "*" when it is computed."""
     return expr.value if isinstance(expr, ast.Constant) and isinstance(expr.value, str) else "*"
@@ -438,7 +446,8 @@ class FunctionScan:
 
     def _bind_iter(self, target: ast.AST, iterable: ast.AST) -> None:
         inner = iterable
-        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in ("enumerate", "reversed", "list", "zip") and inner.args:
+        wrappers = ("enumerate", "reversed", "list", "zip")
+        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in wrappers and inner.args:
             inner = inner.args[0]
         if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in (
                 "children", "modules", "values", "items", "named_children", "named_modules"):
@@ -776,7 +785,7 @@ class Analysis:
                     if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                         for target in targets:
-                            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == scan.self_name:
+                            if _is_self_attribute(target, scan.self_name):
                                 kinds = scan.kinds(node.value)
                                 if scan.is_tensor(node.value):
                                     kinds.add("tensor")
@@ -786,9 +795,9 @@ class Analysis:
                     # setattr(self, name, nn.Linear(...)). A computed name is stored under "*" (any attribute).
                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
                         holder = node.func.value
-                        if node.func.attr in ("append", "extend", "insert", "add_module", "register_module", "register_parameter", "register_buffer"):
+                        if node.func.attr in _SUBMODULE_ADDERS:
                             value = node.args[-1]
-                            if isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == scan.self_name:
+                            if _is_self_attribute(holder, scan.self_name):
                                 attr = holder.attr
                             elif isinstance(holder, ast.Name) and holder.id == scan.self_name and len(node.args) >= 2:
                                 attr = _constant_name(node.args[0])
@@ -940,7 +949,9 @@ class Analysis:
                         inner |= scope.kinds(arg)
                     return inner - {"container"}
                 return {"nn_layer"}
-            if category in ("compute", "data_movement") or (category == "allowed" and qn.split(".")[-1] in TORCH_ALLOWED_FUNCTIONS and qn.count(".") == 1 and qn.split(".")[-1][:1].islower()):
+            allocates = category == "allowed" and qn.count(".") == 1 and qn.split(".")[1] in TORCH_ALLOWED_FUNCTIONS \
+                and qn.split(".")[1][:1].islower()
+            if category in ("compute", "data_movement") or allocates:
                 return {"tensor"}
             return set()
         if isinstance(func, ast.Name) and func.id in ("list", "set", "dict", "sorted", "tuple"):
@@ -1361,7 +1372,8 @@ def _process_control(a: Analysis) -> list[Finding]:
         if under_any(qn, PROCESS_MODULES) or under_any(qn, PROCESS_NAMES):
             found.append((_line(node), f"{qn}: subprocesses, network and process control are not allowed"))
     for node in a.all_nodes:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exit", "quit") and node.func.id not in a.defined_names:
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exit", "quit")
+                and node.func.id not in a.defined_names):
             found.append((_line(node), f"{node.func.id}(): ending the process is not allowed"))
     for text in a.cuda_sources:
         if re.search(r"\b(system|popen|execv\w*|fork)\s*\(", text):
@@ -1506,7 +1518,8 @@ def _library_call(a: Analysis) -> list[Finding]:
             name = match.group(1)
             if name in _CPP_ALLOWED_TORCH:
                 continue
-            if name in COMPUTE_NAMES or name.startswith("_") or "native::" in match.group(0) or "functional::" in match.group(0) or "blas::" in match.group(0):
+            qualified = match.group(0)
+            if name in COMPUTE_NAMES or name.startswith("_") or any(ns in qualified for ns in ("native::", "functional::", "blas::")):
                 found.append((0, f"{match.group(0).rstrip('( ')} in the CUDA source computes in PyTorch; write it in your kernel"))
         for match in _CPP_TENSOR_METHOD.finditer(text):
             found.append((0, f".{match.group(1)}() on a tensor in the CUDA source computes in PyTorch"))
@@ -1550,9 +1563,12 @@ def _precision_downgrade(a: Analysis) -> list[Finding]:
             elif isinstance(node, ast.Call) and a.resolver.qualname(node.func) == "triton.language.dot":
                 for kw in node.keywords:
                     value = kw.value.value if isinstance(kw.value, ast.Constant) else None
-                    if (kw.arg == "input_precision" and isinstance(value, str) and value.startswith("tf32")) or (kw.arg == "allow_tf32" and value is True):
+                    tf32 = (kw.arg == "input_precision" and isinstance(value, str) and value.startswith("tf32")) \
+                        or (kw.arg == "allow_tf32" and value is True)
+                    if tf32:
                         found.append((_line(node), "tl.dot in TF32 in an fp32 problem: use input_precision=\"ieee\""))
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("half", "bfloat16") and not node.args:
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("half", "bfloat16")
+                  and not node.args):
                 if a.resolver.qualname(node.func) is None:
                     found.append((_line(node), f".{node.func.attr}() in an fp32 problem: keep fp32 precision"))
     for node, qn in a.used_references():
@@ -1613,7 +1629,8 @@ def _tensor_operators(a: Analysis) -> list[Finding]:
         if isinstance(node, ast.BinOp) and isinstance(node.op, _ARITHMETIC):
             if scan.is_tensor(node.left) or scan.is_tensor(node.right):
                 report(node)
-        elif isinstance(node, ast.AugAssign) and isinstance(node.op, _ARITHMETIC) and (scan.is_tensor(node.target) or scan.is_tensor(node.value)):
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, _ARITHMETIC) and (
+                scan.is_tensor(node.target) or scan.is_tensor(node.value)):
             report(node)
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Invert)) and scan.is_tensor(node.operand):
             report(node)
