@@ -145,6 +145,8 @@ def run(args: argparse.Namespace) -> dict:
             plan = [(pid, Path(path).read_text(), "solution", "triton") for pid, path in items]
             if name == "default":
                 plan = [(("L1/19"), src, label, "triton") for label, src in HACKS.items()] + plan
+                if args.limit:
+                    plan = plan[: len(HACKS) + args.limit]
             batch_t = time.perf_counter()
             for pid, source, label, backend in plan:
                 if time.monotonic() - started > (args.budget_s if name != "default" else args.budget_s - args.reserve_s):
@@ -182,6 +184,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--compare-uid", action="store_true", help="also run a subset without dropping root")
     parser.add_argument("--subset", type=int, default=4)
+    parser.add_argument("--limit", type=int, default=0, help="only this many solutions after the hacks (0: all)")
     parser.add_argument("--reserve-s", type=float, default=0, help="seconds kept for the second configuration")
     parser.add_argument("--cuda", action="store_true", help="also evaluate a load_inline CUDA candidate (~60 s build)")
     parser.add_argument("--out", default="gpu_evaluator_smoke.json")

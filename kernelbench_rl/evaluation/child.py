@@ -203,6 +203,14 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 t = time.perf_counter()
                 model = runtime.build_model(model_cls, problem, int(command["seed"]), device, precision)
                 wire.send_json(conn, {"event": "built", "seconds": time.perf_counter() - t})
+            elif cmd == "warm":
+                inputs = inputs_for_seed(int(command["seed"]))
+                with torch.no_grad():
+                    model(*inputs)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                del inputs
+                wire.send_json(conn, {"event": "warmed"})
             elif cmd == "check":
                 inputs = inputs_for_seed(int(command["seed"]))
                 if device == "cuda":

@@ -52,6 +52,7 @@ class WorkerConfig:
     warm_children: int = 1
     drop_uid: bool = True
     landlock: bool = True
+    prewarm: bool = False  # one forward before the exclusive section (Triton JIT in parallel; may disturb timings)
     transport: str = "auto"  # auto (CUDA IPC if a self-test passes, else files) | ipc | file | pipe
     ref_cache_bytes: int = 2 << 30
     nvcc: str = "nvcc"
@@ -130,7 +131,7 @@ class Worker:
         self.root = tempfile.mkdtemp(prefix="kbrl-eval-")
         os.chmod(self.root, 0o711)
         self.cache_root = os.path.join(self.root, ".build-cache")
-        os.makedirs(self.cache_root, exist_ok=True)
+        os.makedirs(self.cache_root, mode=0o700, exist_ok=True)
         self.gpu_lock = threading.Lock()
         self.problems: dict[str, ProblemState] = {}
         self.problems_lock = threading.Lock()
@@ -323,12 +324,25 @@ class Worker:
             started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
             result.versions["sandbox"] = str(started.get("sandbox", ""))
             result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
+            build_key = self._restore_build(workdir, source, settings)
             loaded = self._expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
             result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
+            if build_key:
+                result.versions["build_cache"] = self._save_build(workdir, build_key)
             if loaded["event"] == "nvcc":
                 self._nvcc_verdict(result, loaded)
                 return result, None
             result.compiled = True
+            # Construction (which may build a CUDA extension) runs outside the exclusive section, in
+            # parallel with other children; so does an optional warm-up forward (Triton JIT).
+            t = time.perf_counter()
+            deadline = time.monotonic() + settings.timeout_s
+            wire.send_json(child.conn, {"cmd": "build", "seed": state.init_seed})
+            self._expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
+            if self.config.prewarm:
+                wire.send_json(child.conn, {"cmd": "warm", "seed": secrets.randbits(31)})
+                self._expect(child, {"warmed"}, deadline - time.monotonic(), "warming up (first forward)")
+            result.phase_seconds["build"] = time.perf_counter() - t
             with self._device_section():
                 deadline = time.monotonic() + settings.timeout_s
                 baseline_out = self._run_on_device(child, state, settings, result, deadline, payload)
@@ -382,6 +396,45 @@ class Worker:
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
         }
 
+    def _restore_build(self, workdir: str, source: str, settings: EvalSettings) -> str:
+        """CUDA extensions built before from the same source are copied in, so load_inline finds them built.
+
+        The cache lives in the worker's own dir (not writable by candidates); a child only ever gets
+        a copy. Returns the cache key ('' when not a CUDA build).
+        """
+        if settings.backend != "cuda" or self.device != "cuda":
+            return ""
+        import hashlib
+
+        key = hashlib.sha256(f"{source}|{torch.__version__}|{self.arch}".encode()).hexdigest()[:32]
+        cached = os.path.join(self.cache_root, key)
+        target = os.path.join(workdir, "torch_extensions")
+        if os.path.isdir(cached) and not os.path.exists(target):
+            try:
+                shutil.copytree(cached, target, symlinks=True)
+                if self.config.drop_uid and os.geteuid() == 0:
+                    for root, dirs, files in os.walk(target):
+                        for name in [root] + [os.path.join(root, n) for n in dirs + files]:
+                            os.lchown(name, sandbox.UNPRIVILEGED_UID, sandbox.UNPRIVILEGED_UID)
+            except OSError:
+                shutil.rmtree(target, ignore_errors=True)
+        return key
+
+    def _save_build(self, workdir: str, key: str) -> str:
+        cached = os.path.join(self.cache_root, key)
+        if os.path.isdir(cached):
+            return "hit"
+        built = os.path.join(workdir, "torch_extensions")
+        if not os.path.isdir(built):
+            return "none"
+        staging = cached + f".tmp{os.getpid()}{threading.get_ident()}"
+        try:
+            shutil.copytree(built, staging, symlinks=True)
+            os.rename(staging, cached)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+        return "miss"
+
     def _nvcc_verdict(self, result: EvalResult, message: dict[str, Any]) -> None:
         text = str(message.get("message", ""))[:700]
         if message.get("ok"):
@@ -416,8 +469,6 @@ class Worker:
                        deadline: float, payload: dict[str, Any]) -> dict | None:
         precision = settings.precision
         t = time.perf_counter()
-        wire.send_json(child.conn, {"cmd": "build", "seed": state.init_seed})
-        self._expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
         seeds = random.sample(state.seed_pool, min(settings.correctness_trials, len(state.seed_pool)))
         result.trials_total = len(seeds)
         worst = 0.0
@@ -624,6 +675,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm-children", type=int, default=1)
     parser.add_argument("--no-drop-uid", action="store_true")
     parser.add_argument("--no-landlock", action="store_true")
+    parser.add_argument("--prewarm", action="store_true", help="run one forward outside the exclusive GPU section")
     parser.add_argument("--transport", choices=["auto", "ipc", "file", "pipe"], default="auto")
     args = parser.parse_args(argv)
     # The protocol gets its own copy of stdout; anything else printed (torch, triton) goes to stderr.
@@ -640,6 +692,7 @@ def main(argv: list[str] | None = None) -> None:
     config = WorkerConfig(
         device=args.device, parallel=max(1, args.parallel), warm_children=max(0, args.warm_children),
         drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, transport=args.transport,
+        prewarm=args.prewarm,
     )
     if config.device == "cuda":
         total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
