@@ -89,6 +89,11 @@ HACKS: list[tuple[str, str, str, str]] = [
     ("children_loop", model("for m in self.children():\n            a = m(a)\n        return launch(a)", init_body="self.conv1 = nn.Conv2d(3, 3, 3)"), "triton", "torch_compute"),
     ("setattr_computed_name", model("return self.c1(launch(a))", init_body="for i in range(2):\n            setattr(self, f'c{i}', nn.Conv2d(3, 3, 3))"), "triton", "torch_compute"),
     ("add_module_layer", model("return self.act(launch(a))", init_body="self.add_module('act', nn.ReLU())"), "triton", "torch_compute"),
+    ("call_impl", model("return self.c._call_impl(launch(a))", init_body="self.c = nn.ReLU()"), "triton", "torch_compute"),
+    ("inherit_layer_super_forward", HEAD + "\nclass ModelNew(nn.Linear):\n    def forward(self, a):\n        launch(a)\n"
+     "        return super().forward(a)\n", "triton", "torch_compute"),
+    ("inherit_layer_forward", HEAD + "\nclass ModelNew(nn.Linear):\n    pass\n", "triton", "torch_compute"),
+    ("numpy_on_host", model("launch(a); return torch.from_numpy(np.maximum(a.cpu().numpy(), 0))", extra="import numpy as np"), "triton", "torch_compute"),
     ("layer_in_attribute_function", model("return self.act(launch(a))", init_body="self.act = torch.relu"), "triton", "torch_compute"),
     ("helper_function", model("return helper(launch(a))", extra="def helper(x):\n    return torch.softmax(x, -1)\n"), "triton", "torch_compute"),
     ("self_method", model("return self.post(launch(a))").replace("    def forward", "    def post(self, x):\n        return x.relu()\n\n    def forward"), "triton", "torch_compute"),
@@ -168,6 +173,7 @@ HACKS: list[tuple[str, str, str, str]] = [
     ("cudnn_include", cuda("#include <cuda_runtime.h>", "#include <cuda_runtime.h>\n#include <cudnn.h>"), "cuda", "library_call"),
     ("aten_matmul", cuda("auto out = torch::zeros_like(a);", "auto out = at::matmul(a, b);"), "cuda", "library_call"),
     ("torch_namespace_op", cuda("return out;", "return torch::relu(a);"), "cuda", "library_call"),
+    ("link_cublas", cuda("verbose=False,", "verbose=False,\n    extra_ldflags=['-lcublas'],"), "cuda", "library_call"),
     ("tensor_method_in_cpp", cuda("return out;", "return a.mm(b);"), "cuda", "library_call"),
     # hiding code
     ("exec", model("exec('y = 1'); return launch(a)"), "triton", "dynamic_code"),
@@ -254,6 +260,8 @@ LEGIT: list[tuple[str, str, str]] = [
         "out = torch.empty((B, C), device=a.device, dtype=a.dtype); z = torch.zeros_like(out); "
         "assert a.dim() == 2 and a.stride(1) == 1 and a.dtype == torch.float32; return launch(a)"), "triton"),
     ("setattr_holders_weight_read", model("w = self.c1.weight; return launch(a)", init_body="for i in range(2):\n            setattr(self, f'c{i}', nn.Conv2d(3, 3, 3))"), "triton"),
+    ("inherit_layer_as_holder", HEAD + "\nclass ModelNew(nn.Linear):\n    def forward(self, a):\n        w = self.weight.t()\n"
+     "        return launch(a)\n", "triton"),
     ("python_containers", model("seen = set(); seen.add(a.shape[0]); order = []; order.append(1); order.sort(); return launch(a)"), "triton"),
     ("scalar_input_annotated", model("y = launch(a); t = s * 2; return y", params="a, s: float"), "triton"),
     ("main_block_uses_reference", model("return launch(a)") + (

@@ -339,6 +339,11 @@ class CallInfo:
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list", "dict", "complex"})
 
 
+def _runs_module(method: str) -> bool:
+    """Whether calling this method of an nn.Module runs its forward."""
+    return method in ("forward", "__call__", "_call_impl", "_wrapped_call_impl", "_slow_forward") or "forward" in method
+
+
 _SUBMODULE_ADDERS = ("append", "extend", "insert", "add_module", "register_module", "register_parameter",
                      "register_buffer")
 
@@ -589,6 +594,8 @@ class FunctionScan:
                     return CallInfo("self_method", attr, (self.owner.node.name, attr))
                 return self._kinds_call(a.attr_kinds(self.owner, attr), f"self.{attr}")
             if isinstance(recv, ast.Call) and isinstance(recv.func, ast.Name) and recv.func.id == "super":
+                if self.owner is not None and _runs_module(attr) and a.torch_layer_base(self.owner) is not None:
+                    return CallInfo("nn_layer", f"super().{attr}")  # ModelNew(nn.Linear): super().forward(x)
                 return CallInfo("super_method", attr)
             if isinstance(recv, ast.Name) and recv.id in a.classes and recv.id not in self.local_kinds:
                 method = "forward" if attr == "apply" else attr
@@ -603,7 +610,7 @@ class FunctionScan:
                 if kind.startswith("cls:"):
                     return CallInfo("instance", f"{kind[4:]}.{attr}", (kind[4:], attr))
             if "nn_layer" in recv_kinds:
-                if attr in ("forward", "__call__") or (attr.startswith("_") and "forward" in attr):
+                if _runs_module(attr):
                     return CallInfo("nn_layer", ast.unparse(func))
                 return CallInfo("unknown", attr)
             if attr in a.extension_functions and not self.is_tensor(recv):
@@ -844,6 +851,15 @@ class Analysis:
             kinds |= self.classes[name].attr_kinds.get("*", set()) - {"tensor"}  # setattr(self, computed, ...)
         return kinds
 
+    def torch_layer_base(self, info: ClassInfo) -> str | None:
+        """The PyTorch compute layer (nn.Linear, nn.Conv2d, ...) this class inherits from, if any."""
+        for name in self.class_bases(info.node.name):
+            for base in self.classes[name].base_nodes:
+                qn = self.resolver.qualname(base)
+                if qn and self.classify_torch(qn) == "nn_class" and qn.rsplit(".", 1)[1] not in NN_HOLDER_CLASSES:
+                    return qn
+        return None
+
     def _find_model_new(self) -> ClassInfo | None:
         if "ModelNew" in self.classes:
             return self.classes["ModelNew"]
@@ -886,8 +902,7 @@ class Analysis:
                 if part[:1].isupper():
                     if i == len(parts) - 1:
                         return "nn_class"
-                    method = parts[i + 1]
-                    if method in ("forward", "__call__") or (method.startswith("_") and "forward" in method):
+                    if _runs_module(parts[i + 1]):
                         return "compute"
                     return "allowed"
             return "allowed"
@@ -1222,6 +1237,13 @@ def _torch_compute(a: Analysis) -> list[Finding]:
                 found.append((_line(node), f"{info.name}(...) is a PyTorch op; do the work in your own kernel"))
             elif info.kind == "method" and info.name in TENSOR_COMPUTE_METHODS:
                 found.append((_line(node), f".{info.name}() computes in PyTorch; do the work in your own kernel"))
+            elif info.kind == "method" and info.name == "numpy":
+                found.append((_line(node), ".numpy() moves the work to NumPy on the host; do it in your kernel"))
+    for name in a.included_classes() if a.model_new is not None else []:
+        info = a.classes[name]
+        base = a.torch_layer_base(info)
+        if base is not None and a.find_method(name, "forward") is None and a.find_method(name, "__call__") is None:
+            found.append((_line(info.node), f"{name} inherits its forward from {base}: PyTorch computes it"))
     return found
 
 
@@ -1523,6 +1545,12 @@ def _library_call(a: Analysis) -> list[Finding]:
                 found.append((0, f"{match.group(0).rstrip('( ')} in the CUDA source computes in PyTorch; write it in your kernel"))
         for match in _CPP_TENSOR_METHOD.finditer(text):
             found.append((0, f".{match.group(1)}() on a tensor in the CUDA source computes in PyTorch"))
+    docstrings = _docstring_nodes(a.tree)
+    for node in a.all_nodes:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            match = re.search(r"-l(cublas\w*|cudnn\w*)\b", node.value)
+            if match:
+                found.append((_line(node), f"links {match.group(1)}: vendor libraries instead of your own kernel"))
     for node, qn in a.references():
         if under(qn, "triton.ops") or under(qn, "triton.kernels"):
             found.append((_line(node), f"{qn}: library kernels instead of your own"))
@@ -1654,7 +1682,8 @@ def _structure(a: Analysis) -> list[Finding]:
     if a.model_new is None:
         return [(0, "class ModelNew is not defined")]
     if a.find_method(a.model_new.node.name, "forward") is None and a.find_method(a.model_new.node.name, "__call__") is None:
-        if not any(base.split(".")[-1] in a.reference_names for base in a.model_new.base_names):
+        inherits_forward = a.torch_layer_base(a.model_new) is not None  # reported by torch_compute
+        if not inherits_forward and not any(base.split(".")[-1] in a.reference_names for base in a.model_new.base_names):
             return [(_line(a.model_new.node), "ModelNew has no forward method")]
     return []
 
