@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,11 @@ def evaluate(config: Any, checkpoint: str, samples_per_problem: int, split: str,
                                split=split, max_problems=max_problems)
 
 
+def artifact_key(name: str) -> str:
+    """Prefect artifact keys allow only lowercase letters, digits and dashes; run ids may hold more."""
+    return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]", "-", name.lower())).strip("-") or "eval"
+
+
 @task(name="publish-report", cache_policy=NO_CACHE)
 def publish_report(reports: list[Any], out_dir: str, key: str) -> str:
     """A markdown artifact with the side-by-side table and the speedup plot (embedded PNG)."""
@@ -31,7 +37,7 @@ def publish_report(reports: list[Any], out_dir: str, key: str) -> str:
     plot = speedup_plot(reports, Path(out_dir) / f"{key}-speedups.png")
     image = base64.b64encode(plot.read_bytes()).decode()
     create_markdown_artifact(
-        key=key.lower().replace("_", "-"),
+        key=artifact_key(key),
         markdown=f"## Checkpoint evaluation\n\n{table}\n\n![speedups](data:image/png;base64,{image})\n",
         description=f"pass@k, fast_p and rates per checkpoint ({plot})",
     )

@@ -1,0 +1,126 @@
+"""Flows against a real (test) Prefect API: idempotent ingestion, the evaluation artifact, and the
+deployment definitions the UI reads (typed parameters, the nightly cron)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kernelbench_rl.store import Store
+from prefect_session import shared_prefect_api
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_EVAL_OVERRIDES = ["policy.backend=local", "policy.base_model=local:tiny", "sampling.max_tokens=16",
+                       "eval.device=cpu", "eval.size=small"]
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[str]:
+    with shared_prefect_api() as url:
+        yield url
+
+
+def _deployments() -> dict[str, dict]:
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    return {d["name"]: d for d in spec["deployments"]}
+
+
+# -- deployment definitions (no server needed) ---------------------------------------------------
+def test_nightly_eval_deployment_has_a_valid_cron_schedule() -> None:
+    from prefect.client.schemas.schedules import CronSchedule
+
+    nightly = _deployments()["nightly-eval"]
+    crons = [s for s in nightly.get("schedules", []) if "cron" in s]
+    assert crons, "nightly-eval has no cron schedule"
+    schedule = CronSchedule(cron=crons[0]["cron"], timezone=crons[0].get("timezone"))  # validates the expression
+    assert len(schedule.cron.split()) == 5
+    assert crons[0].get("active", True)
+
+
+def test_every_deployment_entrypoint_loads_and_its_parameters_exist() -> None:
+    from prefect.flows import load_flow_from_entrypoint
+
+    for name, deployment in _deployments().items():
+        loaded = load_flow_from_entrypoint(str(REPO / deployment["entrypoint"]))
+        known = set(loaded.parameters.properties)
+        unknown = set(deployment.get("parameters") or {}) - known
+        assert not unknown, f"deployment {name} sets parameters its flow lacks: {unknown}"
+
+
+def test_pipeline_parameters_are_typed_for_the_ui_form() -> None:
+    from flows.evaluate import nightly_eval
+    from flows.pipeline import pipeline
+
+    props = pipeline.parameters.properties
+    expected = {"run_id": "string", "config": "string", "db_path": "string", "train_steps": "integer",
+                "num_problems": "integer", "eval_samples": "integer", "eval_max_problems": "integer",
+                "build_rag_index": "boolean", "levels": "array", "overrides": "array", "corpus_sources": "array"}
+    for name, json_type in expected.items():
+        assert props[name].get("type") == json_type, (name, props[name])
+    assert props["levels"]["items"] == {"type": "integer"}
+    assert props["overrides"]["items"] == {"type": "string"}
+    # every parameter of the scheduled flow is typed too (a bare `Any` would render as free text)
+    for name, prop in nightly_eval.parameters.properties.items():
+        assert "type" in prop or "anyOf" in prop, (name, prop)
+
+
+# -- flows against the test API ------------------------------------------------------------------
+def test_ingest_corpus_records_problems_and_solutions_once(prefect_api: str, tmp_path: Path) -> None:
+    from flows.ingest import ingest_corpus
+    from kernelbench_rl.problems import list_solutions, load_problems
+
+    db = str(tmp_path / "kb.duckdb")
+    first = ingest_corpus(db_path=db, sources=["solutions"], levels=[1])
+    store = Store(db)
+    level1 = {p.id for p in load_problems(levels=[1])}
+    assert {r[0] for r in store.fetchall("SELECT problem_id FROM problems")} == level1
+    docs = store.query("SELECT origin_id, source, kernel_code FROM corpus_docs").to_dicts()
+    report = first["sources"]["solutions"]
+    assert report["inserted"] == len(docs) > 0
+    solution_ids = {f"solutions:{pid}" for pid, _ in list_solutions()}
+    assert {d["origin_id"] for d in docs} <= solution_ids
+    assert all(d["source"] == "solutions" and d["kernel_code"] for d in docs)
+    # every solution is stored unless the loader counted it as skipped (e.g. identical code)
+    skipped = sum(report["stats"].get("skipped", {}).values())
+    assert len(docs) + skipped == len(solution_ids)
+
+    second = ingest_corpus(db_path=db, sources=["solutions"], levels=[1])
+    assert second["sources"]["solutions"]["inserted"] == 0
+    assert second["sources"]["solutions"]["already_stored"] == len(docs)
+    assert store.fetchall("SELECT count(*) FROM corpus_docs")[0][0] == len(docs)
+    assert store.fetchall("SELECT count(*) FROM problems")[0][0] == len(level1)
+
+
+def test_evaluate_checkpoint_flow_publishes_a_markdown_artifact(prefect_api: str, tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.evaluate import evaluate_checkpoint
+
+    db = tmp_path / "kb.duckdb"
+    run_id = "Flow_Test.v1"  # dots, capitals and underscores must still give a valid artifact key
+    table = evaluate_checkpoint(run_id=run_id, checkpoint="base", compare_base=True, overrides=TINY_EVAL_OVERRIDES,
+                                db_path=str(db), log_dir=str(tmp_path / "logs"), samples_per_problem=1,
+                                split="holdout", max_problems=1, levels=[1])
+    assert "| metric | base (holdout) |" in table
+
+    async def read() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="eval-flow-test")))
+
+    artifacts = asyncio.run(read())
+    assert len(artifacts) == 1, [a.key for a in artifacts]
+    artifact = artifacts[0]
+    assert re.fullmatch(r"[a-z0-9-]+", artifact.key)
+    assert artifact.type == "markdown"
+    assert table in artifact.data
+    assert "data:image/png;base64," in artifact.data
+    assert (tmp_path / "logs" / run_id).is_dir()
+    reports = Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")
+    assert [r[0] for r in reports] == [f"{run_id}|base|holdout|L1", f"{run_id}|base|holdout|all"]
