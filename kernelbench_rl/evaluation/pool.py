@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -276,6 +277,7 @@ class WorkerPool:
             for job in list(slot.inflight.values()):
                 if not job.future.done():
                     job.future.set_result({"infra": "the evaluator was closed"})
+        shutil.rmtree(self.home, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
         return self

@@ -315,16 +315,17 @@ class Worker:
             child = self.take_child()
             child.workdir = workdir
             if self.device == "cuda":
-                child.rss_limit_mb = float(settings.memory_limit_mb)
+                # Host memory of the child: the limit plus room for tensors spilled through files.
+                child.rss_limit_mb = float(settings.memory_limit_mb + ((2 * (state.input_bytes + state.output_bytes)) >> 20))
             result.phase_seconds["child_start"] = time.perf_counter() - t
             job = self._job(workdir, source, payload["problem_source"], settings)
             # Tensors travel as files of the private dir: the file-size limit must admit them.
             job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
+            build_key = self._restore_build(workdir, source, settings)
             wire.send_json(child.conn, job)
             started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
             result.versions["sandbox"] = str(started.get("sandbox", ""))
             result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
-            build_key = self._restore_build(workdir, source, settings)
             loaded = self._expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
             result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
             if build_key:
