@@ -1,8 +1,8 @@
 """Rollouts: sample completions for groups of environments and evaluate them, overlapped.
 
-The sampler (main thread) works on the next group while a single evaluation thread evaluates
-the group before it; in Kevin mode a group whose turn was evaluated goes back to the queue for
-its next turn. The callback `on_group_done` runs on the main thread as each group finishes, so
+Sampling requests for every ready group go out at once; the main thread collects them group by
+group while a single evaluation thread evaluates the group collected before; in Kevin mode a
+group whose turn was evaluated goes back to the queue for its next turn. The callback `on_group_done` runs on the main thread as each group finishes, so
 its rows reach the store while later groups are still being sampled.
 """
 
@@ -59,6 +59,16 @@ class GroupRollout:
 
 
 @dataclass
+class SamplingRequest:
+    """One sampling call in flight: the environments it samples for (one per sequence) and its prompt."""
+
+    envs: list[KernelEnv]
+    prompt: str
+    prompt_tokens: list[int]
+    future: Any
+
+
+@dataclass
 class RolloutTimings:
     sampling_s: float = 0.0
     eval_s: float = 0.0  # evaluation work (in the evaluation thread; overlaps sampling)
@@ -86,36 +96,37 @@ class RolloutRunner:
         env.add_completion(prompt, prompt_tokens, self.renderer.decode(tokens), tokens, logprobs,
                            str(sequence.stop_reason))
 
-    def sample_group(self, group: GroupRollout) -> None:
+    def submit_group(self, group: GroupRollout) -> list[SamplingRequest]:
+        """Send the sampling requests of a group's next turn without waiting for them."""
         active = [env for env in group.envs if not env.done]
         if active and all(not env.turns for env in active):
             # First turn: every environment of the group has the same prompt, so one call samples them all.
-            messages = active[0].next_messages()
+            targets = [active]
+        else:
+            targets = [[env] for env in active]
+        requests: list[SamplingRequest] = []
+        for envs in targets:
+            messages = envs[0].next_messages()
             prompt, tokens = messages_to_text(messages), self.renderer.encode_messages(messages)
-            max_tokens = active[0].turn_max_tokens(len(tokens))
+            max_tokens = envs[0].turn_max_tokens(len(tokens))
             if max_tokens == 0:
-                for env in active:
+                for env in envs:
                     env.end("token_budget")
-                return
-            response = self.sampling_client.sample(
-                prompt=tinker.ModelInput.from_ints(tokens), num_samples=len(active),
-                sampling_params=self._params(max_tokens)).result()
-            for env, sequence in zip(active, response.sequences, strict=True):
-                self._record(env, prompt, tokens, sequence)
-            return
-        pending: list[tuple[KernelEnv, str, list[int], Any]] = []
-        for env in active:
-            messages = env.next_messages()
-            prompt, tokens = messages_to_text(messages), self.renderer.encode_messages(messages)
-            max_tokens = env.turn_max_tokens(len(tokens))
-            if max_tokens == 0:
-                env.end("token_budget")
                 continue
-            future = self.sampling_client.sample(prompt=tinker.ModelInput.from_ints(tokens), num_samples=1,
+            future = self.sampling_client.sample(prompt=tinker.ModelInput.from_ints(tokens), num_samples=len(envs),
                                                  sampling_params=self._params(max_tokens))
-            pending.append((env, prompt, tokens, future))
-        for env, prompt, tokens, future in pending:  # all requests are in flight before we wait on one
-            self._record(env, prompt, tokens, future.result().sequences[0])
+            requests.append(SamplingRequest(envs, prompt, tokens, future))
+        return requests
+
+    def collect_group(self, requests: Sequence[SamplingRequest]) -> None:
+        """Wait for a group's sampling requests and record the completions in their environments."""
+        for request in requests:
+            response = request.future.result()
+            for env, sequence in zip(request.envs, response.sequences, strict=True):
+                self._record(env, request.prompt, request.prompt_tokens, sequence)
+
+    def sample_group(self, group: GroupRollout) -> None:
+        self.collect_group(self.submit_group(group))
 
     # -- evaluation (evaluation thread) --------------------------------------------------------
     def evaluate_group(self, group: GroupRollout) -> tuple[list[tuple[KernelEnv, EvalResult]], float, int]:
@@ -135,16 +146,23 @@ class RolloutRunner:
 
     # -- the overlapped loop -------------------------------------------------------------------
     def run(self, builders: Sequence[EnvGroupBuilder]) -> list[GroupRollout]:
+        """Every ready group's sampling requests go out at once (a remote sampler works on them in
+        parallel); groups are then collected in order, each handed to the evaluation thread as soon
+        as its completions are in, and groups with turns left come back for their next turn."""
         wall_start = time.perf_counter()
         groups = [GroupRollout(i, builder, builder()) for i, builder in enumerate(builders)]
         ready: deque[GroupRollout] = deque(groups)
+        sampling: deque[tuple[GroupRollout, list[SamplingRequest]]] = deque()
         in_flight: dict[Future, GroupRollout] = {}
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbrl-eval") as executor:
-            while ready or in_flight:
-                if ready:
+            while ready or sampling or in_flight:
+                start = time.perf_counter()
+                while ready:
                     group = ready.popleft()
-                    start = time.perf_counter()
-                    self.sample_group(group)
+                    sampling.append((group, self.submit_group(group)))
+                if sampling:
+                    group, requests = sampling.popleft()
+                    self.collect_group(requests)
                     self.timings.sampling_s += time.perf_counter() - start
                     if any(env.pending_turn is not None for env in group.envs):
                         in_flight[executor.submit(self.evaluate_group, group)] = group
