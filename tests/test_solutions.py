@@ -9,8 +9,8 @@ after torch.manual_seed(seed), fed clones of the same inputs, compared with torc
 the fp32 tolerance, over two seeds.
 
 A second check, with the interpreter off, turns every kernel launch into an ahead-of-time compile
-for an H100 (sm_90, through ptxas): the interpreter accepts code a GPU rejects (non-power-of-two
-aranges, mismatched types in loops), and these solutions are the real evaluator's positives.
+for an H100 (sm_90, through ptxas): the interpreter accepts code a GPU rejects (a loop-carried
+value whose type changes, for one), and these solutions are the real evaluator's positives.
 """
 
 from __future__ import annotations
@@ -235,21 +235,24 @@ def _jobs(seeds: tuple[int, ...]) -> list[dict]:
 
 
 def _negative_controls() -> list[dict]:
-    """Broken variants of the ReLU solution that each runner must reject (run with the real jobs)."""
-    problem = get_problem("L1/19")
-    source = (SOLUTIONS_ROOT / "level1" / "19_ReLU.py").read_text()
+    """Broken variants of our solutions that the runners must reject (run with the real jobs)."""
+    relu = (SOLUTIONS_ROOT / "level1" / "19_ReLU.py").read_text()
+    softmax = (SOLUTIONS_ROOT / "level1" / "23_Softmax.py").read_text()
     controls = {
         # Wrong values: computes x * 0.5 instead of ReLU.
-        WRONG_VALUES_ID: source.replace("tl.maximum(x, 0.0)", "x * 0.5"),
-        # Fine in the interpreter's eyes, invalid on a GPU: tl.arange needs a power-of-two length.
-        INVALID_GPU_ID: source.replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 1000)"),
+        WRONG_VALUES_ID: ("L1/19", relu.replace("tl.maximum(x, 0.0)", "x * 0.5")),
+        # Right values in the interpreter, rejected by the GPU compiler: a loop-carried sum that
+        # starts as a Python int and becomes fp32 inside the loop.
+        INVALID_GPU_ID: ("L1/23", softmax.replace("row_sum = tl.sum(tl.zeros((BLOCK,), tl.float32), axis=0)", "row_sum = 0")),
     }
-    assert all(text != source for text in controls.values())
-    return [
-        {"id": control_id, "problem_source": problem.source_for("small"), "solution_source": text,
-         "seeds": [0], "atol": ATOL, "rtol": RTOL, "timeout_s": PER_SOLUTION_TIMEOUT_S}
-        for control_id, text in controls.items()
-    ]
+    jobs = []
+    for control_id, (problem_id, text) in controls.items():
+        assert text not in (relu, softmax), f"{control_id}: the edit no longer applies"
+        jobs.append({
+            "id": control_id, "problem_source": get_problem(problem_id).source_for("small"),
+            "solution_source": text, "seeds": [0], "atol": ATOL, "rtol": RTOL, "timeout_s": PER_SOLUTION_TIMEOUT_S,
+        })
+    return jobs
 
 
 def _start(code: str, env: dict[str, str], jobs: list[dict]) -> subprocess.Popen:
@@ -340,13 +343,13 @@ def test_checker_rejects_a_wrong_solution(runner_results: dict[str, dict[str, di
     assert result["ok"] is False and "mismatch" in result["error"]
 
 
-def test_compile_check_rejects_an_invalid_gpu_kernel(runner_results: dict[str, dict[str, dict]]):
-    """The H100 compile check must be able to fail, on what the interpreter lets through."""
+def test_compile_check_rejects_what_only_the_interpreter_accepts(runner_results: dict[str, dict[str, dict]]):
+    """The H100 compile check must be able to fail, and on code the interpreter runs correctly."""
     if "setup" in runner_results["compile"]:
         pytest.skip(f"this Triton cannot compile for CUDA here: {runner_results['compile']['setup']['error']}")
+    assert runner_results["interpret"][INVALID_GPU_ID]["ok"] is True
     result = runner_results["compile"][INVALID_GPU_ID]
-    assert result["ok"] is False
-    assert "power of 2" in result["error"].lower().replace("two", "2"), result["error"]
+    assert result["ok"] is False and "Loop-carried variable row_sum" in result["error"], result["error"]
 
 
 def test_static_rule_flags_torch_compute_in_forward():
