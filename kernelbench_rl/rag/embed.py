@@ -11,6 +11,7 @@ and queries live in the same space (PyTorch code), and the kernel code never ste
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import os
@@ -32,18 +33,41 @@ MAX_EMBED_CHARS = 2000
 _IMPORT_LINE = re.compile(r"(?m)^\s*(import|from)\s+\S+.*$\n?")
 _COMMENT_LINE = re.compile(r"(?m)^\s*#[^\n]*$\n?")
 _BLANK_RUN = re.compile(r"\n\s*\n+")
+_HARNESS_NAMES = {"KBRL_SMALL_SIZES"}
+# Bumped whenever embedding_text changes: it is part of the model id, so cached vectors never mix recipes.
+EMBED_TEXT_VERSION = 3
+
+
+def _strip_imports(tree: ast.Module) -> ast.Module:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            first_line = body[0].value.value.strip().split("\n", 1)[0]
+            body[0] = ast.Expr(ast.Constant(first_line))
+    tree.body = [
+        node for node in tree.body
+        if not isinstance(node, (ast.Import, ast.ImportFrom))
+        and not (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in _HARNESS_NAMES for t in node.targets))
+    ]
+    return tree
 
 
 def embedding_text(pytorch_code: str, max_chars: int = MAX_EMBED_CHARS) -> str:
-    """The text embedded for a PyTorch source: imports, comment lines and blank runs dropped, truncated.
+    """The text embedded for a PyTorch source: the code in one canonical layout, truncated.
 
-    Imports and comments are the same in every file and would only dilute the 256 tokens the model
-    reads; what remains leads with the module's class and forward, which is what makes two
-    problems similar.
+    Imports, comments and our harness's own constants (KBRL_SMALL_SIZES) are dropped, docstrings
+    cut to their first line, and the code re-printed by `ast.unparse`, so layout never separates
+    two copies. The first docstring line stays: on small modules that differ by one operator it is
+    what tells MiniLM "ReLU" from "Tanh"; later lines (caveats, tolerances) are noise.
+    What remains leads with the module's class and forward, inside the 256 tokens the model reads.
     """
-    text = _IMPORT_LINE.sub("", pytorch_code)
-    text = _COMMENT_LINE.sub("", text)
-    text = _BLANK_RUN.sub("\n", text).strip()
+    try:
+        text = ast.unparse(_strip_imports(ast.parse(pytorch_code)))
+    except (SyntaxError, ValueError, RecursionError):
+        text = _IMPORT_LINE.sub("", pytorch_code)
+        text = _COMMENT_LINE.sub("", text)
+        text = _BLANK_RUN.sub("\n", text).strip()
     return text[:max_chars]
 
 
@@ -60,6 +84,15 @@ def _weights_hash(folder: str) -> str:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=2)
+def _load_model(target: str, device: str) -> tuple[Any, int]:
+    """One loaded copy per (model, device) per process (loading costs seconds), with its native max length."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(target, device=device)
+    return model, int(model.max_seq_length or 0)
 
 
 def resolve_model(model: str | None) -> tuple[str, str]:
@@ -92,32 +125,36 @@ class Embedder:
 
     def __init__(self, model: str | None = None, *, device: str = "cpu", batch_size: int = DEFAULT_BATCH_SIZE,
                  max_seq_length: int | None = 256) -> None:
-        target, self.model_id = resolve_model(model)
+        target, model_id = resolve_model(model)
+        self.model_id = f"{model_id}|text-v{EMBED_TEXT_VERSION}"
         if model in (None, DEFAULT_MODEL):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the bundled copy never needs the hub
-        from sentence_transformers import SentenceTransformer
-
         try:
-            self._model = SentenceTransformer(target, device=device)
+            self._model, native_length = _load_model(target, device)
         except Exception as exc:
             raise UserError(
                 f"Could not load the embedding model {target} ({type(exc).__name__}); pass a local folder, "
                 "or a sentence-transformers id that is in the cache (or go online once)."
             ) from None
-        if max_seq_length is not None and (self._model.max_seq_length or 0) > max_seq_length:
-            self._model.max_seq_length = max_seq_length
+        # Long-context code models get cut to max_seq_length tokens (CPU time grows with length); a cut
+        # changes the vectors, so it becomes part of the model id and of the cache key.
+        self.max_seq_length = native_length
+        if max_seq_length is not None and native_length > max_seq_length:
+            self.max_seq_length = max_seq_length
+            self.model_id += f"@{max_seq_length}tok"
         self.batch_size = batch_size
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         self.dimension = int(get_dim())
 
     @property
     def info(self) -> EmbedderInfo:
-        return EmbedderInfo(self.model_id, self.dimension, True, self._model.max_seq_length)
+        return EmbedderInfo(self.model_id, self.dimension, True, self.max_seq_length)
 
     def embed(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
         """(len(texts), dimension) float32, each row of unit length."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        self._model.max_seq_length = self.max_seq_length  # the loaded copy is shared between Embedders
         vectors = self._model.encode(
             list(texts), batch_size=self.batch_size, show_progress_bar=show_progress,
             normalize_embeddings=True, convert_to_numpy=True,

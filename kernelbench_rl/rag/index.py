@@ -196,3 +196,17 @@ def load_index(folder: str | Path, *, expected_model_id: str | None = None, expe
     if meta.index_kind == "ivf" and meta.params.get("nprobe"):
         index.nprobe = int(meta.params["nprobe"])
     return VectorIndex(index=index, meta=meta, path=root)
+
+
+def synthetic_clustered_vectors(num: int, dim: int, *, clusters: int = 200, spread: float = 0.35,
+                                seed: int = 0) -> np.ndarray:
+    """Unit vectors scattered around random centres: a stand-in for real embeddings in benchmarks.
+
+    Uniform noise is the worst case for graph indexes (no neighbourhood structure); embeddings of
+    code cluster by operation, which this imitates.
+    """
+    rng = np.random.default_rng(seed)
+    centres = normalise_rows(rng.standard_normal((clusters, dim)).astype(np.float32))
+    members = rng.integers(0, clusters, size=num)
+    noise = rng.standard_normal((num, dim)).astype(np.float32) * (spread / np.sqrt(dim))
+    return normalise_rows(centres[members] + noise)

@@ -49,3 +49,42 @@ def normalise_code(code: str) -> str:
 def code_sha256(code: str) -> str:
     """sha256 of the normalised code: the corpus key, shared across sources."""
     return hashlib.sha256(normalise_code(code).encode()).hexdigest()
+
+
+def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+def _is_super_init(stmt: ast.stmt) -> bool:
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
+            and isinstance(call.func.value, ast.Call) and isinstance(call.func.value.func, ast.Name)
+            and call.func.value.func.id == "super")
+
+
+def forward_fingerprint(pytorch_code: str) -> str | None:
+    """sha256 of what a module computes: its `__init__` and `forward` bodies in canonical layout.
+
+    Docstrings and `super().__init__()` calls are dropped: two copies of one KernelBench reference
+    differ in those, in sizes and in class names, yet build the same layers and compute the same
+    `forward`; an example with the same forward as a holdout
+    reference solves that problem, whatever its embedding says. None when the code does not parse
+    or has no forward.
+    """
+    try:
+        tree = ast.parse(pytorch_code)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    bodies = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name in ("__init__", "forward"):
+                    args = [a.arg for a in item.args.args]
+                    body = [stmt for stmt in _without_docstring(item.body) if not _is_super_init(stmt)]
+                    bodies.append(f"{item.name}{args}:" + "".join(ast.unparse(stmt) for stmt in body))
+    if not any(b.startswith("forward") for b in bodies):
+        return None
+    return hashlib.sha256(_WHITESPACE.sub("", "|".join(bodies)).encode()).hexdigest()

@@ -3,9 +3,11 @@
 An example is never shown if it
 - solves the problem being asked or any holdout problem (its KernelBench level/task, known for
   Sakana rows and our own solutions, is one of theirs), or
-- has a PyTorch side that is a near-duplicate (cosine >= 0.95 by default) of the asked problem's
-  reference or of any holdout problem's reference (catches copies without level/task labels, e.g.
-  a KernelBench module that found its way into KernelBook).
+- has a PyTorch side that is a near-duplicate of the asked problem's reference or of any holdout
+  problem's reference (catches copies without level/task labels, e.g. a KernelBench module that
+  found its way into KernelBook): cosine >= 0.95 between embeddings, or the same `__init__` and
+  `forward` code (`normalize.forward_fingerprint`). The second test exists because a copy whose
+  docstring was rewritten can fall to ~0.87 cosine with MiniLM while computing the same thing.
 Examples are filtered by backend and must fit a character budget each.
 """
 
@@ -24,7 +26,7 @@ from kernelbench_rl.problems import Problem, holdout_ids, load_problems
 from kernelbench_rl.rag.corpus import read_corpus
 from kernelbench_rl.rag.embed import Embedder, embed_cached
 from kernelbench_rl.rag.index import VectorIndex, load_index
-from kernelbench_rl.rag.normalize import code_sha256
+from kernelbench_rl.rag.normalize import code_sha256, forward_fingerprint
 
 NEAR_DUPLICATE_COSINE = 0.95
 DEFAULT_CHAR_BUDGET = 6000
@@ -91,6 +93,8 @@ class Retriever:
         self.near_duplicate_cosine = near_duplicate_cosine
         self.holdout_ids: set[tuple[int, int]] = {(p.level, p.number) for p in holdout_problems}
         self._holdout_vectors = self._embed_problems(holdout_problems)
+        self._holdout_fingerprints = {fp for p in holdout_problems if (fp := forward_fingerprint(p.source))}
+        self._fingerprints: dict[str, str | None] = {}
 
     @classmethod
     def open(
@@ -130,7 +134,7 @@ class Retriever:
 
     def exclusion_reason(
         self, doc: Mapping[str, Any], vector: np.ndarray, problem: Problem, problem_vector: np.ndarray,
-        backend: str | None,
+        backend: str | None, problem_fingerprint: str | None = None,
     ) -> str | None:
         """Why a document may not be shown for this problem, or None if it may."""
         if backend is not None and doc.get("backend") != backend:
@@ -140,9 +144,17 @@ class Retriever:
             return "same_problem"
         if task in self.holdout_ids:
             return "holdout_problem"
-        if float(vector @ problem_vector) >= self.near_duplicate_cosine:
+        sha = doc["sha256"]
+        if sha not in self._fingerprints:
+            self._fingerprints[sha] = forward_fingerprint(doc.get("pytorch_code") or "")
+        fingerprint = self._fingerprints[sha]
+        if float(vector @ problem_vector) >= self.near_duplicate_cosine or (
+            fingerprint is not None and fingerprint == problem_fingerprint
+        ):
             return "near_duplicate_of_problem"
         if len(self._holdout_vectors) and float((self._holdout_vectors @ vector).max()) >= self.near_duplicate_cosine:
+            return "near_duplicate_of_holdout"
+        if fingerprint is not None and fingerprint in self._holdout_fingerprints:
             return "near_duplicate_of_holdout"
         return None
 
@@ -155,16 +167,19 @@ class Retriever:
         char_budget: int = DEFAULT_CHAR_BUDGET,
         overflow: Literal["skip", "truncate"] = "skip",
         trace: RetrievalTrace | None = None,
+        query_vector: np.ndarray | None = None,
     ) -> list[RetrievedExample]:
         """The k most similar allowed examples, best first; each fits `char_budget` characters.
 
         overflow="skip" passes over an example longer than the budget (a cut kernel teaches
-        little); "truncate" shortens its kernel code instead.
+        little); "truncate" shortens its kernel code instead. `query_vector` (the problem source's
+        embedding) saves embedding it again when the caller already has it.
         """
         trace = trace if trace is not None else RetrievalTrace()
         if k <= 0 or self.index.size == 0:
             return []
-        query = self.embedder.embed_code([problem.source])[0]
+        query = query_vector if query_vector is not None else self.embedder.embed_code([problem.source])[0]
+        problem_fingerprint = forward_fingerprint(problem.source)
         chosen: list[RetrievedExample] = []
         seen: set[int] = set()
         depth = min(self.index.size, max(64, 20 * k))
@@ -180,7 +195,8 @@ class Retriever:
                 if doc is None:
                     trace.excluded["not_in_store"] += 1
                     continue
-                reason = self.exclusion_reason(doc, self.index.vector(position), problem, query, backend)
+                reason = self.exclusion_reason(doc, self.index.vector(position), problem, query, backend,
+                                               problem_fingerprint)
                 if reason is None:
                     example = self._fit(doc, float(score), char_budget, overflow)
                     if example is None:
