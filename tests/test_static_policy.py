@@ -127,6 +127,9 @@ HACKS: list[tuple[str, str, str, str]] = [
     ("alias_model", HEAD + "\nclass Model(nn.Module):\n    def forward(self, x):\n        return launch(x)\n\nModelNew = Model\n", "triton", "reference_reuse"),
     ("build_model_inside", model("return self.ref(a)", init_body="self.ref = Model()"), "triton", "reference_reuse"),
     ("call_model_forward", model("launch(a); return Model.forward(self, a)"), "triton", "reference_reuse"),
+    ("import_problem_module", model("return launch(self.ref(a))", init_body="import kbrl_problem;self.ref = kbrl_problem.Model()"), "triton", "foreign_import"),
+    ("import_this_package", model("return launch(a)", extra="import kernelbench_rl.evaluation"), "triton", "foreign_import"),
+    ("import_main", model("return launch(a)", extra="import __main__"), "triton", "foreign_import"),
     # escaping the timer and the harness
     ("threading", model("return launch(a)", extra="import threading"), "triton", "concurrency"),
     ("thread_pool", model("return launch(a)", extra="from concurrent.futures import ThreadPoolExecutor"), "triton", "concurrency"),

@@ -18,6 +18,7 @@ import ast
 import builtins
 import collections
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -162,6 +163,10 @@ DYNAMIC_CODE_NAMES = ("types.FunctionType", "types.CodeType", "types.LambdaType"
 DYNAMIC_BUILTINS = frozenset({"exec", "eval", "compile", "__import__"})
 TIMER_NAMES = ("time", "timeit", "torch.cuda.Event", "torch.Event", "torch.cuda.Event.elapsed_time",
                "triton.testing")
+# Third-party packages a kernel module may import; the standard library is allowed too (its dangerous
+# parts have rules of their own). Anything else (the harness's own modules, the problem module, this
+# package) is a way to reach the reference or the evaluator.
+ALLOWED_THIRD_PARTY = frozenset({"torch", "triton", "numpy", "typing_extensions"})
 STDOUT_NAMES = ("sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__", "logging")
 
 # --------------------------------------------------------------------------------------------
@@ -1299,6 +1304,22 @@ def _reference_reuse(a: Analysis) -> list[Finding]:
     return found
 
 
+def _foreign_import(a: Analysis) -> list[Finding]:
+    found: list[Finding] = []
+    for node, name in a.imports.imported:
+        top = name.split(".")[0]
+        if id(node) in a.main_guard_ids:
+            continue  # `if __name__ == "__main__":` never runs when the module is imported
+        if top == "__main__" or (top not in sys.stdlib_module_names and top not in ALLOWED_THIRD_PARTY):
+            found.append((_line(node), f"import {name}: only the standard library, torch, triton and numpy may be imported"))
+    for node in a.all_nodes:  # `import ..; x.Model()`: the reference reached through a module
+        if isinstance(node, ast.Attribute) and node.attr in a.reference_names and id(node) not in a.main_guard_ids:
+            qn = a.resolver.qualname(node)
+            if qn is not None and qn.split(".")[0] not in ALLOWED_THIRD_PARTY:
+                found.append((_line(node), f"{qn}: the reference must not be imported"))
+    return found
+
+
 def _concurrency(a: Analysis) -> list[Finding]:
     found: list[Finding] = []
     for node, qn in a.references():
@@ -1695,6 +1716,9 @@ RULES: list[Rule] = [
          _torch_compute),
     Rule("try_fallback", "error", "No try/except (or contextlib.suppress) in the forward path: no fallbacks.", _try_fallback),
     Rule("reference_reuse", "error", "ModelNew must not inherit, alias, build or call the reference Model.", _reference_reuse),
+    Rule("foreign_import", "error",
+         "Imports only from the standard library, torch, triton and numpy (no harness, problem or evaluator modules).",
+         _foreign_import),
     Rule("concurrency", "error", "No threads, processes or asyncio.", _concurrency),
     Rule("cuda_streams", "error", "No side CUDA streams (work there escapes the timer).", _cuda_streams),
     Rule("monkey_patching", "error",
@@ -1728,7 +1752,7 @@ RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
 HACK_RULES: frozenset[str] = frozenset({
     "torch_compute", "try_fallback", "reference_reuse", "concurrency", "cuda_streams", "monkey_patching",
     "introspection", "process_control", "file_write", "torch_compile", "backend_not_used", "library_call",
-    "dynamic_code", "tensor_operators",
+    "dynamic_code", "tensor_operators", "foreign_import",
 })
 
 
