@@ -188,6 +188,8 @@ HACKS: list[tuple[str, str, str, str]] = [
     # warnings
     ("cuda_graph", model("g = torch.cuda.CUDAGraph(); return launch(a)"), "triton", "cuda_graphs"),
     ("unused_second_kernel", model("return launch(a)", extra="@triton.jit\ndef spare_kernel(x_ptr):\n    pass\n"), "triton", "unused_kernel"),
+    ("memoise_by_data_ptr", model("key = (a.data_ptr(), a._version); hit = self.cache.get(key); return hit if hit is not None else launch(a)",
+                                  init_body="self.cache = {}"), "triton", "memoisation"),
     ("half_input", model("return launch(a.half())"), "triton", "precision_downgrade"),
     ("to_bfloat16", model("return launch(a.to(torch.bfloat16))"), "triton", "precision_downgrade"),
     ("autocast", model("with torch.autocast('cuda'):\n            return launch(a)"), "triton", "precision_downgrade"),

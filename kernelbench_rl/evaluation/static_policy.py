@@ -1699,6 +1699,25 @@ def _tensor_operators(a: Analysis) -> list[Finding]:
 _TENSOR_BUILTINS = frozenset({"sum", "abs", "pow", "max", "min", "round", "divmod"})
 
 
+def _memoisation(a: Analysis) -> list[Finding]:
+    found: list[Finding] = []
+    for node, _scan in a.path_nodes():
+        if isinstance(node, ast.Attribute) and node.attr in ("_version", "_cdata"):
+            found.append((_line(node), f".{node.attr}: outputs must be recomputed from the inputs every call"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "data_ptr":
+            parent = a.parents.get(id(node))
+            if isinstance(parent, (ast.Tuple, ast.Dict, ast.Subscript)) or (
+                    isinstance(parent, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in parent.ops)):
+                found.append((_line(node), "data_ptr() as a cache key: outputs must be recomputed every call"))
+    functions = [s.fn for s in a.path] + [n for n, _s in a.path_nodes() if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for fn in functions:
+        for deco in getattr(fn, "decorator_list", []):
+            qn = a.resolver.qualname(deco.func if isinstance(deco, ast.Call) else deco)
+            if qn in ("functools.lru_cache", "functools.cache"):
+                found.append((_line(deco), f"{qn} in the forward path: cache only what derives from shapes"))
+    return found
+
+
 def _structure(a: Analysis) -> list[Finding]:
     if a.model_new is None:
         return [(0, "class ModelNew is not defined")]
@@ -1737,6 +1756,8 @@ RULES: list[Rule] = [
          _dynamic_code),
     Rule("cuda_graphs", "warning", "CUDA graph replay: allowed only if it recomputes from the fresh inputs.", _cuda_graphs),
     Rule("unused_kernel", "warning", "A kernel that is defined but never launched (a decoy or dead code).", _unused_kernel),
+    Rule("memoisation", "warning", "No caching of outputs keyed by data_ptr/_version (inputs are fresh every call).",
+         _memoisation),
     Rule("precision_downgrade", "warning", "fp16/bf16/fp8 or autocast inside an fp32 problem.", _precision_downgrade),
     Rule("stdout_output", "warning", "No printing or logging (fake results on stdout).", _stdout_output),
     Rule("timer_use", "warning", "No timers or CUDA events in a kernel module.", _timer_use),
