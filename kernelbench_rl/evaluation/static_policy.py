@@ -1733,6 +1733,9 @@ RULES: list[Rule] = [
     Rule("torch_compute", "error",
          "No PyTorch compute (torch.*/F.* ops, tensor compute methods, @, nn layers called) in the forward path.",
          _torch_compute),
+    Rule("tensor_operators", "error",
+         "No arithmetic/comparison operators on tensors in the forward path (x * y, x > 0, -x run in PyTorch).",
+         _tensor_operators),
     Rule("try_fallback", "error", "No try/except (or contextlib.suppress) in the forward path: no fallbacks.", _try_fallback),
     Rule("reference_reuse", "error", "ModelNew must not inherit, alias, build or call the reference Model.", _reference_reuse),
     Rule("foreign_import", "error",
@@ -1763,9 +1766,6 @@ RULES: list[Rule] = [
     Rule("timer_use", "warning", "No timers or CUDA events in a kernel module.", _timer_use),
     Rule("file_access", "warning", "The kernel should not read files or list directories.", _file_access),
     Rule("torch_data_movement", "warning", "torch.cat/stack/clone in the forward path copy in PyTorch.", _torch_data_movement),
-    Rule("tensor_operators", "error",
-         "No arithmetic/comparison operators on tensors in the forward path (x * y, x > 0, -x run in PyTorch).",
-         _tensor_operators),
 ]
 RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
 
