@@ -1,0 +1,222 @@
+"""Checkpoint evaluation: rows per level, the side-by-side table, the plot, clear errors, and
+metric plumbing checked against hand-computed pass@k / fast_p / geomean.
+
+The policy (tiny local model), the store and the training run are real. The tiny model never
+writes a working kernel, so the metric-plumbing test scripts the evaluator's verdicts through a
+stand-in `evaluate_fn` (the real evaluator is tested elsewhere); one test uses the real evaluator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from kernelbench_rl.config import load_config
+from kernelbench_rl.config.schema import TrainConfig
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, Flag
+from kernelbench_rl.problems.loaders import BUNDLED_ROOT
+from kernelbench_rl.store import Store
+from kernelbench_rl.training import run_training
+from kernelbench_rl.training.checkpoint_eval import (
+    BASE, CheckpointReport, evaluate_checkpoint, markdown_table, speedup_plot,
+)
+
+PROBLEM_FILES = {"L1/19": "level1/19_ReLU.py", "L2/9": "level2/9_Matmul_Subtract_Multiply_ReLU.py"}
+RUN_ID = "ckpt-eval"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def verdict(problem_id: str, *, format_ok: bool = True, compiled: bool = False, correct: bool = False,
+            speedup: float | None = None, flags: tuple[str, ...] = ()) -> EvalResult:
+    if correct:
+        category = ErrorCategory.OK
+    elif compiled:
+        category = ErrorCategory.MISMATCH
+    else:
+        category = ErrorCategory.COMPILE if format_ok else ErrorCategory.FORMAT
+    return EvalResult(problem_id=problem_id, candidate_sha256="0" * 64, backend="triton", precision="fp32",
+                      device_kind="cuda", format_ok=format_ok, compiled=compiled, correct=correct,
+                      speedup=speedup, error_category=category, flags=list(flags))
+
+
+# Four samples per problem, half of them correct, timed on a (pretend) GPU.
+SCRIPT: dict[str, list[dict]] = {
+    "L1/19": [
+        dict(compiled=True, correct=True, speedup=2.0),
+        dict(compiled=True, correct=True, speedup=0.5),
+        dict(compiled=True, correct=False),
+        dict(format_ok=False),
+    ],
+    "L2/9": [
+        dict(compiled=True, correct=True, speedup=1.2),
+        # a detected hack counts as incorrect, whatever its timing says
+        dict(compiled=True, correct=True, speedup=5.0, flags=(Flag.HACK.value,)),
+        # correct, but an unverified excessive speedup is not a speedup
+        dict(compiled=True, correct=True, speedup=50.0, flags=(Flag.EXCESSIVE_SPEEDUP.value,)),
+        dict(compiled=False),
+    ],
+}
+
+
+@dataclass
+class ScriptedEvaluator:
+    """Honours EvaluateFn: the n-th response judged for a problem gets that problem's n-th scripted verdict."""
+
+    calls: Counter = field(default_factory=Counter)
+
+    def __call__(self, problem_ids: list[str], responses: list[str]) -> list[EvalResult]:
+        out = []
+        for pid in problem_ids:
+            out.append(verdict(pid, **SCRIPT[pid][self.calls[pid]]))
+            self.calls[pid] += 1
+        return out
+
+
+def _judge_for_training(problem_ids: list[str], responses: list[str]) -> list[EvalResult]:
+    return [verdict(pid, format_ok=len(r) % 2 == 0) for pid, r in zip(problem_ids, responses)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainConfig:
+    """A KernelBench checkout with one level-1 and one level-2 problem, and a run trained for one step."""
+    tmp = tmp_path_factory.mktemp("ckpt_eval")
+    root = tmp / "KernelBench"
+    for rel in PROBLEM_FILES.values():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(BUNDLED_ROOT / rel, root / rel)
+    cfg = load_config("default", [
+        f"db_path={tmp / 'kb.duckdb'}", f"log_dir={tmp / 'logs'}", f"run_id={RUN_ID}", "policy.backend=local",
+        "policy.base_model=local:tiny", "policy.lora_rank=4", "training.steps=1", "training.batch_problems=2",
+        "sampling.group_size=2", "sampling.max_tokens=16", "training.checkpoint_every=1",
+        f"problems.kernelbench_root={root}", "problems.levels=[1,2]", "problems.holdout_fraction=0",
+        "eval.device=cpu", "eval.size=small", "curriculum.enabled=false",
+    ])
+    summary = run_training(cfg, progress=False, evaluate_fn=_judge_for_training)
+    assert summary.finished
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def scripted_report(trained: TrainConfig) -> tuple[CheckpointReport, ScriptedEvaluator]:
+    judge = ScriptedEvaluator()
+    report = evaluate_checkpoint(trained, checkpoint=BASE, samples_per_problem=4, split="all", ks=(1, 2, 10),
+                                 evaluate_fn=judge)
+    return report, judge
+
+
+def _expected(level: int | None) -> dict:
+    """Hand-computed from SCRIPT (pass@2 with n=4, c=2: 1 - C(2,2)/C(4,2) = 5/6)."""
+    best = {1: 2.0, 2: 1.2}  # best counted speedup per problem
+    counted = {1: [2.0, 0.5], 2: [1.2]}  # correct samples with a counted speedup
+    levels = [1, 2] if level is None else [level]
+    speedups = [s for lv in levels for s in counted[lv]]
+    return {
+        "num_problems": len(levels), "samples_per_problem": 4, "compile_rate": 0.75, "correct_rate": 0.5,
+        "pass_at_k": {"pass@1": 0.5, "pass@2": 5 / 6},  # pass@10 needs 10 samples: left out
+        "fast_p": {f"fast_{p:g}": sum(best[lv] > p for lv in levels) / len(levels)
+                   for p in (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)},
+        "geomean_speedup": math.prod(speedups) ** (1 / len(speedups)),
+    }
+
+
+def _assert_metrics(actual: dict, expected: dict) -> None:
+    assert actual.keys() == expected.keys()
+    for key, value in expected.items():
+        if isinstance(value, dict):
+            assert actual[key].keys() == value.keys(), key
+            for sub, v in value.items():
+                assert actual[key][sub] == pytest.approx(v), (key, sub)
+        else:
+            assert actual[key] == pytest.approx(value), key
+
+
+def test_scripted_verdicts_give_hand_computed_metrics(scripted_report) -> None:
+    report, judge = scripted_report
+    assert judge.calls == {"L1/19": 4, "L2/9": 4}
+    assert report.label == BASE and len(report.outcomes) == 8
+    # spot-check the hand computation itself
+    assert _expected(None)["fast_p"] == {"fast_0": 1.0, "fast_0.5": 1.0, "fast_0.8": 1.0, "fast_1": 1.0,
+                                         "fast_1.5": 0.5, "fast_2": 0.0}
+    _assert_metrics(report.overall.to_dict(), _expected(None))
+    assert sorted(report.per_level) == [1, 2]
+    for level in (1, 2):
+        _assert_metrics(report.per_level[level].to_dict(), _expected(level))
+
+
+def test_eval_reports_rows_hold_the_metrics_per_level_and_overall(trained: TrainConfig, scripted_report) -> None:
+    rows = Store(trained.db_path).query(
+        "SELECT report_id, checkpoint, split, level, num_problems, samples_per_problem, metrics_json "
+        "FROM eval_reports WHERE run_id = ? AND checkpoint = 'base' ORDER BY report_id", [RUN_ID]).to_dicts()
+    assert [r["report_id"] for r in rows] == [f"{RUN_ID}|base|all|L1", f"{RUN_ID}|base|all|L2", f"{RUN_ID}|base|all|all"]
+    by_level = {r["level"]: r for r in rows}
+    assert set(by_level) == {1, 2, None}
+    for level, row in by_level.items():
+        assert row["split"] == "all" and row["samples_per_problem"] == 4
+        assert row["num_problems"] == (2 if level is None else 1)
+        _assert_metrics(json.loads(row["metrics_json"]), _expected(level))
+
+
+def test_latest_checkpoint_with_the_real_evaluator(trained: TrainConfig, scripted_report, tmp_path: Path) -> None:
+    """The newest checkpoint of the run is loaded and judged by the real evaluator; then table and plot."""
+    report = evaluate_checkpoint(trained, checkpoint="latest", samples_per_problem=1, split="all")
+    assert report.label == "step_000000"
+    rows = Store(trained.db_path).query(
+        "SELECT level, metrics_json FROM eval_reports WHERE run_id = ? AND checkpoint = 'step_000000'",
+        [RUN_ID]).to_dicts()
+    assert sorted(rows, key=lambda r: r["level"] or 0)[0]["level"] is None and len(rows) == 3
+    for row in rows:
+        metrics = json.loads(row["metrics_json"])
+        assert {"compile_rate", "correct_rate", "pass_at_k", "fast_p", "geomean_speedup"} <= metrics.keys()
+        assert "pass@1" in metrics["pass_at_k"]
+        assert metrics["fast_p"] == {}  # CPU runs claim no speedups
+
+    base, _ = scripted_report
+    table = markdown_table([base, report])
+    lines = table.splitlines()
+    assert lines[0] == "| metric | base (all) | step_000000 (all) |"
+    assert all(line.count("|") == 4 for line in lines), table
+    rows_by_metric = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]] for line in lines[2:]}
+    for metric in ("compile_rate", "correct_rate", "pass@1", "pass@2", "fast_0", "fast_0.5", "fast_0.8",
+                   "fast_1", "fast_1.5", "fast_2", "geomean speedup", "L1 correct rate", "L2 correct rate"):
+        assert metric in rows_by_metric, metric
+    assert rows_by_metric["pass@2"] == ["0.833", "-"]
+    assert rows_by_metric["fast_1.5"] == ["0.500", "-"]
+    assert rows_by_metric["num_problems"] == ["2", "2"]
+
+    plot = speedup_plot([base, report], tmp_path / "plots" / "speedups.png")
+    assert plot.read_bytes()[:8] == PNG_MAGIC
+    empty = speedup_plot([report], tmp_path / "none.png")  # nothing timed: still a valid image
+    assert empty.read_bytes()[:8] == PNG_MAGIC
+
+
+def _one_sentence(err: pytest.ExceptionInfo) -> str:
+    message = str(err.value)
+    assert "\n" not in message and message.endswith(".") and message.count(". ") == 0, message
+    return message
+
+
+def test_unknown_checkpoint_name_is_a_user_error(trained: TrainConfig) -> None:
+    with pytest.raises(UserError) as err:
+        evaluate_checkpoint(trained, checkpoint="step_999999", evaluate_fn=ScriptedEvaluator())
+    assert "step_999999" in _one_sentence(err)
+
+
+def test_a_run_without_checkpoints_is_a_user_error(trained: TrainConfig) -> None:
+    fresh = dataclasses.replace(trained, run_id="never-trained")
+    with pytest.raises(UserError) as err:
+        evaluate_checkpoint(fresh, checkpoint="latest", evaluate_fn=ScriptedEvaluator())
+    assert "never-trained" in _one_sentence(err)
+
+
+def test_unknown_split_is_a_user_error(trained: TrainConfig) -> None:
+    with pytest.raises(UserError) as err:
+        evaluate_checkpoint(trained, checkpoint=BASE, split="validation", evaluate_fn=ScriptedEvaluator())
+    _one_sentence(err)
