@@ -30,6 +30,7 @@ from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.problems import Problem, load_problems, split_problems
 from kernelbench_rl.store import Store
+from kernelbench_rl.store.db import eval_key_for
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
 from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics
@@ -135,12 +136,15 @@ class TrainingRun:
         self.spec = EnvSpec.from_config(cfg)
         self.curriculum = Curriculum.from_config(cfg.curriculum, [p.level for p in self.problems])
         self.base_model = resolve_base_model(cfg)
+        self.policy_backend = "tinker" if "tinker" in type(self._service).__name__.lower() else "local"
         if self._service is None:
-            from kernelbench_rl.policy import PolicyConfig, make_service_client
+            from kernelbench_rl.policy import PolicyConfig, make_service_client, resolve_backend
 
-            self._service = make_service_client(PolicyConfig(
+            policy_config = PolicyConfig(
                 backend=cfg.policy.backend, base_model=self.base_model, lora_rank=cfg.policy.lora_rank,
-                device=cfg.policy.device, log_dir=str(self.log_dir / "policy"), seed=cfg.policy.seed))
+                device=cfg.policy.device, log_dir=str(self.log_dir / "policy"), seed=cfg.policy.seed)
+            self.policy_backend = resolve_backend(policy_config)
+            self._service = make_service_client(policy_config)
         checkpoint = self._last_checkpoint()
         if checkpoint is None:
             self.training_client = _result(self._service.create_lora_training_client(
@@ -282,10 +286,8 @@ class TrainingRun:
         # overwrite: a step re-done after a kill saves under the same name
         state_path = _result(self.training_client.save_state(name, overwrite=True)).path
         sampler_path = _result(self.training_client.save_weights_for_sampler(name)).path
-        backend = type(self._service).__name__.lower()
         self.store.upsert("checkpoints", [{
-            "run_id": self.run_id, "name": name, "step": step,
-            "backend": "tinker" if "tinker" in backend else "local",
+            "run_id": self.run_id, "name": name, "step": step, "backend": self.policy_backend,
             "state_path": state_path, "sampler_path": sampler_path,
         }])
         self.checkpoint_step = step
@@ -311,8 +313,6 @@ class TrainingRun:
             result = turn.result
             eval_key = None
             if kernel_sha and result is not None and result.settings_hash:
-                from kernelbench_rl.store.db import eval_key_for
-
                 eval_key = eval_key_for(group.problem.id, kernel_sha, result.settings_hash)
             key = {"run_id": self.run_id, "step": step, "problem_id": group.problem.id,
                    "sample_index": sample_index, "turn": turn.index}
