@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelbench_rl.config import load_config
-from kernelbench_rl.envs import EnvSpec, KernelEnv
+from kernelbench_rl.envs import EnvSpec
 from kernelbench_rl.envs.kernel_env import EnvGroupBuilder
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, Flag
 from kernelbench_rl.problems import get_problem

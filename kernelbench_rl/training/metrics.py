@@ -71,8 +71,9 @@ def step_metrics(groups: Sequence[GroupRollout], samples: Sequence[SampleTurn]) 
     metrics["num_infra_dropped"] = float(sum(s.reward is None for s in samples))
     metrics["infra_retries"] = float(sum(g.infra_retries_used for g in groups))
     metrics["completion_tokens_mean"] = statistics.fmean(len(s.completion_tokens) for s in samples) if samples else 0.0
-    ends = [env.end_reason or "" for g in groups for env in g.envs]
-    metrics["turns_mean"] = statistics.fmean(len(env.turns) for g in groups for env in g.envs) if ends else 0.0
+    envs = [env for g in groups for env in g.envs]
+    metrics["turns_mean"] = statistics.fmean(len(env.turns) for env in envs) if envs else 0.0
+    metrics["budget_ended"] = float(sum(env.end_reason == "token_budget" for env in envs))
     return metrics, speedups
 
 
