@@ -46,8 +46,10 @@ def match_problem(doc: Mapping[str, Any], problems: Sequence[Problem]) -> Proble
 
 
 def _default_evaluate(settings: Any = None, **evaluator_kwargs: Any) -> EvaluateBatch:
+    from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
+
     try:
-        from kernelbench_rl.evaluation import EvalRequest, EvalSettings, Evaluator
+        from kernelbench_rl.evaluation import Evaluator
     except ImportError:
         raise UserError("The evaluator (kernelbench_rl.evaluation.Evaluator) is not available in this install, so corpus kernels cannot be re-verified yet.") from None
 
