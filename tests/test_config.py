@@ -84,3 +84,16 @@ def test_train_cli_reports_a_bad_key_in_one_sentence(tmp_path) -> None:
     assert proc.returncode == 2
     assert "Unknown config key training.stepz" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_eval_device_and_size_auto() -> None:
+    import torch
+
+    from kernelbench_rl.training.loop import resolve_eval_device
+
+    assert resolve_eval_device("cuda", "auto") == ("cuda", "real")
+    assert resolve_eval_device("cpu", "auto") == ("cpu", "small")
+    assert resolve_eval_device("cpu", "real") == ("cpu", "real")
+    expected = ("cuda", "real") if torch.cuda.is_available() else ("cpu", "small")
+    assert resolve_eval_device("auto", "auto") == expected
+    assert load_config("default").eval.device == "auto"

@@ -30,7 +30,7 @@ class PolicySection:
     backend: str = "auto"  # auto | tinker | local (auto: tinker when TINKER_API_KEY is set)
     base_model: str | None = None  # None: Qwen/Qwen3-8B on tinker, local:tiny locally
     lora_rank: int = 32
-    device: str = "cpu"  # local backend only: cpu | cuda
+    device: str = "auto"  # local backend only: auto | cpu | cuda
     seed: int = 0
 
 
@@ -95,8 +95,8 @@ class ProblemsConfig:
 
 @dataclass
 class EvalConfig:
-    device: str = "cpu"  # cpu | cuda
-    size: str = "small"  # small | real
+    device: str = "auto"  # auto (cuda when a GPU is visible) | cpu | cuda
+    size: str = "auto"  # auto (real on cuda, small on cpu) | small | real
     precision: str = "fp32"
     num_workers: int | None = None
     timeout_s: float = 120.0
@@ -147,8 +147,9 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "env.mode": ("single", "kevin"),
     "env.kernel_backend": ("triton", "cuda"),
     "training.loss_fn": ("importance_sampling", "ppo"),
-    "eval.device": ("cpu", "cuda"),
-    "eval.size": ("small", "real"),
+    "policy.device": ("auto", "cpu", "cuda"),
+    "eval.device": ("auto", "cpu", "cuda"),
+    "eval.size": ("auto", "small", "real"),
     "eval.precision": ("fp32", "fp16", "bf16"),
 }
 _STAGES = ("format", "compile", "correctness", "speed")

@@ -71,6 +71,17 @@ def resolve_base_model(config: TrainConfig) -> str:
     return DEFAULT_TINKER_MODEL if wants_tinker else DEFAULT_LOCAL_MODEL
 
 
+def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
+    """`auto` -> cuda when torch sees a GPU, else cpu; size `auto` -> real on cuda, small on cpu."""
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if size == "auto":
+        size = "real" if device == "cuda" else "small"
+    return device, size
+
+
 def training_problems(config: TrainConfig) -> list[Problem]:
     """The train split of the configured levels (and ids); the holdout split is never trained on."""
     cfg = config.problems
@@ -168,8 +179,9 @@ class TrainingRun:
         from kernelbench_rl.evaluation import Evaluator
 
         ev = self.config.eval
-        settings = EvalSettings(backend=self.config.env.kernel_backend, precision=ev.precision, device=ev.device,
-                                size=ev.size, correctness_trials=ev.correctness_trials,
+        device, size = resolve_eval_device(ev.device, ev.size)
+        settings = EvalSettings(backend=self.config.env.kernel_backend, precision=ev.precision, device=device,
+                                size=size, correctness_trials=ev.correctness_trials,
                                 timing_trials=ev.timing_trials, timeout_s=ev.timeout_s)
         self._evaluator = Evaluator(settings, num_workers=ev.num_workers, store=self.store,
                                     kernelbench_root=self.config.problems.kernelbench_root,
