@@ -19,9 +19,11 @@ def register(app: typer.Typer) -> None:
         """Train (or resume: the same command continues from the last checkpoint)."""
         from kernelbench_rl.config import load_config
         from kernelbench_rl.training import run_training
+        from kernelbench_rl.training.loop import resolve_base_model
 
         cfg = load_config(config, list(overrides or []))
-        typer.echo(f"run {cfg.resolved_run_id()} -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
+        typer.echo(f"run {cfg.resolved_run_id()}: {cfg.env.mode} mode, policy {resolve_base_model(cfg)} "
+                   f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
         summary = run_training(cfg, progress=progress, stop_after_steps=stop_after)
         resumed = f" (resumed after step {summary.resumed_from_step})" if summary.resumed_from_step is not None else ""
         typer.echo(f"run {summary.run_id}: {summary.steps_run} step(s) done{resumed}; last step {summary.last_step}, "

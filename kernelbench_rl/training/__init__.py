@@ -2,10 +2,19 @@
 
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, sample_to_datum, score_group
-from kernelbench_rl.training.loop import StepResult, TrainingRun, TrainSummary, run_training
+from kernelbench_rl.training.loop import (
+    StepResult,
+    TrainingRun,
+    TrainSummary,
+    default_retriever,
+    resolve_base_model,
+    run_training,
+    training_problems,
+)
 from kernelbench_rl.training.rollouts import GroupRollout, PromptRenderer, RolloutRunner
 
 __all__ = [
     "Curriculum", "CurriculumEvent", "GroupRollout", "PromptRenderer", "RolloutRunner", "SampleTurn",
-    "StepResult", "TrainSummary", "TrainingRun", "build_datums", "run_training", "sample_to_datum", "score_group",
+    "StepResult", "TrainSummary", "TrainingRun", "build_datums", "default_retriever", "resolve_base_model",
+    "run_training", "sample_to_datum", "score_group", "training_problems",
 ]
