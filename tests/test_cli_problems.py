@@ -81,3 +81,15 @@ def test_usage_error_prints_usage_not_a_traceback():
     proc = _run_cli("no-such-command")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "No such command" in proc.stderr
+
+
+def test_superseded_old_files_are_ignored_and_real_duplicates_are_an_error(tmp_path):
+    _write_checkout(tmp_path, {3: 2})
+    level3 = tmp_path / "KernelBench" / "level3"
+    (level3 / "2_Op2_OLD.py").write_text((level3 / "2_Op2.py").read_text())
+    problems = load_problems(tmp_path, levels=[3])
+    assert [p.name for p in problems] == ["1_Op1", "2_Op2"]
+
+    (level3 / "2_Another.py").write_text((level3 / "2_Op2.py").read_text())
+    proc = _run_cli("problems", "list", "--kernelbench-root", str(tmp_path))
+    assert proc.returncode != 0 and "both claim problem number 2" in proc.stderr and "Traceback" not in proc.stderr

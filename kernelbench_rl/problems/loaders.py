@@ -59,12 +59,29 @@ def _load_tree(root: Path, origin: str, levels: Iterable[int] | None) -> list[Pr
         level_dir = root / f"level{level}"
         if not level_dir.is_dir():
             continue
+        by_number: dict[int, Path] = {}
         for path in sorted(level_dir.glob("*.py"), key=lambda p: (len(p.name), p.name)):
-            if path.name.startswith("_") or not _FILE_RE.match(path.name):
+            match = _FILE_RE.match(path.name)
+            if path.name.startswith("_") or not match:
                 continue
-            problems.append(_problem_from_file(path, level, origin))
+            number = int(match.group(1))
+            if number in by_number:
+                by_number[number] = _pick_current(by_number[number], path)
+            else:
+                by_number[number] = path
+        problems.extend(_problem_from_file(path, level, origin) for path in by_number.values())
     problems.sort(key=lambda p: (p.level, p.number))
     return problems
+
+
+def _pick_current(first: Path, second: Path) -> Path:
+    """Two files with one problem number: KernelBench keeps superseded versions as `*_OLD.py`."""
+    old_first, old_second = first.stem.endswith("_OLD"), second.stem.endswith("_OLD")
+    if old_first != old_second:
+        return second if old_first else first
+    raise ProblemFileError(
+        f"{first} and {second} both claim problem number {first.name.split('_')[0]}; remove or rename one."
+    )
 
 
 def resolve_kernelbench_root(root: str | os.PathLike[str] | None) -> Path | None:

@@ -1,6 +1,6 @@
 """Print how long the local backend takes per RL step (sample a group, forward_backward, optim_step).
 
-    .venv/bin/python -m kernelbench_rl.policy.bench_local [--device cpu] [--group 8] [--tokens 64] [--steps 5]
+    .venv/bin/python bench/policy_local.py [--device cpu] [--group 8] [--tokens 64] [--steps 5]
 
 Figures only; nothing is asserted (tests never time things).
 """
