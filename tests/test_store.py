@@ -308,3 +308,34 @@ def test_numpy_values_are_stored_as_plain_numbers(store: Store, count: int) -> N
     store.upsert("embeddings", [{"doc_sha256": "d", "model_id": "m", "vector": np.arange(3, dtype=np.float32)}])
     assert store.fetchall("SELECT DISTINCT loss FROM train_steps") == [(0.5,)]
     assert store.fetchall("SELECT vector FROM embeddings") == [([0.0, 1.0, 2.0],)]
+
+
+def test_write_batch_replaces_a_partition_atomically_across_tables(tmp_path):
+    """A re-done step with fewer turns leaves none of the earlier attempt's extra rows behind."""
+    store = Store(tmp_path / "db.duckdb")
+    key = {"run_id": "r", "step": 3, "problem_id": "L1/19", "sample_index": 0}
+    first = [{**key, "turn": t, "stage": "format"} for t in range(4)]
+    store.write_batch({"rollouts": first, "rewards": [{**key, "turn": t, "reward": 0.0} for t in range(4)]},
+                      replace_where={"run_id": "r", "step": 3, "problem_id": "L1/19"})
+    other = {**key, "step": 4, "turn": 0}
+    store.upsert("rollouts", [other])
+    redo = [{**key, "turn": t, "stage": "compile"} for t in range(2)]
+    store.write_batch({"rollouts": redo, "rewards": [{**key, "turn": t, "reward": 1.0} for t in range(2)]},
+                      replace_where={"run_id": "r", "step": 3, "problem_id": "L1/19"})
+    assert store.fetchall("SELECT turn, stage FROM rollouts WHERE step = 3 ORDER BY turn") == [(0, "compile"), (1, "compile")]
+    assert store.fetchall("SELECT count(*) FROM rewards WHERE step = 3")[0][0] == 2
+    assert store.fetchall("SELECT count(*) FROM rollouts WHERE step = 4")[0][0] == 1  # other partitions untouched
+
+    # a bad row anywhere rolls the whole batch back, the deletes included
+    with pytest.raises(Exception):
+        store.write_batch({"rollouts": redo, "rewards": [{**key, "turn": 0, "no_such_column": 1}]},
+                          replace_where={"run_id": "r", "step": 3, "problem_id": "L1/19"})
+    assert store.fetchall("SELECT count(*) FROM rollouts WHERE step = 3")[0][0] == 2
+
+
+def test_migration_2_adds_rollout_verdict_columns(tmp_path):
+    store = Store(tmp_path / "db.duckdb")
+    store.upsert("rollouts", [{"run_id": "r", "step": 0, "problem_id": "L1/1", "sample_index": 0, "turn": 0,
+                               "format_ok": False, "error_category": "format", "error_message": "no code block"}])
+    assert store.schema_version() >= 2
+    assert store.fetchall("SELECT error_category FROM rollouts")[0][0] == "format"

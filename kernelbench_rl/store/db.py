@@ -423,6 +423,46 @@ class Store:
                 raise
         return len(rows)
 
+    def write_batch(
+        self, tables: Mapping[str, Sequence[Mapping[str, Any]]], *, replace_where: Mapping[str, Any] | None = None
+    ) -> int:
+        """Write rows of several tables in one transaction (all land or none do).
+
+        With `replace_where` (column -> value), each table's rows matching it are deleted first, so
+        a re-done unit of work (e.g. one step's group for one problem) replaces what an earlier,
+        interrupted attempt wrote, even when the new attempt has fewer rows (fewer turns).
+        """
+        written = 0
+        with self.connect() as con:
+            prepared = []
+            for table, rows in tables.items():
+                info = self._table_info(con, table)
+                rows = list(rows)
+                if rows:
+                    self._check_rows(info, rows)
+                if replace_where:
+                    unknown = sorted(set(replace_where) - set(info.columns))
+                    if unknown:
+                        raise StoreSchemaError(f"Table {table} has no column(s) {', '.join(unknown)} to match on.")
+                prepared.append((info, _dedupe(rows, info.key, keep_last=True)))
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for info, rows in prepared:
+                    if replace_where:
+                        clause = " AND ".join(f"{column} = ?" for column in replace_where)
+                        con.execute(f"DELETE FROM {info.name} WHERE {clause}", list(replace_where.values()))
+                    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+                    for row in rows:
+                        groups.setdefault(tuple(c for c in info.columns if c in row), []).append(row)
+                    for names, group in groups.items():
+                        self._insert(con, info, names, group, "replace")
+                    written += len(rows)
+                con.execute("COMMIT")
+            except Exception:
+                _rollback_quietly(con)
+                raise
+        return written
+
     def insert_ignore(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
         """Write rows whose key is not stored yet; existing rows are left untouched."""
         return self.upsert(table, rows, on_conflict="ignore")

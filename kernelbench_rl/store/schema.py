@@ -238,6 +238,18 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
 ]
 
+MIGRATIONS.append(
+    (
+        2,
+        "rollouts carry their verdict, so format failures (no kernel, no evaluation row) are queryable",
+        [
+            "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS format_ok BOOLEAN",
+            "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS error_category VARCHAR",
+            "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS error_message VARCHAR",
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",

@@ -329,7 +329,10 @@ class TrainingRun:
                    "sample_index": sample_index, "turn": turn.index}
             rollouts.append({**key, "stage": stage, "level": group.problem.level, "prompt_sha256": prompt_sha,
                              "completion_sha256": completion_sha, "kernel_sha256": kernel_sha, "eval_key": eval_key,
-                             "prompt_tokens": len(turn.prompt_tokens), "completion_tokens": len(turn.completion_tokens)})
+                             "prompt_tokens": len(turn.prompt_tokens), "completion_tokens": len(turn.completion_tokens),
+                             "format_ok": turn.format_ok,
+                             "error_category": result.error_category.value if result else None,
+                             "error_message": result.error_message if result else None})
             sample = by_key[(sample_index, turn.index)]
             components = dict(turn.score.components) if turn.score else {}
             components.update({"infra": bool(turn.score and turn.score.infra), "hack": bool(turn.score and turn.score.hack),
@@ -338,8 +341,10 @@ class TrainingRun:
                                "error_category": result.error_category.value if result else None})
             rewards.append({**key, "stage": stage, "reward": sample.reward, "return_value": sample.return_value,
                             "advantage": sample.advantage, "components_json": json.dumps(components, sort_keys=True)})
-        store.upsert("rollouts", rollouts)
-        store.upsert("rewards", rewards)
+        # One transaction, and a re-done step replaces what an interrupted attempt wrote for this
+        # problem (in Kevin mode it may have had more turns than the new attempt).
+        store.write_batch({"rollouts": rollouts, "rewards": rewards},
+                          replace_where={"run_id": self.run_id, "step": step, "problem_id": group.problem.id})
 
     # -- tear-down -----------------------------------------------------------------------------
     def close(self, status: str | None = None) -> None:
