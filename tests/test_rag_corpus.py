@@ -18,6 +18,7 @@ from kernelbench_rl.rag import (
     normalise_code,
     read_corpus,
 )
+from kernelbench_rl.rag.normalize import forward_fingerprint, operator_names
 from kernelbench_rl.rag.corpus import DEFAULT_SPEEDUP_CAP, CorpusDoc, KERNELBOOK_REVISION, LoadedCorpus, LoadStats
 from kernelbench_rl.store import Store
 
@@ -45,6 +46,22 @@ def test_normalised_hash_ignores_comments_and_layout_but_not_code():
     cuda_b = "#include <cuda.h>\n__global__ void k(float* x)\n{\n  x[0] = 1.f;\n}\n"
     assert normalise_code(cuda_a) == normalise_code(cuda_b)
     assert "#include" in normalise_code(cuda_a)  # preprocessor lines are code, not comments
+
+
+def test_forward_fingerprint_sees_through_copies_but_not_other_operators():
+    bundled_style = fx.SOFTMAX_PROBLEM_SOURCE.replace("super(Model, self).__init__()", "super().__init__()").replace(
+        "Simple model that performs a Softmax activation.", "Softmax over rows.\n\n    Sizes are kept small.")
+    renamed_sizes = bundled_style.replace("dim = 16384", "dim = 4096") + "\nKBRL_SMALL_SIZES = {'dim': 8}\n"
+    assert forward_fingerprint(fx.SOFTMAX_PROBLEM_SOURCE) == forward_fingerprint(renamed_sizes)
+    assert forward_fingerprint(fx.SOFTMAX_PROBLEM_SOURCE) != forward_fingerprint(fx.RELU_PROBLEM_SOURCE)
+    assert forward_fingerprint("def f(:") is None and forward_fingerprint("x = 1") is None
+
+
+def test_operator_names_name_what_a_module_computes():
+    assert operator_names(fx.SOFTMAX_PROBLEM_SOURCE) == {"softmax"}
+    assert operator_names(fx.CONV_PROBLEM_SOURCE) == {"conv2d"}
+    assert operator_names(fx.GEMM_SOFTMAX_SOURCE) == {"linear", "gemm", "softmax"}
+    assert "matmul" in operator_names("class M:\n    def forward(self, a, b):\n        return a @ b\n")
 
 
 # -- KernelBook -------------------------------------------------------------------------------------

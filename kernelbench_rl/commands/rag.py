@@ -169,12 +169,12 @@ def retrieve(
     trace = RetrievalTrace()
     examples = retriever.retrieve(target, backend, k, char_budget=char_budget, trace=trace)
     table = Table(title=f"{len(examples)} example(s) for {target.id} {target.name} ({backend})")
-    for column in ("#", "score", "source", "title", "origin", "KernelBench task", "verified"):
+    for column in ("#", "score", "cosine", "source", "title", "origin", "KernelBench task", "verified"):
         table.add_column(column)
     for rank, ex in enumerate(examples, 1):
         task = f"L{ex.kb_level}/{ex.kb_task}" if ex.kb_level is not None else "-"
         verified = "-" if ex.verified is None else ("yes" if ex.verified else "no")
-        table.add_row(str(rank), f"{ex.score:.3f}", ex.source, ex.title, ex.origin_id, task, verified)
+        table.add_row(str(rank), f"{ex.score:.3f}", f"{ex.cosine:.3f}", ex.source, ex.title, ex.origin_id, task, verified)
     console.print(table)
     if trace.excluded:
         console.print("excluded: " + ", ".join(f"{k_}: {v}" for k_, v in sorted(trace.excluded.items())))

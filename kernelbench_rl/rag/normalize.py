@@ -88,3 +88,37 @@ def forward_fingerprint(pytorch_code: str) -> str | None:
     if not any(b.startswith("forward") for b in bodies):
         return None
     return hashlib.sha256(_WHITESPACE.sub("", "|".join(bodies)).encode()).hexdigest()
+
+
+# Calls that shape, move or allocate tensors: they say nothing about what a module computes.
+_PLUMBING_CALLS = frozenset({
+    "super", "init", "size", "view", "reshape", "contiguous", "float", "half", "to", "range", "len", "int",
+    "list", "tuple", "get", "append", "item", "dim", "numel", "expand", "expand_as", "unsqueeze", "squeeze",
+    "permute", "transpose", "clone", "empty", "empty_like", "zeros", "ones", "zeros_like", "ones_like", "parameter",
+    "register_buffer", "new_empty", "flatten", "cat", "stack", "split", "chunk", "detach", "cpu", "cuda", "type",
+    "randn", "rand", "tensor", "isinstance", "print", "getattr", "setattr", "modulelist", "sequential",
+})
+
+
+def operator_names(pytorch_code: str) -> frozenset[str]:
+    """The operations a module's `__init__`/`forward` use (softmax, conv2d, matmul, ...), lower-cased.
+
+    A lexical signal beside the embedding: MiniLM rates modules by overall shape (a row
+    normalisation looks like a softmax), while the operator names say what is computed.
+    """
+    try:
+        tree = ast.parse(pytorch_code)
+    except (SyntaxError, ValueError, RecursionError):
+        return frozenset()
+    names: set[str] = set()
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for method in (m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name in ("__init__", "forward")):
+            for node in ast.walk(method):
+                if isinstance(node, ast.Call):
+                    func = node.func
+                    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+                    if name:
+                        names.add(name.lower().strip("_"))
+                elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                    names.add("matmul")
+    return frozenset(n for n in names if n and n not in _PLUMBING_CALLS)

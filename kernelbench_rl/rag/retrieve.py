@@ -26,16 +26,18 @@ from kernelbench_rl.problems import Problem, holdout_ids, load_problems
 from kernelbench_rl.rag.corpus import read_corpus
 from kernelbench_rl.rag.embed import Embedder, embed_cached
 from kernelbench_rl.rag.index import VectorIndex, load_index
-from kernelbench_rl.rag.normalize import code_sha256, forward_fingerprint
+from kernelbench_rl.rag.normalize import code_sha256, forward_fingerprint, operator_names
 
 NEAR_DUPLICATE_COSINE = 0.95
 DEFAULT_CHAR_BUDGET = 6000
+# Ranking score = cosine + LEXICAL_WEIGHT * Jaccard(operator names of problem, of example); 0 disables.
+LEXICAL_WEIGHT = 0.1
 
 
 @dataclass
 class RetrievedExample:
     doc_sha256: str
-    score: float  # cosine between the problem's reference and the example's PyTorch side
+    score: float  # ranking score: cosine + LEXICAL_WEIGHT * operator-name overlap
     source: str
     backend: str
     title: str
@@ -48,6 +50,7 @@ class RetrievedExample:
     speedup: float | None = None
     verified: bool | None = None
     truncated: bool = False
+    cosine: float = 0.0  # between the problem's reference and the example's PyTorch side
 
     def as_prompt_example(self) -> PromptExample:
         return PromptExample(pytorch_code=self.pytorch_code, kernel_code=self.kernel_code, backend=self.backend,
@@ -80,6 +83,7 @@ class Retriever:
         *,
         holdout_problems: Sequence[Problem] = (),
         near_duplicate_cosine: float = NEAR_DUPLICATE_COSINE,
+        lexical_weight: float = LEXICAL_WEIGHT,
         store: Any = None,
     ) -> None:
         if index.meta.model_id != embedder.model_id:
@@ -91,10 +95,12 @@ class Retriever:
         self.embedder = embedder
         self.store = store
         self.near_duplicate_cosine = near_duplicate_cosine
+        self.lexical_weight = lexical_weight
         self.holdout_ids: set[tuple[int, int]] = {(p.level, p.number) for p in holdout_problems}
         self._holdout_vectors = self._embed_problems(holdout_problems)
         self._holdout_fingerprints = {fp for p in holdout_problems if (fp := forward_fingerprint(p.source))}
         self._fingerprints: dict[str, str | None] = {}
+        self._ops: dict[str, frozenset[str]] = {}
 
     @classmethod
     def open(
@@ -108,6 +114,7 @@ class Retriever:
         holdout_fraction: float = 0.2,
         split_seed: int = 0,
         near_duplicate_cosine: float = NEAR_DUPLICATE_COSINE,
+        lexical_weight: float = LEXICAL_WEIGHT,
     ) -> Retriever:
         """Load the index (refusing another model's), its documents, and the holdout set.
 
@@ -121,7 +128,7 @@ class Retriever:
             held = holdout_ids(problems, holdout_fraction, split_seed)
             holdout_problems = [p for p in problems if p.id in held]
         return cls(index, docs, embedder, holdout_problems=holdout_problems,
-                   near_duplicate_cosine=near_duplicate_cosine, store=store)
+                   near_duplicate_cosine=near_duplicate_cosine, lexical_weight=lexical_weight, store=store)
 
     def _embed_problems(self, problems: Sequence[Problem]) -> np.ndarray:
         if not problems:
@@ -180,39 +187,43 @@ class Retriever:
             return []
         query = query_vector if query_vector is not None else self.embedder.embed_code([problem.source])[0]
         problem_fingerprint = forward_fingerprint(problem.source)
-        chosen: list[RetrievedExample] = []
+        problem_ops = operator_names(problem.source)
+        allowed: list[RetrievedExample] = []
         seen: set[int] = set()
         depth = min(self.index.size, max(64, 20 * k))
         while True:
+            # Rank within the window of the `depth` nearest by cosine; deepen while too few are allowed.
             scores, positions = self.index.search(query[None, :], depth)
-            for score, position in zip(scores[0], positions[0]):
+            for cosine, position in zip(scores[0], positions[0]):
                 if position < 0 or position in seen:
                     continue
                 seen.add(int(position))
                 trace.considered += 1
-                sha = self.index.doc_sha(position)
-                doc = self.docs.get(sha)
+                doc = self.docs.get(self.index.doc_sha(position))
                 if doc is None:
                     trace.excluded["not_in_store"] += 1
                     continue
                 reason = self.exclusion_reason(doc, self.index.vector(position), problem, query, backend,
                                                problem_fingerprint)
                 if reason is None:
-                    example = self._fit(doc, float(score), char_budget, overflow)
+                    example = self._fit(doc, float(cosine), char_budget, overflow)
                     if example is None:
                         reason = "over_budget"
                     else:
-                        chosen.append(example)
+                        sha = doc["sha256"]
+                        if sha not in self._ops:
+                            self._ops[sha] = operator_names(doc["pytorch_code"])
+                        example.score = example.cosine + self.lexical_weight * _jaccard(problem_ops, self._ops[sha])
+                        allowed.append(example)
                 if reason is not None:
                     trace.excluded[reason] += 1
-                if len(chosen) >= k:
-                    return chosen
-            if depth >= self.index.size:
-                return chosen
+            if len(allowed) >= k or depth >= self.index.size:
+                allowed.sort(key=lambda e: -e.score)
+                return allowed[:k]
             depth = min(self.index.size, depth * 4)
 
     @staticmethod
-    def _fit(doc: Mapping[str, Any], score: float, budget: int, overflow: str) -> RetrievedExample | None:
+    def _fit(doc: Mapping[str, Any], cosine: float, budget: int, overflow: str) -> RetrievedExample | None:
         pytorch_code, kernel_code = doc["pytorch_code"], doc["kernel_code"]
         truncated = False
         if len(pytorch_code) + len(kernel_code) > budget:
@@ -221,11 +232,15 @@ class Retriever:
                 return None
             kernel_code, truncated = _truncate(kernel_code, room), True
         return RetrievedExample(
-            doc_sha256=doc["sha256"], score=score, source=doc["source"], backend=doc["backend"],
+            doc_sha256=doc["sha256"], score=cosine, cosine=cosine, source=doc["source"], backend=doc["backend"],
             title=doc.get("title") or "", origin_id=doc.get("origin_id") or "", pytorch_code=pytorch_code,
             kernel_code=kernel_code, licence=doc.get("licence"), kb_level=doc.get("kb_level"),
             kb_task=doc.get("kb_task"), speedup=doc.get("speedup"), verified=doc.get("verified"), truncated=truncated,
         )
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
 
 
 def problem_ids_of(examples: Sequence[RetrievedExample]) -> set[str]:
