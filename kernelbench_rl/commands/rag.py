@@ -114,7 +114,7 @@ def build(
     model: ModelOption = None,
     kind: Annotated[str, typer.Option("--kind", help="auto (flat when small, HNSW when large), flat, hnsw or ivf.")] = "auto",
     verified_only: Annotated[bool, typer.Option("--verified-only", help="Index only documents our evaluator re-verified.")] = False,
-    ef_search: Annotated[int, typer.Option("--ef-search", help="HNSW search breadth (recall vs latency).")] = 128,
+    ef_search: Annotated[int, typer.Option("--ef-search", help="HNSW search breadth (recall vs latency).")] = 64,
     hnsw_m: Annotated[int, typer.Option("--hnsw-m", help="HNSW graph degree.")] = 32,
     index: IndexOption = None,
     db: DbOption = None,

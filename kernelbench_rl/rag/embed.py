@@ -95,6 +95,17 @@ def _load_model(target: str, device: str) -> tuple[Any, int]:
     return model, int(model.max_seq_length or 0)
 
 
+def _pin_hub_revision(repo_id: str) -> str:
+    """`repo@<commit>` for a hub model already in the local cache, so the id names exact weights."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(repo_id=repo_id, local_files_only=True)
+    except Exception:  # not cached under that id (e.g. a sentence-transformers short name): keep the name
+        return repo_id
+    return f"{repo_id}@{Path(folder).name}"
+
+
 def resolve_model(model: str | None) -> tuple[str, str]:
     """(what to load, model id to record). The id names the model and, for local copies, its weights' hash."""
     name = model or DEFAULT_MODEL
@@ -136,6 +147,9 @@ class Embedder:
                 f"Could not load the embedding model {target} ({type(exc).__name__}); pass a local folder, "
                 "or a sentence-transformers id that is in the cache (or go online once)."
             ) from None
+        if model_id == target and not Path(target).exists():
+            model_id = _pin_hub_revision(target)
+            self.model_id = f"{model_id}|text-v{EMBED_TEXT_VERSION}"
         # Long-context code models get cut to max_seq_length tokens (CPU time grows with length); a cut
         # changes the vectors, so it becomes part of the model id and of the cache key.
         self.max_seq_length = native_length

@@ -26,8 +26,8 @@ KindChoice = Literal["auto", "flat", "hnsw", "ivf"]
 
 AUTO_APPROX_ABOVE = 20_000
 HNSW_M = 32
-HNSW_EF_CONSTRUCTION = 200
-HNSW_EF_SEARCH = 128
+HNSW_EF_CONSTRUCTION = 100
+HNSW_EF_SEARCH = 64
 INDEX_FILE = "index.faiss"
 META_FILE = "index.json"
 META_VERSION = 1
