@@ -52,6 +52,7 @@ def ingest(
     levels: Annotated[str, typer.Option("--levels", help="Sakana level splits, comma-separated.")] = "1,2,3",
     include_incorrect: Annotated[bool, typer.Option("--include-incorrect", help="Keep Sakana rows labelled Correct=False.")] = False,
     outliers: Annotated[str, typer.Option("--outliers", help="Sakana speedups above the cap: cap or drop.")] = "cap",
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub revision of a hub source (KernelBook is pinned by default).", show_default=False)] = None,
     verify: Annotated[bool, typer.Option("--verify", help="Re-verify ingested kernels with our evaluator afterwards.")] = False,
     db: DbOption = None,
 ) -> None:
@@ -77,6 +78,8 @@ def ingest(
             except ValueError:
                 raise UserError(f"--levels takes comma-separated numbers such as 1,2, not {levels!r}.") from None
             options.update(correct_only=not include_incorrect, outliers=outliers)
+        if revision is not None and name != "solutions":
+            options["revision"] = revision
         with console.status(f"loading {name} ..."):
             loaded = load_source(name, path if name != "solutions" else None, limit, **options)
             report = ingest_docs(store, loaded)
@@ -116,6 +119,7 @@ def build(
     verified_only: Annotated[bool, typer.Option("--verified-only", help="Index only documents our evaluator re-verified.")] = False,
     ef_search: Annotated[int, typer.Option("--ef-search", help="HNSW search breadth (recall vs latency).")] = 64,
     hnsw_m: Annotated[int, typer.Option("--hnsw-m", help="HNSW graph degree.")] = 32,
+    device: Annotated[str, typer.Option("--device", help="Where to embed: cpu, or cuda for large corpora.")] = "cpu",
     index: IndexOption = None,
     db: DbOption = None,
 ) -> None:
@@ -129,7 +133,7 @@ def build(
     store = _store(db)
     console = Console()
     with console.status("loading the embedding model ..."):
-        embedder = Embedder(model)
+        embedder = Embedder(model, device=device)
     report = build_corpus_index(store, embedder, index, kind=kind, verified_only=verified_only,  # type: ignore[arg-type]
                                 params=IndexParams(hnsw_m=hnsw_m, ef_search=ef_search), show_progress=True)
     meta = report.index.meta
