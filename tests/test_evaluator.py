@@ -277,3 +277,24 @@ def test_gpu_timing_and_hack_flags():
         patched = candidate("return relu_into(x, torch.empty_like(x))",
                             extra="\ntorch.cuda.Event.elapsed_time = lambda self, end: 0.001\n")
         assert ev.evaluate([EvalRequest("L1/19", patched, settings)])[0].is_hack
+
+
+def test_decoy_kernel_is_caught_at_runtime_on_the_cpu(evaluator):
+    # Defined, never launched: the forward uses PyTorch (the static policy is off here).
+    result = run(evaluator, candidate("return torch.relu(x)"))
+    assert result.correct  # the values are right...
+    assert Flag.BACKEND_NOT_USED.value in result.flags and result.is_hack  # ...but it earns nothing
+
+
+def test_reference_model_is_not_in_the_candidates_process(evaluator):
+    body = (
+        "import sys, types\n"
+        "found = [m for m in list(sys.modules.values())\n"
+        "         if isinstance(m, types.ModuleType) and ('get_inputs' in vars(m) or 'Model' in vars(m))]\n"
+        "if found:\n    raise RuntimeError('reference visible: ' + found[0].__name__)\n"
+        "import os\n"
+        "if os.path.exists('problem.py'):\n    raise RuntimeError('problem file visible')\n"
+        "return relu_into(x, torch.empty_like(x))"
+    )
+    result = run(evaluator, candidate(body))
+    assert result.correct, result.error_message

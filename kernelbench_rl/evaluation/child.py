@@ -162,7 +162,11 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     device = job["device"]
     precision = job["precision"]
     clock = timing.Clock.capture() if device == "cuda" else None
-    problem = runtime.load_module_from_file(job["problem_path"], "kbrl_problem")
+    # The problem (inputs only: the worker stripped the reference Model) is loaded unregistered under
+    # a random name and its file removed, so the candidate cannot simply import it.
+    problem = runtime.load_module_from_file(job["problem_path"], f"_p{os.urandom(6).hex()}", register=False)
+    os.unlink(job["problem_path"])
+    launches = _count_interpreter_launches() if device == "cpu" else None
     wire.send_json(conn, {"event": "started", "sandbox": confinement.label(), "cuda_init_s": cuda_init_s})
 
     candidate_path = job["candidate_path"]
@@ -203,6 +207,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 t = time.perf_counter()
                 model = runtime.build_model(model_cls, problem, int(command["seed"]), device, precision)
                 wire.send_json(conn, {"event": "built", "seconds": time.perf_counter() - t})
+                if launches is not None:
+                    launches.clear()  # count only what forward launches
             elif cmd == "warm":
                 inputs = inputs_for_seed(int(command["seed"]))
                 with torch.no_grad():
@@ -225,7 +231,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 keep_alive = wire.send_tensors(
                     conn, "checked",
                     {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs) if command.get("return_inputs") else []},
-                    use_ipc, {"seconds": seconds}, spill_dir,
+                    use_ipc, {"seconds": seconds, "launches": dict(launches) if launches is not None else None}, spill_dir,
                 )
                 del output, outputs, inputs
             elif cmd == "time":
@@ -266,6 +272,29 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 category = "runtime"
             _send_error(conn, category, short_error(exc, candidate_path))
             return
+
+
+def _count_interpreter_launches() -> dict[str, int] | None:
+    """Count launches per kernel under Triton's CPU interpreter (the GPU path profiles instead).
+
+    Installed before the candidate is imported; a candidate that undoes it is caught by the static
+    policy's monkey-patching rule.
+    """
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return None
+    counts: dict[str, int] = {}
+    original = InterpretedFunction.run
+
+    def counting_run(self, *args, **kwargs):
+        if not kwargs.get("warmup"):
+            name = getattr(self.fn, "__name__", "?")
+            counts[name] = counts.get(name, 0) + 1
+        return original(self, *args, **kwargs)
+
+    InterpretedFunction.run = counting_run
+    return counts
 
 
 def _poison_allocator(nbytes: int) -> None:

@@ -8,6 +8,7 @@ harness), floating tensors cast to the requested precision.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 import types
@@ -20,15 +21,37 @@ import torch
 PRECISION_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def load_module_from_file(path: str | Path, name: str) -> types.ModuleType:
+def load_module_from_file(path: str | Path, name: str, register: bool = True) -> types.ModuleType:
     """Import a file as a module (registered in sys.modules: Triton reads kernels' source via inspect)."""
     spec = importlib.util.spec_from_file_location(name, str(path))
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if not register:
+            sys.modules.pop(name, None)
     return module
+
+
+def without_reference_model(source: str, class_name: str = "Model") -> str:
+    """The problem source minus its reference class: what a sandboxed child may see.
+
+    The child needs get_inputs()/get_init_inputs() to make the same inputs, but the reference
+    Model must not exist in the candidate's process (it could be found and reused).
+    """
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    spans = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            spans.append((start, node.end_lineno or node.lineno))
+    for start, end in sorted(spans, reverse=True):
+        lines[start - 1:end] = ["\n"]
+    return "".join(lines)
 
 
 def seed_everything(seed: int) -> None:

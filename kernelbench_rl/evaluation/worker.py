@@ -41,6 +41,7 @@ from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSett
 SEED_POOL_SIZE = 16
 TIMING_VERIFY_TRIALS = 2
 LOW_KERNEL_SHARE = 0.5
+TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
 HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
 START_TIMEOUT_S = 60.0
 
@@ -133,6 +134,7 @@ class Worker:
         self.cache_root = os.path.join(self.root, ".build-cache")
         os.makedirs(self.cache_root, mode=0o700, exist_ok=True)
         self.gpu_lock = threading.Lock()
+        self.rng_lock = threading.RLock()
         self.problems: dict[str, ProblemState] = {}
         self.problems_lock = threading.Lock()
         self.ref_bytes = 0
@@ -228,17 +230,27 @@ class Worker:
         return state
 
     def reference_model(self, state: ProblemState, precision: str) -> torch.nn.Module:
-        if precision not in state.models:
-            state.models[precision] = runtime.build_model(state.module.Model, state.module, state.init_seed, self.device, precision)
+        with self.rng_lock:  # construction seeds and draws from the global generator
+            if precision not in state.models:
+                state.models[precision] = runtime.build_model(state.module.Model, state.module, state.init_seed, self.device, precision)
         return state.models[precision]
 
+    def inputs(self, state: ProblemState, seed: int, precision: str) -> list[Any]:
+        # get_inputs() draws from torch's global generator: one thread at a time, or seeds interleave.
+        with self.rng_lock:
+            return runtime.make_inputs(state.module, seed, self.device, precision)
+
     def reference_outputs(self, state: ProblemState, precision: str, seed: int) -> list[torch.Tensor]:
+        with self.rng_lock:  # the reference forward may draw random numbers too (dropout)
+            return self._reference_outputs(state, precision, seed)
+
+    def _reference_outputs(self, state: ProblemState, precision: str, seed: int) -> list[torch.Tensor]:
         key = (precision, seed)
         if key in state.refs:
             state.refs.move_to_end(key)
             return state.refs[key]
         model = self.reference_model(state, precision)
-        inputs = runtime.make_inputs(state.module, seed, self.device, precision)
+        inputs = self.inputs(state, seed, precision)
         pristine = runtime.clone_inputs(runtime.tensor_inputs(inputs))
         state.input_bytes = max(state.input_bytes, sum(t.numel() * t.element_size() for t in pristine))
         with torch.no_grad():
@@ -262,7 +274,7 @@ class Worker:
             model = self.reference_model(state, precision)
             seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
             record = timing.time_forward(
-                model, lambda s: runtime.make_inputs(state.module, s, self.device, precision), seeds,
+                model, lambda s: self.inputs(state, s, precision), seeds,
                 settings.warmup_trials, self.device, self.clock,
             )
             entry = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None}
@@ -276,7 +288,7 @@ class Worker:
             compiled = torch.compile(self.reference_model(state, precision))
             seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
             record = timing.time_forward(
-                compiled, lambda s: runtime.make_inputs(state.module, s, self.device, precision), seeds,
+                compiled, lambda s: self.inputs(state, s, precision), seeds,
                 max(settings.warmup_trials, 3), self.device, self.clock,
             )
             return record.median_ms
@@ -287,7 +299,7 @@ class Worker:
         if precision not in state.host_baselines:
             seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
             state.host_baselines[precision] = timing.host_time_forward(
-                self.reference_model(state, precision), lambda s: runtime.make_inputs(state.module, s, self.device, precision),
+                self.reference_model(state, precision), lambda s: self.inputs(state, s, precision),
                 seeds, self.device, self.clock,
             )
         return state.host_baselines[precision]
@@ -377,7 +389,7 @@ class Worker:
         with open(candidate_path, "w") as handle:
             handle.write(source)
         with open(problem_path, "w") as handle:
-            handle.write(problem_source)
+            handle.write(runtime.without_reference_model(problem_source))
         env = sandbox.scrubbed_env(
             HOME=workdir, TMPDIR=workdir, TRITON_CACHE_DIR=os.path.join(workdir, ".triton"),
             TORCH_EXTENSIONS_DIR=os.path.join(workdir, "torch_extensions"),
@@ -473,6 +485,7 @@ class Worker:
         seeds = random.sample(state.seed_pool, min(settings.correctness_trials, len(state.seed_pool)))
         result.trials_total = len(seeds)
         worst = 0.0
+        cpu_launches: dict[str, int] = {}
         for position, seed in enumerate(seeds):
             with state.lock:
                 reference = self.reference_outputs(state, precision, seed)
@@ -482,6 +495,10 @@ class Worker:
             wire.send_json(child.conn, {"cmd": "check", "seed": seed, "poison_bytes": poison, "return_inputs": check_inputs})
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
             received = self._receive(child, header, reference, state.input_bytes)
+            if isinstance(header.get("launches"), dict):
+                for name, count in header["launches"].items():
+                    if isinstance(count, int):
+                        cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
             outcome = checks.compare_outputs(reference, received.get("outputs", []), settings.atol, settings.rtol)
             if outcome.max_abs_err is not None:
                 worst = max(worst, outcome.max_abs_err)
@@ -489,7 +506,7 @@ class Worker:
             if not outcome.ok:
                 raise Fault(outcome.category, outcome.message)
             if check_inputs:
-                pristine = runtime.tensor_inputs(runtime.make_inputs(state.module, seed, self.device, precision))
+                pristine = runtime.tensor_inputs(self.inputs(state, seed, precision))
                 mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                 if mutated:
                     result.flags.append(Flag.INPUT_MUTATED.value)
@@ -498,6 +515,10 @@ class Worker:
             result.trials_passed += 1
         result.correct = True
         result.phase_seconds["correctness"] = time.perf_counter() - t
+        if self.device != "cuda" and settings.backend == "triton":
+            names = kernels.triton_kernel_names(payload["candidate_source"])
+            if not any(kernels.is_own_kernel(name, names) for name, count in cpu_launches.items() if count > 0):
+                result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
         if self.device != "cuda":
             wire.send_json(child.conn, {"cmd": "exit"})
             return None
@@ -563,6 +584,8 @@ class Worker:
                 result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
             elif share < LOW_KERNEL_SHARE:
                 result.flags.append(Flag.LOW_KERNEL_SHARE.value)
+                if share < TOKEN_KERNEL_SHARE:
+                    result.flags.append(Flag.HACK.value)
         else:
             result.versions["profile_error"] = str(profiled.get("error", ""))[:300]
         wire.send_json(child.conn, {"cmd": "exit"})
