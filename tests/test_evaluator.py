@@ -298,3 +298,22 @@ def test_reference_model_is_not_in_the_candidates_process(evaluator):
     )
     result = run(evaluator, candidate(body))
     assert result.correct, result.error_message
+
+
+def test_syntax_error_with_the_static_policy_on_is_still_compile(evaluator):
+    evaluator.static_checks = True
+    try:
+        result = run(evaluator, CORRECT.replace("def forward(self, x):", "def forward(self, x)"))
+    finally:
+        evaluator.static_checks = False
+    assert result.error_category == ErrorCategory.COMPILE and not result.compiled
+
+
+def test_child_problem_source_has_no_reference_model():
+    from kernelbench_rl.evaluation.runtime import without_reference_model
+    from kernelbench_rl.problems import get_problem
+
+    stripped = without_reference_model(get_problem("L1/19").source)
+    namespace: dict = {}
+    exec(compile(stripped, "problem", "exec"), namespace)
+    assert "Model" not in namespace and callable(namespace["get_inputs"]) and callable(namespace["get_init_inputs"])

@@ -77,3 +77,17 @@ def test_scrubbed_env_drops_secrets_and_keeps_what_cuda_needs():
     )
     assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "1", "TRITON_CACHE_DIR": "/c", "HOME": "/tmp/h"}
     assert is_secret_name("github_token") and not is_secret_name("CUDA_HOME")
+
+
+def test_worker_side_imports_nothing_of_the_orchestration_stack():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kernelbench_rl.evaluation.worker, kernelbench_rl.evaluation.child\n"
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'duckdb', 'polars', 'prefect', 'pyarrow', 'typer'})\n"
+        "print(','.join(bad))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ""
