@@ -104,7 +104,7 @@ def test_sakana_loader_filters_caps_and_counts(sakana_dirs, fmt):
     assert all(d.backend == "cuda" and d.licence for d in loaded.docs)
     assert all(d.meta.get("Correct") is True for d in loaded.docs)
     tasks = {(d.kb_level, d.kb_task) for d in loaded.docs}
-    assert tasks == {(1, 23), (1, 19), (1, 1), (1, 63), (2, 23)}
+    assert tasks == {(1, 23), (1, 19), (1, 1), (1, 63), (1, 10), (2, 23)}
     conv = next(d for d in loaded.docs if d.kb_task == 63)
     assert conv.speedup == DEFAULT_SPEEDUP_CAP and conv.meta["speedup_raw"] == 1e6
     assert all(d.speedup is not None and d.speedup <= DEFAULT_SPEEDUP_CAP for d in loaded.docs)

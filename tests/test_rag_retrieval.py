@@ -98,7 +98,7 @@ def test_other_operations_find_their_kind(retriever):
 
 def test_no_example_of_the_problem_or_a_holdout_problem_is_ever_returned(built, retriever, holdout_problems, embedder):
     store, _ = built
-    held_tasks = {(p.level, p.number) for p in holdout_problems}
+    held_tasks = {(p.level, p.number) for p in holdout_problems} | retriever.holdout_ids
     held_vectors = embedder.embed_code([p.source for p in holdout_problems])
     held_fingerprints = {forward_fingerprint(p.source) for p in holdout_problems}
     # The vectors the build stored for every document (read back from the cache, not recomputed).
@@ -123,6 +123,16 @@ def test_no_example_of_the_problem_or_a_holdout_problem_is_ever_returned(built, 
                 assert example.origin_id != "kernelbook:10"
                 assert not (problem.number == 23 and problem.level == 1 and example.origin_id == "kernelbook:9")
     assert returned > 0
+
+
+def test_kernelbench_tasks_held_out_of_the_full_benchmark_are_excluded_too(retriever):
+    from kernelbench_rl.rag.retrieve import kernelbench_holdout_ids
+
+    assert "L1/10" in kernelbench_holdout_ids()  # not bundled, yet held out by the id-hashed split
+    assert (1, 10) in retriever.holdout_ids
+    for problem in (fx.matmul_problem(), fx.softmax_problem()):
+        found = retriever.retrieve(problem, "cuda", k=50, char_budget=10**6)
+        assert all((e.kb_level, e.kb_task) != (1, 10) for e in found)
 
 
 def test_unlabelled_copies_are_caught_by_the_near_duplicate_check(retriever):

@@ -14,7 +14,7 @@ Examples are filtered by backend and must fit a character budget each.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kernelbench_rl.envs.prompts import PromptExample
-from kernelbench_rl.problems import Problem, holdout_ids, load_problems
+from kernelbench_rl.problems import Problem, holdout_ids, load_problems, parse_problem_id
 from kernelbench_rl.rag.corpus import read_corpus
 from kernelbench_rl.rag.embed import Embedder, embed_cached
 from kernelbench_rl.rag.index import VectorIndex, load_index
@@ -85,6 +85,7 @@ class Retriever:
         near_duplicate_cosine: float = NEAR_DUPLICATE_COSINE,
         lexical_weight: float = LEXICAL_WEIGHT,
         store: Any = None,
+        extra_holdout_ids: Collection[str] = (),
     ) -> None:
         if index.meta.model_id != embedder.model_id:
             from kernelbench_rl.errors import UserError
@@ -97,6 +98,7 @@ class Retriever:
         self.near_duplicate_cosine = near_duplicate_cosine
         self.lexical_weight = lexical_weight
         self.holdout_ids: set[tuple[int, int]] = {(p.level, p.number) for p in holdout_problems}
+        self.holdout_ids |= {parse_problem_id(i) for i in extra_holdout_ids}
         self._holdout_vectors = self._embed_problems(holdout_problems)
         self._holdout_fingerprints = {fp for p in holdout_problems if (fp := forward_fingerprint(p.source))}
         self._fingerprints: dict[str, str | None] = {}
@@ -115,10 +117,15 @@ class Retriever:
         split_seed: int = 0,
         near_duplicate_cosine: float = NEAR_DUPLICATE_COSINE,
         lexical_weight: float = LEXICAL_WEIGHT,
+        kernelbench_universe: bool = True,
     ) -> Retriever:
         """Load the index (refusing another model's), its documents, and the holdout set.
 
-        The holdout defaults to `kernelbench_rl.problems.split` over the problem set in use.
+        The holdout defaults to `kernelbench_rl.problems.split` over the problem set in use. With
+        `kernelbench_universe`, every KernelBench id (levels 1-3) the same split would hold out is
+        excluded too: the split hashes ids, so a task held out of the full benchmark stays held out
+        when a later run evaluates on a KernelBench checkout, and its Sakana rows must never have
+        been shown in training.
         """
         index = load_index(index_dir, expected_model_id=embedder.model_id, expected_dimension=embedder.dimension)
         wanted = set(index.meta.doc_sha256)
@@ -127,8 +134,9 @@ class Retriever:
             problems = load_problems(kernelbench_root)
             held = holdout_ids(problems, holdout_fraction, split_seed)
             holdout_problems = [p for p in problems if p.id in held]
-        return cls(index, docs, embedder, holdout_problems=holdout_problems,
-                   near_duplicate_cosine=near_duplicate_cosine, lexical_weight=lexical_weight, store=store)
+        extra = kernelbench_holdout_ids(holdout_fraction, split_seed) if kernelbench_universe else set()
+        return cls(index, docs, embedder, holdout_problems=holdout_problems, near_duplicate_cosine=near_duplicate_cosine,
+                   lexical_weight=lexical_weight, store=store, extra_holdout_ids=extra)
 
     def _embed_problems(self, problems: Sequence[Problem]) -> np.ndarray:
         if not problems:
@@ -237,6 +245,16 @@ class Retriever:
             kernel_code=kernel_code, licence=doc.get("licence"), kb_level=doc.get("kb_level"),
             kb_task=doc.get("kb_task"), speedup=doc.get("speedup"), verified=doc.get("verified"), truncated=truncated,
         )
+
+
+KERNELBENCH_TASKS_PER_LEVEL = {1: 100, 2: 100, 3: 50}
+
+
+def kernelbench_holdout_ids(holdout_fraction: float = 0.2, split_seed: int = 0) -> set[str]:
+    """The ids of KernelBench levels 1-3 that `holdout_ids` holds out (it needs only the ids)."""
+    stubs = [Problem(level=level, number=number, name="", source="", origin="inline")
+             for level, count in KERNELBENCH_TASKS_PER_LEVEL.items() for number in range(1, count + 1)]
+    return holdout_ids(stubs, holdout_fraction, split_seed)
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
