@@ -1,4 +1,8 @@
-"""Retries only for infrastructure: the policy function, and real Prefect tasks that use it."""
+"""Retries only for infrastructure: the policy function, and real Prefect tasks that use it.
+
+Prefect is imported inside the tests: once imported, Prefect reads its settings from the process
+environment no more, and test_deployment points its client at its own server through the environment.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prefect import flow, task
-from prefect.states import Failed
 
 from kernelbench_rl.errors import InfraError, StoreBusyError, UserError
 from prefect_session import shared_prefect_api
@@ -23,12 +25,16 @@ def prefect_api() -> Iterator[str]:
 @pytest.mark.parametrize("exc", [InfraError("worker lost"), StoreBusyError("The database stayed busy."),
                                  ConnectionError("service unreachable"), TimeoutError("no answer")])
 def test_infra_failures_are_retried(exc: BaseException) -> None:
+    from prefect.states import Failed
+
     assert retry_on_infra(None, None, Failed(data=exc)) is True
 
 
 @pytest.mark.parametrize("exc", [UserError("Unknown problem id 'L9/1'."), ValueError("bad value"),
                                  RuntimeError("a bug"), KeyError("missing")])
 def test_user_errors_and_bugs_are_not_retried(exc: BaseException) -> None:
+    from prefect.states import Failed
+
     assert retry_on_infra(None, None, Failed(data=exc)) is False
 
 
@@ -38,6 +44,7 @@ def _attempts(path: Path) -> int:
 
 def _counting_task(fail_with: type[BaseException], failures: int):
     """A task that records each attempt in a file and raises `fail_with` for its first `failures` attempts."""
+    from prefect import task
 
     @task(retries=2, retry_delay_seconds=0, retry_condition_fn=retry_on_infra)
     def flaky(counter: str) -> str:
@@ -51,15 +58,21 @@ def _counting_task(fail_with: type[BaseException], failures: int):
     return flaky
 
 
-def test_infra_error_is_retried_until_it_succeeds(prefect_api: str, tmp_path: Path) -> None:
-    counter = tmp_path / "attempts"
-    flaky = _counting_task(InfraError, failures=2)
+def _run_in_a_flow(flaky, counter: Path) -> str:
+    from prefect import flow
 
     @flow
     def run_it() -> str:
         return flaky(str(counter))
 
-    assert run_it() == "done"
+    return run_it()
+
+
+def test_infra_error_is_retried_until_it_succeeds(prefect_api: str, tmp_path: Path) -> None:
+    counter = tmp_path / "attempts"
+    flaky = _counting_task(InfraError, failures=2)
+
+    assert _run_in_a_flow(flaky, counter) == "done"
     assert _attempts(counter) == 3
 
 
@@ -67,12 +80,8 @@ def test_infra_error_beyond_the_retries_fails(prefect_api: str, tmp_path: Path) 
     counter = tmp_path / "attempts"
     flaky = _counting_task(InfraError, failures=5)
 
-    @flow
-    def run_it() -> str:
-        return flaky(str(counter))
-
     with pytest.raises(InfraError):
-        run_it()
+        _run_in_a_flow(flaky, counter)
     assert _attempts(counter) == 3
 
 
@@ -81,12 +90,8 @@ def test_a_bug_or_user_error_runs_once(prefect_api: str, tmp_path: Path, error: 
     counter = tmp_path / "attempts"
     flaky = _counting_task(error, failures=1)
 
-    @flow
-    def run_it() -> str:
-        return flaky(str(counter))
-
     with pytest.raises(error):
-        run_it()
+        _run_in_a_flow(flaky, counter)
     assert _attempts(counter) == 1
 
 
