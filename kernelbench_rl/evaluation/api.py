@@ -67,8 +67,8 @@ class Evaluator:
         store: Any | None = None,
         kernelbench_root: str | None = None,
         problems: Mapping[str, Problem] | None = None,
-        parallel_compiles: int = 2,
-        warm_children: int = 1,
+        parallel_compiles: int | None = None,
+        warm_children: int | None = None,
         static_checks: bool = True,
         worker_args: Sequence[str] = (),
     ) -> None:
@@ -77,8 +77,11 @@ class Evaluator:
         self.store = store
         self.kernelbench_root = kernelbench_root
         self.problems = dict(problems or {})
-        self.parallel_compiles = parallel_compiles
-        self.warm_children = warm_children
+        # Children loading/compiling at once per worker (the exclusive GPU section is separate).
+        self.parallel_compiles = parallel_compiles or (4 if self.settings.device == "cuda" else 2)
+        # Pre-started children (CUDA context ready) so a burst of requests does not wait on CUDA init.
+        self.warm_children = warm_children if warm_children is not None else (
+            self.parallel_compiles + 1 if self.settings.device == "cuda" else 1)
         self.static_checks = static_checks
         self.worker_args = list(worker_args)
         self._pool: WorkerPool | None = None

@@ -73,7 +73,8 @@ def child_main(conn: Connection, device: str) -> None:
         torch.cuda.init()
         torch.empty(1, device="cuda")
         cuda_init_s = time.perf_counter() - t0
-        _warm_profiler()  # CUPTI's first start costs seconds; pay it while idle
+        if not conn.poll(0):
+            _warm_profiler()  # CUPTI's first start costs seconds: pay it while idle, else after build
     try:
         job = wire.recv_json(conn)
     except (EOFError, OSError):
@@ -91,7 +92,13 @@ def child_main(conn: Connection, device: str) -> None:
         os._exit(0)  # skip interpreter teardown: a broken candidate can hang it
 
 
+_PROFILER_WARM = [False]
+
+
 def _warm_profiler() -> None:
+    if _PROFILER_WARM[0]:
+        return
+    _PROFILER_WARM[0] = True
     try:
         from torch.profiler import ProfilerActivity, profile
 
@@ -206,6 +213,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
             if cmd == "build":
                 t = time.perf_counter()
                 model = runtime.build_model(model_cls, problem, int(command["seed"]), device, precision)
+                if device == "cuda":
+                    _warm_profiler()  # a no-op for a child that warmed while idle; else off the exclusive path
                 wire.send_json(conn, {"event": "built", "seconds": time.perf_counter() - t})
                 if launches is not None:
                     launches.clear()  # count only what forward launches

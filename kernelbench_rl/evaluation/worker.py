@@ -53,7 +53,7 @@ class WorkerConfig:
     warm_children: int = 1
     drop_uid: bool = True
     landlock: bool = True
-    prewarm: bool = False  # one forward before the exclusive section (Triton JIT in parallel; may disturb timings)
+    prewarm: bool = False  # one forward before the exclusive section: Triton JIT in parallel (GPU default)
     transport: str = "auto"  # auto (CUDA IPC if a self-test passes, else files) | ipc | file | pipe
     ref_cache_bytes: int = 2 << 30
     nvcc: str = "nvcc"
@@ -335,7 +335,9 @@ class Worker:
             job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
             build_key = self._restore_build(workdir, source, settings)
             wire.send_json(child.conn, job)
+            t = time.perf_counter()
             started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
+            result.phase_seconds["start_wait"] = time.perf_counter() - t
             result.versions["sandbox"] = str(started.get("sandbox", ""))
             result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
             loaded = self._expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
@@ -356,9 +358,15 @@ class Worker:
                 wire.send_json(child.conn, {"cmd": "warm", "seed": secrets.randbits(31)})
                 self._expect(child, {"warmed"}, deadline - time.monotonic(), "warming up (first forward)")
             result.phase_seconds["build"] = time.perf_counter() - t
+            t = time.perf_counter()
             with self._device_section():
+                entered = time.perf_counter()
+                result.phase_seconds["device_wait"] = entered - t
                 deadline = time.monotonic() + settings.timeout_s
-                baseline_out = self._run_on_device(child, state, settings, result, deadline, payload)
+                try:
+                    baseline_out = self._run_on_device(child, state, settings, result, deadline, payload)
+                finally:
+                    result.phase_seconds["device_section"] = time.perf_counter() - entered
         except Fault as fault:
             result.error_category = fault.category
             result.error_message = fault.message
@@ -699,7 +707,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm-children", type=int, default=1)
     parser.add_argument("--no-drop-uid", action="store_true")
     parser.add_argument("--no-landlock", action="store_true")
-    parser.add_argument("--prewarm", action="store_true", help="run one forward outside the exclusive GPU section")
+    parser.add_argument("--prewarm", choices=["auto", "on", "off"], default="auto",
+                        help="one forward outside the exclusive GPU section (auto: on for cuda)")
     parser.add_argument("--transport", choices=["auto", "ipc", "file", "pipe"], default="auto")
     args = parser.parse_args(argv)
     # The protocol gets its own copy of stdout; anything else printed (torch, triton) goes to stderr.
@@ -716,7 +725,7 @@ def main(argv: list[str] | None = None) -> None:
     config = WorkerConfig(
         device=args.device, parallel=max(1, args.parallel), warm_children=max(0, args.warm_children),
         drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, transport=args.transport,
-        prewarm=args.prewarm,
+        prewarm=args.prewarm == "on" or (args.prewarm == "auto" and args.device == "cuda"),
     )
     if config.device == "cuda":
         total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
