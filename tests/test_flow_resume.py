@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_ID = "resume-test"
-STEPS = 4
+STEPS = 5
 BATCH_PROBLEMS = 2
 GROUP_SIZE = 2
 ROWS_PER_STEP = BATCH_PROBLEMS * GROUP_SIZE  # single turn: one rollout row per sample
@@ -77,8 +77,8 @@ def test_killed_pipeline_resumes_without_lost_or_duplicate_rows(prefect_api: str
                                 f"{first_log.read_text(errors='replace')[-4000:]}")
                 done, partial = _progress(db)
                 # Best: step 1 has landed and step 2 has written some of its rollouts (stale rows the
-                # re-done step must replace); a missed window still kills a run with a step to go.
-                if (done >= 2 and partial > 0) or done >= STEPS - 1:
+                # re-done step must replace); a missed window still kills a run with steps to go.
+                if (done >= 2 and partial > 0) or done >= STEPS - 2:
                     break
                 time.sleep(0.3)
             else:
