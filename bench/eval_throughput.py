@@ -261,6 +261,8 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
         phases = dict(res.phase_seconds)
         gpu_trials_s = (res.runtime_ms or 0.0) * calls / 1000.0 if res.correct else 0.0
         floor = phases.get("compile", 0.0) + gpu_trials_s
+        if res.error_category.value == "timeout":
+            floor += settings.timeout_s  # waiting out a hang is part of any harness's floor
         run.verdicts.append({
             "label": cand.label, "kind": cand.kind, "expected": cand.expected, "correct": res.correct,
             "category": res.error_category.value, "flags": res.flags, "runtime_ms": res.runtime_ms,
