@@ -290,3 +290,13 @@ def test_declared_small_sizes_are_read_from_the_dict_literal():
     source = "x = 1\nKBRL_SMALL_SIZES = {'x': 2, 'sizes': [1, 2]}\n"
     assert declared_small_sizes(source) == {"x": 2, "sizes": [1, 2]}
     assert declared_small_sizes("KBRL_SMALL_SIZES = dict(x=2)\n") == {}
+
+
+def test_the_one_shot_example_problem_is_never_held_out():
+    from kernelbench_rl.problems import holdout_ids, load_problems
+    from kernelbench_rl.problems.split import ONE_SHOT_PROBLEM_ID
+
+    problems = load_problems()
+    for seed in range(20):
+        for fraction in (0.2, 0.5, 0.9):
+            assert ONE_SHOT_PROBLEM_ID not in holdout_ids(problems, fraction, seed)

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from kernelbench_rl.problems.split import ONE_SHOT_PROBLEM_ID
 from kernelbench_rl.problems import Problem
 
 BACKENDS = ("triton", "cuda")
-DEFAULT_EXAMPLE_PROBLEM_ID = "L1/19"  # our ReLU solution, the one-shot example when nothing is retrieved
+# Our ReLU solution is the one-shot example when nothing is retrieved; the split never holds it out.
+DEFAULT_EXAMPLE_PROBLEM_ID = ONE_SHOT_PROBLEM_ID
 
 
 class ExampleLike(Protocol):

@@ -7,6 +7,10 @@ from collections.abc import Sequence
 
 from kernelbench_rl.problems.model import Problem
 
+# The problem whose solution is the prompts' one-shot example (ReLU): every prompt shows it, so it
+# must never be held out, whatever the fraction or seed, or evaluation would see its own answer.
+ONE_SHOT_PROBLEM_ID = "L1/19"
+
 
 def holdout_ids(problems: Sequence[Problem], holdout_fraction: float = 0.2, seed: int = 0) -> set[str]:
     """Problem ids in the holdout set, chosen per level by a seeded hash of the id.
@@ -17,6 +21,8 @@ def holdout_ids(problems: Sequence[Problem], holdout_fraction: float = 0.2, seed
         raise ValueError("holdout_fraction must be in [0, 1)")
     chosen: set[str] = set()
     for problem in problems:
+        if problem.id == ONE_SHOT_PROBLEM_ID:
+            continue
         digest = hashlib.sha256(f"{seed}:{problem.id}".encode()).digest()
         if int.from_bytes(digest[:8], "big") / 2**64 < holdout_fraction:
             chosen.add(problem.id)
