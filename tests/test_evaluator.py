@@ -317,3 +317,27 @@ def test_child_problem_source_has_no_reference_model():
     namespace: dict = {}
     exec(compile(stripped, "problem", "exec"), namespace)
     assert "Model" not in namespace and callable(namespace["get_inputs"]) and callable(namespace["get_init_inputs"])
+
+
+@pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="this kernel's Landlock cannot restrict TCP")
+def test_candidate_cannot_open_tcp_connections(evaluator):
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        body = (
+            "import socket\n"
+            "s = socket.socket()\n"
+            "s.settimeout(2)\n"
+            f"s.connect(('127.0.0.1', {port}))\n"
+            "s.sendall(b'secret')\n"
+            "return relu_into(x, torch.empty_like(x))"
+        )
+        result = run(evaluator, candidate(body))
+    finally:
+        server.close()
+    assert result.error_category == ErrorCategory.RUNTIME, result.error_message
+    assert "Permission" in result.error_message or "denied" in result.error_message

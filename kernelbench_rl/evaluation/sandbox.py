@@ -62,6 +62,20 @@ class _RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64)]
 
 
+class _RulesetAttrNet(ctypes.Structure):  # ABI >= 4: TCP bind/connect become handled (denied: no rules)
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64)]
+
+
+class _RulesetAttrScoped(ctypes.Structure):  # ABI >= 6: no signals to processes outside the sandbox
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+_ACCESS_NET_BIND_TCP = 1 << 0
+_ACCESS_NET_CONNECT_TCP = 1 << 1
+_SCOPE_SIGNAL = 1 << 1
+
+
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
@@ -90,15 +104,22 @@ def landlock_abi() -> int:
 def restrict_writes_to(writable: list[str]) -> str:
     """Confine this process (and its children) so it can write only beneath `writable` paths.
 
-    Reads stay allowed (Python, torch and CUDA must load). Returns a label for the result:
-    "landlock-v<N>" when applied, "" when the kernel has no Landlock.
+    Reads stay allowed (Python, torch and CUDA must load). From Landlock ABI 4 on, TCP bind and
+    connect are refused (no exfiltration over TCP); from ABI 6, signals to processes outside the
+    sandbox too. Returns a label for the result: "landlock-v<N>", or "" without Landlock.
     """
     abi = landlock_abi()
     if abi <= 0:
         return ""
     libc = ctypes.CDLL(None, use_errno=True)
     rights = _write_rights(abi)
-    attr = _RulesetAttr(handled_access_fs=rights)
+    net = _ACCESS_NET_BIND_TCP | _ACCESS_NET_CONNECT_TCP
+    if abi >= 6:
+        attr = _RulesetAttrScoped(handled_access_fs=rights, handled_access_net=net, scoped=_SCOPE_SIGNAL)
+    elif abi >= 4:
+        attr = _RulesetAttrNet(handled_access_fs=rights, handled_access_net=net)
+    else:
+        attr = _RulesetAttr(handled_access_fs=rights)
     ruleset_fd = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0)
     if ruleset_fd < 0:
         return ""
@@ -153,6 +174,36 @@ def apply_limits(limits: Limits) -> list[str]:
     if limits.address_space_mb:
         _set(resource.RLIMIT_AS, limits.address_space_mb << 20, f"as={limits.address_space_mb}MB")
     return applied
+
+
+def readable_by_others(path: str) -> bool:
+    """Whether a user with no special rights can reach and read `path` (every parent dir o+x, path o+r)."""
+    import stat
+
+    current = os.path.abspath(path)
+    try:
+        if not os.stat(current).st_mode & stat.S_IROTH:
+            return False
+        while True:
+            parent = os.path.dirname(current)
+            if parent == current:
+                return True
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+            current = parent
+    except OSError:
+        return False
+
+
+def python_readable_by_others() -> bool:
+    """An unprivileged child must still import stdlib/site modules lazily (Python under /root is not)."""
+    import sys
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    wanted = {paths.get("stdlib"), paths.get("platstdlib"), paths.get("purelib"), paths.get("platlib")}
+    wanted |= {p for p in sys.path if p and os.path.isdir(p)}
+    return all(readable_by_others(p) for p in wanted if p)
 
 
 def drop_privileges(uid: int = UNPRIVILEGED_UID, processes: int = 512) -> bool:

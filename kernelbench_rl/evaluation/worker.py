@@ -160,6 +160,10 @@ class Worker:
             "torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version(),
             "cuda": str(torch.version.cuda or ""),
         }
+        # Dropping to "nobody" needs a Python installation that nobody can read (not one under /root).
+        self.drop_uid = config.drop_uid and os.geteuid() == 0 and sandbox.python_readable_by_others()
+        if config.drop_uid and os.geteuid() == 0 and not self.drop_uid:
+            self.versions["sandbox_note"] = "children keep root: the Python installation is not readable by nobody"
         self.transport = config.transport if config.transport != "auto" else "file"
         self.ipc_selftest = ""
         if self.device == "cuda" and config.transport in ("auto", "ipc"):
@@ -173,7 +177,7 @@ class Worker:
         """Can this worker open CUDA IPC handles from a confined child? ('ok' or why not)."""
         child = Child(self.ctx, self.device)
         try:
-            drop = self.config.drop_uid and os.geteuid() == 0
+            drop = self.drop_uid
             wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop, "landlock": self.config.landlock,
                                         "workdir": self.root})
             if not child.conn.poll(START_TIMEOUT_S):
@@ -405,7 +409,7 @@ class Worker:
         )
         if self.arch:
             env["TORCH_CUDA_ARCH_LIST"] = self.arch
-        drop = self.config.drop_uid and os.geteuid() == 0
+        drop = self.drop_uid
         if drop:
             for path in (workdir, candidate_path, problem_path):
                 os.chown(path, sandbox.UNPRIVILEGED_UID, sandbox.UNPRIVILEGED_UID)
@@ -433,7 +437,7 @@ class Worker:
         if os.path.isdir(cached) and not os.path.exists(target):
             try:
                 shutil.copytree(cached, target, symlinks=True)
-                if self.config.drop_uid and os.geteuid() == 0:
+                if self.drop_uid:
                     for root, dirs, files in os.walk(target):
                         for name in [root] + [os.path.join(root, n) for n in dirs + files]:
                             os.lchown(name, sandbox.UNPRIVILEGED_UID, sandbox.UNPRIVILEGED_UID)
