@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
@@ -42,6 +43,8 @@ def _static_check(source: str, backend: str, reference_source: str, precision: s
         return check_static(source, backend, reference_source=reference_source, precision=precision)
     except TypeError:  # an older signature without precision
         return check_static(source, backend, reference_source=reference_source)
+    except RecursionError:  # a pathological source: the runtime checks still apply
+        return None
 
 
 def _hack_rules() -> frozenset[str]:
@@ -85,17 +88,19 @@ class Evaluator:
         self.static_checks = static_checks
         self.worker_args = list(worker_args)
         self._pool: WorkerPool | None = None
+        self._pool_lock = threading.Lock()
         self._hardware = ""
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
     def pool(self) -> WorkerPool:
-        if self._pool is None:
-            self._pool = WorkerPool(
-                self.settings.device, self.num_workers, parallel_compiles=self.parallel_compiles,
-                warm_children=self.warm_children, worker_args=self.worker_args,
-            )
-        return self._pool
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = WorkerPool(
+                    self.settings.device, self.num_workers, parallel_compiles=self.parallel_compiles,
+                    warm_children=self.warm_children, worker_args=self.worker_args,
+                )
+            return self._pool
 
     def start(self) -> Evaluator:
         """Start the workers now and wait until they are ready (else they start on first use)."""
