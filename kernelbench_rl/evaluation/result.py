@@ -136,6 +136,8 @@ class EvalResult:
     settings_hash: str = ""
     schema_version: int = RESULT_SCHEMA_VERSION
     cached: bool = False  # served from the evaluation cache
+    kernel_share: float | None = None  # GPU: share of the forward's GPU time in the candidate's own kernels
+    host_speedup: float | None = None  # GPU: host-clock re-timing of an excessive speedup
 
     @property
     def is_hack(self) -> bool:

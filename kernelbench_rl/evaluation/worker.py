@@ -581,7 +581,7 @@ class Worker:
             baseline_host = self.host_baseline(state, precision, settings)
             if candidate_host > 0 and not host.get("tampered"):
                 host_speedup = baseline_host / candidate_host
-                result.phase_seconds["reverify_host_speedup"] = host_speedup
+                result.host_speedup = host_speedup
                 if host_speedup >= HOST_CONFIRM_FRACTION * result.speedup:
                     result.flags.append(Flag.REVERIFIED.value)
         t = time.perf_counter()
@@ -591,7 +591,7 @@ class Worker:
         if isinstance(profiled.get("kernels"), list):
             names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
             launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
-            result.phase_seconds["kernel_share"] = share
+            result.kernel_share = share
             if launches == 0:
                 result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
             elif share < LOW_KERNEL_SHARE:
