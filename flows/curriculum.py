@@ -7,6 +7,7 @@ from prefect.events import emit_event
 
 from flows.common import build_config
 from kernelbench_rl.training import TrainingRun
+from kernelbench_rl.training.loop import default_retriever
 from tasks.training import train_step
 
 
@@ -34,7 +35,9 @@ def curriculum(
     logger = get_run_logger()
     cfg = build_config(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir,
                        train_steps=train_steps, levels=levels, num_problems=num_problems)
-    with TrainingRun(cfg) as run:
+    # RA-ICL: retrieved examples in every prompt when the config enables retrieval (the index must exist).
+    retrieve = default_retriever(cfg) if cfg.rag.enabled else None
+    with TrainingRun(cfg, retrieve=retrieve) as run:
         run.start()
         if run.resumed_from_step is not None:
             logger.info(f"run {run.run_id} resumes after checkpoint step {run.resumed_from_step}")

@@ -79,12 +79,15 @@ def main() -> None:
     parser.add_argument("--num-problems", type=int, default=4, help="Training problems (0: all of the train split).")
     parser.add_argument("--eval-samples", type=int, default=2, help="Samples per held-out problem.")
     parser.add_argument("--eval-max-problems", type=int, default=4)
-    parser.add_argument("--no-index", action="store_true", help="Skip the retrieval index.")
+    parser.add_argument("--no-index", action="store_true",
+                        help="Skip the retrieval index (and so retrieval: prompts get the default one-shot example).")
     parser.add_argument("--real", action="store_true",
                         help="Drop the smoke overrides (tiny local policy, CPU evaluator): use the config as written.")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config, e.g. eval.device=cuda")
     args = parser.parse_args()
     overrides = ([] if args.real else list(SMOKE_OVERRIDES)) + args.overrides
+    if args.no_index:
+        overrides.append("rag.enabled=false")  # no index, so no retrieved examples in the prompts
     result = pipeline(
         run_id=args.run_id, config=args.config, overrides=overrides, db_path=args.db_path, log_dir=args.log_dir,
         train_steps=args.train_steps, levels=[int(x) for x in args.levels.split(",") if x],

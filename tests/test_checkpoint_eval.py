@@ -220,3 +220,53 @@ def test_unknown_split_is_a_user_error(trained: TrainConfig) -> None:
     with pytest.raises(UserError) as err:
         evaluate_checkpoint(trained, checkpoint=BASE, split="validation", evaluate_fn=ScriptedEvaluator())
     _one_sentence(err)
+
+
+@dataclass
+class RecordingSampler:
+    """Delegates to the real sampling client and keeps the decoded prompts it was sent."""
+
+    inner: object
+    prompts: list[str]
+
+    def get_tokenizer(self):
+        return self.inner.get_tokenizer()
+
+    def sample(self, *, prompt, num_samples, sampling_params):
+        self.prompts.append(self.inner.get_tokenizer().decode(prompt.to_ints()))
+        return self.inner.sample(prompt=prompt, num_samples=num_samples, sampling_params=sampling_params)
+
+
+@dataclass
+class RecordingService:
+    inner: object
+    prompts: list[str] = field(default_factory=list)
+
+    def create_sampling_client(self, **kwargs):
+        client = self.inner.create_sampling_client(**kwargs)
+        client = client.result() if callable(getattr(client, "result", None)) else client
+        return RecordingSampler(client, self.prompts)
+
+
+def test_retrieved_examples_reach_the_evaluation_prompts(trained: TrainConfig, tmp_path: Path) -> None:
+    """An RA-ICL run is evaluated on the prompts it trained on: `config.rag.k` retrieved examples each."""
+    from kernelbench_rl.envs.prompts import PromptExample
+    from kernelbench_rl.policy import PolicyConfig, make_service_client
+
+    cfg = dataclasses.replace(trained, rag=dataclasses.replace(trained.rag, enabled=True, k=1))
+    asked: list[tuple[str, int]] = []
+
+    def retrieve(problem, k: int) -> list[PromptExample]:
+        asked.append((problem.id, k))
+        marker = f"retrieved_for_{problem.id.replace('/', '_')}"
+        return [PromptExample(pytorch_code="import torch", kernel_code=f"# {marker}\nimport triton", backend="triton",
+                              title=marker)]
+
+    service = RecordingService(make_service_client(PolicyConfig(backend="local", base_model="local:tiny", seed=0)))
+    evaluate_checkpoint(cfg, checkpoint=BASE, samples_per_problem=1, split="all", evaluate_fn=ScriptedEvaluator(),
+                        retrieve=retrieve, service_client=service, store=Store(tmp_path / "own.duckdb"))
+    assert sorted(asked) == [("L1/19", 1), ("L2/9", 1)]
+    assert len(service.prompts) == 2
+    for problem_id in ("L1/19", "L2/9"):
+        marker = f"retrieved_for_{problem_id.replace('/', '_')}"
+        assert sum(marker in p for p in service.prompts) == 1, marker

@@ -124,3 +124,32 @@ def test_evaluate_checkpoint_flow_publishes_a_markdown_artifact(prefect_api: str
     assert (tmp_path / "logs" / run_id).is_dir()
     reports = Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")
     assert [r[0] for r in reports] == [f"{run_id}|base|holdout|L1", f"{run_id}|base|holdout|all"]
+
+
+def test_curriculum_flow_puts_retrieved_examples_in_the_prompts(prefect_api: str, tmp_path: Path) -> None:
+    """With rag.enabled, the training prompts carry the index's nearest examples, not the default one-shot."""
+    from flows.common import build_config
+    from flows.curriculum import curriculum
+    from flows.index import build_index
+    from flows.ingest import ingest_corpus
+    from kernelbench_rl.problems import get_problem
+    from kernelbench_rl.training.loop import default_retriever
+
+    db, index_dir = str(tmp_path / "kb.duckdb"), str(tmp_path / "rag_index")
+    ingest_corpus(db_path=db, sources=["solutions"], levels=[1])
+    assert build_index(db_path=db, index_dir=index_dir)["num_docs"] > 0
+    overrides = [*TINY_EVAL_OVERRIDES, "policy.lora_rank=4", "sampling.group_size=2", "training.batch_problems=2",
+                 "rag.enabled=true", "rag.k=1", f"rag.index_dir={index_dir}", "curriculum.enabled=false"]
+    params = dict(run_id="rag-flow", overrides=overrides, db_path=db, log_dir=str(tmp_path / "logs"), train_steps=1,
+                  levels=[1], num_problems=2)
+    assert curriculum(**params)["next_step"] == 1
+
+    prompts = Store(db).query(
+        "SELECT DISTINCT r.problem_id, b.text FROM rollouts r JOIN blobs b ON b.sha256 = r.prompt_sha256 "
+        "WHERE r.run_id = 'rag-flow'").to_dicts()
+    assert len(prompts) == 2
+    retrieve = default_retriever(build_config("default", overrides, run_id="rag-flow", db_path=db,
+                                              log_dir=str(tmp_path / "logs")))
+    for row in prompts:
+        [example] = retrieve(get_problem(row["problem_id"]), 1)
+        assert example.kernel_code.strip() in row["text"], row["problem_id"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelbench_rl.config.schema import TrainConfig
-from kernelbench_rl.envs.kernel_env import EnvSpec, make_group_builders
+from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.metrics import BenchmarkSummary, SampleOutcome, summarize
 from kernelbench_rl.problems import Problem, load_problems, split_problems
@@ -103,8 +103,13 @@ def evaluate_checkpoint(
     store: Store | None = None,
     service_client: Any | None = None,
     evaluate_fn: EvaluateFn | None = None,
+    retrieve: Retriever | None = None,
 ) -> CheckpointReport:
-    """Sample `samples_per_problem` kernels per held-out problem, evaluate them, record the report."""
+    """Sample `samples_per_problem` kernels per held-out problem, evaluate them, record the report.
+
+    `retrieve` (RA-ICL runs: `training.loop.default_retriever`) puts retrieved examples in the
+    prompts as training did, `config.rag.k` of them; without it prompts carry the default example.
+    """
     store = store or Store(config.db_path)
     run_id = config.resolved_run_id()
     ckpt = resolve_checkpoint(store, run_id, checkpoint)
@@ -129,7 +134,9 @@ def evaluate_checkpoint(
         spec = EnvSpec.from_config(config)
         runner = RolloutRunner(sampling_client, PromptRenderer(sampling_client.get_tokenizer()), evaluate_fn,
                                temperature=config.sampling.temperature, top_p=config.sampling.top_p)
-        groups = runner.run(make_group_builders(problems, samples_per_problem, spec))
+        builders = make_group_builders(problems, samples_per_problem, spec, retrieve,
+                                       config.rag.k if retrieve is not None else 0)
+        groups = runner.run(builders)
     finally:
         if evaluator is not None:
             evaluator.__exit__(None, None, None)
