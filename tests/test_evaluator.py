@@ -341,3 +341,16 @@ def test_candidate_cannot_open_tcp_connections(evaluator):
         server.close()
     assert result.error_category == ErrorCategory.RUNTIME, result.error_message
     assert "Permission" in result.error_message or "denied" in result.error_message
+
+
+@pytest.mark.skipif(sandbox.landlock_abi() <= 0 and os.geteuid() == 0, reason="no Landlock and no uid to drop")
+def test_candidate_cannot_read_the_orchestrators_environment(evaluator):
+    # /proc/<pid>/environ of the evaluating process holds the API keys it was started with.
+    body = (
+        f"data = open('/proc/{os.getpid()}/environ', 'rb').read()\n"
+        "raise RuntimeError('read %d bytes of the parent environment' % len(data))"
+    )
+    result = run(evaluator, candidate(body))
+    assert result.error_category == ErrorCategory.RUNTIME
+    assert "Permission" in result.error_message or "denied" in result.error_message, result.error_message
+    assert "uid=nobody" in result.versions["sandbox"] or "+reads" in result.versions["sandbox"]

@@ -156,7 +156,10 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
     if job.get("drop_uid"):
         confinement.uid_dropped = sandbox.drop_privileges()
     if job.get("landlock", True):
-        confinement.landlock = sandbox.restrict_writes_to(sorted(set(writable)))
+        # A child that keeps root could read root's files and other processes' /proc/<pid>/environ
+        # (the orchestrator's API keys): confine its reads as well.
+        readable = sandbox.child_readable_paths(job.get("readable", [])) if not confinement.uid_dropped else None
+        confinement.landlock = sandbox.restrict_writes_to(sorted(set(writable)), readable)
     return confinement
 
 

@@ -101,18 +101,50 @@ def landlock_abi() -> int:
         return 0
 
 
-def restrict_writes_to(writable: list[str]) -> str:
+_ACCESS_EXECUTE = 1 << 0
+_ACCESS_READ_FILE = 1 << 2
+_ACCESS_READ_DIR = 1 << 3
+_READ_RIGHTS = _ACCESS_EXECUTE | _ACCESS_READ_FILE | _ACCESS_READ_DIR
+_FILE_RIGHTS = _ACCESS_EXECUTE | _ACCESS_READ_FILE | _ACCESS_WRITE_FILE | _ACCESS_TRUNCATE
+
+# Read allow-list for a child that keeps root (no other user can read the Python installation):
+# system directories and the Python/torch/triton trees, its own /proc entry, never /root, /home,
+# /run, other processes' /proc entries (their environ holds the orchestrator's keys) or /etc/shadow.
+_SYSTEM_READ_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/opt", "/sys", "/dev")
+_ETC_READ = (
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd", "/etc/group",
+    "/etc/nsswitch.conf", "/etc/hosts", "/etc/os-release", "/etc/alternatives",
+)
+_PROC_READ = ("/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys", "/proc/filesystems", "/proc/driver")
+
+
+def child_readable_paths(extra: list[str]) -> list[str]:
+    """What a root child may read: system dirs, Python's trees, `extra`, its own /proc entry."""
+    import sys
+    import sysconfig
+
+    paths = list(_SYSTEM_READ_DIRS) + list(_ETC_READ) + list(_PROC_READ) + [f"/proc/{os.getpid()}"]
+    config = sysconfig.get_paths()
+    paths += [config[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if config.get(k)]
+    paths += [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    paths += extra
+    return sorted({os.path.realpath(p) for p in paths if os.path.exists(p)} | {p for p in paths if p.startswith("/proc/")})
+
+
+def restrict_writes_to(writable: list[str], readable: list[str] | None = None) -> str:
     """Confine this process (and its children) so it can write only beneath `writable` paths.
 
     Reads stay allowed (Python, torch and CUDA must load). From Landlock ABI 4 on, TCP bind and
     connect are refused (no exfiltration over TCP); from ABI 6, signals to processes outside the
-    sandbox too. Returns a label for the result: "landlock-v<N>", or "" without Landlock.
+    sandbox too. With `readable`, reads are confined to those paths too (for a child that keeps
+    root). Returns a label for the result: "landlock-v<N>[+reads]", or "" without Landlock.
     """
     abi = landlock_abi()
     if abi <= 0:
         return ""
     libc = ctypes.CDLL(None, use_errno=True)
-    rights = _write_rights(abi)
+    rights = _write_rights(abi) | (_READ_RIGHTS if readable is not None else 0)
     net = _ACCESS_NET_BIND_TCP | _ACCESS_NET_CONNECT_TCP
     if abi >= 6:
         attr = _RulesetAttrScoped(handled_access_fs=rights, handled_access_net=net, scoped=_SCOPE_SIGNAL)
@@ -124,12 +156,18 @@ def restrict_writes_to(writable: list[str]) -> str:
     if ruleset_fd < 0:
         return ""
     try:
-        for path in writable:
+        rules = [(p, True) for p in writable] + [(p, False) for p in (readable or [])]
+        for path, write in rules:
             if not os.path.exists(path):
                 continue
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
-                allowed = rights if os.path.isdir(path) else (_ACCESS_WRITE_FILE | (_ACCESS_TRUNCATE if abi >= 3 else 0))
+                if os.path.isdir(path):
+                    allowed = rights if write else (rights & _READ_RIGHTS)
+                else:
+                    allowed = rights & _FILE_RIGHTS & (~0 if write else ~(_ACCESS_WRITE_FILE | _ACCESS_TRUNCATE))
+                if not allowed:
+                    continue
                 rule = _PathBeneathAttr(allowed_access=allowed, parent_fd=fd)
                 if libc.syscall(_SYS_ADD_RULE, ruleset_fd, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) != 0:
                     return ""
@@ -141,7 +179,7 @@ def restrict_writes_to(writable: list[str]) -> str:
             return ""
     finally:
         os.close(ruleset_fd)
-    return f"landlock-v{abi}"
+    return f"landlock-v{abi}" + ("+reads" if readable is not None else "")
 
 
 # -- limits and identity -----------------------------------------------------------------------

@@ -39,6 +39,7 @@ from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 
 SEED_POOL_SIZE = 16
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMING_VERIFY_TRIALS = 2
 LOW_KERNEL_SHARE = 0.5
 TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
@@ -419,6 +420,7 @@ class Worker:
             "landlock": self.config.landlock, "transport": self.transport,
             "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
+            "readable": [_PACKAGE_PARENT, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
         }
 
     def _restore_build(self, workdir: str, source: str, settings: EvalSettings) -> str:
