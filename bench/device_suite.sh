@@ -3,13 +3,31 @@
 #   bash bench/device_suite.sh redteam      # red team, both layers, plus the naive harness on the hacks
 #   bash bench/device_suite.sh throughput   # quick throughput mix, both harnesses
 #   bash bench/device_suite.sh smoke        # a few cases of each, to check the machinery
+#   bash bench/device_suite.sh final        # <= 400 s: GPU info, 60-s Evaluator smoke, full mix (ours), naive on
+#                                           # a stratified subset with the remaining budget; 5 files under $OUT
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0))" | tee -a "$OUT/gpu.txt"
-case "${1:-smoke}" in
+MODE=${1:-smoke}
+SUITE_START=$(date +%s)
+GPU_INFO_LIMIT=20
+[ "$MODE" = final ] && GPU_INFO_LIMIT=15
+timeout $GPU_INFO_LIMIT nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+timeout $GPU_INFO_LIMIT python3 -c "import torch, triton, sys; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0), 'python', sys.version.split()[0])" 2>&1 | tee -a "$OUT/gpu.txt"
+case "$MODE" in
+  final)
+    # Total wall <= 400 s: the steps' timeouts add up to at most 400 - the GPU info's 2 x 15 s.
+    (id; uname -r; python3 -c "from kernelbench_rl.evaluation import sandbox; print('landlock ABI', sandbox.landlock_abi(), 'python readable by nobody', sandbox.python_readable_by_others())"; ls -l /dev/nvidia* 2>&1 | head -8) 2>&1 | tee -a "$OUT/gpu.txt"
+    echo "== smoke: 3 candidates through our Evaluator (transport, verdicts) ==" | tee "$OUT/final.log"
+    timeout 60 python3 bench/eval_throughput.py --quick --limit 3 --harness ours --timeout 30 \
+      --worker-logs "$OUT/final_worker_logs.txt" --out "$OUT/final_smoke.json" 2>&1 | tee -a "$OUT/final.log"
+    ELAPSED=$(( $(date +%s) - SUITE_START ))
+    LEFT=$(( 395 - ELAPSED ))
+    echo "== full mix: ours on all candidates, then the naive harness on a per-problem subset; ${LEFT} s left ==" | tee -a "$OUT/final.log"
+    timeout $LEFT python3 bench/eval_throughput.py --timeout 45 --naive-sample per-problem \
+      --ours-budget-s $(( LEFT - 150 )) --total-budget-s $(( LEFT - 10 )) --worker-logs "$OUT/final_worker_logs.txt" --out "$OUT/final_throughput.json" 2>&1 | tee -a "$OUT/final.log"
+    echo "suite wall $(( $(date +%s) - SUITE_START )) s" | tee -a "$OUT/final.log" ;;
   redteam)
     timeout 560 python3 bench/gpu_redteam.py --naive --out "$OUT/redteam_gpu.json" 2>&1 | tee "$OUT/redteam.log" ;;
   throughput)

@@ -116,6 +116,8 @@ def _ipc_selftest(conn: Connection, job: dict[str, Any]) -> None:
     if job.get("landlock", True):
         sandbox.restrict_writes_to(["/dev/shm", "/dev/null", job.get("workdir", "/tmp")]
                                    + [os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")])
+    if job.get("block_unix_sockets"):
+        sandbox.block_new_unix_sockets()
     tensor = torch.arange(1024, dtype=torch.float32, device="cuda")
     torch.cuda.synchronize()
     keep = wire.send_tensors(conn, "selftest", {"t": [tensor]}, use_ipc=True)
@@ -160,6 +162,11 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
         # (the orchestrator's API keys): confine its reads as well.
         readable = sandbox.child_readable_paths(job.get("readable", [])) if not confinement.uid_dropped else None
         confinement.landlock = sandbox.restrict_writes_to(sorted(set(writable)), readable)
+    if job.get("block_unix_sockets"):
+        # Same-uid mode (the worker runs as the children's uid): no path to the worker's forkserver.
+        confinement.seccomp = sandbox.block_new_unix_sockets()
+        if not confinement.seccomp or not confinement.landlock.endswith("+reads"):
+            raise RuntimeError("same-uid mode requires Landlock with a read allow-list and the seccomp filter")
     return confinement
 
 

@@ -269,10 +269,80 @@ class Confinement:
     landlock: str = ""
     uid_dropped: bool = False
     limits: list[str] = field(default_factory=list)
+    seccomp: bool = False
 
     def label(self) -> str:
         parts = ["setsid" if self.session else "no-setsid"]
         parts.append(self.landlock or "no-landlock")
         parts.append("uid=nobody" if self.uid_dropped else "uid=same")
+        if self.seccomp:
+            parts.append("seccomp-no-unix-sockets")
         parts.extend(self.limits)
         return ",".join(parts)
+
+
+# -- same-uid mode: worker and children share the unprivileged uid (CUDA IPC needs equal uids) ----
+_PR_SET_DUMPABLE = 4
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_SOCKET_NR = {"x86_64": 41, "aarch64": 198}
+_IO_URING_SETUP_NR = 425  # same number on both
+_AF_UNIX = 1
+_SECCOMP_RET_ALLOW = 0x7FFF0000
+_SECCOMP_RET_EACCES = 0x00050000 | 13
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def set_non_dumpable() -> bool:
+    """PR_SET_DUMPABLE 0: a process of the same uid can no longer ptrace this one or read its /proc/<pid>/mem,
+    environ, maps or fds (the worker, once it shares its uid with the children)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def block_new_unix_sockets() -> bool:
+    """Seccomp filter: socket(AF_UNIX, ...) and io_uring_setup fail with EACCES; any non-native syscall ABI
+    (i386 `int 0x80`, x32) is refused outright.
+
+    Why: with the worker and the children under one uid, a child could connect to the worker's
+    forkserver socket (its path is listed in /proc/self/net/unix) and get an unconfined process of
+    that uid. Landlock does not govern connect() on path sockets; no socket, no connection. The
+    child's existing pipe to the worker (made before) is unaffected. Returns whether it was installed.
+    """
+    import platform
+
+    machine = platform.machine()
+    if machine not in _AUDIT_ARCH:
+        return False
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    program = [
+        (ld_abs, 0, 0, 4),                                  # 0: arch
+        (jeq, 0, 7, _AUDIT_ARCH[machine]),                  # 1: foreign ABI -> deny (9)
+        (ld_abs, 0, 0, 0),                                  # 2: syscall number
+        (jge, 5, 0, 0x40000000),                            # 3: x32 numbers -> deny
+        (jeq, 4, 0, _IO_URING_SETUP_NR),                    # 4: io_uring could create sockets -> deny
+        (jeq, 0, 2, _SOCKET_NR[machine]),                   # 5: not socket() -> allow (8)
+        (ld_abs, 0, 0, 16),                                 # 6: args[0] (domain), low word
+        (jeq, 1, 0, _AF_UNIX),                              # 7: AF_UNIX -> deny (9), else allow
+        (ret, 0, 0, _SECCOMP_RET_ALLOW),                    # 8
+        (ret, 0, 0, _SECCOMP_RET_EACCES),                   # 9
+    ]
+    filters = (_SockFilter * len(program))(*[_SockFilter(*row) for row in program])
+    fprog = _SockFprog(len(program), filters)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        return libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
+    except Exception:  # noqa: BLE001
+        return False

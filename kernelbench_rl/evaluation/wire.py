@@ -226,7 +226,12 @@ def _open_ipc(ipc: Any, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
         extent = 0
     if extent * itemsize > size_bytes:
         raise ProtocolError("ipc tensor exceeds its storage")
-    return rebuild_cuda_tensor(
+    shared = rebuild_cuda_tensor(
         torch.Tensor, torch.Size(shape), tuple(stride), tensor_offset, torch.UntypedStorage, dtype, device,
         handle, size_bytes, offset_bytes, False, ref_handle, ref_offset, event_handle, event_sync,
     )
+    # A private snapshot: what is compared is what the child had when it answered (its process may
+    # still write its own buffer), and the child's memory is released as soon as this returns.
+    copy = shared.clone()
+    del shared
+    return copy

@@ -56,6 +56,7 @@ class WorkerConfig:
     landlock: bool = True
     prewarm: bool = False  # one forward before the exclusive section: Triton JIT in parallel (GPU default)
     transport: str = "auto"  # auto (CUDA IPC if a self-test passes, else files) | ipc | file | pipe
+    same_uid: bool = False  # this worker already runs as the children's unprivileged uid (see main)
     ref_cache_bytes: int = 2 << 30
     nvcc: str = "nvcc"
 
@@ -171,6 +172,7 @@ class Worker:
             self.ipc_selftest = self._ipc_selftest()
             self.transport = "ipc" if self.ipc_selftest == "ok" else "file"
         self.versions["transport"] = self.transport
+        self.versions["worker_uid"] = "same as children (unprivileged, non-dumpable)" if config.same_uid else str(os.geteuid())
         for _ in range(max(0, config.warm_children)):
             self.warm.append(Child(self.ctx, self.device))
 
@@ -180,7 +182,7 @@ class Worker:
         try:
             drop = self.drop_uid
             wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop, "landlock": self.config.landlock,
-                                        "workdir": self.root})
+                                        "workdir": self.root, "block_unix_sockets": self.config.same_uid})
             if not child.conn.poll(START_TIMEOUT_S):
                 return "no answer"
             header = wire.recv_json(child.conn)
@@ -310,7 +312,7 @@ class Worker:
         return state.host_baselines[precision]
 
     # -- one evaluation --------------------------------------------------------------------
-    def evaluate(self, payload: dict[str, Any]) -> tuple[EvalResult, dict | None]:
+    def evaluate(self, payload: dict[str, Any], received_at: float | None = None) -> tuple[EvalResult, dict | None]:
         t_start = time.perf_counter()
         settings = EvalSettings(**payload["settings"])
         source = payload["candidate_source"]
@@ -323,10 +325,14 @@ class Worker:
         baseline_out: dict | None = None
         child: Child | None = None
         workdir = ""
+        if received_at is not None:
+            result.phase_seconds["queue"] = max(0.0, t_start - received_at)  # waiting for a worker thread
         try:
             state = self.problem_state(payload["problem_id"], payload["problem_source"])
+            t = time.perf_counter()
             with self._device_section(), state.lock:  # sizes the problem's tensors (and warms its reference)
                 self.reference_outputs(state, settings.precision, state.seed_pool[0])
+            result.phase_seconds["reference"] = time.perf_counter() - t  # includes waiting for the device
             workdir = tempfile.mkdtemp(prefix="c-", dir=self.root)
             t = time.perf_counter()
             child = self.take_child()
@@ -359,10 +365,13 @@ class Worker:
             deadline = time.monotonic() + settings.timeout_s
             wire.send_json(child.conn, {"cmd": "build", "seed": state.init_seed})
             self._expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
+            result.phase_seconds["build"] = time.perf_counter() - t
             if self.config.prewarm:
+                # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
+                t = time.perf_counter()
                 wire.send_json(child.conn, {"cmd": "warm", "seed": secrets.randbits(31)})
                 self._expect(child, {"warmed"}, deadline - time.monotonic(), "warming up (first forward)")
-            result.phase_seconds["build"] = time.perf_counter() - t
+                result.phase_seconds["first_call"] = time.perf_counter() - t
             t = time.perf_counter()
             with self._device_section():
                 entered = time.perf_counter()
@@ -417,7 +426,7 @@ class Worker:
         return {
             "cmd": "job", "workdir": workdir, "candidate_path": candidate_path, "problem_path": problem_path,
             "device": self.device, "precision": settings.precision, "env": env, "drop_uid": drop,
-            "landlock": self.config.landlock, "transport": self.transport,
+            "landlock": self.config.landlock, "transport": self.transport, "block_unix_sockets": self.config.same_uid,
             "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
             "readable": [_PACKAGE_PARENT, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
@@ -509,6 +518,9 @@ class Worker:
             wire.send_json(child.conn, {"cmd": "check", "seed": seed, "poison_bytes": poison, "return_inputs": check_inputs})
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
             received = self._receive(child, header, reference, state.input_bytes)
+            if isinstance(header.get("seconds"), (int, float)):
+                result.phase_seconds["correctness_forward"] = (
+                    result.phase_seconds.get("correctness_forward", 0.0) + float(header["seconds"]))
             if isinstance(header.get("launches"), dict):
                 for name, count in header["launches"].items():
                     if isinstance(count, int):
@@ -569,6 +581,7 @@ class Worker:
                 raise Fault(ErrorCategory.MISMATCH, f"outputs during timing were wrong (trial {index}): {outcome.message}")
         del kept
         record = timing.TimingRecord(times_ms=[float(x) for x in times])
+        result.phase_seconds["timing_trials_gpu"] = sum(record.times_ms) / 1000.0  # the floor's share of timing
         result.runtime_ms = record.median_ms
         result.runtime_spread_ms = record.iqr_ms
         result.phase_seconds["timing"] = time.perf_counter() - t
@@ -695,11 +708,166 @@ def _triton_version() -> str:
         return ""
 
 
-def _handle(worker: Worker, line: str, emit: Any) -> None:
+# -- same-uid mode ------------------------------------------------------------------------------
+# CUDA IPC works only between processes of one uid (the driver refuses to map another user's
+# buffer: "mapping of buffer object failed"), and without it every output and input crosses
+# child -> worker through files (GiBs per candidate at real sizes). So where it is safe, the worker
+# itself becomes the unprivileged uid its children use, instead of the children dropping from root:
+#  - the worker turns non-dumpable (no same-uid ptrace, no /proc/<worker>/mem, environ or fds);
+#  - each child still gets Landlock with a READ allow-list (so it cannot read the worker's directory,
+#    other candidates' directories or other processes' /proc entries) plus a seccomp filter refusing
+#    new AF_UNIX sockets (so it cannot reach the worker's forkserver and get an unconfined process);
+#    Landlock also stops a child from ptracing anything outside its own domain;
+#  - reference outputs still live in the worker, and comparison still happens there: the child only
+#    exports IPC handles to its own output buffers, which the worker copies at once.
+# Before committing to it (an irreversible setuid), a forked probe does exactly that and runs a
+# child confined like a real job that compiles a Triton kernel and shares its output over IPC.
+# If anything fails the worker stays root and the children drop to nobody (the old path, files).
+SAME_UID_NPROC = 4096
+SAME_UID_PROBE_TIMEOUT_S = 75.0
+_PROBE_KERNEL = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2.0, mask=mask)
+
+
+def run():
+    x = torch.arange(1024, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    _double[(4,)](x, y, 1024, BLOCK=256)
+    torch.cuda.synchronize()
+    return y
+"""
+
+
+def same_uid_possible(config_landlock: bool, drop_uid: bool) -> str:
+    """'' when same-uid mode may be tried here, else why not."""
+    if os.environ.get("KBRL_EVAL_SAME_UID", "auto").lower() in ("0", "off", "no", "false"):
+        return "disabled by KBRL_EVAL_SAME_UID"
+    if os.geteuid() != 0:
+        return "the worker is not root (children keep its uid already)"
+    if not (config_landlock and drop_uid):
+        return "Landlock or the uid drop is turned off"
+    if sandbox.landlock_abi() <= 0:
+        return "no Landlock"
+    if not sandbox.python_readable_by_others():
+        return "the Python installation is not readable by the unprivileged user"
+    return ""
+
+
+def _probe_child(conn: Any, workdir: str, landlock: bool) -> None:
+    """A job-like child under the same-uid confinement: Triton kernel, output over CUDA IPC."""
+    from kernelbench_rl.evaluation import child as child_module
+
+    try:
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+        kernel_path = os.path.join(workdir, "kernel.py")
+        with open(kernel_path, "w") as handle:
+            handle.write(_PROBE_KERNEL)
+        env = sandbox.scrubbed_env(HOME=workdir, TMPDIR=workdir, TRITON_CACHE_DIR=os.path.join(workdir, ".triton"),
+                                   TRITON_INTERPRET="0", PYTHONDONTWRITEBYTECODE="1")
+        confinement = child_module._confine({
+            "workdir": workdir, "env": env, "device": "cuda", "drop_uid": False, "landlock": landlock,
+            "block_unix_sockets": True, "readable": [_PACKAGE_PARENT, "/usr/bin"],
+        })
+        module = runtime.load_module_from_file(kernel_path, "kbrl_probe_kernel")
+        output = module.run()
+        keep = wire.send_tensors(conn, "probe", {"t": [output]}, True, {"sandbox": confinement.label()})
+        wire.recv_json(conn)
+        del keep
+    except BaseException as exc:  # noqa: BLE001 - reported to the probe
+        try:
+            wire.send_json(conn, {"event": "error", "message": f"{type(exc).__name__}: {exc}"[:300]})
+        except Exception:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(0)
+
+
+def _probe_body(landlock: bool) -> str:
+    if not sandbox.drop_privileges(processes=SAME_UID_NPROC):
+        return "cannot become the unprivileged user"
+    if not sandbox.set_non_dumpable():
+        return "cannot make the worker non-dumpable"
+    workdir = tempfile.mkdtemp(prefix="kbrl-probe-")
+    ctx = multiprocessing.get_context("fork")  # this process has not initialised CUDA: forking is safe
+    conn, child_conn = ctx.Pipe(duplex=True)
+    process = ctx.Process(target=_probe_child, args=(child_conn, workdir, landlock), daemon=True)
+    process.start()
+    child_conn.close()
+    try:
+        if not conn.poll(SAME_UID_PROBE_TIMEOUT_S - 10):
+            return "the probe child did not answer"
+        header = wire.recv_json(conn)
+        if header.get("event") != "probe":
+            return f"probe child: {header.get('message', header.get('event'))}"
+        if "seccomp" not in str(header.get("sandbox", "")) or "+reads" not in str(header.get("sandbox", "")):
+            return f"probe child confinement incomplete: {header.get('sandbox')}"
+        received = wire.receive_tensors(conn, header, 1 << 20)["t"][0]
+        expected = torch.arange(1024, dtype=torch.float32, device="cuda") * 2.0
+        ok = torch.equal(received, expected)
+        del received
+        wire.send_json(conn, {"cmd": "exit"})
+        return "ok" if ok else "wrong values over IPC"
+    finally:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def same_uid_probe(landlock: bool) -> str:
+    """Run `_probe_body` in a forked copy of this (root, CUDA-free) worker; 'ok' or why not."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        try:
+            answer = _probe_body(landlock)
+        except BaseException as exc:  # noqa: BLE001
+            answer = f"{type(exc).__name__}: {exc}"
+        try:
+            os.write(write_fd, answer.encode(errors="replace")[:400])
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    import select
+
+    try:
+        ready, _, _ = select.select([read_fd], [], [], SAME_UID_PROBE_TIMEOUT_S)
+        answer = os.read(read_fd, 400).decode(errors="replace") if ready else "the probe timed out"
+    finally:
+        os.close(read_fd)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+    return answer or "the probe died"
+
+
+def become_same_uid_worker() -> None:
+    """The irreversible step, after a passing probe: unprivileged, non-dumpable, its own HOME."""
+    if not sandbox.drop_privileges(processes=SAME_UID_NPROC) or not sandbox.set_non_dumpable():
+        raise RuntimeError("could not become the unprivileged, non-dumpable worker")
+    home = tempfile.mkdtemp(prefix="kbrl-worker-home-")
+    os.environ["HOME"] = home  # the pool's HOME belongs to root; inductor and Triton caches go here
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(home, ".triton")
+
+
+def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = None) -> None:
     message = json.loads(line)
     tag = message.get("id")
     try:
-        result, baseline = worker.evaluate(message["request"])
+        result, baseline = worker.evaluate(message["request"], received_at)
         emit({"id": tag, "result": result.to_dict(), "baseline": baseline})
     except Exception as exc:  # noqa: BLE001 - never leave the orchestrator waiting
         traceback.print_exc(file=sys.stderr)
@@ -715,8 +883,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-landlock", action="store_true")
     parser.add_argument("--prewarm", choices=["auto", "on", "off"], default="auto",
                         help="one forward outside the exclusive GPU section (auto: on for cuda)")
-    parser.add_argument("--transport", choices=["auto", "ipc", "file", "pipe"], default="auto")
+    parser.add_argument("--transport", choices=["auto", "ipc", "file", "pipe"],
+                        default=os.environ.get("KBRL_EVAL_TRANSPORT", "auto"),
+                        help="auto: CUDA IPC where a self-test passes (same-uid mode when root), else files")
     args = parser.parse_args(argv)
+    if args.transport not in ("auto", "ipc", "file", "pipe"):
+        args.transport = "auto"
+    same_uid_note = ""
+    same_uid = False
+    if args.device == "cuda" and args.transport in ("auto", "ipc"):
+        # Decided before anything touches CUDA: the probe forks this process.
+        same_uid_note = same_uid_possible(not args.no_landlock, not args.no_drop_uid)
+        if not same_uid_note:
+            t_probe = time.perf_counter()
+            try:
+                same_uid_note = same_uid_probe(not args.no_landlock)
+            except Exception as exc:  # noqa: BLE001 - no probe, no same-uid mode
+                same_uid_note = f"probe failed: {type(exc).__name__}: {exc}"
+            ok = same_uid_note == "ok"
+            same_uid_note += f" ({time.perf_counter() - t_probe:.1f} s)"
+            if ok:
+                try:
+                    become_same_uid_worker()
+                    same_uid = True
+                except Exception as exc:  # noqa: BLE001
+                    same_uid_note = f"could not switch after the probe: {exc}"
+                    if os.geteuid() != 0:  # half-switched: refuse to run rather than run weaker
+                        raise
     # The protocol gets its own copy of stdout; anything else printed (torch, triton) goes to stderr.
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -732,17 +925,21 @@ def main(argv: list[str] | None = None) -> None:
         device=args.device, parallel=max(1, args.parallel), warm_children=max(0, args.warm_children),
         drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, transport=args.transport,
         prewarm=args.prewarm == "on" or (args.prewarm == "auto" and args.device == "cuda"),
+        same_uid=same_uid,
     )
     if config.device == "cuda":
         total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
         config.ref_cache_bytes = max(1 << 30, total // 5)
     try:
         worker = Worker(config)
+        if same_uid_note:
+            worker.versions["same_uid_probe"] = same_uid_note[:200]
     except Exception as exc:  # noqa: BLE001
         emit({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
         return
     emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "versions": worker.versions,
-          "transport": worker.transport, "ipc_selftest": worker.ipc_selftest})
+          "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
+          "same_uid_probe": same_uid_note[:200]})
     pool = ThreadPoolExecutor(max_workers=config.parallel + 1)
     try:
         for line in sys.stdin:
@@ -751,7 +948,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             if line == '{"cmd": "shutdown"}':
                 break
-            pool.submit(_handle, worker, line, emit)
+            pool.submit(_handle, worker, line, emit, time.perf_counter())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         worker.shutdown()
