@@ -208,10 +208,25 @@ class Worker:
                     break
                 candidate.kill()
             if child is None:
-                child = Child(self.ctx, self.device)
+                child = self._spawn()
             if self.config.warm_children > 0:
-                self.warm.append(Child(self.ctx, self.device))
+                self.warm.append(self._spawn())
         return child
+
+    def _spawn(self) -> Child:
+        try:
+            return Child(self.ctx, self.device)
+        except (EOFError, OSError, ConnectionError):
+            # The forkserver is gone (a candidate may have broken it before its fds were closed): restart it.
+            from multiprocessing import forkserver
+
+            stop = getattr(forkserver._forkserver, "_stop", None)
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:  # noqa: BLE001
+                    pass
+            return Child(self.ctx, self.device)
 
     def shutdown(self) -> None:
         with self.warm_lock:

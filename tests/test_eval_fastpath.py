@@ -1,0 +1,108 @@
+"""The evaluator's fast-path pieces that run without a GPU: the same-uid mode's seccomp filter, the
+forkserver fds a child closes, and the throughput benchmark's stratified naive sample and estimate."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+
+from eval_throughput import FULL_MIX, Candidate, HarnessRun, build_mix, estimate_naive_full, naive_sample  # noqa: E402
+
+from kernelbench_rl.evaluation import sandbox  # noqa: E402
+
+
+def _run_python(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60,
+                          cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="seccomp is Linux-only")
+def test_seccomp_filter_refuses_new_unix_sockets_only() -> None:
+    out = _run_python("""
+        import socket, subprocess
+        from kernelbench_rl.evaluation import sandbox
+        pair = socket.socketpair()  # made before: must keep working
+        print("installed", sandbox.block_new_unix_sockets())
+        try:
+            socket.socket(socket.AF_UNIX)
+            print("unix allowed")
+        except PermissionError:
+            print("unix refused")
+        socket.socket(socket.AF_INET).close()
+        print("inet ok")
+        pair[0].send(b"x"); print("pair", pair[1].recv(1))
+        print(subprocess.run(["true"]).returncode == 0 and "subprocess ok")
+    """)
+    if "installed False" in out:
+        pytest.skip("seccomp filters cannot be installed here")
+    assert "unix refused" in out and "unix allowed" not in out
+    assert "inet ok" in out and "pair b'x'" in out and "subprocess ok" in out
+
+
+def test_confinement_label_names_the_seccomp_filter() -> None:
+    assert "seccomp-no-unix-sockets" in sandbox.Confinement(seccomp=True).label()
+    assert "seccomp" not in sandbox.Confinement().label()
+
+
+def test_child_closes_the_forkservers_alive_pipe() -> None:
+    """A candidate that writes into every inherited fd must not reach the forkserver's alive pipe."""
+    out = _run_python("""
+        import os
+        from multiprocessing import forkserver, resource_tracker
+        from kernelbench_rl.evaluation.child import _close_multiprocessing_fds
+        r, w = os.pipe()
+        forkserver._forkserver._forkserver_alive_fd = w
+        _close_multiprocessing_fds()
+        try:
+            os.write(w, b"x")
+            print("still open")
+        except OSError:
+            print("closed")
+        print(forkserver._forkserver._forkserver_alive_fd)
+    """)
+    assert "closed" in out and "None" in out
+
+
+def _cands() -> list[Candidate]:
+    return build_mix(FULL_MIX, warn=lambda _: None)
+
+
+def test_naive_per_problem_sample_is_stratified_and_alternates_levels() -> None:
+    candidates = _cands()
+    sample = naive_sample(candidates, "per-problem")
+    problems = list(dict.fromkeys(c.problem_id for c in candidates))
+    assert len(sample) == 2 * len(problems)
+    for index in range(0, len(sample), 2):
+        first, second = sample[index], sample[index + 1]
+        assert first.problem_id == second.problem_id
+        assert first.expected == "correct" and second.expected == "incorrect"
+    order = [c.problem_id.split("/")[0] for c in sample[::2]]
+    assert order[:4] == ["L1", "L2", "L1", "L2"]
+    assert naive_sample(candidates, "per-problem") == sample  # fixed order
+    assert naive_sample(candidates, "all") == candidates
+
+
+def test_naive_full_mix_estimate_uses_problem_then_level_means() -> None:
+    candidates = [
+        Candidate("L1/1/correct", "L1/1", "correct", "correct", ""),
+        Candidate("L1/1/wrong", "L1/1", "wrong_constant", "incorrect", ""),
+        Candidate("L1/2/correct", "L1/2", "correct", "correct", ""),
+        Candidate("L1/2/hangs", "L1/2", "hangs", "fault", ""),
+    ]
+    naive = HarnessRun("naive", 0.0)
+    naive.verdicts = [{"label": "L1/1/correct", "wall_s": 10.0}, {"label": "L1/1/wrong", "wall_s": 4.0}]
+    estimate = estimate_naive_full(candidates, naive, timeout_s=30.0)
+    # 10 + 4 measured, L1/2/correct from the level's correct mean (10), the hang = timeout + 5.
+    assert estimate["estimated_wall_s"] == pytest.approx(10 + 4 + 10 + 35)
+    assert estimate["estimate_sources"]["level+class"] == 1
+    assert estimate["estimate_sources"]["hang=timeout"] == 1
+    assert estimate_naive_full(candidates, HarnessRun("naive", 0.0), 30.0)["estimated_wall_s"] is None
