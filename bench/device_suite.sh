@@ -22,6 +22,12 @@ case "$MODE" in
     echo "== smoke: 3 candidates through our Evaluator (transport, verdicts) ==" | tee "$OUT/final.log"
     timeout 60 python3 bench/eval_throughput.py --quick --limit 3 --harness ours --timeout 30 \
       --worker-logs "$OUT/final_worker_logs.txt" --out "$OUT/final_smoke.json" 2>&1 | tee -a "$OUT/final.log"
+    # Safety net: if the smoke's known-correct candidate did not pass, the full run takes the old path
+    # (root worker, children as nobody, tensors through files) instead of the same-uid/IPC one.
+    if ! python3 -c "import json,sys; d=json.load(open(sys.argv[1])); v=[x for x in d['per_candidate']['ours'] if x['expected']=='correct']; sys.exit(0 if v and all(x['correct'] for x in v) else 1)" "$OUT/final_smoke.json" 2>/dev/null; then
+      export KBRL_EVAL_SAME_UID=0 KBRL_EVAL_TRANSPORT=file
+      echo "== smoke: the known-correct candidate did not pass (or no smoke JSON): full run with KBRL_EVAL_TRANSPORT=file, KBRL_EVAL_SAME_UID=0 ==" | tee -a "$OUT/final.log"
+    fi
     ELAPSED=$(( $(date +%s) - SUITE_START ))
     LEFT=$(( 395 - ELAPSED ))
     echo "== full mix: ours on all candidates, then the naive harness on a per-problem subset; ${LEFT} s left ==" | tee -a "$OUT/final.log"

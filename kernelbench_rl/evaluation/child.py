@@ -183,7 +183,9 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
         readable = sandbox.child_readable_paths(job.get("readable", [])) if not confinement.uid_dropped else None
         confinement.landlock = sandbox.restrict_writes_to(sorted(set(writable)), readable)
     if job.get("block_unix_sockets"):
-        # Same-uid mode (the worker runs as the children's uid): no path to the worker's forkserver.
+        # Same-uid mode (the worker runs as the children's uid): no path to the worker's forkserver, and
+        # a process limit below the worker's, so a fork bomb here leaves the worker room to work.
+        confinement.limits += sandbox.apply_process_limit(sandbox.SAME_UID_CHILD_NPROC)
         confinement.seccomp = sandbox.block_new_unix_sockets()
         if not confinement.seccomp or not confinement.landlock.endswith("+reads"):
             raise RuntimeError("same-uid mode requires Landlock with a read allow-list and the seccomp filter")

@@ -282,6 +282,17 @@ class Confinement:
 
 
 # -- same-uid mode: worker and children share the unprivileged uid (CUDA IPC needs equal uids) ----
+SAME_UID_WORKER_NPROC = 4096  # processes + threads of the shared uid, worker included
+SAME_UID_CHILD_NPROC = 2048  # a child stops forking at half of it: the worker keeps headroom
+
+
+def apply_process_limit(processes: int) -> list[str]:
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+        return [f"nproc={processes}"]
+    except (ValueError, OSError):
+        return []
+
 _PR_SET_DUMPABLE = 4
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2

@@ -233,6 +233,9 @@ class Worker:
             while self.warm:
                 self.warm.popleft().kill()
         shutil.rmtree(self.root, ignore_errors=True)
+        home = os.environ.get("HOME", "")
+        if self.config.same_uid and os.path.basename(home).startswith("kbrl-worker-home-"):
+            shutil.rmtree(home, ignore_errors=True)
 
     # -- problems and references -----------------------------------------------------------
     def problem_state(self, problem_id: str, source: str) -> ProblemState:
@@ -738,7 +741,7 @@ def _triton_version() -> str:
 # Before committing to it (an irreversible setuid), a forked probe does exactly that and runs a
 # child confined like a real job that compiles a Triton kernel and shares its output over IPC.
 # If anything fails the worker stays root and the children drop to nobody (the old path, files).
-SAME_UID_NPROC = 4096
+SAME_UID_NPROC = sandbox.SAME_UID_WORKER_NPROC
 SAME_UID_PROBE_TIMEOUT_S = 75.0
 _PROBE_KERNEL = """
 import torch
@@ -782,6 +785,9 @@ def _probe_child(conn: Any, workdir: str, landlock: bool) -> None:
     from kernelbench_rl.evaluation import child as child_module
 
     try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: never outlive the probe
         torch.cuda.init()
         torch.empty(1, device="cuda")
         kernel_path = os.path.join(workdir, "kernel.py")
