@@ -543,7 +543,8 @@ def print_table(summary: dict[str, Any]) -> None:
                   f"{a['right']:>7d}/{a['judged']:<7d} {a['faults_rejected']:>8d}/{a['faults']:<7d}")
     if "naive" in summary:
         n = summary["naive"]
-        print(f"naive: sample={n['sample']}, ran {n['candidates']} of {n['planned']} planned, budget {n['budget_s']} s")
+        budget = "none" if n["budget_s"] is None else f"{n['budget_s']:.0f} s"
+        print(f"naive: sample={n['sample']}, ran {n['candidates']} of {n['planned']} planned, launch budget {budget}")
         est = summary["naive_full_mix_ESTIMATE"]
         print(f"naive on the full mix, ESTIMATE (from per-problem means, not measured): {est.get('estimated_wall_s')} s "
               f"(sources {est.get('estimate_sources')})")
