@@ -410,10 +410,12 @@ class Worker:
             result.error_message = f"worker error: {type(exc).__name__}: {first_line}"[:300]
             traceback.print_exc(file=sys.stderr)
         finally:
+            t = time.perf_counter()
             if child is not None:
                 child.kill()
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
+            result.phase_seconds["teardown"] = time.perf_counter() - t
         if result.error_category != ErrorCategory.OK:
             result.correct = False
             if result.error_category.is_kernel_fault:
