@@ -7,11 +7,12 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks._retry import INFRA_RETRIES, INFRA_RETRY_DELAY_S, retry_on_infra
 
 
-@task(name="train-step", cache_policy=NO_CACHE, retries=INFRA_RETRIES, retry_delay_seconds=INFRA_RETRY_DELAY_S,
-      retry_condition_fn=retry_on_infra, task_run_name="train-step-{step}")
+# No task-level retries: once optim_step has run, re-running the step in this process would train
+# twice on it. A failed step is replayed by resuming the run (same run id), which restarts from the
+# last checkpoint; infra faults inside the step (evaluation workers) are retried by the evaluator.
+@task(name="train-step", cache_policy=NO_CACHE, retries=0, task_run_name="train-step-{step}")
 def train_step(run: Any, step: int) -> dict:
     """Sample, evaluate, reward and train one step of `run` (a started TrainingRun); rows land in DuckDB.
 

@@ -4,7 +4,6 @@ let a real process worker run it, then check the rows in DuckDB."""
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 
@@ -13,33 +12,30 @@ from deployments.server import LocalPrefect, free_port
 pytestmark = pytest.mark.slow
 
 
-def _trigger_and_wait(env: dict[str, str], deployment: str, parameters: dict, timeout_s: float) -> str:
-    """POST /deployments/{id}/create_flow_run (what the UI's Run button does), then poll the state."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        from prefect.client.orchestration import get_client
+def _trigger_and_wait(api_url: str, deployment: str, parameters: dict, timeout_s: float) -> str:
+    """POST /deployments/{id}/create_flow_run (what the UI's Run button does), then poll the state.
 
-        async def go() -> str:
-            async with get_client() as client:
-                dep = await client.read_deployment_by_name(deployment)
-                run = await client.create_flow_run_from_deployment(dep.id, parameters=parameters)
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + timeout_s
-                while loop.time() < deadline:
-                    run = await client.read_flow_run(run.id)
-                    if run.state is not None and run.state.is_final():
-                        return run.state.type.value
-                    await asyncio.sleep(2)
-                return "TIMEOUT"
+    The client is pointed at the test server through Prefect's settings context: once Prefect is
+    imported, later changes to os.environ are not seen.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    async def go() -> str:
+        async with get_client() as client:
+            dep = await client.read_deployment_by_name(deployment)
+            run = await client.create_flow_run_from_deployment(dep.id, parameters=parameters)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            while loop.time() < deadline:
+                run = await client.read_flow_run(run.id)
+                if run.state is not None and run.state.is_final():
+                    return run.state.type.value
+                await asyncio.sleep(2)
+            return "TIMEOUT"
+
+    with temporary_settings(updates={PREFECT_API_URL: api_url}):
         return asyncio.run(go())
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def test_pipeline_deployment_runs_from_a_real_server(tmp_path):
@@ -53,7 +49,7 @@ def test_pipeline_deployment_runs_from_a_real_server(tmp_path):
         local.deploy(["pipeline", "nightly-eval"])
         local.start_worker()
         state = _trigger_and_wait(
-            local.env,
+            local.api_url,
             "pipeline/pipeline",
             {"run_id": "deploy-test", "db_path": str(db), "log_dir": str(tmp_path / "logs"),
              "train_steps": 1, "num_problems": 2, "eval_samples": 1},

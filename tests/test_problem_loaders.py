@@ -300,3 +300,14 @@ def test_the_one_shot_example_problem_is_never_held_out():
     for seed in range(20):
         for fraction in (0.2, 0.5, 0.9):
             assert ONE_SHOT_PROBLEM_ID not in holdout_ids(problems, fraction, seed)
+
+
+def test_every_level_with_two_or_more_problems_has_a_holdout_problem():
+    from kernelbench_rl.problems import holdout_ids, load_problems
+
+    problems = load_problems()
+    for seed in range(10):
+        held = holdout_ids(problems, 0.05, seed)
+        for level in {p.level for p in problems}:
+            assert any(pid.startswith(f"L{level}/") for pid in held), (seed, level)
+    assert holdout_ids(problems, 0.0, 0) == set()

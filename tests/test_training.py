@@ -143,7 +143,8 @@ def test_kill_and_resume_via_cli(tmp_path: Path) -> None:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 pytest.fail(f"training exited early ({proc.returncode}): {proc.stdout.read().decode()[-3000:]}")
-            if db.exists() and Store(db).count("train_steps") >= 1:
+            # A step's checkpoint row is its last write, so once it exists the step is complete.
+            if db.exists() and Store(db).count("checkpoints") >= 1:
                 break
             time.sleep(0.2)
         else:

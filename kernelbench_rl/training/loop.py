@@ -86,14 +86,15 @@ def training_problems(config: TrainConfig) -> list[Problem]:
     """The train split of the configured levels (and ids); the holdout split is never trained on."""
     cfg = config.problems
     problems = load_problems(cfg.kernelbench_root, levels=cfg.levels)
+    # The holdout is always that of the *whole* set, so naming ids can never pull a holdout problem in.
+    train, _ = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
     if cfg.ids:
         by_id = {p.id: p for p in problems}
         missing = [pid for pid in cfg.ids if pid not in by_id]
         if missing:
             raise UserError(f"Problem {missing[0]} is not among the loaded problems; `kernelbench-rl problems list` shows the ids.")
-        problems = [by_id[pid] for pid in cfg.ids]
-        # Explicit ids are the user's choice: only the holdout of the *whole* set is excluded.
-    train, _ = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
+        train_ids = {p.id for p in train}
+        train = [by_id[pid] for pid in cfg.ids if pid in train_ids]
     if not train:
         raise UserError("No training problems are left after the holdout split; add problems or lower problems.holdout_fraction.")
     return train
@@ -259,9 +260,6 @@ class TrainingRun:
             _result(optim)
             loss = _loss_of(output)
             self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
-        checkpoint = None
-        if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
-            checkpoint = self._checkpoint(step)
         train_s = time.perf_counter() - train_start
 
         metrics.update({"time/sampling_s": runner.timings.sampling_s, "time/eval_s": runner.timings.eval_s,
@@ -284,6 +282,11 @@ class TrainingRun:
             "sampling_s": runner.timings.sampling_s, "eval_s": runner.timings.eval_s, "train_s": train_s,
             "metrics_json": json.dumps(metrics, sort_keys=True),
         }])
+        # The checkpoint row comes last: resume trusts the newest checkpoint, so every step it covers
+        # must already have its rows. A kill before it re-does this step from the previous checkpoint.
+        checkpoint = None
+        if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
+            checkpoint = self._checkpoint(step)
         self.next_step = step + 1
         self._write_run("running")
         result = StepResult(step, stage, level, loss, metrics, events + promotions, checkpoint)
