@@ -354,3 +354,21 @@ def test_candidate_cannot_read_the_orchestrators_environment(evaluator):
     assert result.error_category == ErrorCategory.RUNTIME
     assert "Permission" in result.error_message or "denied" in result.error_message, result.error_message
     assert "uid=nobody" in result.versions["sandbox"] or "+reads" in result.versions["sandbox"]
+
+
+def test_worker_references_are_exact_fp32_without_tf32():
+    """cuDNN's default TF32 made the reference conv ~1e-3 off on an H100 and failed an exact kernel."""
+    import torch
+
+    from kernelbench_rl.evaluation.worker import use_exact_fp32_reference
+
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        use_exact_fp32_reference()
+        assert torch.backends.cudnn.allow_tf32 is False
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+        assert torch.get_float32_matmul_precision() == "highest"
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved[:2]
+        torch.set_float32_matmul_precision(saved[2])
