@@ -22,9 +22,10 @@ from kernelbench_rl.errors import UserError
 from kernelbench_rl.rag.normalize import code_sha256, normalise_code
 
 KERNELBOOK_HUB_ID = "GPUMODE/KernelBook"
-# Pinned because KernelBook's licence changed across revisions. Not verifiable offline: confirm with
-# `huggingface_hub.HfApi().dataset_info(KERNELBOOK_HUB_ID).sha` before relying on it online.
-KERNELBOOK_REVISION = "5c8a1a2b1a0a1e3c4b2f1f1d9a7f7e6b3c0d2e41"
+# Pinned because KernelBook's licence changed across revisions: this is the 2026-02-05 revision,
+# published under MIT (later revisions moved to a "Researcher Reciprocity" licence). Other public
+# projects pin the same commit for the same reason.
+KERNELBOOK_REVISION = "1576375bc92745b490e1cdf2fce01eba76d9f847"
 SAKANA_HUB_ID = "SakanaAI/AI-CUDA-Engineer-Archive"
 SAKANA_REVISION: str | None = None  # the archive has kept one revision; None asks the hub for main
 SAKANA_LICENCE = "CC-BY-4.0"
