@@ -9,7 +9,6 @@ Re-running with the same run_id resumes: every stage is idempotent through DuckD
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.curriculum import curriculum
+from kernelbench_rl.commands.pipeline import pipeline_arg_parser
 from flows.evaluate import evaluate_checkpoint
 from flows.index import build_index
 from flows.ingest import ingest_corpus
@@ -68,22 +68,7 @@ EXAMPLE_SQL = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="kernelbench-rl pipeline", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run-id", default="smoke", help="Run id; the same id resumes the run.")
-    parser.add_argument("--config", default="default", help="Packaged config (default, raicl, kevin) or a YAML path.")
-    parser.add_argument("--db-path", default=os.environ.get("KBRL_DB", "runs/kernelbench_rl.duckdb"))
-    parser.add_argument("--log-dir", default="runs/logs")
-    parser.add_argument("--train-steps", type=int, default=2)
-    parser.add_argument("--levels", default="1", help="Comma-separated levels.")
-    parser.add_argument("--num-problems", type=int, default=4, help="Training problems (0: all of the train split).")
-    parser.add_argument("--eval-samples", type=int, default=2, help="Samples per held-out problem.")
-    parser.add_argument("--eval-max-problems", type=int, default=4)
-    parser.add_argument("--no-index", action="store_true",
-                        help="Skip the retrieval index (and so retrieval: prompts get the default one-shot example).")
-    parser.add_argument("--real", action="store_true",
-                        help="Drop the smoke overrides (tiny local policy, CPU evaluator): use the config as written.")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides of the config, e.g. eval.device=cuda")
+    parser = pipeline_arg_parser(description=__doc__)
     args = parser.parse_args()
     overrides = ([] if args.real else list(SMOKE_OVERRIDES)) + args.overrides
     if args.no_index:

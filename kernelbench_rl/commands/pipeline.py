@@ -6,14 +6,44 @@ themselves live in flows/ and deployments/.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from kernelbench_rl.problems.loaders import REPO_ROOT
+
+
+def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentParser:
+    """The pipeline's command-line options: one definition for `python -m flows.pipeline` and the CLI's help."""
+    parser = argparse.ArgumentParser(prog="kernelbench-rl pipeline", description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-id", default="smoke", help="Run id; the same id resumes the run.")
+    parser.add_argument("--config", default="default", help="Packaged config (default, raicl, kevin) or a YAML path.")
+    parser.add_argument("--db-path", default=os.environ.get("KBRL_DB", "runs/kernelbench_rl.duckdb"),
+                        help="DuckDB file (default: $KBRL_DB, else runs/kernelbench_rl.duckdb).")
+    parser.add_argument("--log-dir", default="runs/logs", help="TensorBoard logs and checkpoints go under here.")
+    parser.add_argument("--train-steps", type=int, default=2, help="Training steps of the curriculum stage.")
+    parser.add_argument("--levels", default="1", help="Comma-separated levels.")
+    parser.add_argument("--num-problems", type=int, default=4, help="Training problems (0: all of the train split).")
+    parser.add_argument("--eval-samples", type=int, default=2, help="Samples per held-out problem.")
+    parser.add_argument("--eval-max-problems", type=int, default=4, help="Held-out problems evaluated.")
+    parser.add_argument("--no-index", action="store_true",
+                        help="Skip the retrieval index (and so retrieval: prompts get the default one-shot example).")
+    parser.add_argument("--real", action="store_true",
+                        help="Drop the smoke overrides (tiny local policy, CPU evaluator): use the config as written.")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the config, e.g. eval.device=cuda")
+    return parser
+
+
+PIPELINE_DESCRIPTION = (
+    "Run the pipeline flow: ingest -> index -> curriculum training -> checkpoint evaluation. With no arguments "
+    "it runs the embedded defaults (CPU, offline, the tiny local policy, Triton's CPU interpreter, Prefect's "
+    "ephemeral API, runs/kernelbench_rl.duckdb); the same --run-id resumes a run."
+)
 
 
 def _launch(module: str, args: list[str]) -> None:
@@ -32,21 +62,15 @@ def _launch(module: str, args: list[str]) -> None:
 def register(app: typer.Typer) -> None:
     @app.command(
         "pipeline",
+        help=PIPELINE_DESCRIPTION,
+        add_help_option=False,
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )
-    def pipeline(
-        ctx: typer.Context,
-        run_id: Annotated[Optional[str], typer.Option(help="Run id; the same id resumes a run.")] = None,
-    ) -> None:
-        """Run the whole pipeline flow (ingest, index, curriculum training, checkpoint evaluation).
-
-        With no arguments it runs the embedded defaults: CPU, offline, a tiny local policy, Triton's
-        CPU interpreter, Prefect's ephemeral API and runs/kernelbench_rl.duckdb. Extra options are
-        passed to the flow (see `python -m flows.pipeline --help`).
-        """
+    def pipeline(ctx: typer.Context) -> None:
         args = list(ctx.args)
-        if run_id:
-            args = ["--run-id", run_id, *args]
+        if "--help" in args or "-h" in args:
+            typer.echo(pipeline_arg_parser(description=PIPELINE_DESCRIPTION).format_help())
+            raise typer.Exit(0)
         _launch("flows.pipeline", args)
 
     @app.command("serve")
