@@ -97,3 +97,14 @@ def test_eval_device_and_size_auto() -> None:
     expected = ("cuda", "real") if torch.cuda.is_available() else ("cpu", "small")
     assert resolve_eval_device("auto", "auto") == expected
     assert load_config("default").eval.device == "auto"
+
+
+def test_training_and_checkpoint_evaluation_share_resolved_eval_settings() -> None:
+    """`auto` never reaches the evaluator (its workers accept only cpu or cuda), from either caller."""
+    from kernelbench_rl.training.loop import eval_settings, resolve_eval_device
+
+    cfg = load_config("default", ["eval.timeout_s=7", "eval.correctness_trials=2"])
+    settings = eval_settings(cfg)
+    assert (settings.device, settings.size) == resolve_eval_device("auto", "auto")
+    assert settings.timeout_s == 7 and settings.correctness_trials == 2
+    assert settings.backend == cfg.env.kernel_backend

@@ -79,13 +79,11 @@ def resolve_checkpoint(store: Store, run_id: str, checkpoint: str | None) -> dic
 
 
 def _sampling_client(config: TrainConfig, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
-    from kernelbench_rl.policy import PolicyConfig, make_service_client
-    from kernelbench_rl.training.loop import resolve_base_model
+    from kernelbench_rl.policy import make_service_client
+    from kernelbench_rl.training.loop import policy_config, resolve_base_model
 
     base_model = resolve_base_model(config)
-    service = service_client or make_service_client(PolicyConfig(
-        backend=config.policy.backend, base_model=base_model, lora_rank=config.policy.lora_rank,
-        device=config.policy.device, log_dir=str(config.run_log_dir() / "policy"), seed=config.policy.seed))
+    service = service_client or make_service_client(policy_config(config))
     client = (service.create_sampling_client(base_model=base_model) if checkpoint is None
               else service.create_sampling_client(model_path=checkpoint["sampler_path"]))
     # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
@@ -119,16 +117,9 @@ def evaluate_checkpoint(
 
     evaluator = None
     if evaluate_fn is None:
-        from kernelbench_rl.evaluation import Evaluator
-        from kernelbench_rl.evaluation.result import EvalSettings
+        from kernelbench_rl.training.loop import open_evaluator
 
-        ev = config.eval
-        settings = EvalSettings(backend=config.env.kernel_backend, precision=ev.precision, device=ev.device,
-                                size=ev.size, correctness_trials=ev.correctness_trials,
-                                timing_trials=ev.timing_trials, timeout_s=ev.timeout_s)
-        evaluator = Evaluator(settings, num_workers=ev.num_workers, store=store,
-                              kernelbench_root=config.problems.kernelbench_root,
-                              problems={p.id: p for p in problems}).__enter__()
+        evaluator = open_evaluator(config, store, problems)
         evaluate_fn = evaluator.evaluate_responses
     try:
         spec = EnvSpec.from_config(config)

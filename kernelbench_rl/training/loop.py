@@ -82,6 +82,32 @@ def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
     return device, size
 
 
+def eval_settings(config: TrainConfig) -> EvalSettings:
+    """The evaluator settings of a run (training and checkpoint evaluation alike), `auto` resolved."""
+    ev = config.eval
+    device, size = resolve_eval_device(ev.device, ev.size)
+    return EvalSettings(backend=config.env.kernel_backend, precision=ev.precision, device=device,  # type: ignore[arg-type]
+                        size=size, correctness_trials=ev.correctness_trials,  # type: ignore[arg-type]
+                        timing_trials=ev.timing_trials, timeout_s=ev.timeout_s)
+
+
+def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem]) -> Any:
+    """An Evaluator for `problems` with the run's settings (workers start on first use); the caller closes it."""
+    from kernelbench_rl.evaluation import Evaluator
+
+    return Evaluator(eval_settings(config), num_workers=config.eval.num_workers, store=store,
+                     kernelbench_root=config.problems.kernelbench_root, problems={p.id: p for p in problems})
+
+
+def policy_config(config: TrainConfig) -> Any:
+    """The policy backend's configuration (`kernelbench_rl.policy.PolicyConfig`) for a run."""
+    from kernelbench_rl.policy import PolicyConfig
+
+    return PolicyConfig(backend=config.policy.backend, base_model=resolve_base_model(config),
+                        lora_rank=config.policy.lora_rank, device=config.policy.device,
+                        log_dir=str(config.run_log_dir() / "policy"), seed=config.policy.seed)
+
+
 def training_problems(config: TrainConfig) -> list[Problem]:
     """The train split of the configured levels (and ids); the holdout split is never trained on."""
     cfg = config.problems
@@ -149,13 +175,11 @@ class TrainingRun:
         self.base_model = resolve_base_model(cfg)
         self.policy_backend = "tinker" if "tinker" in type(self._service).__name__.lower() else "local"
         if self._service is None:
-            from kernelbench_rl.policy import PolicyConfig, make_service_client, resolve_backend
+            from kernelbench_rl.policy import make_service_client, resolve_backend
 
-            policy_config = PolicyConfig(
-                backend=cfg.policy.backend, base_model=self.base_model, lora_rank=cfg.policy.lora_rank,
-                device=cfg.policy.device, log_dir=str(self.log_dir / "policy"), seed=cfg.policy.seed)
-            self.policy_backend = resolve_backend(policy_config)
-            self._service = make_service_client(policy_config)
+            policy = policy_config(cfg)
+            self.policy_backend = resolve_backend(policy)
+            self._service = make_service_client(policy)
         checkpoint = self._last_checkpoint()
         if checkpoint is None:
             self.training_client = _result(self._service.create_lora_training_client(
@@ -177,17 +201,7 @@ class TrainingRun:
         return self
 
     def _make_evaluator(self) -> EvaluateFn:
-        from kernelbench_rl.evaluation import Evaluator
-
-        ev = self.config.eval
-        device, size = resolve_eval_device(ev.device, ev.size)
-        settings = EvalSettings(backend=self.config.env.kernel_backend, precision=ev.precision, device=device,
-                                size=size, correctness_trials=ev.correctness_trials,
-                                timing_trials=ev.timing_trials, timeout_s=ev.timeout_s)
-        self._evaluator = Evaluator(settings, num_workers=ev.num_workers, store=self.store,
-                                    kernelbench_root=self.config.problems.kernelbench_root,
-                                    problems={p.id: p for p in self.problems})
-        self._evaluator.__enter__()
+        self._evaluator = open_evaluator(self.config, self.store, self.problems)
         return self._evaluator.evaluate_responses
 
     def _last_checkpoint(self) -> dict[str, Any] | None:
