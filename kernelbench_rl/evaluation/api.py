@@ -20,6 +20,7 @@ from typing import Any
 
 from kernelbench_rl.evaluation.pool import WorkerPool
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag, StaticReport
+from kernelbench_rl.evaluation.static_policy import check_static, is_hack
 from kernelbench_rl.problems import Problem, get_problem
 
 
@@ -36,27 +37,9 @@ class _Pending:
 
 def _static_check(source: str, backend: str, reference_source: str, precision: str) -> StaticReport | None:
     try:
-        from kernelbench_rl.evaluation.static_policy import check_static
-    except ImportError:
-        return None
-    try:
         return check_static(source, backend, reference_source=reference_source, precision=precision)
-    except TypeError:  # an older signature without precision
-        return check_static(source, backend, reference_source=reference_source)
     except RecursionError:  # a pathological source: the runtime checks still apply
         return None
-
-
-def _hack_rules() -> frozenset[str]:
-    try:
-        from kernelbench_rl.evaluation.static_policy import HACK_RULES
-    except ImportError:
-        return frozenset()
-    return frozenset(HACK_RULES)
-
-
-def _rule(error: str) -> str:
-    return error.split(":", 1)[0].strip()
 
 
 class Evaluator:
@@ -203,11 +186,10 @@ class Evaluator:
         seconds = time.perf_counter() - t
         if report is None or report.ok:
             return problem, report, seconds
-        syntax = [e for e in report.errors if _rule(e) == "syntax"]
+        syntax = any(e.split(":", 1)[0].strip() == "syntax" for e in report.errors)
         category = ErrorCategory.COMPILE if syntax else ErrorCategory.STATIC
         result = EvalResult.failure(request, category, "; ".join(report.errors)[:700], static=report, format_ok=True)
-        hack_rules = _hack_rules()
-        if any(_rule(e) in hack_rules for e in report.errors):
+        if is_hack(report):
             result.flags.append(Flag.HACK.value)
         result.phase_seconds["static"] = seconds
         return result
