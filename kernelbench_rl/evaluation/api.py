@@ -11,7 +11,6 @@ hardware, size) are handed to the workers so a known baseline is never re-timed.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -94,8 +93,7 @@ class Evaluator:
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.close()
-            shutil.rmtree(self._pool.home, ignore_errors=True)
+            self._pool.close()  # also removes the pool's home
             self._pool = None
 
     def __enter__(self) -> Evaluator:
@@ -255,15 +253,7 @@ class Evaluator:
     def _cached(self, keys: list[str]) -> dict[str, EvalResult]:
         if self.store is None or not keys:
             return {}
-        getter = getattr(self.store, "get_cached_evaluations", None)
-        if getter is not None:
-            return getter(keys)
-        found = {}
-        for key in keys:
-            result = self.store.get_cached_evaluation(key)
-            if result is not None:
-                found[key] = result
-        return found
+        return self.store.get_cached_evaluations(keys)
 
     def _record(self, results: list[EvalResult]) -> None:
         if self.store is not None and results:
