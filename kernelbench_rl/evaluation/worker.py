@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import multiprocessing
 import os
@@ -493,33 +494,18 @@ class Worker:
 
     def _nvcc_verdict(self, result: EvalResult, message: dict[str, Any]) -> None:
         text = str(message.get("message", ""))[:700]
+        result.error_message = text
         if message.get("ok"):
             result.compiled = True
-            result.error_message = text
-        elif text.startswith("nvcc"):
-            result.error_category = ErrorCategory.COMPILE
-            result.error_message = text
-        elif text.startswith("cannot run"):
+        elif text.startswith("cannot run"):  # no nvcc on this machine: not the kernel's fault
             result.error_category = ErrorCategory.INFRA
-            result.error_message = text
         else:
             result.error_category = ErrorCategory.COMPILE
-            result.error_message = text
 
-    class _DeviceSection:
-        def __init__(self, lock: threading.Lock) -> None:
-            self.lock = lock
-
-        def __enter__(self) -> None:
-            self.lock.acquire()
-
-        def __exit__(self, *exc: Any) -> None:
-            self.lock.release()
-
-    def _device_section(self) -> Worker._DeviceSection:
+    def _device_section(self) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
         # anyway, so children run concurrently.
-        return Worker._DeviceSection(self.gpu_lock if self.device == "cuda" else threading.Lock())
+        return self.gpu_lock if self.device == "cuda" else contextlib.nullcontext()
 
     def _run_on_device(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                        deadline: float, payload: dict[str, Any]) -> dict | None:
