@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -14,7 +14,6 @@ class CheckOutcome:
     category: ErrorCategory = ErrorCategory.OK
     message: str = ""
     max_abs_err: float | None = None
-    flags: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

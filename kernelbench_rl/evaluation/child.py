@@ -109,13 +109,17 @@ def _warm_profiler() -> None:
         pass
 
 
+def _nvidia_device_nodes() -> list[str]:
+    """/dev/nvidia* (nvidiactl, nvidia-uvm, nvidia0...): a CUDA process must be able to write them."""
+    return [os.path.join("/dev", name) for name in os.listdir("/dev") if name.startswith("nvidia")]
+
+
 def _ipc_selftest(conn: Connection, job: dict[str, Any]) -> None:
     """Share a known tensor over CUDA IPC under the same confinement a job gets."""
     if job.get("drop_uid"):
         sandbox.drop_privileges()
     if job.get("landlock", True):
-        sandbox.restrict_writes_to(["/dev/shm", "/dev/null", job.get("workdir", "/tmp")]
-                                   + [os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")])
+        sandbox.restrict_writes_to(["/dev/shm", "/dev/null", job.get("workdir", "/tmp")] + _nvidia_device_nodes())
     if job.get("block_unix_sockets"):
         sandbox.block_new_unix_sockets()
     tensor = torch.arange(1024, dtype=torch.float32, device="cuda")
@@ -171,10 +175,9 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
     confinement.limits = sandbox.apply_limits(sandbox.Limits(
         address_space_mb=job.get("address_space_mb"), file_size_mb=int(job.get("file_size_mb", 512)),
     ))
-    writable = [workdir, "/dev/shm", "/dev/null"] + [p for p in job.get("extra_writable", [])]
+    writable = [workdir, "/dev/shm", "/dev/null"]
     if job.get("device") == "cuda":
-        writable += [p for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia-uvm-tools")]
-        writable += [os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")]
+        writable += _nvidia_device_nodes()
     if job.get("drop_uid"):
         confinement.uid_dropped = sandbox.drop_privileges()
     if job.get("landlock", True):

@@ -92,10 +92,6 @@ def build_model(cls: type, problem: types.ModuleType, seed: int, device: str, pr
     return model
 
 
-def init_inputs_of(module: types.ModuleType) -> list[Any]:
-    return list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
-
-
 def clone_inputs(inputs: list[Any]) -> list[Any]:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 

@@ -1,7 +1,7 @@
 """Process confinement for untrusted candidates: environment, resource limits, Landlock, uid.
 
 Standard library only: the orchestrator uses `scrubbed_env` to start workers and the worker's
-children call `confine` on themselves before the candidate module is imported.
+children confine themselves (child._confine) before the candidate module is imported.
 """
 
 from __future__ import annotations
@@ -191,7 +191,6 @@ class Limits:
     address_space_mb: int | None  # None on GPUs: CUDA reserves huge virtual ranges
     file_size_mb: int = 512
     open_files: int = 1024
-    processes: int = 512  # applies only after dropping root
 
 
 def apply_limits(limits: Limits) -> list[str]:
