@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -97,15 +98,14 @@ def eval_command(
     from kernelbench_rl.problems import get_problem
 
     settings = _settings(device, backend, precision, timeout_s, size)
-    get_problem(problem, str(kernelbench_root) if kernelbench_root else None)  # unknown ids fail here, before any worker starts
+    root = str(kernelbench_root) if kernelbench_root else None
+    get_problem(problem, root)  # unknown ids fail here, before any worker starts
     source = kernel.read_text()
     console = Console(stderr=as_json)
-    with Evaluator(settings, store=_store(db), kernelbench_root=str(kernelbench_root) if kernelbench_root else None) as ev:
-        if as_json:
-            result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
-        else:
-            with console.status(f"evaluating {kernel.name} on {problem} ({device})"):
-                result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
+    # --json keeps stdout for the one result object: no spinner.
+    progress = nullcontext() if as_json else console.status(f"evaluating {kernel.name} on {problem} ({device})")
+    with Evaluator(settings, store=_store(db), kernelbench_root=root) as ev, progress:
+        result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
     if as_json:
         typer.echo(result.to_json())
     else:
