@@ -256,7 +256,7 @@ class TrainingRun:
             group_samples = score_group(group, preset, gamma=cfg.rewards.gamma, baseline=cfg.rewards.baseline,
                                         speedup_cap=cfg.rewards.speedup_cap)
             samples.extend(group_samples)
-            self._write_group(step, stage, level, group, group_samples)
+            self._write_group(step, stage, group, group_samples)
 
         runner = RolloutRunner(self.sampling_client, self.renderer, self._evaluate_fn,
                                temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
@@ -325,43 +325,46 @@ class TrainingRun:
         if events:
             self.store.upsert("curriculum_events", [e.row(self.run_id) for e in events])
 
-    def _write_group(self, step: int, stage: str, level: int, group: GroupRollout, samples: Sequence[SampleTurn]) -> None:
+    def _write_group(self, step: int, stage: str, group: GroupRollout, samples: Sequence[SampleTurn]) -> None:
         """Rollouts, rewards, prompts/completions and kernels of one finished group."""
         store = self.store
         turns = [(i, turn) for i, env in enumerate(group.envs) for turn in env.turns]
         if not turns:
             return
-        prompts = store.put_texts("prompt", [t.prompt for _, t in turns])
-        completions = store.put_texts("completion", [t.completion for _, t in turns])
-        backend = self.spec.kernel_backend
-        rollouts, rewards = [], []
-        by_key = {(s.sample_index, s.turn): s for s in samples}
-        for (sample_index, turn), prompt_sha, completion_sha in zip(turns, prompts, completions, strict=True):
-            kernel_sha = store.put_kernel(turn.code, backend) if turn.code else None
-            result = turn.result
-            eval_key = None
-            if kernel_sha and result is not None and result.settings_hash:
-                eval_key = eval_key_for(group.problem.id, kernel_sha, result.settings_hash)
-            key = {"run_id": self.run_id, "step": step, "problem_id": group.problem.id,
-                   "sample_index": sample_index, "turn": turn.index}
-            rollouts.append({**key, "stage": stage, "level": group.problem.level, "prompt_sha256": prompt_sha,
-                             "completion_sha256": completion_sha, "kernel_sha256": kernel_sha, "eval_key": eval_key,
-                             "prompt_tokens": len(turn.prompt_tokens), "completion_tokens": len(turn.completion_tokens),
-                             "format_ok": turn.format_ok,
-                             "error_category": result.error_category.value if result else None,
-                             "error_message": result.error_message if result else None})
-            sample = by_key[(sample_index, turn.index)]
-            components = dict(turn.score.components) if turn.score else {}
-            components.update({"infra": bool(turn.score and turn.score.infra), "hack": bool(turn.score and turn.score.hack),
-                               "trainable": sample.trainable, "dropped_constant": sample.dropped_constant,
-                               "preset": turn.score.preset if turn.score else "",
-                               "error_category": result.error_category.value if result else None})
-            rewards.append({**key, "stage": stage, "reward": sample.reward, "return_value": sample.return_value,
-                            "advantage": sample.advantage, "components_json": json.dumps(components, sort_keys=True)})
-        # One transaction, and a re-done step replaces what an interrupted attempt wrote for this
-        # problem (in Kevin mode it may have had more turns than the new attempt).
-        store.write_batch({"rollouts": rollouts, "rewards": rewards},
-                          replace_where={"run_id": self.run_id, "step": step, "problem_id": group.problem.id})
+        # One turn on the file for the whole group: the writes below (put_kernel once per turn) reuse
+        # it instead of each opening the database.
+        with store.connect():
+            prompts = store.put_texts("prompt", [t.prompt for _, t in turns])
+            completions = store.put_texts("completion", [t.completion for _, t in turns])
+            backend = self.spec.kernel_backend
+            rollouts, rewards = [], []
+            by_key = {(s.sample_index, s.turn): s for s in samples}
+            for (sample_index, turn), prompt_sha, completion_sha in zip(turns, prompts, completions, strict=True):
+                kernel_sha = store.put_kernel(turn.code, backend) if turn.code else None
+                result = turn.result
+                eval_key = None
+                if kernel_sha and result is not None and result.settings_hash:
+                    eval_key = eval_key_for(group.problem.id, kernel_sha, result.settings_hash)
+                key = {"run_id": self.run_id, "step": step, "problem_id": group.problem.id,
+                       "sample_index": sample_index, "turn": turn.index}
+                rollouts.append({**key, "stage": stage, "level": group.problem.level, "prompt_sha256": prompt_sha,
+                                 "completion_sha256": completion_sha, "kernel_sha256": kernel_sha, "eval_key": eval_key,
+                                 "prompt_tokens": len(turn.prompt_tokens), "completion_tokens": len(turn.completion_tokens),
+                                 "format_ok": turn.format_ok,
+                                 "error_category": result.error_category.value if result else None,
+                                 "error_message": result.error_message if result else None})
+                sample = by_key[(sample_index, turn.index)]
+                components = dict(turn.score.components) if turn.score else {}
+                components.update({"infra": bool(turn.score and turn.score.infra), "hack": bool(turn.score and turn.score.hack),
+                                   "trainable": sample.trainable, "dropped_constant": sample.dropped_constant,
+                                   "preset": turn.score.preset if turn.score else "",
+                                   "error_category": result.error_category.value if result else None})
+                rewards.append({**key, "stage": stage, "reward": sample.reward, "return_value": sample.return_value,
+                                "advantage": sample.advantage, "components_json": json.dumps(components, sort_keys=True)})
+            # One transaction, and a re-done step replaces what an interrupted attempt wrote for this
+            # problem (in Kevin mode it may have had more turns than the new attempt).
+            store.write_batch({"rollouts": rollouts, "rewards": rewards},
+                              replace_where={"run_id": self.run_id, "step": step, "problem_id": group.problem.id})
 
     # -- tear-down -----------------------------------------------------------------------------
     def close(self, status: str | None = None) -> None:
