@@ -86,6 +86,21 @@ def test_hacks_and_unverified_speedups_in_metrics() -> None:
     assert sum(s.advantage for s in samples) == pytest.approx(0.0)
 
 
+def test_speedup_geomean_over_counted_speedups_only() -> None:
+    fast = {**CORRECT, "speedup": 2.0}
+    faster = {**CORRECT, "speedup": 8.0}
+    fishy = {**CORRECT, "speedup": 40.0, "flags": [Flag.EXCESSIVE_SPEEDUP.value]}
+    group = finished_group([[fast], [faster], [fishy], [COMPILED]], turns=1)
+    metrics, speedups = step_metrics([group], score_group(group, "speed", gamma=0.4, baseline="loo", speedup_cap=8.0))
+    assert sorted(speedups) == [2.0, 8.0]
+    assert metrics["speedup_geomean"] == pytest.approx(4.0)
+    assert metrics["fast_1.5_rate"] == 0.5 and metrics["fast_5_rate"] == 0.25
+    compiled_only = finished_group([[COMPILED], [COMPILED]], turns=1)
+    metrics, _ = step_metrics([compiled_only], score_group(compiled_only, "speed", gamma=0.4, baseline="loo",
+                                                           speedup_cap=8.0))
+    assert "speedup_geomean" not in metrics
+
+
 def test_datum_matches_the_cookbook_layout() -> None:
     group = finished_group([[COMPILED], [{}]], turns=1)
     sample = score_group(group, "compile", gamma=0.4, baseline="loo", speedup_cap=8.0)[0]

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from kernelbench_rl.metrics import geometric_mean
 from kernelbench_rl.rewards.shaping import is_hack, unverified_excessive_speedup
 from kernelbench_rl.training.grpo import SampleTurn
 from kernelbench_rl.training.rollouts import GroupRollout
@@ -54,8 +55,9 @@ def step_metrics(groups: Sequence[GroupRollout], samples: Sequence[SampleTurn]) 
                 if t.result is not None and t.result.speedup_counts and t.result.speedup is not None]
     for bucket in SPEEDUP_BUCKETS:
         metrics[f"fast_{bucket:g}_rate"] = (sum(s > bucket for s in speedups) / len(turns)) if turns else 0.0
-    if speedups:
-        metrics["speedup_geomean"] = math.exp(statistics.fmean(math.log(s) for s in speedups))
+    geomean = geometric_mean(speedups)
+    if geomean is not None:
+        metrics["speedup_geomean"] = geomean
     for level in sorted({s.level for s in scored}):
         metrics.update(_stats([s.reward for s in scored if s.level == level], f"level_{level}/reward_"))
         metrics.update(_rates([t for g in groups if g.problem.level == level for e in g.envs for t in e.turns],
