@@ -40,10 +40,6 @@ def _store(db: Path | None):
     return Store(db)
 
 
-def _progress_console() -> Console:
-    return Console(stderr=True)
-
-
 @corpus_app.command("ingest")
 def ingest(
     source: Annotated[list[str], typer.Option("--source", "-s", help="solutions, kernelbook or sakana (repeatable).")] = ["solutions"],  # noqa: B006

@@ -64,7 +64,6 @@ class Turn:
     format_ok: bool = False
     result: EvalResult | None = None
     score: Score | None = None
-    infra_attempts: int = 0
 
 
 class KernelEnv:

@@ -17,7 +17,7 @@ the SDK's, so code written against one runs unchanged on the other:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -34,16 +34,6 @@ def completed_future(value: T) -> AwaitableConcurrentFuture[T]:
     """An already finished SDK future holding `value`."""
     future: ConcurrentFuture[T] = ConcurrentFuture()
     future.set_result(value)
-    return AwaitableConcurrentFuture(future)
-
-
-def run_to_future(work: Callable[[], T]) -> AwaitableConcurrentFuture[T]:
-    """Run `work` now; its result or its exception lands in the future, as the SDK delivers both."""
-    future: ConcurrentFuture[T] = ConcurrentFuture()
-    try:
-        future.set_result(work())
-    except BaseException as exc:  # noqa: BLE001 - delivered through .result(), like the SDK
-        future.set_exception(exc)
     return AwaitableConcurrentFuture(future)
 
 

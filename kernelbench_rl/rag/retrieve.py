@@ -260,8 +260,3 @@ def kernelbench_holdout_ids(holdout_fraction: float = 0.2, split_seed: int = 0) 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 0.0
 
-
-def problem_ids_of(examples: Sequence[RetrievedExample]) -> set[str]:
-    """KernelBench ids the examples solve (where known)."""
-    return {f"L{e.kb_level}/{e.kb_task}" for e in examples if e.kb_level is not None and e.kb_task is not None}
-

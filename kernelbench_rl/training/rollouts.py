@@ -125,9 +125,6 @@ class RolloutRunner:
             for env, sequence in zip(request.envs, response.sequences, strict=True):
                 self._record(env, request.prompt, request.prompt_tokens, sequence)
 
-    def sample_group(self, group: GroupRollout) -> None:
-        self.collect_group(self.submit_group(group))
-
     # -- evaluation (evaluation thread) --------------------------------------------------------
     def evaluate_group(self, group: GroupRollout) -> tuple[list[tuple[KernelEnv, EvalResult]], float, int]:
         start = time.perf_counter()
