@@ -180,6 +180,19 @@ def test_writes_outside_the_private_dir_are_refused(evaluator, tmp_path):
     assert "Permission" in result.error_message or "denied" in result.error_message
 
 
+@pytest.mark.parametrize("relative", ["KernelBench/solutions/level1/19_ReLU.py", "pyproject.toml"])
+def test_the_checkout_around_our_package_is_unreadable(evaluator, relative):
+    """Our solutions, the runs/ database and anything else in the checkout stay out of a candidate's reach."""
+    from kernelbench_rl.problems.loaders import REPO_ROOT
+
+    target = REPO_ROOT / relative
+    assert target.exists()
+    body = f"open({str(target)!r}).read()\nreturn relu_into(x, torch.empty_like(x))"
+    result = run(evaluator, candidate(body))
+    assert result.error_category == ErrorCategory.RUNTIME, result.error_message
+    assert "Permission" in result.error_message or "denied" in result.error_message
+
+
 def test_static_policy_runs_before_any_worker(evaluator):
     evaluator.static_checks = True
     try:

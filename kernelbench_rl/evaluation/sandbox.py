@@ -127,7 +127,14 @@ def child_readable_paths(extra: list[str]) -> list[str]:
     config = sysconfig.get_paths()
     paths += [config[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if config.get(k)]
     paths += [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
-    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    # sys.path entries only where they are part of the Python installation: a source checkout on
+    # sys.path (the cwd, PYTHONPATH) would open the whole repository, its runs/ database (other
+    # candidates' kernels and verdicts) and KernelBench/solutions/ to the candidate.
+    installation = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, *config.values()) if p]
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if real and os.path.isdir(real) and any(real == root or real.startswith(root + os.sep) for root in installation):
+            paths.append(real)
     paths += extra
     return sorted({os.path.realpath(p) for p in paths if os.path.exists(p)} | {p for p in paths if p.startswith("/proc/")})
 

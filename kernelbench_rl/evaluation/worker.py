@@ -40,7 +40,8 @@ from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 
 SEED_POOL_SIZE = 16
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Children may read our package (they run its code), never the rest of the checkout around it.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING_VERIFY_TRIALS = 2
 LOW_KERNEL_SHARE = 0.5
 TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
@@ -450,7 +451,7 @@ class Worker:
             "landlock": self.config.landlock, "transport": self.transport, "block_unix_sockets": self.config.same_uid,
             "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
-            "readable": [_PACKAGE_PARENT, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
+            "readable": [_PACKAGE_DIR, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
         }
 
     def _restore_build(self, workdir: str, source: str, settings: EvalSettings) -> str:
@@ -789,7 +790,7 @@ def _probe_child(conn: Any, workdir: str, landlock: bool) -> None:
                                    TRITON_INTERPRET="0", PYTHONDONTWRITEBYTECODE="1")
         confinement = child_module._confine({
             "workdir": workdir, "env": env, "device": "cuda", "drop_uid": False, "landlock": landlock,
-            "block_unix_sockets": True, "readable": [_PACKAGE_PARENT, "/usr/bin"],
+            "block_unix_sockets": True, "readable": [_PACKAGE_DIR, "/usr/bin"],
         })
         module = runtime.load_module_from_file(kernel_path, "kbrl_probe_kernel")
         output = module.run()
