@@ -60,7 +60,7 @@ def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor]
                 return CheckOutcome(
                     ErrorCategory.MISMATCH,
                     f"{label} differs from the reference at {bad} of {got.numel()} elements "
-                    f"(max abs error {err:.3g}, tolerance atol=rtol={atol:g})",
+                    f"(max abs error {err:.3g}, tolerance atol={atol:g} rtol={rtol:g})",
                     max_abs_err=err,
                 )
         else:
