@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernelbench_rl.config.schema import TrainConfig, load_config
-from kernelbench_rl.problems import load_problems, split_problems
+from kernelbench_rl.training.loop import first_training_ids
 
 
 def build_config(
@@ -22,8 +22,6 @@ def build_config(
     cfg = load_config(config, [*overrides, *extra])
     if num_problems:
         # The first N training problems of those levels (the holdout split is never trained on).
-        problems = load_problems(cfg.problems.kernelbench_root, levels=cfg.problems.levels)
-        train, _ = split_problems(problems, cfg.problems.holdout_fraction, cfg.problems.split_seed)
-        ids = [p.id for p in train][:num_problems]
+        ids = first_training_ids(cfg, num_problems)
         cfg = load_config(config, [*overrides, *extra, f"problems.ids=[{','.join(ids)}]"])
     return cfg

@@ -108,3 +108,16 @@ def test_training_and_checkpoint_evaluation_share_resolved_eval_settings() -> No
     assert (settings.device, settings.size) == resolve_eval_device("auto", "auto")
     assert settings.timeout_s == 7 and settings.correctness_trials == 2
     assert settings.backend == cfg.env.kernel_backend
+
+
+def test_first_training_ids_are_train_split_ids_in_order_and_ignore_named_ids() -> None:
+    from kernelbench_rl.problems import load_problems, split_problems
+    from kernelbench_rl.training.loop import first_training_ids, problem_split
+
+    cfg = load_config("default", ["problems.levels=[1]"])
+    problems, train, holdout = problem_split(cfg)
+    assert (train, holdout) == split_problems(load_problems(levels=[1]), 0.2, 0)
+    assert len(problems) == len(train) + len(holdout) and holdout
+    assert first_training_ids(cfg, 2) == [p.id for p in train][:2]
+    named = load_config("default", ["problems.levels=[1]", f"problems.ids=[{train[-1].id}]"])
+    assert first_training_ids(named, 2) == [p.id for p in train][:2]

@@ -18,7 +18,7 @@ from kernelbench_rl.config.schema import TrainConfig
 from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.metrics import BenchmarkSummary, SampleOutcome, summarize
-from kernelbench_rl.problems import Problem, load_problems, split_problems
+from kernelbench_rl.problems import Problem
 from kernelbench_rl.store import Store
 from kernelbench_rl.training.rollouts import EvaluateFn, PromptRenderer, RolloutRunner
 
@@ -49,14 +49,14 @@ class CheckpointReport:
 
 def evaluation_problems(config: TrainConfig, split: str = "holdout", max_problems: int | None = None) -> list[Problem]:
     """The held-out problems of the configured levels (never trained on), or the train split."""
-    cfg = config.problems
-    problems = load_problems(cfg.kernelbench_root, levels=cfg.levels)
-    train, holdout = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
+    from kernelbench_rl.training.loop import problem_split
+
+    problems, train, holdout = problem_split(config)
     chosen = {"holdout": holdout, "train": train, "all": problems}.get(split)
     if chosen is None:
         raise UserError(f"Unknown split {split!r}; use holdout, train or all.")
     if not chosen:
-        raise UserError(f"The {split} split of levels {cfg.levels} is empty; raise problems.holdout_fraction or add levels.")
+        raise UserError(f"The {split} split of levels {config.problems.levels} is empty; raise problems.holdout_fraction or add levels.")
     return chosen[:max_problems] if max_problems else chosen
 
 

@@ -108,12 +108,24 @@ def policy_config(config: TrainConfig) -> Any:
                         log_dir=str(config.run_log_dir() / "policy"), seed=config.policy.seed)
 
 
+def problem_split(config: TrainConfig) -> tuple[list[Problem], list[Problem], list[Problem]]:
+    """(all, train, holdout) problems of the configured levels; `problems.ids` plays no part."""
+    cfg = config.problems
+    problems = load_problems(cfg.kernelbench_root, levels=cfg.levels)
+    train, holdout = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
+    return problems, train, holdout
+
+
+def first_training_ids(config: TrainConfig, count: int) -> list[str]:
+    """The first `count` ids of the train split of the configured levels (a flow's `num_problems`)."""
+    return [p.id for p in problem_split(config)[1]][:count]
+
+
 def training_problems(config: TrainConfig) -> list[Problem]:
     """The train split of the configured levels (and ids); the holdout split is never trained on."""
     cfg = config.problems
-    problems = load_problems(cfg.kernelbench_root, levels=cfg.levels)
     # The holdout is always that of the *whole* set, so naming ids can never pull a holdout problem in.
-    train, _ = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
+    problems, train, _ = problem_split(config)
     if cfg.ids:
         by_id = {p.id: p for p in problems}
         missing = [pid for pid in cfg.ids if pid not in by_id]
