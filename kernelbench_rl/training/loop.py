@@ -18,6 +18,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -437,15 +438,13 @@ def run_training(
     with run:
         first, count = run.next_step, 0
         limit = config.training.steps - first if stop_after_steps is None else min(stop_after_steps, config.training.steps - first)
+        bar: Any = nullcontext()
         if progress:
             from kernelbench_rl.training.progress import TrainProgress
 
-            with TrainProgress(run.run_id, config.training.steps, completed=first) as bar:
-                run.on_step = bar.update
-                while count < limit:
-                    run.step()
-                    count += 1
-        else:
+            bar = TrainProgress(run.run_id, config.training.steps, completed=first)
+            run.on_step = bar.update
+        with bar:
             while count < limit:
                 run.step()
                 count += 1
