@@ -37,8 +37,7 @@ def curriculum(
                        train_steps=train_steps, levels=levels, num_problems=num_problems)
     # RA-ICL: retrieved examples in every prompt when the config enables retrieval (the index must exist).
     retrieve = default_retriever(cfg) if cfg.rag.enabled else None
-    with TrainingRun(cfg, retrieve=retrieve) as run:
-        run.start()
+    with TrainingRun(cfg, retrieve=retrieve) as run:  # entering starts (or resumes) the run
         if run.resumed_from_step is not None:
             logger.info(f"run {run.run_id} resumes after checkpoint step {run.resumed_from_step}")
         last = None
