@@ -270,3 +270,25 @@ def test_retrieved_examples_reach_the_evaluation_prompts(trained: TrainConfig, t
     for problem_id in ("L1/19", "L2/9"):
         marker = f"retrieved_for_{problem_id.replace('/', '_')}"
         assert sum(marker in p for p in service.prompts) == 1, marker
+
+
+def test_an_episodes_best_turn_is_never_a_hack_or_an_uncounted_speedup() -> None:
+    """Kevin mode: a later hacked or unverified-excessive turn must not outrank an honest correct one."""
+    from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv
+    from kernelbench_rl.problems import get_problem
+    from kernelbench_rl.training.checkpoint_eval import episode_outcome
+
+    def episode(*turns: dict) -> KernelEnv:
+        env = KernelEnv(get_problem("L1/19"), EnvSpec(turns=len(turns)))
+        for turn in turns:
+            env.add_completion("p", [1], "c", [2], [0.0], "stop")
+            env.add_result(verdict("L1/19", **turn))
+        return env
+
+    honest = dict(compiled=True, correct=True, speedup=1.5)
+    hacked = episode(honest, dict(compiled=True, correct=True, speedup=5.0, flags=(Flag.HACK.value,)))
+    assert (episode_outcome(hacked).correct, episode_outcome(hacked).speedup) == (True, 1.5)
+    fishy = episode(honest, dict(compiled=True, correct=True, speedup=50.0, flags=(Flag.EXCESSIVE_SPEEDUP.value,)))
+    assert episode_outcome(fishy).speedup == 1.5
+    only_hack = episode(dict(compiled=True, correct=True, speedup=5.0, flags=(Flag.HACK.value,)))
+    assert not episode_outcome(only_hack).correct and episode_outcome(only_hack).compiled

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelbench_rl.config.schema import TrainConfig
-from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
+from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.metrics import BenchmarkSummary, SampleOutcome, summarize
 from kernelbench_rl.problems import Problem
@@ -135,14 +135,7 @@ def evaluate_checkpoint(
     outcomes: list[SampleOutcome] = []
     levels: dict[str, int] = {p.id: p.level for p in problems}
     for group in groups:
-        for env in group.envs:
-            # The episode's best turn counts (single-turn: its only turn).
-            results = [t.result for t in env.turns if t.result is not None]
-            best = max(results, key=lambda r: (r.correct, r.compiled, r.speedup or 0.0), default=None)
-            correct = bool(best and best.correct and not best.is_hack)
-            outcomes.append(SampleOutcome(
-                problem_id=env.problem.id, compiled=bool(best and best.compiled), correct=correct,
-                speedup=best.speedup if (correct and best.speedup_counts) else None))
+        outcomes.extend(episode_outcome(env) for env in group.envs)
     usable_ks = [k for k in ks if k <= samples_per_problem]
     per_level = {
         level: summarize([o for o in outcomes if levels[o.problem_id] == level], usable_ks)
@@ -151,6 +144,16 @@ def evaluate_checkpoint(
     report = CheckpointReport(run_id, label, split, outcomes, summarize(outcomes, usable_ks), per_level)
     store.upsert("eval_reports", report.rows())
     return report
+
+
+def episode_outcome(env: KernelEnv) -> SampleOutcome:
+    """The episode's best turn (single-turn: its only turn); a hack or an uncounted speedup never ranks higher."""
+    results = [t.result for t in env.turns if t.result is not None]
+    best = max(results, key=lambda r: (r.correct and not r.is_hack, r.compiled,
+                                       r.speedup if r.speedup_counts else 0.0), default=None)
+    correct = bool(best and best.correct and not best.is_hack)
+    return SampleOutcome(problem_id=env.problem.id, compiled=bool(best and best.compiled), correct=correct,
+                         speedup=best.speedup if (correct and best.speedup_counts) else None)
 
 
 def markdown_table(reports: Sequence[CheckpointReport]) -> str:
