@@ -59,7 +59,7 @@ SCRIPT: dict[str, list[dict]] = {
         dict(compiled=True, correct=True, speedup=1.2),
         # a detected hack counts as incorrect, whatever its timing says
         dict(compiled=True, correct=True, speedup=5.0, flags=(Flag.HACK.value,)),
-        # correct, but an unverified excessive speedup is not a speedup
+        # right values, but an unverified excessive speedup is not trusted: neither correct nor a speedup
         dict(compiled=True, correct=True, speedup=50.0, flags=(Flag.EXCESSIVE_SPEEDUP.value,)),
         dict(compiled=False),
     ],
@@ -113,14 +113,19 @@ def scripted_report(trained: TrainConfig) -> tuple[CheckpointReport, ScriptedEva
 
 
 def _expected(level: int | None) -> dict:
-    """Hand-computed from SCRIPT (pass@2 with n=4, c=2: 1 - C(2,2)/C(4,2) = 5/6)."""
+    """Hand-computed from SCRIPT. Correct per problem (of 4): L1/19 2; L2/9 1 (the hack and the
+    unverified 50x do not count). pass@2 with n=4: c=2 -> 1 - C(2,2)/C(4,2) = 5/6; c=1 -> 1 - C(3,2)/C(4,2) = 1/2."""
     best = {1: 2.0, 2: 1.2}  # best counted speedup per problem
     counted = {1: [2.0, 0.5], 2: [1.2]}  # correct samples with a counted speedup
+    correct = {1: 2, 2: 1}
+    pass_at_2 = {1: 5 / 6, 2: 1 / 2}
     levels = [1, 2] if level is None else [level]
     speedups = [s for lv in levels for s in counted[lv]]
     return {
-        "num_problems": len(levels), "samples_per_problem": 4, "compile_rate": 0.75, "correct_rate": 0.5,
-        "pass_at_k": {"pass@1": 0.5, "pass@2": 5 / 6},  # pass@10 needs 10 samples: left out
+        "num_problems": len(levels), "samples_per_problem": 4, "compile_rate": 0.75,
+        "correct_rate": sum(correct[lv] for lv in levels) / (4 * len(levels)),
+        "pass_at_k": {"pass@1": sum(correct[lv] / 4 for lv in levels) / len(levels),
+                      "pass@2": sum(pass_at_2[lv] for lv in levels) / len(levels)},  # pass@10 needs 10 samples
         "fast_p": {f"fast_{p:g}": sum(best[lv] > p for lv in levels) / len(levels)
                    for p in (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)},
         "geomean_speedup": math.prod(speedups) ** (1 / len(speedups)),
@@ -187,7 +192,7 @@ def test_latest_checkpoint_with_the_real_evaluator(trained: TrainConfig, scripte
     for metric in ("compile_rate", "correct_rate", "pass@1", "pass@2", "fast_0", "fast_0.5", "fast_0.8",
                    "fast_1", "fast_1.5", "fast_2", "geomean speedup", "L1 correct rate", "L2 correct rate"):
         assert metric in rows_by_metric, metric
-    assert rows_by_metric["pass@2"] == ["0.833", "-"]
+    assert rows_by_metric["pass@2"] == [f"{_expected(None)['pass_at_k']['pass@2']:.3f}", "-"]
     assert rows_by_metric["fast_1.5"] == ["0.500", "-"]
     assert rows_by_metric["num_problems"] == ["2", "2"]
 

@@ -116,3 +116,18 @@ def test_leave_one_out_and_group_mean_baselines() -> None:
     assert is_constant([0.2, 0.2, 0.2]) and not is_constant([0.2, 0.3])
     with pytest.raises(ValueError):
         group_advantages(returns, "median")
+
+
+def test_counts_as_correct_is_one_definition_for_metrics_and_reports() -> None:
+    from kernelbench_rl.evaluation.result import EvalResult, Flag
+    from kernelbench_rl.rewards import counts_as_correct
+
+    def result(correct: bool, flags: list[str]) -> EvalResult:
+        return EvalResult("L1/19", "sha", "triton", "fp32", "cuda", correct=correct, compiled=True, flags=flags,
+                          speedup=40.0)
+
+    assert counts_as_correct(result(True, []))
+    assert not counts_as_correct(result(False, []))
+    assert not counts_as_correct(result(True, [Flag.HACK.value]))
+    assert not counts_as_correct(result(True, [Flag.EXCESSIVE_SPEEDUP.value]))  # unverified: not yet trusted
+    assert counts_as_correct(result(True, [Flag.EXCESSIVE_SPEEDUP.value, Flag.REVERIFIED.value]))

@@ -144,11 +144,16 @@ class EvalResult:
         return Flag.HACK.value in self.flags
 
     @property
+    def unverified_speedup(self) -> bool:
+        """Flagged excessive and not (yet) confirmed by the host-clock re-timing: it earns nothing."""
+        return Flag.EXCESSIVE_SPEEDUP.value in self.flags and Flag.REVERIFIED.value not in self.flags
+
+    @property
     def speedup_counts(self) -> bool:
         """A speedup earns reward only if it is not flagged excessive without re-verification."""
         if self.speedup is None or not self.correct or self.is_hack:
             return False
-        return not (Flag.EXCESSIVE_SPEEDUP.value in self.flags and Flag.REVERIFIED.value not in self.flags)
+        return not self.unverified_speedup
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

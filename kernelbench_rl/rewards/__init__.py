@@ -8,13 +8,12 @@ from kernelbench_rl.rewards.shaping import (
     RewardPreset,
     Score,
     bounded_log_speedup,
+    counts_as_correct,
     is_hack,
     score,
-    unverified_excessive_speedup,
 )
 
 __all__ = [
     "PRESETS", "STAGES", "STAGE_RATE_METRIC", "RewardPreset", "Score", "bounded_log_speedup",
-    "discounted_returns", "group_advantages", "is_constant", "is_hack", "score",
-    "unverified_excessive_speedup",
+    "counts_as_correct", "discounted_returns", "group_advantages", "is_constant", "is_hack", "score",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, Flag
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 
 STAGES: tuple[str, ...] = ("format", "compile", "correctness", "speed")
 
@@ -65,9 +65,9 @@ def is_hack(result: EvalResult) -> bool:
     return any(error.split(":", 1)[0].strip() in rules for error in result.static.errors)
 
 
-def unverified_excessive_speedup(result: EvalResult) -> bool:
-    flags = set(result.flags)
-    return Flag.EXCESSIVE_SPEEDUP.value in flags and Flag.REVERIFIED.value not in flags
+def counts_as_correct(result: EvalResult) -> bool:
+    """Correct in every metric and reward: right values, no hack, no unverified excessive speedup."""
+    return bool(result.correct) and not is_hack(result) and not result.unverified_speedup
 
 
 def bounded_log_speedup(speedup: float, cap: float) -> float:
@@ -97,7 +97,7 @@ def score(result: EvalResult, preset: str | RewardPreset, *, speedup_cap: float 
         return Score(reward=None, infra=True, preset=spec.name)
     if is_hack(result):
         return Score(reward=0.0, components={"hack": 1.0}, hack=True, preset=spec.name)
-    trusted = not unverified_excessive_speedup(result)
+    trusted = not result.unverified_speedup
     correct = bool(result.correct) and trusted
     counted_speedup = result.speedup if (correct and result.speedup_counts and result.speedup is not None) else None
     components = {

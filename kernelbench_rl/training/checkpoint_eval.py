@@ -17,6 +17,7 @@ from typing import Any
 from kernelbench_rl.config.schema import TrainConfig
 from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.rewards.shaping import counts_as_correct
 from kernelbench_rl.metrics import BenchmarkSummary, SampleOutcome, summarize
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.store import Store
@@ -149,9 +150,9 @@ def evaluate_checkpoint(
 def episode_outcome(env: KernelEnv) -> SampleOutcome:
     """The episode's best turn (single-turn: its only turn); a hack or an uncounted speedup never ranks higher."""
     results = [t.result for t in env.turns if t.result is not None]
-    best = max(results, key=lambda r: (r.correct and not r.is_hack, r.compiled,
+    best = max(results, key=lambda r: (counts_as_correct(r), r.compiled,
                                        r.speedup if r.speedup_counts else 0.0), default=None)
-    correct = bool(best and best.correct and not best.is_hack)
+    correct = best is not None and counts_as_correct(best)
     return SampleOutcome(problem_id=env.problem.id, compiled=bool(best and best.compiled), correct=correct,
                          speedup=best.speedup if (correct and best.speedup_counts) else None)
 

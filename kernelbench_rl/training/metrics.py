@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from kernelbench_rl.metrics import geometric_mean
-from kernelbench_rl.rewards.shaping import is_hack, unverified_excessive_speedup
+from kernelbench_rl.rewards.shaping import counts_as_correct, is_hack
 from kernelbench_rl.training.grpo import SampleTurn
 from kernelbench_rl.training.rollouts import GroupRollout
 
@@ -38,8 +38,7 @@ def _rates(turns: Sequence[Any], prefix: str) -> dict[str, float]:
     return {
         f"{prefix}format_rate": sum(bool(t.result.format_ok) for t in evaluated) / n,
         f"{prefix}compile_rate": sum(bool(t.result.compiled) for t in evaluated) / n,
-        f"{prefix}correct_rate": sum(bool(t.result.correct) and not t.score.hack
-                                     and not unverified_excessive_speedup(t.result) for t in evaluated) / n,
+        f"{prefix}correct_rate": sum(counts_as_correct(t.result) for t in evaluated) / n,
         f"{prefix}hack_rate": sum(is_hack(t.result) for t in evaluated) / n,
     }
 
