@@ -9,8 +9,6 @@ Re-running with the same run_id resumes: every stage is idempotent through DuckD
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 from prefect import flow
@@ -50,8 +48,8 @@ def pipeline(
     index = None
     if build_rag_index:
         index_dir = str(Path(db_path).parent / "rag_index")
-        os.environ["KBRL_RAG_INDEX"] = index_dir  # the retriever of the training run reads it
         index = build_index(db_path=db_path, index_dir=index_dir)
+        overrides = [*overrides, f"rag.index_dir={index_dir}"]  # training and evaluation retrieve from it
     trained = curriculum(run_id=run_id, config=config, overrides=overrides, db_path=db_path, log_dir=log_dir,
                          train_steps=train_steps, levels=levels, num_problems=num_problems)
     table = evaluate_checkpoint(run_id=run_id, checkpoint="latest", compare_base=True, config=config,
@@ -85,7 +83,6 @@ def main() -> None:
     print("Try:")
     print(f"  kernelbench-rl sql \"{EXAMPLE_SQL.format(run_id=args.run_id)}\"")
     print("  kernelbench-rl sql \"SELECT checkpoint, level, metrics_json FROM eval_reports\"")
-    print(json.dumps({k: result[k] for k in ("db_path",)}))
 
 
 if __name__ == "__main__":

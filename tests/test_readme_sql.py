@@ -1,0 +1,36 @@
+"""The README's example queries run against the schema (`kernelbench-rl sql` answers them)."""
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelbench_rl.cli import app
+from kernelbench_rl.store import Store
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_queries() -> list[str]:
+    text = README.read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", text, flags=re.S)
+    queries = []
+    for block in blocks:
+        for chunk in re.split(r";\s*\n", block):
+            sql = "\n".join(line for line in chunk.splitlines() if not line.strip().startswith("--")).strip()
+            if sql:
+                queries.append(sql.rstrip(";"))
+    return queries
+
+
+def test_readme_has_example_queries():
+    assert len(_readme_queries()) >= 5
+
+
+@pytest.mark.parametrize("sql", _readme_queries(), ids=lambda q: q.split("FROM")[0][:40])
+def test_readme_query_runs(tmp_path, sql):
+    db = tmp_path / "kb.duckdb"
+    Store(db).init()
+    result = CliRunner().invoke(app, ["sql", sql, "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
