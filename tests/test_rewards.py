@@ -69,9 +69,9 @@ def test_hacks_earn_zero_everywhere() -> None:
 
 
 def test_static_hack_rule_earns_zero() -> None:
-    from kernelbench_rl.rewards.shaping import _hack_rules
+    from kernelbench_rl.evaluation.static_policy import HACK_RULES
 
-    rules = sorted(_hack_rules())
+    rules = sorted(HACK_RULES)
     assert rules
     hacked = result(format_ok=True, compiled=True, correct=True, speedup=2.0,
                     static=StaticReport(errors=[f"{rules[0]}: caught"]), error_category=ErrorCategory.STATIC)

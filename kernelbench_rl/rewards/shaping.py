@@ -52,17 +52,11 @@ STAGE_RATE_METRIC: dict[str, str] = {
 }
 
 
-def _hack_rules() -> frozenset[str]:
-    from kernelbench_rl.evaluation.static_policy import HACK_RULES
-
-    return frozenset(HACK_RULES)
-
-
 def is_hack(result: EvalResult) -> bool:
-    if result.is_hack:
-        return True
-    rules = _hack_rules()
-    return any(error.split(":", 1)[0].strip() in rules for error in result.static.errors)
+    """Flagged by the evaluator, or rejected by a static rule that marks a reward hack."""
+    from kernelbench_rl.evaluation import static_policy
+
+    return result.is_hack or static_policy.is_hack(result.static)
 
 
 def counts_as_correct(result: EvalResult) -> bool:
