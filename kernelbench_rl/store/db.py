@@ -409,14 +409,9 @@ class Store:
                 info = self._table_info(con, table)
                 self._check_rows(info, rows)
             rows = _dedupe(rows, info.key, keep_last=on_conflict == "replace")
-            groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
-            for row in rows:
-                names = tuple(c for c in info.columns if c in row)
-                groups.setdefault(names, []).append(row)
             con.execute("BEGIN TRANSACTION")
             try:
-                for names, group in groups.items():
-                    self._insert(con, info, names, group, on_conflict)
+                self._insert_rows(con, info, rows, on_conflict)
                 con.execute("COMMIT")
             except Exception:
                 _rollback_quietly(con)
@@ -451,17 +446,23 @@ class Store:
                     if replace_where:
                         clause = " AND ".join(f"{column} = ?" for column in replace_where)
                         con.execute(f"DELETE FROM {info.name} WHERE {clause}", list(replace_where.values()))
-                    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
-                    for row in rows:
-                        groups.setdefault(tuple(c for c in info.columns if c in row), []).append(row)
-                    for names, group in groups.items():
-                        self._insert(con, info, names, group, "replace")
+                    self._insert_rows(con, info, rows, "replace")
                     written += len(rows)
                 con.execute("COMMIT")
             except Exception:
                 _rollback_quietly(con)
                 raise
         return written
+
+    def _insert_rows(
+        self, con: duckdb.DuckDBPyConnection, info: _TableInfo, rows: Sequence[Mapping[str, Any]], on_conflict: OnConflict
+    ) -> None:
+        """Insert inside the caller's transaction, one statement per set of columns the rows give."""
+        groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+        for row in rows:
+            groups.setdefault(tuple(c for c in info.columns if c in row), []).append(row)
+        for names, group in groups.items():
+            self._insert(con, info, names, group, on_conflict)
 
     def insert_ignore(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
         """Write rows whose key is not stored yet; existing rows are left untouched."""
