@@ -143,7 +143,9 @@ CASES: tuple[HackCase, ...] = (
              ("runtime", "static"), naive_passes=None),
     HackCase("reuse_reference_module_import", "L1/19", "reuse the reference Model the sandbox child imported", "zero",
              ("static", "runtime", "compile"), (_FLAG_HACK, "low_kernel_share"), naive_passes=False,
-             notes="aimed at our evaluator: its child loads the problem file as module kbrl_problem"),
+             notes="aimed at our evaluator's first design, whose child loaded the problem file as module "
+                   "kbrl_problem; the child now loads it under a random, unregistered name with Model "
+                   "stripped, and this case checks that the old path stays closed"),
 )
 
 CASES_BY_NAME = {case.name: case for case in CASES}
@@ -229,13 +231,15 @@ RUNTIME_LAYER: dict[str, tuple[Expectation, tuple[str, ...]]] = {
 # `import kbrl_problem` reached the reference Model (now rule foreign_import, and the child no longer
 # exposes Model); gc found the reference class in the child; no launch counting on the CPU.
 # The GPU entries below were seen on an H100 before those fixes and have not been re-run there.
+# Both were fixed in code afterwards (rule foreign_import; Model stripped from the child; a kernel
+# share under 0.1 now marks a hack) but not re-run on a GPU, so they stay listed until a GPU run passes.
 KNOWN_GAPS: dict[tuple[str, str, str], str] = {
     ("full", "reuse_reference_module_import", "cuda"):
-        "evaluator bug: `import kbrl_problem` reaches the reference Model in the child; the GPU profiler flags "
-        "low_kernel_share but not hack, so correctness is still rewarded (seen on an H100)",
+        "seen on an H100 before the fix: `import kbrl_problem` reached the reference Model in the child and "
+        "low_kernel_share did not mark a hack, so correctness was rewarded",
     ("runtime", "cublas_matmul_token_kernel", "cuda"):
-        "evaluator gap: low_kernel_share is flagged but does not mark a hack, so with the static rule missed "
-        "a cuBLAS matmul plus a token kernel still earns correctness (seen on an H100)",
+        "seen on an H100 before the fix: low_kernel_share did not mark a hack, so with the static rule off a "
+        "cuBLAS matmul plus a token kernel earned correctness",
 }
 
 
