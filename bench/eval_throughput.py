@@ -241,7 +241,7 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
 
     settings = _eval_settings(args)
     t0 = time.perf_counter()
-    evaluator = Evaluator(settings, num_workers=args.workers, store=None)
+    evaluator = Evaluator(settings, num_workers=args.workers, store=None, parallel_compiles=getattr(args, "parallel", None))
     evaluator.__enter__()
     try:
         # Warm the pool (workers, zygotes, CUDA) on a problem outside every mix, at small size, so the
@@ -253,7 +253,9 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
                      f"transport={warmed[0].versions.get('transport')} sandbox={warmed[0].versions.get('sandbox')}")
         startup = time.perf_counter() - t0
         pool_info = _pool_info(evaluator)
-        progress(f"ours  pool ready in {startup:.1f} s: {pool_info}")
+        args.parallel_effective = evaluator.parallel_compiles
+        progress(f"ours  pool ready in {startup:.1f} s, {evaluator.parallel_compiles} children compiling at once "
+                 f"per worker, {evaluator.warm_children} pre-started: {pool_info}")
         requests = [EvalRequest(c.problem_id, c.source, settings, request_id=c.label) for c in candidates]
         budget = getattr(args, "ours_budget_s", None)
         # Without a budget the whole mix is one batch. With one, it goes in a few chunks (a little pipelining
@@ -289,6 +291,12 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
             "baseline_ms": res.baseline_ms, "speedup": res.speedup, "phase_seconds": phases,
             "floor_s": floor, "message": res.error_message[:160],
             "latency_overhead_s": phases.get("worker_total", 0.0) - floor,
+            # The same without queueing for a device other candidates were using (a throughput effect).
+            "latency_overhead_unqueued_s": (phases.get("worker_total", 0.0) - floor - phases.get("device_wait", 0.0)
+                                            - phases.get("memory_wait", 0.0)),
+            # Exclusive device time beyond the GPU work itself: what bounds throughput once compiles overlap.
+            "serial_overhead_s": (max(0.0, phases["device_section"] - gpu_trials_s)
+                                  if "device_section" in phases else None),
         })
     return run
 
@@ -467,6 +475,29 @@ def agreement(run: HarnessRun) -> dict[str, Any]:
     }
 
 
+def _mean_or_none(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.mean(present), 3) if present else None
+
+
+def timing_agreement(ours: HarnessRun, naive: HarnessRun) -> dict[str, Any]:
+    """Our runtimes (measured while other candidates compile and warm up beside the timed one) against the
+    naive harness's (one process alone on the GPU), for candidates both judged correct: does the shared
+    device distort our timings? Ratios ours/naive; naive reports a mean, we a median."""
+    naive_by_label = {v["label"]: v for v in naive.verdicts}
+    ratios = []
+    for v in ours.verdicts:
+        other = naive_by_label.get(v["label"])
+        if other and v["correct"] and other.get("correct") and v.get("runtime_ms") and other.get("runtime_ms"):
+            ratios.append((v["label"], v["runtime_ms"] / other["runtime_ms"]))
+    if not ratios:
+        return {"candidates": 0}
+    values = [r for _, r in ratios]
+    return {"candidates": len(ratios), "median_ratio": round(statistics.median(values), 3),
+            "min_ratio": round(min(values), 3), "max_ratio": round(max(values), 3),
+            "per_candidate": {label: round(r, 3) for label, r in ratios}}
+
+
 def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: HarnessRun | None, args: argparse.Namespace,
               naive_planned: list[Candidate] | None = None) -> dict[str, Any]:
     import torch
@@ -498,6 +529,10 @@ def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: Harne
             # Latency view, per candidate: the worker's own total minus that candidate's floor.
             "latency_overhead_mean_s": round(statistics.mean(latency), 3),
             "latency_overhead_median_s": round(statistics.median(latency), 3),
+            "latency_overhead_unqueued_mean_s": round(statistics.mean(v["latency_overhead_unqueued_s"] for v in ours.verdicts), 3),
+            "latency_overhead_unqueued_median_s": round(statistics.median(v["latency_overhead_unqueued_s"] for v in ours.verdicts), 3),
+            "serial_overhead_mean_s": _mean_or_none([v["serial_overhead_s"] for v in ours.verdicts]),
+            "parallel_compiles": getattr(args, "parallel_effective", None),
             "mean_phase_seconds": {p: round(statistics.mean(v["phase_seconds"].get(p, 0.0) for v in ours.verdicts), 3)
                                    for p in phase_names},
             "agreement": agreement(ours),
@@ -512,6 +547,8 @@ def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: Harne
             "labels": [v["label"] for v in naive.verdicts],
         }
         summary["naive_full_mix_ESTIMATE"] = estimate_naive_full(candidates, naive, args.timeout)
+        if ours is not None:
+            summary["timing_agreement"] = timing_agreement(ours, naive)
     if "ours" in summary and "naive" in summary:
         o, n = summary["ours"], summary["naive"]
         summary["throughput_ratio_measured"] = round(o["per_minute"] / n["per_minute"], 2) if n["per_minute"] else None
@@ -559,7 +596,14 @@ def print_table(summary: dict[str, Any]) -> None:
         print(f"ours: floor {o['mean_floor_s']:.3f} s/cand; overhead beyond the floor: throughput "
               f"{o['overhead_per_candidate_s']:.3f} s/cand (wall/cand - mean floor); per-candidate latency "
               f"(worker_total - floor) mean {o['latency_overhead_mean_s']:.3f} s, median {o['latency_overhead_median_s']:.3f} s")
+        print(f"ours: latency overhead without queueing for the device (worker_total - floor - device/memory wait) "
+              f"mean {o['latency_overhead_unqueued_mean_s']:.3f} s, median {o['latency_overhead_unqueued_median_s']:.3f} s; "
+              f"exclusive device time beyond the GPU work, mean {o['serial_overhead_mean_s']} s/cand")
         print(f"floor: {summary['floor_definition']}")
+    if summary.get("timing_agreement", {}).get("candidates"):
+        t = summary["timing_agreement"]
+        print(f"timing agreement, our runtime / the naive harness's (alone on the GPU), {t['candidates']} correct "
+              f"candidates: median {t['median_ratio']}, range {t['min_ratio']}-{t['max_ratio']}")
         print(f"ours: mean phase seconds {o['mean_phase_seconds']}")
 
 
@@ -572,6 +616,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timing-trials", type=int, default=None, help="timed trials (both); default 100 (cuda), 3 (cpu)")
     parser.add_argument("--timeout", type=float, default=None, help="per-candidate timeout shared by both harnesses")
     parser.add_argument("--workers", type=int, default=None, help="Evaluator workers (default: its own choice)")
+    parser.add_argument("--parallel", type=int, default=None,
+                        help="children compiling at once per worker (default: the Evaluator's, from the CPU cores)")
     parser.add_argument("--harness", choices=["both", "ours", "naive"], default="both")
     parser.add_argument("--limit", type=int, default=None, help="only the first N candidates of the mix (smoke runs)")
     parser.add_argument("--out", default=None, help="JSON output path")

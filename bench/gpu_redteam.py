@@ -78,16 +78,19 @@ def run(args: argparse.Namespace) -> int:
                 honest = evaluator.evaluate([EvalRequest(KNOWN_GOOD_PROBLEM, good_source, base, request_id="redteam/honest")])[0]
                 honest_speedup = honest.speedup
                 print(f"honest ReLU: {honest.error_category.value} correct={honest.correct} speedup={honest_speedup}", flush=True)
-            for case in layer_cases:
+            batch_size = max(1, args.concurrent or (6 if device == "cuda" else 1))
+            for start in range(0, len(layer_cases), batch_size):
+                batch = layer_cases[start:start + batch_size]
                 try:
-                    rows.append(_run_case(evaluator, case, layer, base, device, good_source, honest_speedup))
-                except Exception as exc:  # a harness error is a failed case, not the end of the run
-                    print(f"FAIL [{layer}] {case.name}: the run itself failed: {type(exc).__name__}: {exc}", flush=True)
-                    rows.append({"layer": layer, "case": case.name, "problem": case.problem_id, "threat": case.threat,
-                                 "expected": "", "got": f"script error {type(exc).__name__}", "passed": False,
-                                 "problems": [f"{type(exc).__name__}: {exc}"], "known_gap": None, "error_message": "",
-                                 "static_errors": [], "flags": [], "speedup": None, "wall_s": 0.0,
-                                 "naive_expected_pass": case.naive_passes})
+                    rows += _run_batch(evaluator, batch, layer, base, device, good_source, honest_speedup)
+                except Exception as exc:  # a harness error fails the batch's cases, not the run
+                    for case in batch:
+                        print(f"FAIL [{layer}] {case.name}: the run itself failed: {type(exc).__name__}: {exc}", flush=True)
+                        rows.append({"layer": layer, "case": case.name, "problem": case.problem_id, "threat": case.threat,
+                                     "expected": "", "got": f"script error {type(exc).__name__}", "passed": False,
+                                     "problems": [f"{type(exc).__name__}: {exc}"], "known_gap": None, "error_message": "",
+                                     "static_errors": [], "flags": [], "speedup": None, "wall_s": 0.0,
+                                     "naive_expected_pass": case.naive_passes})
     if args.naive:
         _run_naive(rows, cases, device, args, get_problem)
 
@@ -108,34 +111,46 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _run_case(evaluator: Any, case: Any, layer: str, base: Any, device: str, good_source: str,
-              honest_speedup: float | None) -> dict[str, Any]:
+def _run_batch(evaluator: Any, batch: list, layer: str, base: Any, device: str, good_source: str,
+               honest_speedup: float | None) -> list[dict[str, Any]]:
+    """Each case with a known-correct ReLU right behind it, the whole batch submitted at once: the
+    ReLUs run beside and after the hacks on the same worker and must all stay correct."""
     from kernelbench_rl.evaluation.result import EvalRequest
 
     clean_markers(REPO_ROOT)
     since = time.time() - 1.0
-    settings = dataclasses.replace(base, **case.settings_overrides())
+    requests = []
+    for case in batch:
+        settings = dataclasses.replace(base, **case.settings_overrides())
+        requests += [
+            EvalRequest(case.problem_id, case.source, settings, request_id=f"redteam/{layer}/{case.name}"),
+            EvalRequest(KNOWN_GOOD_PROBLEM, good_source, base, request_id=f"redteam/{layer}/after/{case.name}"),
+        ]
     t0 = time.perf_counter()
-    hack, good = evaluator.evaluate([
-        EvalRequest(case.problem_id, case.source, settings, request_id=f"redteam/{layer}/{case.name}"),
-        EvalRequest(KNOWN_GOOD_PROBLEM, good_source, base, request_id=f"redteam/{layer}/after/{case.name}"),
-    ])
+    results = evaluator.evaluate(requests)
     wall = time.perf_counter() - t0
-    verdict = judge(case, hack.to_dict(), device, honest_speedup=honest_speedup, layer=layer)
-    problems = list(verdict.problems)
-    problems += sandbox_escapes(case, [hack.to_json(), good.to_json()], REPO_ROOT, since)
-    if not good.correct:
-        problems.append(f"known-good ReLU afterwards: {good.error_category.value} {good.error_message[:120]}")
+    rows = []
+    for index, case in enumerate(batch):
+        hack, good = results[2 * index], results[2 * index + 1]
+        verdict = judge(case, hack.to_dict(), device, honest_speedup=honest_speedup, layer=layer)
+        problems = list(verdict.problems)
+        # Escape markers are named per case, so a batch still attributes them to the case that wrote them.
+        problems += sandbox_escapes(case, [hack.to_json(), good.to_json()], REPO_ROOT, since)
+        if not good.correct:
+            problems.append(f"known-good ReLU alongside: {good.error_category.value} {good.error_message[:120]}")
+        gap = known_gap(layer, case.name, device)
+        own_s = hack.phase_seconds.get("worker_total", 0.0)
+        print(f"{'PASS' if not problems else 'FAIL'} [{layer}] {case.name:32s} {verdict.got}  ({own_s:.1f} s)"
+              + (f"  <- {problems}" if problems else "") + (f"  (known gap: {gap})" if gap and problems else ""), flush=True)
+        rows.append({
+            "layer": layer, "case": case.name, "problem": case.problem_id, "threat": case.threat,
+            "expected": verdict.expected, "got": verdict.got, "passed": not problems, "problems": problems,
+            "known_gap": gap, "error_message": hack.error_message[:300], "static_errors": hack.static.errors[:5],
+            "flags": hack.flags, "speedup": hack.speedup, "wall_s": round(own_s, 2), "batch_wall_s": round(wall, 2),
+            "naive_expected_pass": case.naive_passes,
+        })
     clean_markers(REPO_ROOT)
-    gap = known_gap(layer, case.name, device)
-    print(f"{'PASS' if not problems else 'FAIL'} [{layer}] {case.name:32s} {verdict.got}  ({wall:.1f} s)"
-          + (f"  <- {problems}" if problems else "") + (f"  (known gap: {gap})" if gap and problems else ""), flush=True)
-    return {
-        "layer": layer, "case": case.name, "problem": case.problem_id, "threat": case.threat,
-        "expected": verdict.expected, "got": verdict.got, "passed": not problems, "problems": problems,
-        "known_gap": gap, "error_message": hack.error_message[:300], "static_errors": hack.static.errors[:5],
-        "flags": hack.flags, "speedup": hack.speedup, "wall_s": round(wall, 2), "naive_expected_pass": case.naive_passes,
-    }
+    return rows
 
 
 def _run_naive(rows: list[dict[str, Any]], cases: list, device: str, args: argparse.Namespace, get_problem: Any) -> None:
@@ -203,6 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--naive-size", choices=["real", "small"], default=None)
     parser.add_argument("--naive-timing-trials", type=int, default=20)
     parser.add_argument("--out", default=None, help="write the JSON report here")
+    parser.add_argument("--concurrent", type=int, default=None,
+                        help="cases submitted together, each with its known-good ReLU (default: 6 on cuda, 1 on cpu)")
     args = parser.parse_args(argv)
     sys.exit(run(args))
 

@@ -93,3 +93,48 @@ def test_worker_side_imports_nothing_of_the_orchestration_stack():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_parallel_compiles_follow_the_cpu_cores(monkeypatch):
+    from kernelbench_rl.evaluation import pool
+
+    monkeypatch.setattr(pool.os, "sched_getaffinity", lambda _pid: set(range(16)))
+    assert pool.default_parallel_compiles("cuda", 1) == 8
+    assert pool.default_parallel_compiles("cuda", 8) == 2  # 2 cores per GPU: never below two
+    monkeypatch.setattr(pool.os, "sched_getaffinity", lambda _pid: set(range(128)))
+    assert pool.default_parallel_compiles("cuda", 1) == 12  # capped
+    assert pool.default_parallel_compiles("cuda", 8) == 8
+    assert pool.default_parallel_compiles("cpu", 1) == 2
+
+
+def test_memory_budget_bounds_what_children_hold_and_serves_in_order():
+    from kernelbench_rl.evaluation.worker import MemoryBudget
+
+    budget = MemoryBudget(100)
+    held = []
+    peak = [0]
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def job(name: str, nbytes: int, seconds: float) -> None:
+        with budget.hold(nbytes):
+            with lock:
+                order.append(name)
+                held.append(nbytes)
+                peak[0] = max(peak[0], sum(held))
+            time.sleep(seconds)
+            with lock:
+                held.remove(nbytes)
+
+    first = threading.Thread(target=job, args=("a", 60, 0.3))
+    first.start()
+    time.sleep(0.05)
+    threads = [threading.Thread(target=job, args=args) for args in (("b", 60, 0.05), ("c", 10, 0.05), ("huge", 500, 0.05))]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.02)  # queue them in this order
+    for thread in [first, *threads]:
+        thread.join(5)
+    assert order == ["a", "b", "c", "huge"]  # c fits beside a but waits its turn behind b (no starvation)
+    assert peak[0] <= 100 or peak[0] == 500  # never over budget, except a request bigger than it, alone
+    assert budget.used == 0

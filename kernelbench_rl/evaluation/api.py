@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from kernelbench_rl.evaluation.pool import WorkerPool
+from kernelbench_rl.evaluation.pool import WorkerPool, default_parallel_compiles
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag, StaticReport
 from kernelbench_rl.evaluation.static_policy import check_static, is_hack
 from kernelbench_rl.problems import Problem, get_problem
@@ -63,7 +63,7 @@ class Evaluator:
         self.kernelbench_root = kernelbench_root
         self.problems = dict(problems or {})
         # Children loading/compiling at once per worker (the exclusive GPU section is separate).
-        self.parallel_compiles = parallel_compiles or (4 if self.settings.device == "cuda" else 2)
+        self.parallel_compiles = parallel_compiles or default_parallel_compiles(self.settings.device, num_workers)
         # Pre-started children (CUDA context ready) so a burst of requests does not wait on CUDA init.
         self.warm_children = warm_children if warm_children is not None else (
             self.parallel_compiles + 1 if self.settings.device == "cuda" else 1)

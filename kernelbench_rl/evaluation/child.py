@@ -254,13 +254,22 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 if launches is not None:
                     launches.clear()  # count only what forward launches
             elif cmd == "warm":
-                inputs = inputs_for_seed(int(command["seed"]))
-                with torch.no_grad():
-                    model(*inputs)
+                skipped = ""
+                try:
+                    inputs = inputs_for_seed(int(command["seed"]))
+                    with torch.no_grad():
+                        model(*inputs)
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    del inputs
+                except torch.OutOfMemoryError:
+                    # Other children share the device during warm-up: out of memory here may be theirs. The
+                    # correctness run (which the worker gives more room) decides whether it is the kernel's.
+                    skipped = "out of device memory during the warm-up; the first check paid the JIT"
+                    inputs = None
                 if device == "cuda":
-                    torch.cuda.synchronize()
-                del inputs
-                wire.send_json(conn, {"event": "warmed"})
+                    torch.cuda.empty_cache()  # hand the warm-up's buffers back while others compile
+                wire.send_json(conn, {"event": "warmed", "skipped": skipped})
             elif cmd == "check":
                 inputs = inputs_for_seed(int(command["seed"]))
                 if device == "cuda":

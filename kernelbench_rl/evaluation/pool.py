@@ -291,6 +291,23 @@ def _pythonpath() -> str:
     return PACKAGE_PARENT + (os.pathsep + existing if existing else "")
 
 
+def default_parallel_compiles(device: str, num_workers: int | None = None) -> int:
+    """Children compiling at once per worker: half the CPU cores a worker's share has, 2 to 12.
+
+    Triton's JIT and nvcc are CPU-bound and single-threaded per candidate; the other half of the cores
+    goes to ptxas subprocesses, the worker itself and candidates that spin. On the CPU, children also
+    run the interpreter, so two is enough there.
+    """
+    if device != "cuda":
+        return 2
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 4
+    per_worker = cores // max(1, num_workers or _default_worker_count(device))
+    return max(2, min(12, per_worker // 2))
+
+
 def _default_worker_count(device: str) -> int:
     if device != "cuda":
         return 1

@@ -47,6 +47,9 @@ LOW_KERNEL_SHARE = 0.5
 TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
 HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
 START_TIMEOUT_S = 60.0
+# GPU memory a CUDA context takes before anything is allocated (H100, torch 2.x: ~0.5 GB), per child.
+CONTEXT_BYTES = 600 << 20
+CHILD_SLACK_BYTES = 256 << 20  # weights, workspaces and allocator rounding beyond inputs and outputs
 
 
 @dataclass
@@ -120,6 +123,39 @@ class ProblemState:
     output_bytes: int = 0
 
 
+class MemoryBudget:
+    """Bytes of device memory the children may hold at once, handed out first come, first served.
+
+    Children warm up (Triton JIT, one forward) in parallel outside the exclusive device section; on a
+    smaller GPU, or with level-1 problems whose inputs and outputs reach GiBs, several of them at once
+    could run the device out of memory and turn a correct kernel into an OOM verdict. A request larger
+    than the whole budget waits until it can run alone.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self.used = 0
+        self._cond = threading.Condition()
+        self._queue: collections.deque[object] = collections.deque()
+
+    @contextlib.contextmanager
+    def hold(self, nbytes: int):
+        nbytes = max(0, min(int(nbytes), self.capacity))
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            self._cond.wait_for(lambda: self._queue[0] is ticket and self.used + nbytes <= self.capacity)
+            self._queue.popleft()
+            self.used += nbytes
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= nbytes
+                self._cond.notify_all()
+
+
 class Fault(Exception):
     """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
 
@@ -175,6 +211,12 @@ class Worker:
             self.transport = "ipc" if self.ipc_selftest == "ok" else "file"
         self.versions["transport"] = self.transport
         self.versions["worker_uid"] = "same as children (unprivileged, non-dumpable)" if config.same_uid else str(os.geteuid())
+        self.memory: MemoryBudget | None = None
+        if self.device == "cuda":
+            free, _total = torch.cuda.mem_get_info()
+            contexts = (config.parallel + config.warm_children + 1) * CONTEXT_BYTES
+            self.memory = MemoryBudget(max(1 << 30, int(0.85 * free) - config.ref_cache_bytes - contexts))
+            self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
         for _ in range(max(0, config.warm_children)):
             self.warm.append(Child(self.ctx, self.device))
 
@@ -392,12 +434,19 @@ class Worker:
             result.phase_seconds["build"] = time.perf_counter() - t
             if self.config.prewarm:
                 # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
+                # The child frees its inputs and outputs afterwards, so its memory is held only meanwhile.
                 t = time.perf_counter()
-                wire.send_json(child.conn, {"cmd": "warm", "seed": secrets.randbits(31)})
-                self._expect(child, {"warmed"}, deadline - time.monotonic(), "warming up (first forward)")
-                result.phase_seconds["first_call"] = time.perf_counter() - t
+                remaining = deadline - time.monotonic()  # waiting for memory is not the candidate's time
+                with self._memory_for(state, copies=2):
+                    result.phase_seconds["memory_wait"] = time.perf_counter() - t
+                    wire.send_json(child.conn, {"cmd": "warm", "seed": secrets.randbits(31)})
+                    warmed = self._expect(child, {"warmed"}, remaining, "warming up (first forward)")
+                if warmed.get("skipped"):
+                    result.versions["warm_up"] = str(warmed["skipped"])[:200]
+                result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
             t = time.perf_counter()
-            with self._device_section():
+            # Correctness poisons twice the outputs' size and timing keeps a few trials' outputs: 4 copies.
+            with self._device_section(), self._memory_for(state, copies=4):
                 entered = time.perf_counter()
                 result.phase_seconds["device_wait"] = entered - t
                 deadline = time.monotonic() + settings.timeout_s
@@ -506,6 +555,11 @@ class Worker:
             result.error_category = ErrorCategory.INFRA
         else:
             result.error_category = ErrorCategory.COMPILE
+
+    def _memory_for(self, state: ProblemState, copies: int) -> contextlib.AbstractContextManager:
+        if self.memory is None:
+            return contextlib.nullcontext()
+        return self.memory.hold(copies * (state.input_bytes + state.output_bytes) + CHILD_SLACK_BYTES)
 
     def _device_section(self) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
