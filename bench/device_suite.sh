@@ -3,8 +3,9 @@
 #   bash bench/device_suite.sh redteam      # red team, both layers, plus the naive harness on the hacks
 #   bash bench/device_suite.sh throughput   # quick throughput mix, both harnesses
 #   bash bench/device_suite.sh smoke        # a few cases of each, to check the machinery
-#   bash bench/device_suite.sh final        # <= 400 s: GPU info, 60-s Evaluator smoke, full mix (ours), naive on
-#                                           # a stratified subset with the remaining budget; 5 files under $OUT
+#   bash bench/device_suite.sh final        # <= FINAL_BUDGET (395) s: GPU info, 60-s Evaluator smoke, full mix (ours),
+#                                           # naive on a stratified subset with the remaining budget; 5 files under $OUT
+#   bash bench/device_suite.sh cuda         # <= 190 s: the CUDA (load_inline) backend, build cache included
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
@@ -37,13 +38,15 @@ case "$MODE" in
       echo "== smoke failed: full run with KBRL_EVAL_TRANSPORT=file KBRL_EVAL_SAME_UID=0 (the old path) ==" | tee -a "$OUT/final.log"
     fi
     ELAPSED=$(( $(date +%s) - SUITE_START ))
-    LEFT=$(( 395 - ELAPSED ))
+    LEFT=$(( ${FINAL_BUDGET:-395} - ELAPSED ))
     echo "== full mix: ours on all candidates, then the naive harness on a per-problem subset; ${LEFT} s left ==" | tee -a "$OUT/final.log"
     timeout $LEFT python3 bench/eval_throughput.py --timeout 45 --naive-sample per-problem \
       --ours-budget-s $(( LEFT - 150 )) --total-budget-s $(( LEFT - 10 )) --worker-logs "$OUT/final_worker_logs.txt" --out "$OUT/final_throughput.json" 2>&1 | tee -a "$OUT/final.log"
     echo "suite wall $(( $(date +%s) - SUITE_START )) s" | tee -a "$OUT/final.log" ;;
   redteam)
-    timeout 560 python3 bench/gpu_redteam.py --naive --out "$OUT/redteam_gpu.json" 2>&1 | tee "$OUT/redteam.log" ;;
+    timeout ${REDTEAM_BUDGET:-560} python3 bench/gpu_redteam.py ${REDTEAM_ARGS:---naive} --out "$OUT/redteam_gpu.json" 2>&1 | tee "$OUT/redteam.log" ;;
+  cuda)
+    timeout 190 python3 bench/gpu_cuda_backend.py --out "$OUT/cuda_backend.json" 2>&1 | tee "$OUT/cuda_backend.log" ;;
   throughput)
     timeout 560 python3 bench/eval_throughput.py --quick --timeout 45 --out "$OUT/throughput_quick_gpu.json" 2>&1 | tee "$OUT/throughput.log" ;;
   smoke)

@@ -21,6 +21,7 @@ import json
 import platform
 import statistics
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -258,28 +259,45 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
                  f"per worker, {evaluator.warm_children} pre-started: {pool_info}")
         requests = [EvalRequest(c.problem_id, c.source, settings, request_id=c.label) for c in candidates]
         budget = getattr(args, "ours_budget_s", None)
-        # Without a budget the whole mix is one batch. With one, it goes in a few chunks (a little pipelining
-        # is lost at each boundary) so a slow run stops early with figures instead of being killed without any.
-        chunk = len(requests) if budget is None else max(1, -(-len(requests) // 3))
-        results = []
+        # The whole mix goes to the pool at once (as a training step's batch would). With a budget, what has
+        # finished when it runs out is kept and the rest dropped, so a slow run still reports figures.
+        finished: dict[int, Any] = {}
+        finished_at: dict[int, float] = {}
+        failure: list[BaseException] = []
+
+        def collect(index: int, res: Any) -> None:
+            finished[index] = res
+            finished_at[index] = time.perf_counter() - t0
+            progress(f"ours  {candidates[index].label:28s} {res.error_category.value:9s} correct={res.correct} "
+                     f"worker_total={res.phase_seconds.get('worker_total', 0.0):.2f}s  done at {finished_at[index]:.1f}s")
+
+        def evaluate_all() -> None:
+            try:
+                evaluator.evaluate(requests, on_result=collect)
+            except BaseException as exc:  # noqa: BLE001 - reported below; the pool closing early lands here too
+                failure.append(exc)
+
         t0 = time.perf_counter()
-        for start in range(0, len(requests), chunk):
-            if budget is not None and start > 0 and time.perf_counter() - t0 >= budget:
-                progress(f"ours: budget of {budget:.0f} s spent after {start} candidates; the rest not launched")
-                break
-            part = evaluator.evaluate(requests[start:start + chunk])
-            for cand, res in zip(candidates[start:start + chunk], part):
-                progress(f"ours  {cand.label:28s} {res.error_category.value:9s} correct={res.correct} "
-                         f"worker_total={res.phase_seconds.get('worker_total', 0.0):.2f}s")
-            results += part
+        runner = threading.Thread(target=evaluate_all, daemon=True, name="ours-mix")
+        runner.start()
+        runner.join(budget)
         wall = time.perf_counter() - t0
+        if runner.is_alive():
+            progress(f"ours: budget of {budget:.0f} s spent with {len(finished)} of {len(requests)} candidates "
+                     f"finished; the rest are dropped")
+        elif failure:
+            progress(f"ours: the evaluation stopped: {type(failure[0]).__name__}: {failure[0]}")
+        done = sorted(finished)
+        results = [finished[i] for i in done]
+        candidates = [candidates[i] for i in done]
+        ended_at = [finished_at[i] for i in done]
     finally:
         if getattr(args, "worker_logs", None):
             _save_worker_logs(evaluator, args.worker_logs)
         evaluator.__exit__(None, None, None)
     run = HarnessRun("ours", wall, startup, info=pool_info)
     calls = settings.correctness_trials + settings.warmup_trials + settings.timing_trials
-    for cand, res in zip(candidates, results):
+    for cand, res, at in zip(candidates, results, ended_at):
         phases = dict(res.phase_seconds)
         gpu_trials_s = (res.runtime_ms or 0.0) * calls / 1000.0 if res.correct else 0.0
         floor = _compile_s(phases) + gpu_trials_s
@@ -289,14 +307,14 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
             "label": cand.label, "kind": cand.kind, "expected": cand.expected, "correct": res.correct,
             "category": res.error_category.value, "flags": res.flags, "runtime_ms": res.runtime_ms,
             "baseline_ms": res.baseline_ms, "speedup": res.speedup, "phase_seconds": phases,
-            "floor_s": floor, "message": res.error_message[:160],
+            "floor_s": floor, "message": res.error_message[:160], "finished_at_s": round(at, 2),
             "latency_overhead_s": phases.get("worker_total", 0.0) - floor,
             # The same without queueing for a device other candidates were using (a throughput effect).
             "latency_overhead_unqueued_s": (phases.get("worker_total", 0.0) - floor - phases.get("device_wait", 0.0)
                                             - phases.get("memory_wait", 0.0)),
             # Exclusive device time beyond the GPU work itself: what bounds throughput once compiles overlap.
             "serial_overhead_s": (max(0.0, phases["device_section"] - gpu_trials_s)
-                                  if "device_section" in phases else None),
+                                  if "device_section" in phases and res.error_category.value != "timeout" else None),
         })
     return run
 

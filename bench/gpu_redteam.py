@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                 batch = layer_cases[start:start + batch_size]
                 try:
                     rows += _run_batch(evaluator, batch, layer, base, device, good_source, honest_speedup)
+                    _write_report(args, device, size, honest_speedup, rows, time.perf_counter() - started_all, partial=True)
                 except Exception as exc:  # a harness error fails the batch's cases, not the run
                     for case in batch:
                         print(f"FAIL [{layer}] {case.name}: the run itself failed: {type(exc).__name__}: {exc}", flush=True)
@@ -99,16 +100,26 @@ def run(args: argparse.Namespace) -> int:
     _print_table(rows, args.naive)
     print(f"\n{len(rows) - len(failures)}/{len(rows)} cases pass on {_device_name(device)} ({device}, {size} sizes) "
           f"in {total:.0f} s")
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({
-            "device": device, "device_name": _device_name(device), "size": size,
-            "torch": torch.__version__, "honest_relu_speedup": honest_speedup,
-            "cases": rows, "passed": len(rows) - len(failures), "total": len(rows), "wall_s": round(total, 1),
-        }, indent=2))
-        print(f"wrote {out}")
+    _write_report(args, device, size, honest_speedup, rows, total, partial=False)
     return 1 if failures else 0
+
+
+def _write_report(args: argparse.Namespace, device: str, size: str, honest_speedup: float | None,
+                  rows: list[dict[str, Any]], total: float, partial: bool) -> None:
+    """The JSON report; also rewritten after every batch, so a run cut short by its time limit keeps its rows."""
+    if not args.out:
+        return
+    import torch
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "device": device, "device_name": _device_name(device), "size": size,
+        "torch": torch.__version__, "honest_relu_speedup": honest_speedup, "partial": partial,
+        "cases": rows, "passed": sum(1 for r in rows if r["passed"]), "total": len(rows), "wall_s": round(total, 1),
+    }, indent=2))
+    if not partial:
+        print(f"wrote {out}")
 
 
 def _run_batch(evaluator: Any, batch: list, layer: str, base: Any, device: str, good_source: str,

@@ -385,3 +385,33 @@ def test_worker_references_are_exact_fp32_without_tf32():
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved[:2]
         torch.set_float32_matmul_precision(saved[2])
+
+
+def test_on_result_reports_every_request_once_as_it_finishes(evaluator):
+    wrong = candidate("return relu_into(x, torch.empty_like(x)) + 1.0")
+    requests = [EvalRequest("L1/19", CORRECT, SETTINGS), EvalRequest("L1/19", wrong, SETTINGS),
+                EvalRequest("L1/19", CORRECT, SETTINGS)]  # the third is the first again: run once, reported twice
+    seen: list[tuple[int, bool]] = []
+    results = evaluator.evaluate(requests, on_result=lambda index, result: seen.append((index, result.correct)))
+    assert sorted(seen) == [(0, True), (1, False), (2, True)]
+    assert [r.correct for r in results] == [True, False, True]
+
+
+def test_a_restored_cuda_build_is_loaded_not_rebuilt(monkeypatch, tmp_path):
+    """The worker's build cache copies an earlier child's extension in; ninja would rebuild it (its commands
+    name the earlier directory), so the child skips the build when the library is there."""
+    from torch.utils import cpp_extension
+
+    from kernelbench_rl.evaluation import child
+
+    built: list[str] = []
+    monkeypatch.setattr(cpp_extension, "_write_ninja_file_and_build_library",
+                        lambda **kwargs: built.append(kwargs["name"]))
+    child._reuse_restored_builds()
+    (tmp_path / "cached").mkdir()
+    (tmp_path / "cached" / ("cached" + cpp_extension.LIB_EXT)).write_bytes(b"\x7fELF")
+    (tmp_path / "fresh").mkdir()
+    build = cpp_extension._write_ninja_file_and_build_library
+    build(name="cached", sources=[], build_directory=str(tmp_path / "cached"), is_standalone=False)
+    build(name="fresh", sources=[], build_directory=str(tmp_path / "fresh"), is_standalone=False)
+    assert built == ["fresh"]

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, as_completed
 from typing import Any
 
 from kernelbench_rl.evaluation.pool import WorkerPool, default_parallel_compiles
@@ -108,8 +108,13 @@ class Evaluator:
             self.problems[problem_id] = get_problem(problem_id, self.kernelbench_root)
         return self.problems[problem_id]
 
-    def evaluate(self, requests: Sequence[EvalRequest]) -> list[EvalResult]:
-        """One result per request, in order. Kernel faults are results; lost workers come back as INFRA."""
+    def evaluate(self, requests: Sequence[EvalRequest],
+                 on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
+        """One result per request, in order. Kernel faults are results; lost workers come back as INFRA.
+
+        All requests go to the pool at once. `on_result(index, result)` is called as each one finishes
+        (in completion order, from this thread): progress bars, or keeping what finished when a caller
+        stops waiting early."""
         results: list[EvalResult | None] = [None] * len(requests)
         cached = self._cached([r.cache_key for r in requests])
         to_run: dict[str, _Pending] = {}
@@ -119,6 +124,8 @@ class Evaluator:
             key = request.cache_key
             if key in cached:
                 results[index] = dataclasses.replace(cached[key], cached=True)
+                if on_result is not None:
+                    on_result(index, results[index])
                 continue
             if key in to_run:
                 duplicates[index] = key
@@ -127,10 +134,22 @@ class Evaluator:
             if isinstance(early, EvalResult):
                 results[index] = early
                 fresh.append(early)
+                if on_result is not None:
+                    on_result(index, early)
                 continue
             problem, static, static_s = early
             to_run[key] = _Pending(index, request, problem, static=static, static_s=static_s)
-        self._run(to_run)
+        twins: dict[str, list[int]] = {}
+        for index, key in duplicates.items():
+            twins.setdefault(key, []).append(index)
+
+        def finished(item: _Pending) -> None:
+            if on_result is not None:
+                on_result(item.index, item.result)
+                for index in twins.get(item.request.cache_key, []):
+                    on_result(index, dataclasses.replace(item.result, cached=True))
+
+        self._run(to_run, finished)
         for pending in to_run.values():
             results[pending.index] = pending.result
             fresh.append(pending.result)
@@ -207,7 +226,7 @@ class Evaluator:
             return None
         return {"eager_ms": rows[0][0], "eager_spread_ms": rows[0][1], "compile_ms": rows[0][2]}
 
-    def _run(self, pending: dict[str, _Pending]) -> None:
+    def _run(self, pending: dict[str, _Pending], finished: Callable[[_Pending], None] | None = None) -> None:
         if not pending:
             return
         pool = self.pool
@@ -226,8 +245,10 @@ class Evaluator:
             }
             item.future = pool.submit(payload, request.settings.timeout_s)
         baselines = []
-        for item in pending.values():
-            answer = item.future.result()
+        by_future = {item.future: item for item in pending.values()}
+        for future in as_completed(by_future):
+            item = by_future[future]
+            answer = future.result()
             request = item.request
             if "infra" in answer:
                 result = EvalResult.failure(request, ErrorCategory.INFRA, str(answer["infra"])[:500], format_ok=True)
@@ -247,6 +268,8 @@ class Evaluator:
                 result.phase_seconds["static"] = item.static_s
             result.format_ok = True
             item.result = result
+            if finished is not None:
+                finished(item)
         if baselines and self.store is not None:
             self.store.upsert("baselines", baselines)
 

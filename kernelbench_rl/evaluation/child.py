@@ -92,6 +92,29 @@ def child_main(conn: Connection, device: str) -> None:
         os._exit(0)  # skip interpreter teardown: a broken candidate can hang it
 
 
+def _reuse_restored_builds() -> None:
+    """The worker copied in the build of this very source from an earlier evaluation (its cache is keyed by
+    the source's hash). torch would still run ninja, and ninja rebuilds everything because the recorded
+    commands name the earlier child's directory: skip the build when its library is already there."""
+    try:
+        from torch.utils import cpp_extension
+    except ImportError:
+        return
+    build = getattr(cpp_extension, "_write_ninja_file_and_build_library", None)
+    if build is None:
+        return
+
+    def build_unless_built(*args: Any, **kwargs: Any) -> None:
+        name, directory = kwargs.get("name"), kwargs.get("build_directory")
+        standalone = kwargs.get("is_standalone", False)
+        if isinstance(name, str) and isinstance(directory, str) and not standalone:
+            if os.path.isfile(os.path.join(directory, name + cpp_extension.LIB_EXT)):
+                return
+        build(*args, **kwargs)
+
+    cpp_extension._write_ninja_file_and_build_library = build_unless_built
+
+
 _PROFILER_WARM = [False]
 
 
@@ -219,6 +242,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         ok, message = nvcc_check(open(candidate_path).read(), job["workdir"], job.get("nvcc", "nvcc"))
         wire.send_json(conn, {"event": "nvcc", "ok": ok, "message": message, "compile_s": time.perf_counter() - t_compile})
         return
+    if job.get("build_restored"):
+        _reuse_restored_builds()
     try:
         module = runtime.load_module_from_file(candidate_path, "kbrl_candidate")
         model_cls = getattr(module, "ModelNew", None)

@@ -411,6 +411,7 @@ class Worker:
             # Tensors travel as files of the private dir: the file-size limit must admit them.
             job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
             build_key = self._restore_build(workdir, source, settings)
+            job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
             wire.send_json(child.conn, job)
             t = time.perf_counter()
             started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
