@@ -138,3 +138,53 @@ def test_memory_budget_bounds_what_children_hold_and_serves_in_order():
     assert order == ["a", "b", "c", "huge"]  # c fits beside a but waits its turn behind b (no starvation)
     assert peak[0] <= 100 or peak[0] == 500  # never over budget, except a request bigger than it, alone
     assert budget.used == 0
+
+
+def test_an_evaluation_that_must_run_alone_waits_for_the_others_and_holds_back_new_ones():
+    from kernelbench_rl.evaluation.worker import SharedOrAlone
+
+    residency = SharedOrAlone()
+    events: list[str] = []
+    lock = threading.Lock()
+
+    def log(text: str) -> None:
+        with lock:
+            events.append(text)
+
+    def sharer(name: str, seconds: float) -> None:
+        with residency.shared():
+            log(f"{name} in")
+            time.sleep(seconds)
+            log(f"{name} out")
+
+    def loner() -> None:
+        with residency.alone():
+            log("alone in")
+            time.sleep(0.1)
+            log("alone out")
+
+    first = threading.Thread(target=sharer, args=("a", 0.3))
+    first.start()
+    time.sleep(0.05)
+    waiting = threading.Thread(target=loner)
+    waiting.start()
+    time.sleep(0.05)
+    late = threading.Thread(target=sharer, args=("b", 0.01))  # arrives while the loner waits
+    late.start()
+    for thread in (first, waiting, late):
+        thread.join(5)
+    assert events == ["a in", "a out", "alone in", "alone out", "b in", "b out"]
+
+
+def test_only_device_oom_faults_earn_a_run_alone():
+    from kernelbench_rl.evaluation.result import EvalResult
+    from kernelbench_rl.evaluation.worker import ran_out_of_device_memory
+
+    def result(category: ErrorCategory, message: str) -> EvalResult:
+        return EvalResult(problem_id="L1/19", candidate_sha256="", backend="triton", precision="fp32", device_kind="cuda",
+                          error_category=category, error_message=message)
+
+    assert ran_out_of_device_memory(result(ErrorCategory.RUNTIME, "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not ran_out_of_device_memory(result(ErrorCategory.CRASH, "used more than 4096 MB of host memory while running forward"))
+    assert not ran_out_of_device_memory(result(ErrorCategory.MISMATCH, "CUDA out of memory"))
+    assert not ran_out_of_device_memory(result(ErrorCategory.RUNTIME, "illegal memory access"))

@@ -156,6 +156,53 @@ class MemoryBudget:
                 self._cond.notify_all()
 
 
+class SharedOrAlone:
+    """Evaluations share the device; one that ran out of device memory beside others runs again alone.
+
+    Writer-preferring: once an evaluation waits to run alone, new ones wait behind it, so it cannot starve.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._sharing = 0
+        self._alone = False
+        self._waiting_alone = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._alone and self._waiting_alone == 0)
+            self._sharing += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._sharing -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self):
+        with self._cond:
+            self._waiting_alone += 1
+            self._cond.wait_for(lambda: not self._alone and self._sharing == 0)
+            self._waiting_alone -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
+
+
+_DEVICE_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of device memory")
+
+
+def ran_out_of_device_memory(result: EvalResult) -> bool:
+    return (result.error_category in (ErrorCategory.RUNTIME, ErrorCategory.CRASH)
+            and any(marker in result.error_message for marker in _DEVICE_OOM_MARKERS))
+
+
 class Fault(Exception):
     """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
 
@@ -211,6 +258,7 @@ class Worker:
             self.transport = "ipc" if self.ipc_selftest == "ok" else "file"
         self.versions["transport"] = self.transport
         self.versions["worker_uid"] = "same as children (unprivileged, non-dumpable)" if config.same_uid else str(os.geteuid())
+        self.residency = SharedOrAlone()
         self.memory: MemoryBudget | None = None
         if self.device == "cuda":
             free, _total = torch.cuda.mem_get_info()
@@ -375,6 +423,26 @@ class Worker:
 
     # -- one evaluation --------------------------------------------------------------------
     def evaluate(self, payload: dict[str, Any], received_at: float | None = None) -> tuple[EvalResult, dict | None]:
+        """Evaluate one candidate beside others; if it ran out of device memory, once more with the device alone.
+
+        Children warm up in parallel, and one candidate that hoards device memory would otherwise turn its
+        neighbours' correct kernels into OOM verdicts. Only an OOM that recurs alone is the kernel's."""
+        if self.device != "cuda":
+            return self._evaluate_once(payload, received_at)
+        with self.residency.shared():
+            result, baseline = self._evaluate_once(payload, received_at)
+        if not ran_out_of_device_memory(result):
+            return result, baseline
+        first = result.error_message
+        t = time.perf_counter()
+        with self.residency.alone():
+            waited = time.perf_counter() - t
+            result, baseline = self._evaluate_once(payload, None)
+        result.phase_seconds["alone_wait"] = waited
+        result.versions["oom_retry"] = f"ran again alone after running out of device memory beside others: {first}"[:300]
+        return result, baseline
+
+    def _evaluate_once(self, payload: dict[str, Any], received_at: float | None = None) -> tuple[EvalResult, dict | None]:
         t_start = time.perf_counter()
         settings = EvalSettings(**payload["settings"])
         source = payload["candidate_source"]
