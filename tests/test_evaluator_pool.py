@@ -188,3 +188,66 @@ def test_only_device_oom_faults_earn_a_run_alone():
     assert not ran_out_of_device_memory(result(ErrorCategory.CRASH, "used more than 4096 MB of host memory while running forward"))
     assert not ran_out_of_device_memory(result(ErrorCategory.MISMATCH, "CUDA out of memory"))
     assert not ran_out_of_device_memory(result(ErrorCategory.RUNTIME, "illegal memory access"))
+
+
+_ORPHAN_SCRIPT = '''
+import sys, threading, time
+from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
+from kernelbench_rl.problems import get_problem, load_solution
+settings = EvalSettings(device="cpu", timeout_s=300)
+hang = load_solution(get_problem("L1/19")).replace("x = x.contiguous()", "import time\\n        time.sleep(600)\\n        x = x.contiguous()")
+ev = Evaluator(settings, static_checks=False)
+ev.start()
+print(ev.pool.worker_pids[0], flush=True)
+threading.Thread(target=lambda: ev.evaluate([EvalRequest("L1/19", hang, settings)]), daemon=True).start()
+time.sleep(600)
+'''
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_when_the_orchestrator_dies_its_worker_kills_a_running_candidate_at_once():
+    """A hung (or memory-hoarding) candidate must not outlive the process that wanted its result."""
+    import subprocess
+    import sys
+
+    orchestrator = subprocess.Popen([sys.executable, "-c", _ORPHAN_SCRIPT], stdout=subprocess.PIPE, text=True,
+                                    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        worker_pid = int(orchestrator.stdout.readline())
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_descendants(worker_pid)) < 3:  # forkserver, warm child, job child
+            time.sleep(0.5)
+        time.sleep(3)  # the job's child is now sleeping inside forward
+        family = _descendants(worker_pid) | {worker_pid}
+        assert len(family) >= 3
+    finally:
+        orchestrator.kill()
+        orchestrator.wait()
+    deadline = time.monotonic() + 30  # far below the candidate's 300 s timeout
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") and _alive(pid) for pid in family):
+        time.sleep(0.5)
+    assert not [pid for pid in family if os.path.exists(f"/proc/{pid}") and _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

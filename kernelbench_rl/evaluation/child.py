@@ -279,22 +279,17 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 if launches is not None:
                     launches.clear()  # count only what forward launches
             elif cmd == "warm":
-                skipped = ""
-                try:
-                    inputs = inputs_for_seed(int(command["seed"]))
-                    with torch.no_grad():
-                        model(*inputs)
-                    if device == "cuda":
-                        torch.cuda.synchronize()
-                    del inputs
-                except torch.OutOfMemoryError:
-                    # Other children share the device during warm-up: out of memory here may be theirs. The
-                    # correctness run (which the worker gives more room) decides whether it is the kernel's.
-                    skipped = "out of device memory during the warm-up; the first check paid the JIT"
-                    inputs = None
+                # Out of memory here is an error like any other: the worker runs such a candidate again with
+                # the device to itself and only then blames the kernel.
+                inputs = inputs_for_seed(int(command["seed"]))
+                with torch.no_grad():
+                    model(*inputs)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                del inputs
                 if device == "cuda":
                     torch.cuda.empty_cache()  # hand the warm-up's buffers back while others compile
-                wire.send_json(conn, {"event": "warmed", "skipped": skipped})
+                wire.send_json(conn, {"event": "warmed"})
             elif cmd == "check":
                 inputs = inputs_for_seed(int(command["seed"]))
                 if device == "cuda":

@@ -243,6 +243,7 @@ class Worker:
         self.ctx.set_forkserver_preload(["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child"])
         self.warm: collections.deque[Child] = collections.deque()
         self.warm_lock = threading.Lock()
+        self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
         self.versions = {
             "torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version(),
             "cuda": str(torch.version.cuda or ""),
@@ -303,6 +304,7 @@ class Worker:
                 child = self._spawn()
             if self.config.warm_children > 0:
                 self.warm.append(self._spawn())
+            self.running.add(child)
         return child
 
     def _spawn(self) -> Child:
@@ -319,6 +321,12 @@ class Worker:
                 except Exception:  # noqa: BLE001
                     pass
             return Child(self.ctx, self.device)
+
+    def kill_running_children(self) -> None:
+        with self.warm_lock:
+            running = list(self.running)
+        for child in running:
+            child.kill()
 
     def shutdown(self) -> None:
         with self.warm_lock:
@@ -437,6 +445,7 @@ class Worker:
         t = time.perf_counter()
         with self.residency.alone():
             waited = time.perf_counter() - t
+            torch.cuda.empty_cache()
             result, baseline = self._evaluate_once(payload, None)
         result.phase_seconds["alone_wait"] = waited
         result.versions["oom_retry"] = f"ran again alone after running out of device memory beside others: {first}"[:300]
@@ -509,9 +518,7 @@ class Worker:
                 with self._memory_for(state, copies=2):
                     result.phase_seconds["memory_wait"] = time.perf_counter() - t
                     wire.send_json(child.conn, {"cmd": "warm", "seed": secrets.randbits(31)})
-                    warmed = self._expect(child, {"warmed"}, remaining, "warming up (first forward)")
-                if warmed.get("skipped"):
-                    result.versions["warm_up"] = str(warmed["skipped"])[:200]
+                    self._expect(child, {"warmed"}, remaining, "warming up (first forward)")
                 result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
             t = time.perf_counter()
             # Correctness poisons twice the outputs' size and timing keeps a few trials' outputs: 4 copies.
@@ -528,6 +535,13 @@ class Worker:
             result.error_message = fault.message
             if fault.category == ErrorCategory.COMPILE:
                 result.compiled = False
+        except torch.OutOfMemoryError as exc:
+            # The worker's own work (references, received outputs) found the device full. Beside other
+            # children that proves nothing, and evaluate() runs the candidate again alone; alone, only the
+            # candidate can have taken the memory, so the verdict is its.
+            result.error_category = ErrorCategory.RUNTIME
+            first_line = str(exc).splitlines()[0] if str(exc) else ""
+            result.error_message = f"the device ran out of memory while this kernel held it: OutOfMemoryError: {first_line}"[:300]
         except Exception as exc:  # noqa: BLE001 - our own failure: the pool retries INFRA
             result.error_category = ErrorCategory.INFRA
             first_line = str(exc).splitlines()[0] if str(exc) else ""
@@ -537,6 +551,8 @@ class Worker:
             t = time.perf_counter()
             if child is not None:
                 child.kill()
+                with self.warm_lock:
+                    self.running.discard(child)
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
             result.phase_seconds["teardown"] = time.perf_counter() - t
@@ -1096,15 +1112,21 @@ def main(argv: list[str] | None = None) -> None:
           "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
           "same_uid_probe": same_uid_note[:200]})
     pool = ThreadPoolExecutor(max_workers=config.parallel + 1)
+    orderly = False
     try:
         for line in sys.stdin:
             line = line.strip()
             if not line:
                 continue
             if line == '{"cmd": "shutdown"}':
+                orderly = True
                 break
             pool.submit(_handle, worker, line, emit, time.perf_counter())
     finally:
+        if not orderly:
+            # The orchestrator is gone (its end of stdin closed): nobody wants these results, and a running
+            # candidate (a hang, a memory hoard) would otherwise hold the device until its timeout.
+            worker.kill_running_children()
         pool.shutdown(wait=True, cancel_futures=True)
         worker.shutdown()
 
