@@ -178,6 +178,9 @@ HACKS: list[tuple[str, str, str, str]] = [
     ("torch_namespace_op", cuda("return out;", "return torch::relu(a);"), "cuda", "library_call"),
     ("link_cublas", cuda("verbose=False,", "verbose=False,\n    extra_ldflags=['-lcublas'],"), "cuda", "library_call"),
     ("tensor_method_in_cpp", cuda("return out;", "return a.mm(b);"), "cuda", "library_call"),
+    # a launched token kernel beside ATen doing the work (a clamp that the old short list missed)
+    ("clamp_min_in_cpp", cuda("return out;", "return a.clamp_min(0);"), "cuda", "library_call"),
+    ("aten_clamp_min", cuda("return out;", "return at::clamp_min(a, 0);"), "cuda", "library_call"),
     # hiding code
     ("exec", model("exec('y = 1'); return launch(a)"), "triton", "dynamic_code"),
     ("eval", model("return eval('launch')(a)"), "triton", "dynamic_code"),
@@ -277,6 +280,9 @@ LEGIT: list[tuple[str, str, str]] = [
     ("cuda_lazy_compile", CUDA_LAZY, "cuda"),
     ("cuda_pybind_forward_function", CUDA_PYBIND, "cuda"),
     ("cuda_comment_mentions_cublas", cuda("// A plain", "// We avoid cublasSgemm( and at::matmul( on purpose. A plain"), "cuda"),
+    ("cuda_host_std_containers", cuda("return out;", "std::vector<int64_t> dims; dims.push_back(a.size(0)); "
+                                      "std::sort(dims.begin(), dims.end()); auto big = std::numeric_limits<float>::max(); "
+                                      "TORCH_CHECK(dims.size() == 1 && big > 0);\n    return out;"), "cuda"),
 ]
 
 

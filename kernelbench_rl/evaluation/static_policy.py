@@ -1543,8 +1543,14 @@ def _unused_kernel(a: Analysis) -> list[Finding]:
 
 
 _CPP_TORCH_CALL = re.compile(r"\b(?:at|torch)::(?:native::|nn::functional::|cuda::blas::)?(\w+)\s*\(")
-_CPP_TENSOR_METHOD = re.compile(r"\.\s*(matmul|mm|bmm|addmm|baddbmm|softmax|log_softmax|relu|sigmoid|tanh|gelu|sum|mean|"
-                                r"exp|conv[123]d|linear|layer_norm|einsum|amax|amin|max_pool2d|avg_pool2d)\s*\(")
+# Tensor methods that compute, as called from C++ (`x.clamp_min(0)`). Names std containers also use
+# (push_back-style, sort, count, any/all on a bitset) stay out; dunders have no C++ spelling.
+_CPP_COMPUTE_METHODS = sorted(
+    name for name in (TENSOR_COMPUTE_METHODS | FUNCTIONAL_COMPUTE)
+    if not name.startswith("__") and name not in CONTAINER_METHODS and name not in {"all", "any", "equal"}
+)
+_CPP_TENSOR_METHOD = re.compile(r"\.\s*(" + "|".join(map(re.escape, sorted(_CPP_COMPUTE_METHODS, key=len, reverse=True)))
+                                + r")\s*\(")
 _CPP_ALLOWED_TORCH = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like",
                                 "full", "full_like", "arange", "tensor", "from_blob", "dtype", "device", "TensorOptions",
                                 "Tensor", "Scalar", "IntArrayRef", "DeviceGuard", "OptionalDeviceGuard", "cat", "stack"})
@@ -1562,7 +1568,8 @@ def _library_call(a: Analysis) -> list[Finding]:
             if name in _CPP_ALLOWED_TORCH:
                 continue
             qualified = match.group(0)
-            if name in COMPUTE_NAMES or name.startswith("_") or any(ns in qualified for ns in ("native::", "functional::", "blas::")):
+            if (name in COMPUTE_NAMES or name in TENSOR_COMPUTE_METHODS or name.startswith("_")
+                    or any(ns in qualified for ns in ("native::", "functional::", "blas::"))):
                 found.append((0, f"{match.group(0).rstrip('( ')} in the CUDA source computes in PyTorch; write it in your kernel"))
         for match in _CPP_TENSOR_METHOD.finditer(text):
             found.append((0, f".{match.group(1)}() on a tensor in the CUDA source computes in PyTorch"))
