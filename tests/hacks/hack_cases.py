@@ -227,20 +227,12 @@ RUNTIME_LAYER: dict[str, tuple[Expectation, tuple[str, ...]]] = {
 
 # Gaps found by this suite, as (layer, case, device) -> what is wrong. The tests mark them
 # xfail(strict=False) with this text; bench/gpu_redteam.py still counts them as failures.
-# Found on the CPU and fixed since (the evaluator and static policy changed during this work):
-# `import kbrl_problem` reached the reference Model (now rule foreign_import, and the child no longer
-# exposes Model); gc found the reference class in the child; no launch counting on the CPU.
-# The GPU entries below were seen on an H100 before those fixes and have not been re-run there.
-# Both were fixed in code afterwards (rule foreign_import; Model stripped from the child; a kernel
-# share under 0.1 now marks a hack) but not re-run on a GPU, so they stay listed until a GPU run passes.
-KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    ("full", "reuse_reference_module_import", "cuda"):
-        "seen on an H100 before the fix: `import kbrl_problem` reached the reference Model in the child and "
-        "low_kernel_share did not mark a hack, so correctness was rewarded",
-    ("runtime", "cublas_matmul_token_kernel", "cuda"):
-        "seen on an H100 before the fix: low_kernel_share did not mark a hack, so with the static rule off a "
-        "cuBLAS matmul plus a token kernel earned correctness",
-}
+# None open. Found and fixed so far: `import kbrl_problem` reached the reference Model (rule
+# foreign_import; the child no longer exposes Model); gc found the reference class in the child; no
+# launch counting on the CPU; on an H100, a cuBLAS matmul beside a token kernel earned correctness
+# (a kernel share under 0.1 now marks a hack). The H100 run of 2026-11-21
+# (bench/results/redteam_h100_concurrent_before_oom_fix.log) judged every hack right in both layers.
+KNOWN_GAPS: dict[tuple[str, str, str], str] = {}
 
 
 def known_gap(layer: str, name: str, device: str) -> str | None:
