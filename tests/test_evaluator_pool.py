@@ -251,3 +251,28 @@ def _alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_running_candidate_dies_with_its_killed_worker():
+    """Children sit in their own sessions, out of reach of a kill of the worker's process group; the
+    kernel's parent-death signal takes them down when the worker (and so its forkserver) is gone."""
+    settings = EvalSettings(device="cpu", timeout_s=300)
+    hang = RELU.replace("x = x.contiguous()", "import time\n        time.sleep(600)\n        x = x.contiguous()")
+    ev = Evaluator(settings, static_checks=False, parallel_compiles=2)
+    try:
+        ev.start()
+        worker_pid = ev.pool.worker_pids[0]
+        threading.Thread(target=lambda: ev.evaluate([EvalRequest("L1/19", hang, settings)]), daemon=True).start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_descendants(worker_pid)) < 3:
+            time.sleep(0.5)
+        time.sleep(3)
+        family = _descendants(worker_pid)
+        assert len(family) >= 2
+        os.kill(worker_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(pid) for pid in family):
+            time.sleep(0.5)
+        assert not [pid for pid in family if _alive(pid)]
+    finally:
+        ev.close()

@@ -122,7 +122,9 @@ def eval_dir_command(
     out: Annotated[Optional[Path], typer.Option("--out", help="eval_results.json path (default: DIR/eval_results.json).")] = None,
     kernelbench_root: RootOption = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a phase may take before it is killed.")] = 120.0,
-    batch: Annotated[int, typer.Option("--batch", help="Kernels sent to the workers at once.")] = 8,
+    batch: Annotated[int, typer.Option("--batch", help=(
+        "Kernels sent to the workers at once; verdicts reach DuckDB after each batch. A batch runs as fast "
+        "as the pool allows and finishes with its slowest kernel (a hang waits out --timeout)."))] = 64,
 ) -> None:
     """Evaluate KernelBench-named generations; write verdicts to DuckDB and a KernelBench-style eval_results.json."""
     if not directory.is_dir():
@@ -147,9 +149,9 @@ def eval_dir_command(
             for start in range(0, len(files), max(1, batch)):
                 chunk = files[start: start + max(1, batch)]
                 requests = [EvalRequest(pid, path.read_text(), settings, request_id=path.name) for pid, _, _, path in chunk]
-                for (pid, number, sample, path), result in zip(chunk, ev.evaluate(requests)):
+                verdicts = ev.evaluate(requests, on_result=lambda _index, _result: bar.advance(task))
+                for (pid, number, sample, path), result in zip(chunk, verdicts):
                     results[str(number)].append(_kernelbench_entry(sample, result))
-                    bar.advance(task)
     target = out or directory / "eval_results.json"
     ordered = {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in sorted(results.items(), key=lambda kv: int(kv[0]))}
     target.write_text(json.dumps(ordered, indent=2))

@@ -67,6 +67,8 @@ def classify(exc: BaseException, during_import: bool) -> str:
 
 def child_main(conn: Connection, device: str) -> None:
     """Entry point of a forked child: warm up, then serve exactly one job."""
+    _PARENT[0] = os.getppid()
+    sandbox.die_with_parent(_PARENT[0])
     t0 = time.perf_counter()
     cuda_init_s = 0.0
     if device == "cuda":
@@ -116,6 +118,7 @@ def _reuse_restored_builds() -> None:
 
 
 _PROFILER_WARM = [False]
+_PARENT = [0]  # the forkserver that forked this child
 
 
 def _warm_profiler() -> None:
@@ -203,6 +206,7 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
         writable += _nvidia_device_nodes()
     if job.get("drop_uid"):
         confinement.uid_dropped = sandbox.drop_privileges()
+    confinement.dies_with_parent = sandbox.die_with_parent(_PARENT[0])  # (again: a uid change clears it)
     if job.get("landlock", True):
         # A child that keeps root could read root's files and other processes' /proc/<pid>/environ
         # (the orchestrator's API keys): confine its reads as well.

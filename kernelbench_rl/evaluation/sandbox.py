@@ -10,6 +10,7 @@ import ctypes
 import os
 import re
 import resource
+import signal
 from dataclasses import dataclass, field
 
 # Variables a sandboxed process may keep; anything else is dropped.
@@ -276,9 +277,12 @@ class Confinement:
     uid_dropped: bool = False
     limits: list[str] = field(default_factory=list)
     seccomp: bool = False
+    dies_with_parent: bool = False
 
     def label(self) -> str:
         parts = ["setsid" if self.session else "no-setsid"]
+        if self.dies_with_parent:
+            parts.append("pdeathsig")
         parts.append(self.landlock or "no-landlock")
         parts.append("uid=nobody" if self.uid_dropped else "uid=same")
         if self.seccomp:
@@ -316,6 +320,25 @@ class _SockFilter(ctypes.Structure):
 
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> bool:
+    """SIGKILL this process when its parent exits (PR_SET_PDEATHSIG).
+
+    A child sits in its own session, so killing the worker's process group misses it; if the worker
+    dies anyway (killed by the pool's watchdog, say), its forkserver exits and this takes the child
+    with it instead of leaving a hang spinning forever. A change of uid clears the setting: call
+    again after dropping privileges. Exits at once if the parent is already gone."""
+    try:
+        ok = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except Exception:  # noqa: BLE001
+        return False
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(0)
+    return ok
 
 
 def set_non_dumpable() -> bool:

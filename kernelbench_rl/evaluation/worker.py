@@ -1112,21 +1112,19 @@ def main(argv: list[str] | None = None) -> None:
           "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
           "same_uid_probe": same_uid_note[:200]})
     pool = ThreadPoolExecutor(max_workers=config.parallel + 1)
-    orderly = False
     try:
         for line in sys.stdin:
             line = line.strip()
             if not line:
                 continue
             if line == '{"cmd": "shutdown"}':
-                orderly = True
                 break
             pool.submit(_handle, worker, line, emit, time.perf_counter())
     finally:
-        if not orderly:
-            # The orchestrator is gone (its end of stdin closed): nobody wants these results, and a running
-            # candidate (a hang, a memory hoard) would otherwise hold the device until its timeout.
-            worker.kill_running_children()
+        # Asked to stop, or the orchestrator is gone (stdin closed): nobody waits for these results (the
+        # pool answers them "infra"), and a running candidate (a hang, a memory hoard) would otherwise hold
+        # the device until its timeout, or for good once the pool kills this process.
+        worker.kill_running_children()
         pool.shutdown(wait=True, cancel_futures=True)
         worker.shutdown()
 
