@@ -276,3 +276,26 @@ def test_a_running_candidate_dies_with_its_killed_worker():
         assert not [pid for pid in family if _alive(pid)]
     finally:
         ev.close()
+
+
+def test_closing_the_evaluator_mid_hang_leaves_no_candidate_behind():
+    settings = EvalSettings(device="cpu", timeout_s=300)
+    hang = RELU.replace("x = x.contiguous()", "import time\n        time.sleep(600)\n        x = x.contiguous()")
+    ev = Evaluator(settings, static_checks=False, parallel_compiles=2)
+    ev.start()
+    worker_pid = ev.pool.worker_pids[0]
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(r=ev.evaluate([EvalRequest("L1/19", hang, settings)])), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(_descendants(worker_pid)) < 3:
+        time.sleep(0.5)
+    time.sleep(3)
+    family = _descendants(worker_pid) | {worker_pid}
+    ev.close()
+    thread.join(30)
+    assert box["r"][0].error_category == ErrorCategory.INFRA  # abandoned, never a kernel verdict
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(pid) for pid in family):
+        time.sleep(0.5)
+    assert not [pid for pid in family if _alive(pid)]

@@ -244,6 +244,7 @@ class Worker:
         self.warm: collections.deque[Child] = collections.deque()
         self.warm_lock = threading.Lock()
         self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
+        self.stopping = False
         self.versions = {
             "torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version(),
             "cuda": str(torch.version.cuda or ""),
@@ -323,6 +324,7 @@ class Worker:
             return Child(self.ctx, self.device)
 
     def kill_running_children(self) -> None:
+        self.stopping = True  # what the killed children's evaluations conclude is not a verdict
         with self.warm_lock:
             running = list(self.running)
         for child in running:
@@ -1025,6 +1027,9 @@ def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = No
     tag = message.get("id")
     try:
         result, baseline = worker.evaluate(message["request"], received_at)
+        if worker.stopping:  # its child was killed because the worker is stopping, not for anything it did
+            emit({"id": tag, "error": "the evaluation worker stopped before this evaluation finished"})
+            return
         emit({"id": tag, "result": result.to_dict(), "baseline": baseline})
     except Exception as exc:  # noqa: BLE001 - never leave the orchestrator waiting
         traceback.print_exc(file=sys.stderr)
