@@ -6,6 +6,8 @@
 #   bash bench/device_suite.sh final        # <= FINAL_BUDGET (395) s: GPU info, 60-s Evaluator smoke, full mix (ours),
 #                                           # naive on a stratified subset with the remaining budget; 5 files under $OUT
 #   bash bench/device_suite.sh cuda         # <= 190 s: the CUDA (load_inline) backend, build cache included
+#   bash bench/device_suite.sh same-mix     # <= 575 s: ours, then the naive harness on the WHOLE mix (no sample, no
+#                                           # estimate unless its budget runs out): the measured like-for-like ratio
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
@@ -45,6 +47,9 @@ case "$MODE" in
     echo "suite wall $(( $(date +%s) - SUITE_START )) s" | tee -a "$OUT/final.log" ;;
   redteam)
     timeout ${REDTEAM_BUDGET:-560} python3 bench/gpu_redteam.py ${REDTEAM_ARGS:---naive} --out "$OUT/redteam_gpu.json" 2>&1 | tee "$OUT/redteam.log" ;;
+  same-mix)
+    timeout 575 python3 bench/eval_throughput.py --timeout 45 --naive-sample all --ours-budget-s 150 --total-budget-s 560 \
+      --worker-logs "$OUT/same_mix_worker_logs.txt" --out "$OUT/same_mix_throughput.json" 2>&1 | tee "$OUT/same_mix.log" ;;
   cuda)
     timeout 190 python3 bench/gpu_cuda_backend.py --out "$OUT/cuda_backend.json" 2>&1 | tee "$OUT/cuda_backend.log" ;;
   throughput)

@@ -242,7 +242,8 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
 
     settings = _eval_settings(args)
     t0 = time.perf_counter()
-    evaluator = Evaluator(settings, num_workers=args.workers, store=None, parallel_compiles=getattr(args, "parallel", None))
+    evaluator = Evaluator(settings, num_workers=args.workers, store=None, parallel_compiles=getattr(args, "parallel", None),
+                          warm_children=getattr(args, "warm_children", None))
     evaluator.__enter__()
     try:
         # Warm the pool (workers, zygotes, CUDA) on a problem outside every mix, at small size, so the
@@ -636,6 +637,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=None, help="Evaluator workers (default: its own choice)")
     parser.add_argument("--parallel", type=int, default=None,
                         help="children compiling at once per worker (default: the Evaluator's, from the CPU cores)")
+    parser.add_argument("--warm-children", type=int, default=None,
+                        help="children kept pre-started (CUDA ready) per worker (default: the Evaluator's, parallel + 1)")
     parser.add_argument("--harness", choices=["both", "ours", "naive"], default="both")
     parser.add_argument("--limit", type=int, default=None, help="only the first N candidates of the mix (smoke runs)")
     parser.add_argument("--out", default=None, help="JSON output path")
