@@ -230,10 +230,7 @@ def test_when_the_orchestrator_dies_its_worker_kills_a_running_candidate_at_once
                                     cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         worker_pid = int(orchestrator.stdout.readline())
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_descendants(worker_pid)) < 3:  # forkserver, warm child, job child
-            time.sleep(0.5)
-        time.sleep(3)  # the job's child is now sleeping inside forward
+        _wait_for_a_running_child(worker_pid)
         family = _descendants(worker_pid) | {worker_pid}
         assert len(family) >= 3
     finally:
@@ -243,6 +240,15 @@ def test_when_the_orchestrator_dies_its_worker_kills_a_running_candidate_at_once
     while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") and _alive(pid) for pid in family):
         time.sleep(0.5)
     assert not [pid for pid in family if os.path.exists(f"/proc/{pid}") and _alive(pid)]
+
+
+def _wait_for_a_running_child(worker_pid: int) -> None:
+    """Until the worker has its forkserver, a pre-started child and the job's child, and a little more
+    (the job's child is then asleep inside forward)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(_descendants(worker_pid)) < 3:
+        time.sleep(0.5)
+    time.sleep(3)
 
 
 def _alive(pid: int) -> bool:
@@ -263,10 +269,7 @@ def test_a_running_candidate_dies_with_its_killed_worker():
         ev.start()
         worker_pid = ev.pool.worker_pids[0]
         threading.Thread(target=lambda: ev.evaluate([EvalRequest("L1/19", hang, settings)]), daemon=True).start()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_descendants(worker_pid)) < 3:
-            time.sleep(0.5)
-        time.sleep(3)
+        _wait_for_a_running_child(worker_pid)
         family = _descendants(worker_pid)
         assert len(family) >= 2
         os.kill(worker_pid, signal.SIGKILL)
@@ -287,10 +290,7 @@ def test_closing_the_evaluator_mid_hang_leaves_no_candidate_behind():
     box: dict = {}
     thread = threading.Thread(target=lambda: box.update(r=ev.evaluate([EvalRequest("L1/19", hang, settings)])), daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(_descendants(worker_pid)) < 3:
-        time.sleep(0.5)
-    time.sleep(3)
+    _wait_for_a_running_child(worker_pid)
     family = _descendants(worker_pid) | {worker_pid}
     ev.close()
     thread.join(30)
