@@ -160,6 +160,8 @@ class SharedOrAlone:
     """Evaluations share the device; one that ran out of device memory beside others runs again alone.
 
     Writer-preferring: once an evaluation waits to run alone, new ones wait behind it, so it cannot starve.
+    Running alone drains the pool (up to the slowest in-flight evaluation's timeout), which is why only a
+    device OOM earns it.
     """
 
     def __init__(self) -> None:
