@@ -186,6 +186,30 @@ def test_rollouts_overlap_evaluation_with_sampling(tiny_policy) -> None:
     assert WatchedSampler.calls == 2 + 2 * 2  # one call per group for turn 0, one per sample after
 
 
+def test_a_slow_group_does_not_hold_back_the_evaluation_of_the_next(tiny_policy) -> None:
+    """Group 0's evaluation stalls (a hang waiting out its timeout) until group 1 has been judged."""
+    from kernelbench_rl.training.rollouts import PromptRenderer, RolloutRunner
+
+    sampling_client, tokenizer = tiny_policy
+    second_judged = threading.Event()
+    waited = []
+
+    def evaluate(problem_ids, responses):
+        if problem_ids[0] == "L1/19":
+            waited.append(second_judged.wait(timeout=60))
+        else:
+            second_judged.set()
+        return [result(ErrorCategory.FORMAT) for _ in responses]
+
+    done_order = []
+    runner = RolloutRunner(sampling_client, PromptRenderer(tokenizer), evaluate,
+                           on_group_done=lambda g: done_order.append(g.problem.id))
+    problems = [get_problem("L1/19"), get_problem("L1/20")]
+    runner.run(make_group_builders(problems, 2, EnvSpec(turns=1, max_tokens=4), lambda p, k: [], k=1))
+    assert waited == [True]
+    assert done_order == ["L1/20", "L1/19"]
+
+
 def test_rollouts_retry_infra_failures_then_drop_them(tiny_policy) -> None:
     from kernelbench_rl.training.grpo import score_group
     from kernelbench_rl.training.rollouts import PromptRenderer, RolloutRunner

@@ -263,18 +263,20 @@ class TrainingRun:
         problems = self.problems_for_step(step)
         builders = make_group_builders(problems, cfg.sampling.group_size, self.spec, self.retrieve,
                                        cfg.rag.k if cfg.rag.enabled else 0)
-        samples: list[SampleTurn] = []
+        samples_by_group: dict[int, list[SampleTurn]] = {}
 
         def on_group_done(group: GroupRollout) -> None:
             group_samples = score_group(group, preset, gamma=cfg.rewards.gamma, baseline=cfg.rewards.baseline,
                                         speedup_cap=cfg.rewards.speedup_cap)
-            samples.extend(group_samples)
+            samples_by_group[group.index] = group_samples
             self._write_group(step, stage, group, group_samples)
 
         runner = RolloutRunner(self.sampling_client, self.renderer, self._evaluate_fn,
                                temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                                infra_retries=cfg.training.infra_retries, on_group_done=on_group_done)
         groups = runner.run(builders)
+        # Groups finish in any order (they are evaluated concurrently); train on them in group order.
+        samples = [sample for index in sorted(samples_by_group) for sample in samples_by_group[index]]
         metrics, speedups = step_metrics(groups, samples)
 
         train_start = time.perf_counter()

@@ -71,7 +71,7 @@ class SamplingRequest:
 @dataclass
 class RolloutTimings:
     sampling_s: float = 0.0
-    eval_s: float = 0.0  # evaluation work (in the evaluation thread; overlaps sampling)
+    eval_s: float = 0.0  # evaluation work, summed over the evaluation threads (overlaps sampling)
     wall_s: float = 0.0
 
 
@@ -84,6 +84,10 @@ class RolloutRunner:
     top_p: float = 1.0
     infra_retries: int = 1
     on_group_done: Callable[[GroupRollout], None] | None = None
+    # Groups evaluated at once. Their kernels share the evaluator's pool, so a group whose slowest
+    # kernel hangs (and waits out the timeout) does not leave the GPU idle for the groups behind it.
+    # The evaluate function must be thread-safe (Evaluator.evaluate_responses is).
+    eval_concurrency: int = 4
     timings: RolloutTimings = field(default_factory=RolloutTimings)
 
     # -- sampling (main thread) ----------------------------------------------------------------
@@ -151,7 +155,7 @@ class RolloutRunner:
         ready: deque[GroupRollout] = deque(groups)
         sampling: deque[tuple[GroupRollout, list[SamplingRequest]]] = deque()
         in_flight: dict[Future, GroupRollout] = {}
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbrl-eval") as executor:
+        with ThreadPoolExecutor(max_workers=max(1, self.eval_concurrency), thread_name_prefix="kbrl-eval") as executor:
             while ready or sampling or in_flight:
                 start = time.perf_counter()
                 while ready:
