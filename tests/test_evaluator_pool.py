@@ -107,35 +107,47 @@ def test_parallel_compiles_follow_the_cpu_cores(monkeypatch):
     assert pool.default_parallel_compiles("cpu", 1) == 2
 
 
+def _until(condition, timeout_s: float = 10.0) -> None:
+    """Poll instead of sleeping a guessed amount: threads start late on a loaded CI machine."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the threads to line up"
+        time.sleep(0.005)
+
+
 def test_memory_budget_bounds_what_children_hold_and_serves_in_order():
     from kernelbench_rl.evaluation.worker import MemoryBudget
 
     budget = MemoryBudget(100)
-    held = []
+    held: list[int] = []
     peak = [0]
     order: list[str] = []
     lock = threading.Lock()
+    release_a = threading.Event()
 
-    def job(name: str, nbytes: int, seconds: float) -> None:
+    def job(name: str, nbytes: int) -> None:
         with budget.hold(nbytes):
             with lock:
                 order.append(name)
                 held.append(nbytes)
                 peak[0] = max(peak[0], sum(held))
-            time.sleep(seconds)
+            if name == "a":
+                release_a.wait(10)
             with lock:
                 held.remove(nbytes)
 
-    first = threading.Thread(target=job, args=("a", 60, 0.3))
-    first.start()
-    time.sleep(0.05)
-    threads = [threading.Thread(target=job, args=args) for args in (("b", 60, 0.05), ("c", 10, 0.05), ("huge", 500, 0.05))]
+    threads = [threading.Thread(target=job, args=("a", 60))]
+    threads[0].start()
+    _until(lambda: order == ["a"])
+    for waiting, (name, nbytes) in enumerate((("b", 60), ("c", 10), ("huge", 500)), start=1):
+        threads.append(threading.Thread(target=job, args=(name, nbytes)))
+        threads[-1].start()
+        _until(lambda: len(budget._queue) == waiting)  # queued in this order
+    assert order == ["a"]  # c fits beside a, but waits its turn behind b (no starvation)
+    release_a.set()
     for thread in threads:
-        thread.start()
-        time.sleep(0.02)  # queue them in this order
-    for thread in [first, *threads]:
-        thread.join(5)
-    assert order == ["a", "b", "c", "huge"]  # c fits beside a but waits its turn behind b (no starvation)
+        thread.join(10)
+    assert order == ["a", "b", "c", "huge"]
     assert peak[0] <= 100 or peak[0] == 500  # never over budget, except a request bigger than it, alone
     assert budget.used == 0
 
@@ -146,33 +158,37 @@ def test_an_evaluation_that_must_run_alone_waits_for_the_others_and_holds_back_n
     residency = SharedOrAlone()
     events: list[str] = []
     lock = threading.Lock()
+    release_a = threading.Event()
 
     def log(text: str) -> None:
         with lock:
             events.append(text)
 
-    def sharer(name: str, seconds: float) -> None:
+    def sharer(name: str) -> None:
         with residency.shared():
             log(f"{name} in")
-            time.sleep(seconds)
+            if name == "a":
+                release_a.wait(10)
             log(f"{name} out")
 
     def loner() -> None:
         with residency.alone():
             log("alone in")
-            time.sleep(0.1)
             log("alone out")
 
-    first = threading.Thread(target=sharer, args=("a", 0.3))
+    first = threading.Thread(target=sharer, args=("a",))
     first.start()
-    time.sleep(0.05)
+    _until(lambda: events == ["a in"])
     waiting = threading.Thread(target=loner)
     waiting.start()
-    time.sleep(0.05)
-    late = threading.Thread(target=sharer, args=("b", 0.01))  # arrives while the loner waits
+    _until(lambda: residency._waiting_alone == 1)
+    late = threading.Thread(target=sharer, args=("b",))  # arrives while the loner waits
     late.start()
+    time.sleep(0.2)
+    assert events == ["a in"]  # the late sharer is held back behind the loner
+    release_a.set()
     for thread in (first, waiting, late):
-        thread.join(5)
+        thread.join(10)
     assert events == ["a in", "a out", "alone in", "alone out", "b in", "b out"]
 
 
