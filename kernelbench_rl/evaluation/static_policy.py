@@ -1543,12 +1543,14 @@ def _unused_kernel(a: Analysis) -> list[Finding]:
 
 
 _CPP_TORCH_CALL = re.compile(r"\b(?:at|torch)::(?:native::|nn::functional::|cuda::blas::)?(\w+)\s*\(")
-# Tensor methods that compute, as called from C++ (`x.clamp_min(0)`). Names std containers also use
-# (push_back-style, sort, count, any/all on a bitset) stay out; dunders have no C++ spelling.
-_CPP_COMPUTE_METHODS = sorted(
+# at::/torch:: functions and tensor methods that compute, as called from C++ (`at::clamp_min(x, 0)`,
+# `x.clamp_min(0)`). Method names std containers share (CONTAINER_METHODS such as add, sort, count;
+# any/all/equal) stay out of the method pattern; dunders have no C++ spelling.
+_CPP_COMPUTE_CALLS = COMPUTE_NAMES | TENSOR_COMPUTE_METHODS
+_CPP_COMPUTE_METHODS = {
     name for name in (TENSOR_COMPUTE_METHODS | FUNCTIONAL_COMPUTE)
     if not name.startswith("__") and name not in CONTAINER_METHODS and name not in {"all", "any", "equal"}
-)
+}
 _CPP_TENSOR_METHOD = re.compile(r"\.\s*(" + "|".join(map(re.escape, sorted(_CPP_COMPUTE_METHODS, key=len, reverse=True)))
                                 + r")\s*\(")
 _CPP_ALLOWED_TORCH = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like",
@@ -1568,8 +1570,7 @@ def _library_call(a: Analysis) -> list[Finding]:
             if name in _CPP_ALLOWED_TORCH:
                 continue
             qualified = match.group(0)
-            if (name in COMPUTE_NAMES or name in TENSOR_COMPUTE_METHODS or name.startswith("_")
-                    or any(ns in qualified for ns in ("native::", "functional::", "blas::"))):
+            if name in _CPP_COMPUTE_CALLS or name.startswith("_") or any(ns in qualified for ns in ("native::", "functional::", "blas::")):
                 found.append((0, f"{match.group(0).rstrip('( ')} in the CUDA source computes in PyTorch; write it in your kernel"))
         for match in _CPP_TENSOR_METHOD.finditer(text):
             found.append((0, f".{match.group(1)}() on a tensor in the CUDA source computes in PyTorch"))

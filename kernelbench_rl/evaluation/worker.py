@@ -197,7 +197,8 @@ class SharedOrAlone:
                 self._cond.notify_all()
 
 
-_DEVICE_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of device memory")
+# torch's message, and the exception's name that the child's short_error and the worker's own OOM verdict carry.
+_DEVICE_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
 
 
 def ran_out_of_device_memory(result: EvalResult) -> bool:
