@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,53 @@ def test_child_closes_the_forkservers_alive_pipe() -> None:
         print(forkserver._forkserver._forkserver_alive_fd)
     """)
     assert "closed" in out and "None" in out
+
+
+def test_confining_outside_a_pool_child_keeps_the_process_alive(tmp_path: Path) -> None:
+    """The same-uid probe confines a child it forked itself (no child_main, no recorded forkserver):
+    the parent-death guard must take its current parent, not conclude the parent is gone and exit. It
+    did exit, silently, and that turned same-uid mode (and CUDA IPC with it) off on every GPU."""
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    _run_python(f"""
+        from kernelbench_rl.evaluation import child
+        confinement = child._confine({{"workdir": {str(workdir)!r}, "env": {{"HOME": {str(workdir)!r}}},
+                                       "device": "cpu", "drop_uid": False, "landlock": False}})
+        open("alive.txt", "w").write(str(confinement.dies_with_parent))
+    """)
+    assert (workdir / "alive.txt").read_text() == "True"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_die_with_parent_without_a_pid_follows_the_current_parent(tmp_path: Path) -> None:
+    """A grandchild that asked to die with its (unnamed) parent is gone once that parent exits."""
+    pid_file = tmp_path / "grandchild.pid"
+    _run_python(f"""
+        import os, time
+        from kernelbench_rl.evaluation import sandbox
+        if os.fork() == 0:  # the middle process
+            if os.fork() == 0:  # the grandchild
+                sandbox.die_with_parent()
+                open({str(pid_file)!r}, "w").write(str(os.getpid()))
+                time.sleep(60)
+                os._exit(0)
+            time.sleep(1)
+            os._exit(0)
+        os.wait()
+    """)
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(grandchild):
+        time.sleep(0.1)
+    assert not _alive(grandchild)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _cands() -> list[Candidate]:

@@ -88,7 +88,9 @@ def test_killed_pipeline_resumes_without_lost_or_duplicate_rows(prefect_api: str
             proc.wait()
 
     store = Store(db)
-    killed_at = store.fetchall("SELECT max(step) FROM train_steps WHERE run_id = ?", [RUN_ID])[0][0]
+    # Resume trusts the newest checkpoint row, which lands after its step's train_steps row: a kill
+    # between the two re-does that step, so the checkpoint (not train_steps) says where the run resumes.
+    killed_at = store.fetchall("SELECT max(step) FROM checkpoints WHERE run_id = ?", [RUN_ID])[0][0]
     assert killed_at < STEPS - 1, "the run finished before it could be killed"
     assert store.fetchall("SELECT status FROM runs WHERE run_id = ?", [RUN_ID])[0][0] == "running"
 

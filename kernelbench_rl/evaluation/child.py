@@ -118,7 +118,7 @@ def _reuse_restored_builds() -> None:
 
 
 _PROFILER_WARM = [False]
-_PARENT = [0]  # the forkserver that forked this child
+_PARENT = [0]  # the forkserver that forked this child (0 outside child_main: the current parent)
 
 
 def _warm_profiler() -> None:

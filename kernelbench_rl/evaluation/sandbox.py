@@ -325,13 +325,16 @@ class _SockFprog(ctypes.Structure):
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid: int) -> bool:
+def die_with_parent(parent_pid: int | None = None) -> bool:
     """SIGKILL this process when its parent exits (PR_SET_PDEATHSIG).
 
     A child sits in its own session, so killing the worker's process group misses it; if the worker
     dies anyway (killed by the pool's watchdog, say), its forkserver exits and this takes the child
     with it instead of leaving a hang spinning forever. A change of uid clears the setting: call
-    again after dropping privileges. Exits at once if the parent is already gone."""
+    again after dropping privileges. Exits at once if the parent is already gone. parent_pid: the
+    process that must outlive this one, when known (None or 0: whatever the parent is now)."""
+    if not parent_pid:
+        parent_pid = os.getppid()
     try:
         ok = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
     except Exception:  # noqa: BLE001

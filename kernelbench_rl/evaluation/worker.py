@@ -20,6 +20,7 @@ import json
 import multiprocessing
 import os
 import platform
+import queue
 import random
 import secrets
 import shutil
@@ -88,11 +89,18 @@ class Child:
         return int(self.process.pid)
 
     def kill(self) -> None:
+        self.signal_kill()
+        self.reap()
+
+    def signal_kill(self) -> None:
         for kill in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
             try:
                 kill()
             except (ProcessLookupError, PermissionError, OSError):
                 pass
+
+    def reap(self) -> None:
+        """Wait for a killed child to exit (a CUDA context takes ~0.1 s to tear down) and close its pipe."""
         self.process.join(timeout=5)
         self.conn.close()
 
@@ -114,6 +122,9 @@ class ProblemState:
     init_seed: int
     seed_pool: list[int]
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Held by the request that sizes the problem (first reference on the device): the others wait here,
+    # not in the device queue, and find it done.
+    sizing: threading.Lock = field(default_factory=threading.Lock)
     models: dict[str, torch.nn.Module] = field(default_factory=dict)
     refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed) -> outputs
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -244,6 +255,11 @@ class Worker:
             os.environ["TRITON_INTERPRET"] = "1"
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child"])
+        # Killed children are reaped and their directories removed off the evaluation's path: the result
+        # goes back while the driver tears the CUDA context down.
+        self.reaping: queue.Queue[tuple[Child | None, str]] = queue.Queue()
+        self.reaper = threading.Thread(target=self._reap_loop, daemon=True, name="kbrl-reaper")
+        self.reaper.start()
         self.warm: collections.deque[Child] = collections.deque()
         self.warm_lock = threading.Lock()
         self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
@@ -333,10 +349,24 @@ class Worker:
         for child in running:
             child.kill()
 
+    def _reap_loop(self) -> None:
+        while True:
+            child, workdir = self.reaping.get()
+            try:
+                if child is not None:
+                    child.reap()
+                if workdir:
+                    shutil.rmtree(workdir, ignore_errors=True)
+            except Exception:  # noqa: BLE001 - a failed clean-up must not stop the reaper
+                traceback.print_exc(file=sys.stderr)
+            finally:
+                self.reaping.task_done()
+
     def shutdown(self) -> None:
         with self.warm_lock:
             while self.warm:
                 self.warm.popleft().kill()
+        self.reaping.join()  # every killed child reaped before the directories go
         shutil.rmtree(self.root, ignore_errors=True)
         home = os.environ.get("HOME", "")
         if self.config.same_uid and os.path.basename(home).startswith("kbrl-worker-home-"):
@@ -450,6 +480,7 @@ class Worker:
         t = time.perf_counter()
         with self.residency.alone():
             waited = time.perf_counter() - t
+            self.reaping.join()  # the killed children (the hoarder among them) have let go of the device
             torch.cuda.empty_cache()
             result, baseline = self._evaluate_once(payload, None)
         result.phase_seconds["alone_wait"] = waited
@@ -478,9 +509,17 @@ class Worker:
                 # The first request of a problem sizes its tensors (and warms a reference) on the device;
                 # later ones need not queue behind another candidate's timing for it: references they
                 # lack are computed at comparison time.
-                with self._device_section(), state.lock:
-                    self.reference_outputs(state, settings.precision, state.seed_pool[0])
-            result.phase_seconds["reference"] = time.perf_counter() - t  # includes waiting for the device
+                with state.sizing:
+                    if state.output_bytes == 0:
+                        with self._device_section():
+                            result.phase_seconds["reference_wait"] = time.perf_counter() - t
+                            with state.lock:
+                                self.reference_outputs(state, settings.precision, state.seed_pool[0])
+                    else:  # sized by the request this one waited for
+                        result.phase_seconds["reference_wait"] = time.perf_counter() - t
+            # Sizing the problem (once per problem and worker), including the wait for the device or for
+            # the request that sized it.
+            result.phase_seconds["reference"] = time.perf_counter() - t
             workdir = tempfile.mkdtemp(prefix="c-", dir=self.root)
             t = time.perf_counter()
             child = self.take_child()
@@ -555,11 +594,11 @@ class Worker:
         finally:
             t = time.perf_counter()
             if child is not None:
-                child.kill()
+                child.signal_kill()
                 with self.warm_lock:
                     self.running.discard(child)
-            if workdir:
-                shutil.rmtree(workdir, ignore_errors=True)
+            if child is not None or workdir:
+                self.reaping.put((child, workdir))
             result.phase_seconds["teardown"] = time.perf_counter() - t
         if result.error_category != ErrorCategory.OK:
             result.correct = False
