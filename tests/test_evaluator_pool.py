@@ -206,6 +206,17 @@ def test_only_device_oom_faults_earn_a_run_alone():
     assert not ran_out_of_device_memory(result(ErrorCategory.RUNTIME, "illegal memory access"))
 
 
+def test_a_gpu_childs_host_memory_limit_grows_only_for_tensors_that_cross_through_host_memory():
+    """Over CUDA IPC the sandbox's limit stands as set (the H100/H200 red team's 6 GiB host hoard hid
+    under an allowance for 13 GB of file-spilled tensors and ran into the timeout instead)."""
+    from kernelbench_rl.evaluation.worker import host_memory_limit_mb
+
+    tensors = 12_884_901_888  # L1/19 at full size: 6 GiB in, 6 GiB out
+    assert host_memory_limit_mb(4096, "ipc", tensors) == 4096
+    assert host_memory_limit_mb(4096, "file", tensors) == 4096 + 2 * 12_288
+    assert host_memory_limit_mb(4096, "pipe", tensors) == 4096 + 2 * 12_288
+
+
 _ORPHAN_SCRIPT = '''
 import sys, threading, time
 from kernelbench_rl.evaluation.api import Evaluator

@@ -212,6 +212,15 @@ class SharedOrAlone:
 _DEVICE_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
 
 
+def host_memory_limit_mb(limit_mb: int, transport: str, tensor_bytes: int) -> float:
+    """Resident host memory a GPU child may hold before it is killed (its address space cannot be capped:
+    the CUDA driver maps far more than it uses). Over CUDA IPC tensors never touch host memory, so the
+    sandbox's limit stands as set; through files or the pipe, room for two copies of them is added."""
+    if transport == "ipc":
+        return float(limit_mb)
+    return float(limit_mb + ((2 * tensor_bytes) >> 20))
+
+
 def ran_out_of_device_memory(result: EvalResult) -> bool:
     return (result.error_category in (ErrorCategory.RUNTIME, ErrorCategory.CRASH)
             and any(marker in result.error_message for marker in _DEVICE_OOM_MARKERS))
@@ -525,8 +534,8 @@ class Worker:
             child = self.take_child()
             child.workdir = workdir
             if self.device == "cuda":
-                # Host memory of the child: the limit plus room for tensors spilled through files.
-                child.rss_limit_mb = float(settings.memory_limit_mb + ((2 * (state.input_bytes + state.output_bytes)) >> 20))
+                child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
+                                                          state.input_bytes + state.output_bytes)
             result.phase_seconds["child_start"] = time.perf_counter() - t
             job = self._job(workdir, source, payload["problem_source"], settings)
             # Tensors travel as files of the private dir: the file-size limit must admit them.
