@@ -243,7 +243,7 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
     settings = _eval_settings(args)
     t0 = time.perf_counter()
     evaluator = Evaluator(settings, num_workers=args.workers, store=None, parallel_compiles=getattr(args, "parallel", None),
-                          warm_children=getattr(args, "warm_children", None))
+                          warm_children=getattr(args, "warm_children", None), in_flight=getattr(args, "in_flight", None))
     evaluator.__enter__()
     try:
         # Warm the pool (workers, zygotes, CUDA) on a problem outside every mix, at small size, so the
@@ -256,8 +256,10 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
         startup = time.perf_counter() - t0
         pool_info = _pool_info(evaluator)
         args.parallel_effective = evaluator.parallel_compiles
+        args.in_flight_effective = evaluator.in_flight
         progress(f"ours  pool ready in {startup:.1f} s, {evaluator.parallel_compiles} children compiling at once "
-                 f"per worker, {evaluator.warm_children} pre-started: {pool_info}")
+                 f"and {evaluator.in_flight} evaluations under way per worker, {evaluator.warm_children} pre-started: "
+                 f"{pool_info}")
         requests = [EvalRequest(c.problem_id, c.source, settings, request_id=c.label) for c in candidates]
         budget = getattr(args, "ours_budget_s", None)
         # The whole mix goes to the pool at once (as a training step's batch would). With a budget, what has
@@ -331,8 +333,8 @@ FLOOR_DEFINITION = (
 
 
 def _queued_s(phases: dict[str, float]) -> float:
-    """Seconds spent waiting for the device (or its memory) while other candidates used it."""
-    return sum(phases.get(k, 0.0) for k in ("device_wait", "memory_wait", "reference_wait", "alone_wait"))
+    """Seconds spent waiting for the device (or its memory, or a compile slot) while other candidates used it."""
+    return sum(phases.get(k, 0.0) for k in ("device_wait", "memory_wait", "reference_wait", "alone_wait", "compile_wait"))
 
 
 def _once_per_problem_s(phases: dict[str, float]) -> float:
@@ -569,6 +571,7 @@ def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: Harne
             "latency_overhead_steady_max_s": round(max(v["latency_overhead_steady_s"] for v in ours.verdicts), 3),
             "serial_overhead_mean_s": _mean_or_none([v["serial_overhead_s"] for v in ours.verdicts]),
             "parallel_compiles": getattr(args, "parallel_effective", None),
+            "in_flight": getattr(args, "in_flight_effective", None),
             "mean_phase_seconds": {p: round(statistics.mean(v["phase_seconds"].get(p, 0.0) for v in ours.verdicts), 3)
                                    for p in phase_names},
             "agreement": agreement(ours),
@@ -658,7 +661,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parallel", type=int, default=None,
                         help="children compiling at once per worker (default: the Evaluator's, from the CPU cores)")
     parser.add_argument("--warm-children", type=int, default=None,
-                        help="children kept pre-started (CUDA ready) per worker (default: the Evaluator's, parallel + 1)")
+                        help="children kept pre-started (CUDA ready) per worker (default: the Evaluator's, in-flight + 1 on cuda)")
+    parser.add_argument("--in-flight", type=int, default=None,
+                        help="evaluations under way at once per worker, those queued for the device included "
+                             "(default: the Evaluator's, 2 x parallel + 1 on cuda)")
     parser.add_argument("--harness", choices=["both", "ours", "naive"], default="both")
     parser.add_argument("--limit", type=int, default=None, help="only the first N candidates of the mix (smoke runs)")
     parser.add_argument("--out", default=None, help="JSON output path")

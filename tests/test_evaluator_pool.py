@@ -206,6 +206,35 @@ def test_only_device_oom_faults_earn_a_run_alone():
     assert not ran_out_of_device_memory(result(ErrorCategory.RUNTIME, "illegal memory access"))
 
 
+_RENDEZVOUS = """
+        import os, time
+        _mark = "/dev/shm/kbrl-rendezvous-{token}-" + str(os.getpid())
+        open(_mark, "w").close()
+        _until = time.monotonic() + 40
+        while len([f for f in os.listdir("/dev/shm") if f.startswith("kbrl-rendezvous-{token}-")]) < {peers}:
+            if time.monotonic() > _until:
+                raise RuntimeError("the other evaluations never ran beside this one")
+            time.sleep(0.05)
+        x = x.contiguous()"""
+
+
+def test_evaluations_past_compiling_hold_no_compile_slot():
+    """One compile slot, three evaluations under way: all three reach forward together (they meet in
+    /dev/shm), so a child past compiling (on a GPU: queued for the device) leaves the slot to the next."""
+    token = os.urandom(4).hex()
+    meet = RELU.replace("x = x.contiguous()", _RENDEZVOUS.format(token=token, peers=3).strip("\n").lstrip(), 1)
+    requests = [EvalRequest("L1/19", meet + f"\n# copy {i}\n", SETTINGS) for i in range(3)]
+    try:
+        with Evaluator(SETTINGS, static_checks=False, parallel_compiles=1, in_flight=3) as ev:
+            results = ev.evaluate(requests)
+    finally:
+        for name in os.listdir("/dev/shm"):
+            if name.startswith(f"kbrl-rendezvous-{token}-"):
+                os.unlink(os.path.join("/dev/shm", name))
+    assert [r.error_message for r in results] == ["", "", ""]
+    assert all(r.correct for r in results)
+
+
 def test_a_gpu_childs_host_memory_limit_grows_only_for_tensors_that_cross_through_host_memory():
     """Over CUDA IPC the sandbox's limit stands as set (the H100/H200 red team's 6 GiB host hoard hid
     under an allowance for 13 GB of file-spilled tensors and ran into the timeout instead)."""

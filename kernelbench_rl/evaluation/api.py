@@ -54,6 +54,7 @@ class Evaluator:
         problems: Mapping[str, Problem] | None = None,
         parallel_compiles: int | None = None,
         warm_children: int | None = None,
+        in_flight: int | None = None,
         static_checks: bool = True,
         worker_args: Sequence[str] = (),
     ) -> None:
@@ -64,12 +65,18 @@ class Evaluator:
         self.problems = dict(problems or {})
         # Children loading/compiling at once per worker (the exclusive GPU section is separate).
         self.parallel_compiles = parallel_compiles or default_parallel_compiles(self.settings.device, num_workers)
+        # Evaluations under way at once per worker. On a GPU most of them wait for the exclusive device
+        # section, holding a child but no CPU: twice the compile slots keeps the CPU compiling while
+        # the device is busy, and starts a late hang's timeout clock early. (On the CPU, children
+        # compute beside each other, so one beyond the compile slots is enough.)
+        self.in_flight = in_flight or (
+            2 * self.parallel_compiles + 1 if self.settings.device == "cuda" else self.parallel_compiles + 1)
         # Pre-started children (CUDA context ready) so a burst of requests does not wait on CUDA init.
-        # Two per evaluation slot: a child taken now replaces itself at the back of the queue, and with
-        # one per slot that replacement was taken again before its CUDA init (1-2 s while eight others
+        # About one per evaluation under way: a child taken now replaces itself at the back of the queue,
+        # and with fewer that replacement was taken again before its CUDA init (1-2 s while eight others
         # compile) had finished. On the H100 that wait was 1.0 s of the 1.6 s latency overhead.
         self.warm_children = warm_children if warm_children is not None else (
-            2 * (self.parallel_compiles + 1) if self.settings.device == "cuda" else 1)
+            self.in_flight + 1 if self.settings.device == "cuda" else 1)
         self.static_checks = static_checks
         self.worker_args = list(worker_args)
         self._pool: WorkerPool | None = None
@@ -83,7 +90,7 @@ class Evaluator:
             if self._pool is None:
                 self._pool = WorkerPool(
                     self.settings.device, self.num_workers, parallel_compiles=self.parallel_compiles,
-                    warm_children=self.warm_children, worker_args=self.worker_args,
+                    warm_children=self.warm_children, in_flight=self.in_flight, worker_args=self.worker_args,
                 )
             return self._pool
 

@@ -195,13 +195,16 @@ class WorkerPool:
         *,
         parallel_compiles: int = 2,
         warm_children: int = 1,
+        in_flight: int | None = None,
         worker_args: list[str] | None = None,
         max_restarts: int = 5,
         watchdog_slack_s: float = 120.0,
     ) -> None:
         self.device = device
         self.num_workers = num_workers or _default_worker_count(device)
-        self.worker_args = ["--parallel", str(parallel_compiles), "--warm-children", str(warm_children), *(worker_args or [])]
+        in_flight = in_flight or parallel_compiles + 1
+        self.worker_args = ["--parallel", str(parallel_compiles), "--warm-children", str(warm_children),
+                            "--in-flight", str(in_flight), *(worker_args or [])]
         self.max_restarts = max_restarts
         self.watchdog_slack_s = watchdog_slack_s
         self.closed = False
@@ -216,7 +219,7 @@ class WorkerPool:
                 visible = os.environ.get("CUDA_VISIBLE_DEVICES")
                 devices = visible.split(",") if visible else [str(i) for i in range(self.num_workers)]
                 overrides["CUDA_VISIBLE_DEVICES"] = devices[index % len(devices)]
-            slot = _Slot(self, index, scrubbed_env(**overrides), threading.Semaphore(parallel_compiles + 1))
+            slot = _Slot(self, index, scrubbed_env(**overrides), threading.Semaphore(in_flight))
             slot.start()
             self.slots.append(slot)
         self._threads = [threading.Thread(target=s.dispatch_loop, daemon=True, name=f"kbrl-eval-dispatch-{s.index}")

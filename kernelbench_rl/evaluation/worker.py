@@ -56,7 +56,8 @@ CHILD_SLACK_BYTES = 256 << 20  # weights, workspaces and allocator rounding beyo
 @dataclass
 class WorkerConfig:
     device: str = "cpu"
-    parallel: int = 2  # children compiling/loading at once
+    parallel: int = 2  # children compiling/loading/warming up at once (CPU-bound work)
+    in_flight: int = 0  # evaluations under way at once, queued for the device included (0: parallel + 1)
     warm_children: int = 1
     drop_uid: bool = True
     landlock: bool = True
@@ -226,6 +227,18 @@ def ran_out_of_device_memory(result: EvalResult) -> bool:
             and any(marker in result.error_message for marker in _DEVICE_OOM_MARKERS))
 
 
+class _Held:
+    """A held slot, released once by the first close() (several exits of one evaluation may reach it)."""
+
+    def __init__(self, release: Any) -> None:
+        self._release: Any = release
+
+    def close(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
 class Fault(Exception):
     """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
 
@@ -238,12 +251,17 @@ class Fault(Exception):
 class Worker:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
+        self.in_flight = config.in_flight or config.parallel + 1
         self.device = "cuda" if config.device == "cuda" else "cpu"
         self.root = tempfile.mkdtemp(prefix="kbrl-eval-")
         os.chmod(self.root, 0o711)
         self.cache_root = os.path.join(self.root, ".build-cache")
         os.makedirs(self.cache_root, mode=0o700, exist_ok=True)
         self.gpu_lock = threading.Lock()
+        # More evaluations may be under way than compile at once: one waiting for the device holds no
+        # compile slot, so the CPU keeps compiling and a hang starts its timeout early instead of after
+        # everything submitted before it.
+        self.compile_slots = threading.Semaphore(max(1, config.parallel))
         self.rng_lock = threading.RLock()
         self.problems: dict[str, ProblemState] = {}
         self.problems_lock = threading.Lock()
@@ -292,7 +310,7 @@ class Worker:
         self.memory: MemoryBudget | None = None
         if self.device == "cuda":
             free, _total = torch.cuda.mem_get_info()
-            contexts = (config.parallel + config.warm_children + 1) * CONTEXT_BYTES
+            contexts = (self.in_flight + config.warm_children) * CONTEXT_BYTES
             self.memory = MemoryBudget(max(1 << 30, int(0.85 * free) - config.ref_cache_bytes - contexts))
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
         for _ in range(max(0, config.warm_children)):
@@ -508,6 +526,7 @@ class Worker:
         )
         baseline_out: dict | None = None
         child: Child | None = None
+        compiling: _Held | None = None
         workdir = ""
         if received_at is not None:
             result.phase_seconds["queue"] = max(0.0, t_start - received_at)  # waiting for a worker thread
@@ -542,6 +561,9 @@ class Worker:
             job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
             build_key = self._restore_build(workdir, source, settings)
             job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
+            t = time.perf_counter()
+            compiling = self._compile_slot()
+            result.phase_seconds["compile_wait"] = time.perf_counter() - t
             wire.send_json(child.conn, job)
             t = time.perf_counter()
             started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
@@ -553,6 +575,7 @@ class Worker:
             if build_key:
                 result.versions["build_cache"] = self._save_build(workdir, build_key)
             if loaded["event"] == "nvcc":
+                compiling.close()
                 self._nvcc_verdict(result, loaded)
                 return result, None
             result.compiled = True
@@ -573,6 +596,7 @@ class Worker:
                     wire.send_json(child.conn, {"cmd": "warm", "seed": secrets.randbits(31)})
                     self._expect(child, {"warmed"}, remaining, "warming up (first forward)")
                 result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
+            compiling.close()
             t = time.perf_counter()
             # Correctness poisons twice the outputs' size and timing keeps a few trials' outputs: 4 copies.
             with self._device_section(), self._memory_for(state, copies=4):
@@ -601,6 +625,8 @@ class Worker:
             result.error_message = f"worker error: {type(exc).__name__}: {first_line}"[:300]
             traceback.print_exc(file=sys.stderr)
         finally:
+            if compiling is not None:
+                compiling.close()
             t = time.perf_counter()
             if child is not None:
                 child.signal_kill()
@@ -698,6 +724,10 @@ class Worker:
         if self.memory is None:
             return contextlib.nullcontext()
         return self.memory.hold(copies * (state.input_bytes + state.output_bytes) + CHILD_SLACK_BYTES)
+
+    def _compile_slot(self) -> _Held:
+        self.compile_slots.acquire()
+        return _Held(self.compile_slots.release)
 
     def _device_section(self) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
@@ -1105,6 +1135,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--warm-children", type=int, default=1)
+    parser.add_argument("--in-flight", type=int, default=0,
+                        help="evaluations under way at once, those queued for the device included (0: parallel + 1)")
     parser.add_argument("--no-drop-uid", action="store_true")
     parser.add_argument("--no-landlock", action="store_true")
     parser.add_argument("--prewarm", choices=["auto", "on", "off"], default="auto",
@@ -1150,6 +1182,7 @@ def main(argv: list[str] | None = None) -> None:
 
     config = WorkerConfig(
         device=args.device, parallel=max(1, args.parallel), warm_children=max(0, args.warm_children),
+        in_flight=max(0, args.in_flight),
         drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, transport=args.transport,
         prewarm=args.prewarm == "on" or (args.prewarm == "auto" and args.device == "cuda"),
         same_uid=same_uid,
@@ -1167,7 +1200,7 @@ def main(argv: list[str] | None = None) -> None:
     emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "versions": worker.versions,
           "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
           "same_uid_probe": same_uid_note[:200]})
-    pool = ThreadPoolExecutor(max_workers=config.parallel + 1)
+    pool = ThreadPoolExecutor(max_workers=worker.in_flight)
     try:
         for line in sys.stdin:
             line = line.strip()
