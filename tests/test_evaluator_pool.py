@@ -152,6 +152,35 @@ def test_memory_budget_bounds_what_children_hold_and_serves_in_order():
     assert budget.used == 0
 
 
+def test_device_queue_serves_in_arrival_order_but_problem_sizing_first():
+    from kernelbench_rl.evaluation.worker import DeviceQueue
+
+    device = DeviceQueue()
+    order: list[str] = []
+    release_first = threading.Event()
+
+    def job(name: str, priority: int) -> None:
+        with device.hold(priority):
+            order.append(name)
+            if name == "timing-1":
+                release_first.wait(10)
+
+    threads = [threading.Thread(target=job, args=("timing-1", DeviceQueue.NORMAL))]
+    threads[0].start()
+    _until(lambda: order == ["timing-1"])
+    queued = (("timing-2", DeviceQueue.NORMAL), ("timing-3", DeviceQueue.NORMAL), ("sizing", DeviceQueue.URGENT),
+              ("timing-4", DeviceQueue.NORMAL))
+    for waiting, (name, priority) in enumerate(queued, start=1):
+        threads.append(threading.Thread(target=job, args=(name, priority)))
+        threads[-1].start()
+        _until(lambda: len(device._waiting) == waiting)
+    assert order == ["timing-1"]  # exclusive
+    release_first.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["timing-1", "sizing", "timing-2", "timing-3", "timing-4"]
+
+
 def test_an_evaluation_that_must_run_alone_waits_for_the_others_and_holds_back_new_ones():
     from kernelbench_rl.evaluation.worker import SharedOrAlone
 

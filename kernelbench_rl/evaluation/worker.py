@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -168,6 +169,38 @@ class MemoryBudget:
                 self._cond.notify_all()
 
 
+class DeviceQueue:
+    """The exclusive device section: first come, first served, except that sizing a new problem (one
+    reference forward) goes before every candidate waiting.
+
+    Sizing gates a whole problem's evaluations before they even take a child; behind a queue of
+    candidates' timing it cost the problems that came late up to 9 s each on the H200, and a hang
+    among them started its timeout that much later."""
+
+    URGENT, NORMAL = 0, 1
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._held = False
+        self._waiting: list[tuple[int, int]] = []  # (priority, arrival), smallest served first
+        self._arrivals = itertools.count()
+
+    @contextlib.contextmanager
+    def hold(self, priority: int = NORMAL):
+        ticket = (priority, next(self._arrivals))
+        with self._cond:
+            self._waiting.append(ticket)
+            self._cond.wait_for(lambda: not self._held and min(self._waiting) == ticket)
+            self._waiting.remove(ticket)
+            self._held = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held = False
+                self._cond.notify_all()
+
+
 class SharedOrAlone:
     """Evaluations share the device; one that ran out of device memory beside others runs again alone.
 
@@ -257,7 +290,7 @@ class Worker:
         os.chmod(self.root, 0o711)
         self.cache_root = os.path.join(self.root, ".build-cache")
         os.makedirs(self.cache_root, mode=0o700, exist_ok=True)
-        self.gpu_lock = threading.Lock()
+        self.device_queue = DeviceQueue()
         # More evaluations may be under way than compile at once: one waiting for the device holds no
         # compile slot, so the CPU keeps compiling and a hang starts its timeout early instead of after
         # everything submitted before it.
@@ -539,7 +572,7 @@ class Worker:
                 # lack are computed at comparison time.
                 with state.sizing:
                     if state.output_bytes == 0:
-                        with self._device_section():
+                        with self._device_section(DeviceQueue.URGENT):
                             result.phase_seconds["reference_wait"] = time.perf_counter() - t
                             with state.lock:
                                 self.reference_outputs(state, settings.precision, state.seed_pool[0])
@@ -729,10 +762,10 @@ class Worker:
         self.compile_slots.acquire()
         return _Held(self.compile_slots.release)
 
-    def _device_section(self) -> contextlib.AbstractContextManager:
+    def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
         # anyway, so children run concurrently.
-        return self.gpu_lock if self.device == "cuda" else contextlib.nullcontext()
+        return self.device_queue.hold(priority) if self.device == "cuda" else contextlib.nullcontext()
 
     def _run_on_device(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                        deadline: float, payload: dict[str, Any]) -> dict | None:
