@@ -260,18 +260,6 @@ def ran_out_of_device_memory(result: EvalResult) -> bool:
             and any(marker in result.error_message for marker in _DEVICE_OOM_MARKERS))
 
 
-class _Held:
-    """A held slot, released once by the first close() (several exits of one evaluation may reach it)."""
-
-    def __init__(self, release: Any) -> None:
-        self._release: Any = release
-
-    def close(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
-
-
 class Fault(Exception):
     """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
 
@@ -559,7 +547,7 @@ class Worker:
         )
         baseline_out: dict | None = None
         child: Child | None = None
-        compiling: _Held | None = None
+        compiling = contextlib.ExitStack()  # the compile slot, released after warm-up (closing twice is a no-op)
         workdir = ""
         if received_at is not None:
             result.phase_seconds["queue"] = max(0.0, t_start - received_at)  # waiting for a worker thread
@@ -595,7 +583,7 @@ class Worker:
             build_key = self._restore_build(workdir, source, settings)
             job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
             t = time.perf_counter()
-            compiling = self._compile_slot()
+            compiling.enter_context(self.compile_slots)
             result.phase_seconds["compile_wait"] = time.perf_counter() - t
             wire.send_json(child.conn, job)
             t = time.perf_counter()
@@ -608,7 +596,6 @@ class Worker:
             if build_key:
                 result.versions["build_cache"] = self._save_build(workdir, build_key)
             if loaded["event"] == "nvcc":
-                compiling.close()
                 self._nvcc_verdict(result, loaded)
                 return result, None
             result.compiled = True
@@ -658,8 +645,7 @@ class Worker:
             result.error_message = f"worker error: {type(exc).__name__}: {first_line}"[:300]
             traceback.print_exc(file=sys.stderr)
         finally:
-            if compiling is not None:
-                compiling.close()
+            compiling.close()
             t = time.perf_counter()
             if child is not None:
                 child.signal_kill()
@@ -757,10 +743,6 @@ class Worker:
         if self.memory is None:
             return contextlib.nullcontext()
         return self.memory.hold(copies * (state.input_bytes + state.output_bytes) + CHILD_SLACK_BYTES)
-
-    def _compile_slot(self) -> _Held:
-        self.compile_slots.acquire()
-        return _Held(self.compile_slots.release)
 
     def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
