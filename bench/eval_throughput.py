@@ -570,6 +570,12 @@ def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: Harne
             "latency_overhead_steady_median_s": round(statistics.median(v["latency_overhead_steady_s"] for v in ours.verdicts), 3),
             "latency_overhead_steady_max_s": round(max(v["latency_overhead_steady_s"] for v in ours.verdicts), 3),
             "serial_overhead_mean_s": _mean_or_none([v["serial_overhead_s"] for v in ours.verdicts]),
+            # What sets the wall: the device's busy time, and when the last hang started waiting out its timeout.
+            "device_busy_s": round(sum(v["phase_seconds"].get("device_section", 0.0) for v in ours.verdicts), 2),
+            "non_hangs_done_at_s": max((v["finished_at_s"] for v in ours.verdicts if v["category"] != "timeout"),
+                                       default=None),
+            "last_hang_started_at_s": max((round(v["finished_at_s"] - v["phase_seconds"].get("worker_total", 0.0), 2)
+                                           for v in ours.verdicts if v["category"] == "timeout"), default=None),
             "parallel_compiles": getattr(args, "parallel_effective", None),
             "in_flight": getattr(args, "in_flight_effective", None),
             "mean_phase_seconds": {p: round(statistics.mean(v["phase_seconds"].get(p, 0.0) for v in ours.verdicts), 3)
@@ -638,6 +644,8 @@ def print_table(summary: dict[str, Any]) -> None:
         print(f"ours: latency overhead without queueing for the device (worker_total - floor - device/memory/reference "
               f"waits) mean {o['latency_overhead_unqueued_mean_s']:.3f} s, median {o['latency_overhead_unqueued_median_s']:.3f} s; "
               f"exclusive device time beyond the GPU work, mean {o['serial_overhead_mean_s']} s/cand")
+        print(f"ours: device busy {o['device_busy_s']} s of the wall; candidates that do not hang all done at "
+              f"{o['non_hangs_done_at_s']} s; the last hang started at {o['last_hang_started_at_s']} s")
         print(f"ours: steady-state latency overhead (also without the once-per-problem reference sizing and baselines) "
               f"mean {o['latency_overhead_steady_mean_s']:.3f} s, median {o['latency_overhead_steady_median_s']:.3f} s, "
               f"max {o['latency_overhead_steady_max_s']:.3f} s")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from eval_throughput import FULL_MIX, Candidate, HarnessRun, build_mix, estimate_naive_full, naive_sample  # noqa: E402
 
 from kernelbench_rl.evaluation import sandbox  # noqa: E402
+from proc_tree import still_alive_after  # noqa: E402
 
 
 def _run_python(code: str) -> str:
@@ -105,19 +105,7 @@ def test_die_with_parent_without_a_pid_follows_the_current_parent(tmp_path: Path
             os._exit(0)
         os.wait()
     """)
-    grandchild = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(grandchild):
-        time.sleep(0.1)
-    assert not _alive(grandchild)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not still_alive_after({int(pid_file.read_text())}, 10)
 
 
 def _cands() -> list[Candidate]:

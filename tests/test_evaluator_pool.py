@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from proc_tree import descendants, still_alive_after
+
 from kernelbench_rl.evaluation.api import Evaluator
 from kernelbench_rl.evaluation.pool import WorkerPool
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
@@ -290,22 +292,6 @@ time.sleep(600)
 '''
 
 
-def _descendants(pid: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
 def test_when_the_orchestrator_dies_its_worker_kills_a_running_candidate_at_once():
     """A hung (or memory-hoarding) candidate must not outlive the process that wanted its result."""
     import subprocess
@@ -316,32 +302,21 @@ def test_when_the_orchestrator_dies_its_worker_kills_a_running_candidate_at_once
     try:
         worker_pid = int(orchestrator.stdout.readline())
         _wait_for_a_running_child(worker_pid)
-        family = _descendants(worker_pid) | {worker_pid}
+        family = descendants(worker_pid) | {worker_pid}
         assert len(family) >= 3
     finally:
         orchestrator.kill()
         orchestrator.wait()
-    deadline = time.monotonic() + 30  # far below the candidate's 300 s timeout
-    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") and _alive(pid) for pid in family):
-        time.sleep(0.5)
-    assert not [pid for pid in family if os.path.exists(f"/proc/{pid}") and _alive(pid)]
+    assert not still_alive_after(family, 30)  # far below the candidate's 300 s timeout
 
 
 def _wait_for_a_running_child(worker_pid: int) -> None:
     """Until the worker has its forkserver, a pre-started child and the job's child, and a little more
     (the job's child is then asleep inside forward)."""
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(_descendants(worker_pid)) < 3:
+    while time.monotonic() < deadline and len(descendants(worker_pid)) < 3:
         time.sleep(0.5)
     time.sleep(3)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_running_candidate_dies_with_its_killed_worker():
@@ -355,13 +330,10 @@ def test_a_running_candidate_dies_with_its_killed_worker():
         worker_pid = ev.pool.worker_pids[0]
         threading.Thread(target=lambda: ev.evaluate([EvalRequest("L1/19", hang, settings)]), daemon=True).start()
         _wait_for_a_running_child(worker_pid)
-        family = _descendants(worker_pid)
+        family = descendants(worker_pid)
         assert len(family) >= 2
         os.kill(worker_pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(_alive(pid) for pid in family):
-            time.sleep(0.5)
-        assert not [pid for pid in family if _alive(pid)]
+        assert not still_alive_after(family, 30)
     finally:
         ev.close()
 
@@ -376,11 +348,8 @@ def test_closing_the_evaluator_mid_hang_leaves_no_candidate_behind():
     thread = threading.Thread(target=lambda: box.update(r=ev.evaluate([EvalRequest("L1/19", hang, settings)])), daemon=True)
     thread.start()
     _wait_for_a_running_child(worker_pid)
-    family = _descendants(worker_pid) | {worker_pid}
+    family = descendants(worker_pid) | {worker_pid}
     ev.close()
     thread.join(30)
     assert box["r"][0].error_category == ErrorCategory.INFRA  # abandoned, never a kernel verdict
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_alive(pid) for pid in family):
-        time.sleep(0.5)
-    assert not [pid for pid in family if _alive(pid)]
+    assert not still_alive_after(family, 30)
