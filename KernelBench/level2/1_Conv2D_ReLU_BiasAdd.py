@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Conv2d, ReLU, then add a learned per-channel bias."""
+    """Conv2d, ReLU, then add a learned bias of shape (out_channels, 1, 1)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, bias_shape: tuple):
         super().__init__()
@@ -16,21 +16,22 @@ class Model(nn.Module):
         return x + self.bias
 
 
-batch_size = 64
-in_channels = 32
-out_channels = 64
-height = 256
-width = 256
+batch_size = 128
+in_channels = 64
+out_channels = 128
+height = 128
+width = 128
 kernel_size = 3
+bias_shape = (out_channels, 1, 1)
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 2, "in_channels": 3, "out_channels": 6, "height": 10, "width": 11}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_channels, height, width)
+    x = torch.rand(batch_size, in_channels, height, width)
     return [x]
 
 
 def get_init_inputs():
-    return [in_channels, out_channels, kernel_size, (out_channels, 1, 1)]
+    return [in_channels, out_channels, kernel_size, bias_shape]

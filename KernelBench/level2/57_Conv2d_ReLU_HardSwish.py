@@ -15,11 +15,11 @@ class Model(nn.Module):
         return x * torch.clamp((x + 3) / 6, 0, 1)
 
 
-batch_size = 64
-in_channels = 32
+batch_size = 128
+in_channels = 8
 out_channels = 64
-height = 256
-width = 256
+height = 128
+width = 128
 kernel_size = 3
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
@@ -27,7 +27,7 @@ KBRL_SMALL_SIZES = {"batch_size": 2, "in_channels": 3, "out_channels": 6, "heigh
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_channels, height, width)
+    x = torch.rand(batch_size, in_channels, height, width)
     return [x]
 
 

@@ -16,9 +16,9 @@ class Model(nn.Module):
         return x / self.divisor
 
 
-batch_size = 8192
-in_features = 4096
-out_features = 4096
+batch_size = 1024
+in_features = 8192
+out_features = 8192
 divisor = 2.0
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
@@ -26,7 +26,7 @@ KBRL_SMALL_SIZES = {"batch_size": 12, "in_features": 40, "out_features": 24}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_features)
+    x = torch.rand(batch_size, in_features)
     return [x]
 
 

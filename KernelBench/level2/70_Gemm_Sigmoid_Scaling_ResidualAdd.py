@@ -3,11 +3,11 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Linear, then sigmoid(x) * scaling_factor added to the Linear output."""
+    """Linear (input_size -> hidden_size), then sigmoid(x) * scaling_factor added to the Linear output."""
 
-    def __init__(self, in_features: int, out_features: int, scaling_factor: float):
+    def __init__(self, input_size: int, hidden_size: int, scaling_factor: float):
         super().__init__()
-        self.gemm = nn.Linear(in_features, out_features)
+        self.gemm = nn.Linear(input_size, hidden_size)
         self.scaling_factor = scaling_factor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -18,19 +18,19 @@ class Model(nn.Module):
         return x + original_x
 
 
-batch_size = 8192
-in_features = 4096
-out_features = 4096
+batch_size = 1024
+input_size = 8192
+hidden_size = 8192
 scaling_factor = 2.0
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
-KBRL_SMALL_SIZES = {"batch_size": 12, "in_features": 40, "out_features": 24}
+KBRL_SMALL_SIZES = {"batch_size": 12, "input_size": 40, "hidden_size": 24}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_features)
+    x = torch.rand(batch_size, input_size)
     return [x]
 
 
 def get_init_inputs():
-    return [in_features, out_features, scaling_factor]
+    return [input_size, hidden_size, scaling_factor]

@@ -16,20 +16,20 @@ class Model(nn.Module):
         return torch.nn.functional.leaky_relu(x, negative_slope=0.01)
 
 
-batch_size = 64
-in_channels = 32
+batch_size = 128
+in_channels = 8
 out_channels = 64
-height = 256
-width = 256
+height = 128
+width = 128
 kernel_size = 3
-divisor = 2.0
+divisor = 2
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 2, "in_channels": 3, "out_channels": 6, "height": 10, "width": 11}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_channels, height, width)
+    x = torch.rand(batch_size, in_channels, height, width)
     return [x]
 
 

@@ -3,11 +3,11 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Linear, divide by a constant, exact GELU."""
+    """Linear (input_size -> output_size), divide by a constant, exact GELU."""
 
-    def __init__(self, in_features: int, out_features: int, divisor: float):
+    def __init__(self, input_size: int, output_size: int, divisor: float):
         super().__init__()
-        self.linear = nn.Linear(in_features, out_features)
+        self.linear = nn.Linear(input_size, output_size)
         self.divisor = divisor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -16,19 +16,19 @@ class Model(nn.Module):
         return torch.nn.functional.gelu(x)
 
 
-batch_size = 8192
-in_features = 4096
-out_features = 4096
-divisor = 2.0
+batch_size = 1024
+input_size = 8192
+output_size = 8192
+divisor = 10.0
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
-KBRL_SMALL_SIZES = {"batch_size": 12, "in_features": 40, "out_features": 24}
+KBRL_SMALL_SIZES = {"batch_size": 12, "input_size": 40, "output_size": 24}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_features)
+    x = torch.rand(batch_size, input_size)
     return [x]
 
 
 def get_init_inputs():
-    return [in_features, out_features, divisor]
+    return [input_size, output_size, divisor]

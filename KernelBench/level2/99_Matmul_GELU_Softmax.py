@@ -12,19 +12,19 @@ class Model(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.linear(x)
         x = torch.nn.functional.gelu(x)
-        return torch.softmax(x, dim=1)
+        return torch.nn.functional.softmax(x, dim=1)
 
 
-batch_size = 16384
-in_features = 4096
-out_features = 1024
+batch_size = 1024
+in_features = 8192
+out_features = 8192
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 12, "in_features": 40, "out_features": 24}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_features)
+    x = torch.rand(batch_size, in_features)
     return [x]
 
 

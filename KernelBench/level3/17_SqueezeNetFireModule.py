@@ -21,25 +21,26 @@ class Model(nn.Module):
         )
 
 
-batch_size = 32
-in_channels = 128
-squeeze_channels = 32
-expand1x1_channels = 128
-expand3x3_channels = 128
-height = 128
-width = 128
+batch_size = 128
+num_input_features = 3
+num_output_features = 64  # unused by the module; KernelBench's file declares it too
+height = 256
+width = 256
+squeeze_channels = 6
+expand1x1_channels = 64
+expand3x3_channels = 64
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {
-    "batch_size": 2, "in_channels": 8, "squeeze_channels": 4, "expand1x1_channels": 6,
-    "expand3x3_channels": 6, "height": 9, "width": 10,
+    "batch_size": 2, "squeeze_channels": 4, "expand1x1_channels": 6, "expand3x3_channels": 6,
+    "height": 9, "width": 10,
 }
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_channels, height, width)
+    x = torch.rand(batch_size, num_input_features, height, width)
     return [x]
 
 
 def get_init_inputs():
-    return [in_channels, squeeze_channels, expand1x1_channels, expand3x3_channels]
+    return [num_input_features, squeeze_channels, expand1x1_channels, expand3x3_channels]

@@ -20,17 +20,17 @@ class Model(nn.Module):
         return self.network(x)
 
 
-batch_size = 4096
-input_size = 4096
-layer_sizes = [4096, 2048]
-output_size = 1024
+batch_size = 128
+input_size = 16384
+layer_sizes = [16384, 16384]
+output_size = 8192
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 8, "input_size": 64, "layer_sizes": [48, 32], "output_size": 10}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, input_size)
+    x = torch.rand(batch_size, input_size)
     return [x]
 
 

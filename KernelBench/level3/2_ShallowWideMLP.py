@@ -20,17 +20,17 @@ class Model(nn.Module):
         return self.network(x)
 
 
-batch_size = 1024
-input_size = 1024
-hidden_layer_sizes = [8192, 8192]
-output_size = 1024
+batch_size = 128
+input_size = 16384
+hidden_layer_sizes = [32768, 32768]
+output_size = 16384
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 4, "input_size": 32, "hidden_layer_sizes": [96, 96], "output_size": 16}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, input_size)
+    x = torch.rand(batch_size, input_size)
     return [x]
 
 

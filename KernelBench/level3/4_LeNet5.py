@@ -17,22 +17,22 @@ class Model(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.max_pool2d(F.relu(self.conv1(x)), kernel_size=2, stride=2)
         x = F.max_pool2d(F.relu(self.conv2(x)), kernel_size=2, stride=2)
-        x = x.view(x.size(0), -1)
+        x = x.view(-1, 16 * 5 * 5)
         x = F.relu(self.fc1(x))
         x = F.relu(self.fc2(x))
         return self.fc3(x)
 
 
 # The image size is fixed at 32x32 by the architecture (fc1 expects 16 * 5 * 5 features).
-batch_size = 16384
-num_classes = 10
+batch_size = 4096
+num_classes = 20
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 2}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, 1, 32, 32)
+    x = torch.rand(batch_size, 1, 32, 32)
     return [x]
 
 

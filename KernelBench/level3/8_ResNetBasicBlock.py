@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """A ResNet basic block with a strided 1x1 projection shortcut (BatchNorm in training mode)."""
+    """A ResNet basic block with a 1x1 projection shortcut (BatchNorm in training mode)."""
 
     expansion = 1
 
@@ -18,27 +18,29 @@ class Model(nn.Module):
             nn.Conv2d(in_channels, out_channels * self.expansion, kernel_size=1, stride=stride, bias=False),
             nn.BatchNorm2d(out_channels * self.expansion),
         )
+        self.stride = stride
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        out = out + identity
+        out = out + self.downsample(x)
         return self.relu(out)
 
 
-batch_size = 32
-in_channels = 32
+in_channels = 3
 out_channels = 64
-stride = 2
-size = 224
+stride = 1
+batch_size = 10
+num_classes = 1000  # unused by the block; KernelBench's file declares it too
+height = 224
+width = 224
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
-KBRL_SMALL_SIZES = {"batch_size": 2, "in_channels": 4, "out_channels": 8, "size": 12}
+KBRL_SMALL_SIZES = {"batch_size": 2, "out_channels": 8, "height": 12, "width": 12}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_channels, size, size)
+    x = torch.rand(batch_size, in_channels, height, width)
     return [x]
 
 

@@ -3,7 +3,12 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Linear, subtract a constant, multiply by a constant, ReLU."""
+    """Linear, subtract a constant, multiply by a constant, ReLU.
+
+    Not a KernelBench problem (KernelBench's level 2 stops at 100). KernelBench's L2/9 has this
+    structure, but subtracts 2.0 from a Linear output of standard deviation ~0.3, so its ReLU
+    output is all zeros and an empty kernel would pass; this variant subtracts 0.25.
+    """
 
     def __init__(self, in_features: int, out_features: int, subtract_value: float, multiply_value: float):
         super().__init__()
