@@ -5,7 +5,12 @@ A problem fails the audit when its reference is not deterministic under a seed, 
 all-zeros or constant tensor would pass the fp32 tolerance (a published reward hack: KernelBench's
 L1/23 and L1/37 accept zeros), when dropout is active in training mode (KernelBench's L2/66
 fails against itself), when integer inputs are cast to float, or when its real-size inputs
-would need more than ~4 GB.
+would need more than 16 GiB.
+
+The size rule catches an absurd problem (a typo that multiplies a size by 1000 would need terabytes
+and fail on any GPU), not a large one: the bundled problems use KernelBench's own real sizes, and
+those go up to exactly 16 GiB of inputs (L1/45, average pooling over 16 x 64 x 2048 x 2048 fp32;
+L1/19-L1/32 take 6 GiB each), which fits with the output in an 80 GB H100.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from kernelbench_rl.problems import Problem, load_problems
 from kernelbench_rl.problems.model import declared_small_sizes
 
 ATOL = RTOL = 1e-4  # KernelBench's fp32 tolerance
-MAX_REAL_INPUT_BYTES = 4 * 2**30
+MAX_REAL_INPUT_BYTES = 16 * 2**30  # inclusive: KernelBench's largest level-1 inputs are exactly this
 # A kernel that writes zeros would be "right" on every element whose magnitude is below the
 # tolerance; at least this share of the output must be above it.
 MIN_SHARE_ABOVE_TOL = 0.05
@@ -277,5 +282,6 @@ def test_audit_catches_integer_inputs_cast_to_float():
 
 
 def test_audit_catches_oversized_real_inputs():
-    findings = audit_problem(_inline_problem("x + 1.0", inputs="torch.randn(batch_size, dim, 128)")).findings
+    # 4096 x 4096 x 1024 fp32 is 64 GiB: four times KernelBench's largest problem.
+    findings = audit_problem(_inline_problem("x + 1.0", inputs="torch.randn(batch_size, dim, 1024)")).findings
     assert any("real-size inputs need" in f for f in findings), findings
