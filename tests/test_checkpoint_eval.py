@@ -29,7 +29,7 @@ from kernelbench_rl.training.checkpoint_eval import (
     BASE, CheckpointReport, evaluate_checkpoint, markdown_table, speedup_plot,
 )
 
-PROBLEM_FILES = {"L1/19": "level1/19_ReLU.py", "L2/9": "level2/9_Matmul_Subtract_Multiply_ReLU.py"}
+PROBLEM_FILES = {"L1/19": "level1/19_ReLU.py", "L2/102": "level2/102_Matmul_Subtract_Multiply_ReLU.py"}
 RUN_ID = "ckpt-eval"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -55,7 +55,7 @@ SCRIPT: dict[str, list[dict]] = {
         dict(compiled=True, correct=False),
         dict(format_ok=False),
     ],
-    "L2/9": [
+    "L2/102": [
         dict(compiled=True, correct=True, speedup=1.2),
         # a detected hack counts as incorrect, whatever its timing says
         dict(compiled=True, correct=True, speedup=5.0, flags=(Flag.HACK.value,)),
@@ -113,7 +113,7 @@ def scripted_report(trained: TrainConfig) -> tuple[CheckpointReport, ScriptedEva
 
 
 def _expected(level: int | None) -> dict:
-    """Hand-computed from SCRIPT. Correct per problem (of 4): L1/19 2; L2/9 1 (the hack and the
+    """Hand-computed from SCRIPT. Correct per problem (of 4): L1/19 2; L2/102 1 (the hack and the
     unverified 50x do not count). pass@2 with n=4: c=2 -> 1 - C(2,2)/C(4,2) = 5/6; c=1 -> 1 - C(3,2)/C(4,2) = 1/2."""
     best = {1: 2.0, 2: 1.2}  # best counted speedup per problem
     counted = {1: [2.0, 0.5], 2: [1.2]}  # correct samples with a counted speedup
@@ -145,7 +145,7 @@ def _assert_metrics(actual: dict, expected: dict) -> None:
 
 def test_scripted_verdicts_give_hand_computed_metrics(scripted_report) -> None:
     report, judge = scripted_report
-    assert judge.calls == {"L1/19": 4, "L2/9": 4}
+    assert judge.calls == {"L1/19": 4, "L2/102": 4}
     assert report.label == BASE and len(report.outcomes) == 8
     # spot-check the hand computation itself
     assert _expected(None)["fast_p"] == {"fast_0": 1.0, "fast_0.5": 1.0, "fast_0.8": 1.0, "fast_1": 1.0,
@@ -270,9 +270,9 @@ def test_retrieved_examples_reach_the_evaluation_prompts(trained: TrainConfig, t
     service = RecordingService(make_service_client(PolicyConfig(backend="local", base_model="local:tiny", seed=0)))
     evaluate_checkpoint(cfg, checkpoint=BASE, samples_per_problem=1, split="all", evaluate_fn=ScriptedEvaluator(),
                         retrieve=retrieve, service_client=service, store=Store(tmp_path / "own.duckdb"))
-    assert sorted(asked) == [("L1/19", 1), ("L2/9", 1)]
+    assert sorted(asked) == [("L1/19", 1), ("L2/102", 1)]
     assert len(service.prompts) == 2
-    for problem_id in ("L1/19", "L2/9"):
+    for problem_id in ("L1/19", "L2/102"):
         marker = f"retrieved_for_{problem_id.replace('/', '_')}"
         assert sum(marker in p for p in service.prompts) == 1, marker
 

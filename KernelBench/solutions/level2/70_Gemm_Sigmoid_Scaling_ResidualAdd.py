@@ -36,10 +36,10 @@ def linear_epilogue_kernel(
 
 
 class ModelNew(nn.Module):
-    def __init__(self, in_features: int, out_features: int, scaling_factor: float):
+    def __init__(self, input_size: int, hidden_size: int, scaling_factor: float):
         super().__init__()
         # Parameters are created in Model's order so the seeded init gives the same values.
-        self.gemm = nn.Linear(in_features, out_features)
+        self.gemm = nn.Linear(input_size, hidden_size)
         self.scaling_factor = scaling_factor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -37,10 +37,10 @@ def linear_epilogue_kernel(
 
 
 class ModelNew(nn.Module):
-    def __init__(self, in_features: int, out_features: int, divisor: float):
+    def __init__(self, input_size: int, output_size: int, divisor: float):
         super().__init__()
         # Parameters are created in Model's order so the seeded init gives the same values.
-        self.linear = nn.Linear(in_features, out_features)
+        self.linear = nn.Linear(input_size, output_size)
         self.divisor = divisor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
