@@ -369,22 +369,48 @@ def test_candidate_cannot_read_the_orchestrators_environment(evaluator):
     assert "uid=nobody" in result.versions["sandbox"] or "+reads" in result.versions["sandbox"]
 
 
-def test_worker_references_are_exact_fp32_without_tf32():
+def test_numerics_are_exact_fp32_and_deterministic():
     """cuDNN's default TF32 made the reference conv ~1e-3 off on an H100 and failed an exact kernel."""
     import torch
 
-    from kernelbench_rl.evaluation.worker import use_exact_fp32_reference
+    from kernelbench_rl.evaluation import numerics
 
-    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision(),
+             torch.backends.cudnn.deterministic, torch.are_deterministic_algorithms_enabled())
     try:
         torch.backends.cudnn.allow_tf32 = True
-        use_exact_fp32_reference()
+        before = numerics.snapshot()
+        numerics.apply()
         assert torch.backends.cudnn.allow_tf32 is False
         assert torch.backends.cuda.matmul.allow_tf32 is False
         assert torch.get_float32_matmul_precision() == "highest"
+        assert torch.backends.cudnn.deterministic is True
+        assert torch.are_deterministic_algorithms_enabled()
+        assert "cudnn.allow_tf32" in numerics.changed(before)
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved[:2]
         torch.set_float32_matmul_precision(saved[2])
+        torch.backends.cudnn.deterministic = saved[3]
+        torch.use_deterministic_algorithms(saved[4])
+
+
+def test_reference_and_candidate_run_under_one_numerics_setting(evaluator):
+    """The worker records its settings; the child reports its own, and a difference would be infra."""
+    result = run(evaluator, CORRECT)
+    assert result.correct, result.error_message
+    recorded = result.versions["numerics"]
+    assert "cudnn.allow_tf32=False" in recorded and "cuda.matmul.allow_tf32=False" in recorded
+    assert "deterministic_algorithms=True" in recorded
+
+
+def test_a_kernel_that_turns_tf32_back_on_is_caught_at_runtime(evaluator):
+    """Speed bought with precision: the child reports the change and the verdict is a hack."""
+    body = "torch.backends.cudnn.allow_tf32 = True\nreturn relu_into(x, torch.empty_like(x))"
+    result = run(evaluator, candidate(body))
+    assert not result.correct
+    assert result.error_category == ErrorCategory.RUNTIME
+    assert "numerics" in result.error_message and "cudnn.allow_tf32" in result.error_message
+    assert Flag.HACK.value in result.flags
 
 
 def test_on_result_reports_every_request_once_as_it_finishes(evaluator):

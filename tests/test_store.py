@@ -129,7 +129,7 @@ def make_result(request: EvalRequest, **fields) -> EvalResult:
         baseline_ms=3.0,
         speedup=2.0,
         flags=[Flag.EXCESSIVE_SPEEDUP.value],
-        settings_hash=request.settings.settings_hash(),
+        settings_hash=request.verdict_hash,
     )
     base.update(fields)
     return EvalResult(**base)

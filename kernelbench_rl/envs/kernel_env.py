@@ -119,7 +119,7 @@ class KernelEnv:
         """Record the last turn's evaluation and decide whether the episode goes on."""
         turn = self.turns[-1]
         turn.result = result
-        if result.error_category == ErrorCategory.INFRA:
+        if result.error_category.is_ours:
             # No trustworthy feedback to refine on: the episode ends here, this turn is left out of training.
             self.end("infra")
         elif len(self.turns) >= self.spec.turns:

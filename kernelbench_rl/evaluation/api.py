@@ -126,6 +126,7 @@ class Evaluator:
         (in completion order, from this thread): progress bars, or keeping what finished when a caller
         stops waiting early."""
         results: list[EvalResult | None] = [None] * len(requests)
+        requests = [self._with_problem_sha(r) for r in requests]
         cached = self._cached([r.cache_key for r in requests])
         to_run: dict[str, _Pending] = {}
         duplicates: dict[int, str] = {}
@@ -165,7 +166,7 @@ class Evaluator:
             fresh.append(pending.result)
         for index, key in duplicates.items():
             results[index] = dataclasses.replace(to_run[key].result, cached=True)
-        self._record([r for r in fresh if r.error_category != ErrorCategory.INFRA])
+        self._record([r for r in fresh if not r.error_category.is_ours])
         return [r for r in results if r is not None]
 
     def evaluate_responses(self, problem_ids: Sequence[str], responses: Sequence[str]) -> list[EvalResult]:
@@ -198,6 +199,12 @@ class Evaluator:
         return [r for r in results if r is not None]
 
     # -- pieces ----------------------------------------------------------------------------
+    def _with_problem_sha(self, request: EvalRequest) -> EvalRequest:
+        """The request keyed to the reference it is judged against (an unknown id raises UserError)."""
+        if request.problem_sha256:
+            return request
+        return dataclasses.replace(request, problem_sha256=self.problem(request.problem_id).sha256)
+
     def _pre_checks(self, request: EvalRequest) -> tuple[Problem, StaticReport | None, float] | EvalResult:
         """Problem lookup and the static policy; returns the problem, or the verdict when it ends here."""
         problem = self.problem(request.problem_id)  # an unknown id raises UserError: the caller's mistake
@@ -265,7 +272,7 @@ class Evaluator:
             else:
                 result = EvalResult.from_dict(answer["result"])
                 result.candidate_sha256 = request.candidate_sha256
-                result.settings_hash = request.settings.settings_hash()
+                result.settings_hash = request.verdict_hash
                 self._hardware = self._hardware or result.hardware
                 if answer.get("baseline") and result.hardware:
                     baselines.append({

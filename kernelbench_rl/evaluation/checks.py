@@ -24,6 +24,30 @@ def _shape(t: torch.Tensor) -> str:
     return "(" + ", ".join(str(d) for d in t.shape) + ")"
 
 
+# Outputs are compared in chunks of this many elements, so the temporaries (a float copy, the
+# difference, masks) stay around half a GiB even for KernelBench's 6 GiB outputs.
+CHUNK_ELEMENTS = 1 << 26
+
+
+def _compare_floating(ref: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> tuple[int, float, str]:
+    """(elements outside tolerance, max abs error where the reference is finite, 'NaN'/'Inf' if the
+    candidate is non-finite where the reference is finite, else '')."""
+    wide = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    ref_flat, got_flat = ref.reshape(-1), got.reshape(-1)
+    bad, err = 0, 0.0
+    for start in range(0, ref_flat.numel(), CHUNK_ELEMENTS):
+        r, g = ref_flat[start:start + CHUNK_ELEMENTS], got_flat[start:start + CHUNK_ELEMENTS]
+        ref_bad, got_bad = ~torch.isfinite(r), ~torch.isfinite(g)
+        if bool((got_bad & ~ref_bad).any()):
+            return 0, err, "NaN" if bool(torch.isnan(g).any()) else "Inf"
+        g64, r64 = g.to(wide), r.to(wide)
+        finite = ~ref_bad
+        if bool(finite.any()):
+            err = max(err, float((g64 - r64).abs()[finite].max()))
+        bad += int((~torch.isclose(g64, r64, rtol=rtol, atol=atol, equal_nan=True)).sum())
+    return bad, err, ""
+
+
 def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor], atol: float, rtol: float) -> CheckOutcome:
     """Count, shape, dtype, NaN/Inf and allclose, in that order; max_abs_err over all outputs."""
     if len(candidate) != len(reference):
@@ -43,20 +67,11 @@ def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor]
         if got.numel() == 0:
             continue
         if got.is_floating_point() or got.is_complex():
-            ref_bad = ~torch.isfinite(ref)
-            got_bad = ~torch.isfinite(got)
-            if bool((got_bad & ~ref_bad).any()):
-                kind = "NaN" if bool(torch.isnan(got).any()) else "Inf"
-                return CheckOutcome(ErrorCategory.MISMATCH, f"{label} contains {kind} where the reference is finite")
-            wide = torch.float64 if ref.dtype == torch.float64 else torch.float32
-            got64, ref64 = got.to(wide), ref.to(wide)
-            finite = ~ref_bad
-            diff = (got64 - ref64).abs()
-            err = float(diff[finite].max()) if bool(finite.any()) else 0.0
+            bad, err, kind = _compare_floating(ref, got, atol, rtol)
             worst = max(worst, err)
-            close = torch.isclose(got64, ref64, rtol=rtol, atol=atol, equal_nan=True)
-            if not bool(close.all()):
-                bad = int((~close).sum())
+            if kind:
+                return CheckOutcome(ErrorCategory.MISMATCH, f"{label} contains {kind} where the reference is finite")
+            if bad:
                 return CheckOutcome(
                     ErrorCategory.MISMATCH,
                     f"{label} differs from the reference at {bad} of {got.numel()} elements "

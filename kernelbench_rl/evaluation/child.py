@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation import numerics, runtime, sandbox, timing, wire
 
 _COMPILE_EXCEPTIONS = {
     "CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct", "OutOfResources",
@@ -71,11 +71,15 @@ def child_main(conn: Connection, device: str) -> None:
     sandbox.die_with_parent(_PARENT[0])
     t0 = time.perf_counter()
     cuda_init_s = 0.0
+    init_error = ""
     if device == "cuda":
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
+        try:
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+        except Exception as exc:  # noqa: BLE001 - e.g. no memory left for a context on a crowded device
+            init_error = f"CUDA could not start in the sandbox: {short_error(exc)}"
         cuda_init_s = time.perf_counter() - t0
-        if not conn.poll(0):
+        if not init_error and not conn.poll(0):
             _warm_profiler()  # CUPTI's first start costs seconds: pay it while idle, else after build
     try:
         job = wire.recv_json(conn)
@@ -86,6 +90,11 @@ def child_main(conn: Connection, device: str) -> None:
         os._exit(0)
     if job.get("cmd") != "job":
         return
+    if init_error:  # ours, not the candidate's: its code has not even been read
+        try:
+            _send_error(conn, "infra", init_error)
+        finally:
+            os._exit(0)
     try:
         _serve(conn, job, cuda_init_s)
     except (EOFError, BrokenPipeError, ConnectionResetError):
@@ -222,21 +231,61 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
     return confinement
 
 
-def _send_error(conn: Connection, category: str, message: str) -> None:
-    wire.send_json(conn, {"event": "error", "category": category, "message": message})
+def _send_error(conn: Connection, category: str, message: str, device_oom: dict[str, int] | None = None) -> None:
+    payload: dict[str, Any] = {"event": "error", "category": category, "message": message}
+    if device_oom is not None:
+        payload["device_oom"] = device_oom
+    wire.send_json(conn, payload)
 
 
-def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
+def _start(job: dict[str, Any]) -> tuple[sandbox.Confinement, Any, Any, int]:
+    """Confinement, the problem's inputs module, the device-memory budget: everything before the
+    candidate is read. A failure here is the sandbox's, never the candidate's."""
     confinement = _confine(job)
     device = job["device"]
-    precision = job["precision"]
-    clock = timing.Clock.capture() if device == "cuda" else None
     # The problem (inputs only: the worker stripped the reference Model) is loaded unregistered under
     # a random name and its file removed, so the candidate cannot simply import it.
     problem = runtime.load_module_from_file(job["problem_path"], f"_p{os.urandom(6).hex()}", register=False)
     os.unlink(job["problem_path"])
+    cap = int(job.get("device_memory_cap") or 0)
+    total = int(job.get("device_memory_total") or 0)
+    if device == "cuda" and cap > 0 and total > 0:
+        # The caching allocator refuses past the budget: a hoarder fails at its own limit, and its OOM
+        # says so, before it can starve the evaluations beside it.
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
+    # The worker's numerics (no TF32, deterministic algorithms), set before the candidate is imported;
+    # whether the candidate changed them is reported with every result.
+    numerics.apply()
+    return confinement, problem, _clock(device), cap
+
+
+def _clock(device: str) -> timing.Clock | None:
+    return timing.Clock.capture() if device == "cuda" else None
+
+
+def _device_oom(exc: BaseException, device: str, cap: int) -> dict[str, int] | None:
+    """What the worker needs to tell whose out-of-memory this is (None if it is no device OOM)."""
+    if device != "cuda" or not (isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc)):
+        return None
+    try:
+        reserved = int(torch.cuda.memory_reserved())
+    except Exception:  # noqa: BLE001 - a broken context: no figure
+        reserved = 0
+    return {"reserved": reserved, "cap": cap}
+
+
+def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
+    device = job["device"]
+    precision = job["precision"]
+    try:
+        confinement, problem, clock, cap = _start(job)
+    except Exception as exc:  # noqa: BLE001
+        _send_error(conn, "infra", short_error(exc))
+        return
     launches = _count_interpreter_launches() if device == "cpu" else None
-    wire.send_json(conn, {"event": "started", "sandbox": confinement.label(), "cuda_init_s": cuda_init_s})
+    settings_before = numerics.snapshot()
+    wire.send_json(conn, {"event": "started", "sandbox": confinement.label(), "cuda_init_s": cuda_init_s,
+                          "numerics": settings_before})
 
     candidate_path = job["candidate_path"]
     t_compile = time.perf_counter()
@@ -308,23 +357,27 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 keep_alive = wire.send_tensors(
                     conn, "checked",
                     {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs) if command.get("return_inputs") else []},
-                    use_ipc, {"seconds": seconds, "launches": dict(launches) if launches is not None else None}, spill_dir,
+                    use_ipc, {"seconds": seconds, "launches": dict(launches) if launches is not None else None,
+                              "numerics_changed": numerics.changed(settings_before)}, spill_dir,
                 )
                 del output, outputs, inputs
             elif cmd == "time":
                 seeds = [int(s) for s in command["seeds"]]
                 keep = {int(i) for i in command.get("verify", [])}
                 t = time.perf_counter()
-                record = timing.time_forward(model, inputs_for_seed, seeds, int(command.get("warmup", 3)), device, clock, keep)
+                record = timing.time_forward(model, inputs_for_seed, seeds, int(command.get("warmup", 3)), device, clock, keep,
+                                             fresh_buffers=bool(command.get("fresh_buffers", True)))
                 tampered = clock.tampered()
                 indices = sorted(record.kept_outputs)
                 groups = {f"trial_{i}": record.kept_outputs[i] for i in indices}
                 keep_alive = wire.send_tensors(conn, "timed", groups, use_ipc, {
                     "times_ms": record.times_ms, "tampered": tampered, "seconds": time.perf_counter() - t,
+                    "numerics_changed": numerics.changed(settings_before),
                 }, spill_dir)
             elif cmd == "host_time":
                 seeds = [int(s) for s in command["seeds"]]
-                ms = timing.host_time_forward(model, inputs_for_seed, seeds, device, clock)
+                ms = timing.host_time_forward(model, inputs_for_seed, seeds, device, clock,
+                                              fresh_buffers=bool(command.get("fresh_buffers", True)))
                 wire.send_json(conn, {"event": "host_timed", "median_ms": ms, "tampered": clock.tampered()})
             elif cmd == "profile":
                 inputs = inputs_for_seed(int(command["seed"]))
@@ -347,7 +400,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
             category = classify(exc, during_import=False)
             if isinstance(exc, MemoryError) or "out of memory" in str(exc):
                 category = "runtime"
-            _send_error(conn, category, short_error(exc, candidate_path))
+            _send_error(conn, category, short_error(exc, candidate_path), _device_oom(exc, device, cap))
             return
 
 

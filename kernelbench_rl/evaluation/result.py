@@ -14,6 +14,9 @@ from enum import Enum
 from typing import Any, Literal
 
 RESULT_SCHEMA_VERSION = 1
+# Part of every verdict's cache key: bump it when a change to the evaluator can change a verdict or a
+# timing, so verdicts from before it are never served again.
+EVALUATOR_VERSION = "2026.11.2-kb-parity"
 
 Backend = Literal["triton", "cuda"]
 Precision = Literal["fp32", "fp16", "bf16"]
@@ -34,11 +37,17 @@ class ErrorCategory(str, Enum):
     SHAPE = "shape"  # ran, wrong output shape
     DTYPE = "dtype"  # ran, wrong output dtype
     INFRA = "infra"  # our fault (worker lost, GPU unavailable): retry, never a zero reward
+    TOO_LARGE = "too_large"  # the problem does not fit this device even alone: no verdict, no reward, no retry
     OK = "ok"
 
     @property
     def is_kernel_fault(self) -> bool:
-        return self not in (ErrorCategory.OK, ErrorCategory.INFRA)
+        return self not in (ErrorCategory.OK, ErrorCategory.INFRA, ErrorCategory.TOO_LARGE)
+
+    @property
+    def is_ours(self) -> bool:
+        """No verdict on the kernel: nothing is learnt from it and it is never cached."""
+        return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE)
 
 
 class Flag(str, Enum):
@@ -87,14 +96,23 @@ class EvalRequest:
     candidate_source: str  # the extracted kernel module (ModelNew)
     settings: EvalSettings = field(default_factory=EvalSettings)
     request_id: str = ""  # caller's label (e.g. run/step/sample); not part of the cache key
+    # The problem's source (its sha256), filled in by the Evaluator: a verdict holds for one reference.
+    problem_sha256: str = ""
 
     @property
     def candidate_sha256(self) -> str:
         return hashlib.sha256(self.candidate_source.encode()).hexdigest()
 
     @property
+    def verdict_hash(self) -> str:
+        """What decides the verdict besides the problem id and the candidate: the settings, the
+        reference's source and the evaluator's version (stored as `EvalResult.settings_hash`)."""
+        raw = f"{self.settings.settings_hash()}|{self.problem_sha256}|{EVALUATOR_VERSION}"
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+    @property
     def cache_key(self) -> str:
-        raw = f"{self.problem_id}|{self.candidate_sha256}|{self.settings.settings_hash()}"
+        raw = f"{self.problem_id}|{self.candidate_sha256}|{self.verdict_hash}"
         return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -186,6 +204,6 @@ class EvalResult:
             device_kind=s.device,
             error_category=category,
             error_message=message,
-            settings_hash=s.settings_hash(),
+            settings_hash=request.verdict_hash,
             **extra,
         )

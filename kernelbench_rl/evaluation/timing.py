@@ -1,9 +1,16 @@
 """GPU timing shared by the child (candidate) and the worker (baseline), so both are timed alike.
 
-Every timed call gets fresh inputs made on the device from a new seed outside the timed region
-(memoising on data_ptr/_version/shape cannot help), an L2 flush before it, a start event, the
-forward, a full-device synchronise (work on side streams or threads counts), an end event. The
-timer functions are captured before the candidate is imported and their identity re-checked after.
+Every timed call gets new inputs made on the device from a new seed outside the timed region, an L2
+flush before it, a start event, the forward, a full-device synchronise (work on side streams or
+threads counts), an end event. The timer functions are captured before the candidate is imported
+and their identity re-checked after.
+
+Where the new inputs live is the buffer plan, the same for the baseline and the candidate:
+`fresh_buffers=True` makes each set while the previous one is alive, so every call sees new
+addresses (memoising on data_ptr/_version/shape cannot help); `False` frees the previous set first,
+for inputs far larger than the L2 cache (KernelBench's level 1 reaches 6 GiB per tensor), where two
+live sets would cost GiBs and caching buys nothing. The values are new either way, so a kernel that
+memoises on the address returns stale outputs, which the verified trials catch.
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ def time_forward(
     device: torch.device | str,
     clock: Clock,
     keep: set[int] | None = None,
+    fresh_buffers: bool = True,
 ) -> TimingRecord:
     """Event-timed trials, one per seed; outputs of the trials in `keep` are cloned for verification."""
     keep = keep or set()
@@ -94,7 +102,9 @@ def time_forward(
             model(*inputs_for_seed(seeds[index % len(seeds)] ^ 0x5A5A5A))
         clock.synchronize()
         for index, seed in enumerate(seeds):
-            inputs = inputs_for_seed(seed)  # allocated while the previous set is alive: new buffers
+            if not fresh_buffers:
+                previous = None  # freed before the next set is made: one set alive at a time
+            inputs = inputs_for_seed(seed)  # fresh_buffers: allocated while the previous set is alive
             flush.fill_(index)
             clock.synchronize()
             clock.record(start)
@@ -107,6 +117,7 @@ def time_forward(
                 record.kept_outputs[index] = [t.detach().clone() for t in flatten_outputs(output)]
             del output
             previous = inputs
+            del inputs
     del previous, flush
     return record
 
@@ -117,12 +128,16 @@ def host_time_forward(
     seeds: list[int],
     device: torch.device | str,
     clock: Clock,
+    fresh_buffers: bool = True,
 ) -> float:
     """Median host-clock time (perf_counter around forward + full synchronise), for re-verification."""
     flush = l2_flush_buffer(device)
     times: list[float] = []
+    inputs: list[Any] | None = None
     with torch.no_grad():
         for index, seed in enumerate(seeds):
+            if not fresh_buffers:
+                inputs = None
             inputs = inputs_for_seed(seed)
             flush.fill_(index)
             clock.synchronize()

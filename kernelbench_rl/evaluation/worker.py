@@ -37,21 +37,29 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import checks, kernels, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation import checks, kernels, numerics, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 
 SEED_POOL_SIZE = 16
 # Children may read our package (they run its code), never the rest of the checkout around it.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMING_VERIFY_TRIALS = 2
 LOW_KERNEL_SHARE = 0.5
 TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
 HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
 START_TIMEOUT_S = 60.0
 # GPU memory a CUDA context takes before anything is allocated (H100, torch 2.x: ~0.5 GB), per child.
 CONTEXT_BYTES = 600 << 20
-CHILD_SLACK_BYTES = 256 << 20  # weights, workspaces and allocator rounding beyond inputs and outputs
+# Of the device memory free when the worker starts, the share evaluations may plan with (the rest is
+# headroom for the driver, fragmentation and what no plan counts).
+USABLE_FRACTION = 0.92
+# Timing waits at most this long for warm-ups under way in other children to finish (a Triton JIT can
+# take seconds); past it, the trial runs and the overlap is recorded.
+QUIET_WAIT_S = 5.0
+# With at least this many cores, two are kept for whoever holds the device section (a delayed launch
+# counts in a 1 ms trial); compiling children run on the rest.
+QUIET_CORES_MIN_CPUS = 8
 
 
 @dataclass
@@ -134,6 +142,15 @@ class ProblemState:
     mutates_inputs: bool = False
     input_bytes: int = 0
     output_bytes: int = 0
+    param_bytes: int = 0
+    forward_bytes: int = 0  # allocation peak of one reference forward beyond parameters and inputs
+    sized: bool = False
+    plan: footprints.MemoryPlan | None = None  # on the GPU, from the sizing run
+    too_large: str = ""  # why no evaluation of this problem fits this device ('' when it does)
+    last_used: float = 0.0
+
+    def footprint(self) -> footprints.Footprint:
+        return footprints.Footprint(self.param_bytes, self.input_bytes, self.output_bytes, self.forward_bytes)
 
 
 class MemoryBudget:
@@ -166,6 +183,52 @@ class MemoryBudget:
         finally:
             with self._cond:
                 self.used -= nbytes
+                self._cond.notify_all()
+
+
+class QuietGate:
+    """Timed trials run with no other child's GPU work beside them.
+
+    Warm-ups and model construction in other children (Triton JIT, one forward, parameter init) take
+    the gate shared; timing (the candidate's trials, the baseline's) takes it alone. Writer-preferring:
+    once timing waits, new warm-ups wait behind it. Timing waits at most `max_wait_s` for those already
+    under way (a JIT can take seconds) and reports whether it ran quiet."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._noisy = 0
+        self._quiet = False
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def noisy(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._quiet and self._waiting == 0)
+            self._noisy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._noisy -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def quiet(self, max_wait_s: float = QUIET_WAIT_S):
+        """Yields True when no warm-up ran beside the section's start, False when it gave up waiting."""
+        with self._cond:
+            self._waiting += 1
+            try:
+                calm = self._cond.wait_for(lambda: self._noisy == 0 and not self._quiet, timeout=max_wait_s)
+                if not calm:  # give up on the warm-ups, but never share with another timing
+                    self._cond.wait_for(lambda: not self._quiet)
+            finally:
+                self._waiting -= 1
+            self._quiet = True
+        try:
+            yield calm
+        finally:
+            with self._cond:
+                self._quiet = False
                 self._cond.notify_all()
 
 
@@ -244,6 +307,10 @@ class SharedOrAlone:
 
 # torch's message, and the exception's name that the child's short_error and the worker's own OOM verdict carry.
 _DEVICE_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
+# Out of memory that is not the candidate's: the worker's own allocation failed, or the child's failed
+# while the child was within its budget (the device was short, not the kernel greedy).
+WORKER_OOM = "the evaluator's own allocation found the device full"
+WITHIN_BUDGET_OOM = "within its device-memory budget"
 
 
 def host_memory_limit_mb(limit_mb: int, transport: str, tensor_bytes: int) -> float:
@@ -258,6 +325,29 @@ def host_memory_limit_mb(limit_mb: int, transport: str, tensor_bytes: int) -> fl
 def ran_out_of_device_memory(result: EvalResult) -> bool:
     return (result.error_category in (ErrorCategory.RUNTIME, ErrorCategory.CRASH)
             and any(marker in result.error_message for marker in _DEVICE_OOM_MARKERS))
+
+
+def oom_not_the_candidates(result: EvalResult) -> bool:
+    """An out-of-memory that no allocation of the candidate beyond its budget caused."""
+    return result.error_category == ErrorCategory.RUNTIME and (
+        result.error_message.startswith(WORKER_OOM) or WITHIN_BUDGET_OOM in result.error_message)
+
+
+def child_oom_fault(message: str, oom: dict[str, Any]) -> Fault:
+    """The child's allocation failed: the candidate's fault past its budget, else (maybe) ours."""
+    try:
+        reserved, cap = int(oom.get("reserved", 0)), int(oom.get("cap", 0))
+    except (TypeError, ValueError):
+        reserved, cap = 0, 0
+    requested = footprints.requested_bytes(message)
+    if footprints.over_budget(reserved, requested, cap):
+        return Fault(ErrorCategory.RUNTIME, (
+            f"the kernel's process held {footprints.gib(reserved)} of device memory and asked for "
+            f"{footprints.gib(requested)} more, past its budget of {footprints.gib(cap)} "
+            f"({footprints.CANDIDATE_MEMORY_FACTOR}x the reference's peak plus the harness's own buffers)")[:700])
+    return Fault(ErrorCategory.RUNTIME, (
+        f"out of device memory {WITHIN_BUDGET_OOM} ({footprints.gib(reserved)} held of {footprints.gib(cap)}): "
+        f"{message}")[:700])
 
 
 class Fault(Exception):
@@ -328,12 +418,27 @@ class Worker:
         self.versions["transport"] = self.transport
         self.versions["worker_uid"] = "same as children (unprivileged, non-dumpable)" if config.same_uid else str(os.geteuid())
         self.residency = SharedOrAlone()
+        self.quiet_gate = QuietGate()
+        self.versions["numerics"] = numerics.describe()
         self.memory: MemoryBudget | None = None
+        self.total_memory = 0
+        self.l2_bytes = 0
         if self.device == "cuda":
-            free, _total = torch.cuda.mem_get_info()
+            free, self.total_memory = torch.cuda.mem_get_info()
+            self.l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
+            # Every child holds a CUDA context; the worker keeps its reference models and cached outputs
+            # within ref_cache_bytes (evicting the least recently used problems). The rest is what
+            # evaluations are admitted against, by bytes.
             contexts = (self.in_flight + config.warm_children) * CONTEXT_BYTES
-            self.memory = MemoryBudget(max(1 << 30, int(0.85 * free) - config.ref_cache_bytes - contexts))
+            self.memory = MemoryBudget(max(1 << 30, int(USABLE_FRACTION * free) - config.ref_cache_bytes - contexts))
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
+        # Cores kept for the device section's holder; compiling children get the others.
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.all_cores = set(cores)
+        self.quiet_cores: set[int] = set()
+        self.busy_cores: set[int] = set()
+        if self.device == "cuda" and len(cores) >= QUIET_CORES_MIN_CPUS:
+            self.quiet_cores, self.busy_cores = set(cores[-2:]), set(cores[:-2])
         for _ in range(max(0, config.warm_children)):
             self.warm.append(Child(self.ctx, self.device))
 
@@ -373,7 +478,17 @@ class Worker:
             if self.config.warm_children > 0:
                 self.warm.append(self._spawn())
             self.running.add(child)
+        self._pin(child.pid, self.busy_cores)
         return child
+
+    @staticmethod
+    def _pin(pid: int, cores: set[int]) -> None:
+        """CPU affinity of a process's main thread (pid 0: the calling thread); best effort."""
+        if cores:
+            try:
+                os.sched_setaffinity(pid, cores)
+            except (OSError, AttributeError):
+                pass
 
     def _spawn(self) -> Child:
         try:
@@ -440,7 +555,10 @@ class Worker:
     def reference_model(self, state: ProblemState, precision: str) -> torch.nn.Module:
         with self.rng_lock:  # construction seeds and draws from the global generator
             if precision not in state.models:
+                before = torch.cuda.memory_allocated() if self.device == "cuda" else 0
                 state.models[precision] = runtime.build_model(state.module.Model, state.module, state.init_seed, self.device, precision)
+                if self.device == "cuda":
+                    state.param_bytes = max(state.param_bytes, torch.cuda.memory_allocated() - before)
         return state.models[precision]
 
     def inputs(self, state: ProblemState, seed: int, precision: str) -> list[Any]:
@@ -459,15 +577,23 @@ class Worker:
             return state.refs[key]
         model = self.reference_model(state, precision)
         inputs = self.inputs(state, seed, precision)
-        pristine = runtime.clone_inputs(runtime.tensor_inputs(inputs))
-        state.input_bytes = max(state.input_bytes, sum(t.numel() * t.element_size() for t in pristine))
+        state.input_bytes = max(state.input_bytes, sum(t.numel() * t.element_size() for t in runtime.tensor_inputs(inputs)))
+        # Whether the reference itself writes its inputs is learnt once, when the problem is sized.
+        pristine = runtime.clone_inputs(runtime.tensor_inputs(inputs)) if not state.sized else None
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            before_forward = torch.cuda.memory_allocated()
         with torch.no_grad():
             outputs = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
-        if checks.inputs_unmodified(pristine, runtime.tensor_inputs(inputs)):
+        if self.device == "cuda":
+            state.forward_bytes = max(state.forward_bytes, torch.cuda.max_memory_allocated() - before_forward)
+        if pristine is not None and checks.inputs_unmodified(pristine, runtime.tensor_inputs(inputs)):
             state.mutates_inputs = True  # the reference itself writes its inputs: skip that check
+        del pristine, inputs
         size = sum(t.numel() * t.element_size() for t in outputs)
         state.output_bytes = max(state.output_bytes, size)
-        if cache and size <= self.config.ref_cache_bytes:
+        # One problem's outputs may take a quarter of the cache at most (a 6 GiB output is recomputed).
+        if cache and size <= self.config.ref_cache_bytes // 4:
             state.refs[key] = outputs
             self.ref_bytes += size
             while self.ref_bytes > self.config.ref_cache_bytes and len(state.refs) > 1:
@@ -483,7 +609,7 @@ class Worker:
             seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
             record = timing.time_forward(
                 model, lambda s: self.inputs(state, s, precision), seeds,
-                settings.warmup_trials, self.device, self.clock,
+                settings.warmup_trials, self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
             )
             entry = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None}
             if settings.measure_compile_baseline:
@@ -497,7 +623,7 @@ class Worker:
             seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
             record = timing.time_forward(
                 compiled, lambda s: self.inputs(state, s, precision), seeds,
-                max(settings.warmup_trials, 3), self.device, self.clock,
+                max(settings.warmup_trials, 3), self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
             )
             return record.median_ms
         except Exception:  # noqa: BLE001 - an optional figure; inductor may be unavailable
@@ -508,7 +634,7 @@ class Worker:
             seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
             state.host_baselines[precision] = timing.host_time_forward(
                 self.reference_model(state, precision), lambda s: self.inputs(state, s, precision),
-                seeds, self.device, self.clock,
+                seeds, self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
             )
         return state.host_baselines[precision]
 
@@ -533,6 +659,12 @@ class Worker:
             result, baseline = self._evaluate_once(payload, None)
         result.phase_seconds["alone_wait"] = waited
         result.versions["oom_retry"] = f"ran again alone after running out of device memory beside others: {first}"[:300]
+        if oom_not_the_candidates(result):
+            # Alone, and the candidate within its budget: our buffers do not fit beside it. Never its zero.
+            result.versions["oom_alone"] = result.error_message[:300]
+            result.error_category = ErrorCategory.INFRA
+            result.error_message = ("the device ran out of memory for this evaluation even with the device to itself, "
+                                    f"the candidate within its budget (ours, not the kernel's): {result.error_message}")[:500]
         return result, baseline
 
     def _evaluate_once(self, payload: dict[str, Any], received_at: float | None = None) -> tuple[EvalResult, dict | None]:
@@ -554,18 +686,21 @@ class Worker:
         try:
             state = self.problem_state(payload["problem_id"], payload["problem_source"])
             t = time.perf_counter()
-            if state.output_bytes == 0:
-                # The first request of a problem sizes its tensors (and warms a reference) on the device;
-                # later ones need not queue behind another candidate's timing for it: references they
-                # lack are computed at comparison time.
+            if not state.sized:
+                # The first request of a problem sizes it on the device (one reference forward: parameters,
+                # inputs, outputs, the forward's peak), alone in device memory, going before queued candidates;
+                # the others wait here, not in the device queue, and find it done.
                 with state.sizing:
-                    if state.output_bytes == 0:
-                        with self._device_section(DeviceQueue.URGENT):
+                    if not state.sized:
+                        with self._device_section(DeviceQueue.URGENT), self._memory_for_sizing():
                             result.phase_seconds["reference_wait"] = time.perf_counter() - t
                             with state.lock:
-                                self.reference_outputs(state, settings.precision, state.seed_pool[0])
+                                self._size(state, settings.precision)
                     else:  # sized by the request this one waited for
                         result.phase_seconds["reference_wait"] = time.perf_counter() - t
+            state.last_used = time.monotonic()
+            if state.too_large:
+                raise Fault(ErrorCategory.TOO_LARGE, state.too_large)
             # Sizing the problem (once per problem and worker), including the wait for the device or for
             # the request that sized it.
             result.phase_seconds["reference"] = time.perf_counter() - t
@@ -578,6 +713,9 @@ class Worker:
                                                           state.input_bytes + state.output_bytes)
             result.phase_seconds["child_start"] = time.perf_counter() - t
             job = self._job(workdir, source, payload["problem_source"], settings)
+            if state.plan is not None:
+                job["device_memory_cap"] = min(state.plan.candidate_cap_bytes, self.total_memory)
+                job["device_memory_total"] = self.total_memory
             # Tensors travel as files of the private dir: the file-size limit must admit them.
             job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
             build_key = self._restore_build(workdir, source, settings)
@@ -585,9 +723,12 @@ class Worker:
             t = time.perf_counter()
             compiling.enter_context(self.compile_slots)
             result.phase_seconds["compile_wait"] = time.perf_counter() - t
-            wire.send_json(child.conn, job)
+            self._send(child, job, "starting the sandbox")
             t = time.perf_counter()
             started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
+            if started.get("numerics") is not None and dict(started["numerics"]) != numerics.snapshot():
+                raise Fault(ErrorCategory.INFRA, "the sandbox's numerics settings differ from the reference's: "
+                            f"{numerics.describe(dict(started['numerics']))}")
             result.phase_seconds["start_wait"] = time.perf_counter() - t
             result.versions["sandbox"] = str(started.get("sandbox", ""))
             result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
@@ -603,29 +744,34 @@ class Worker:
             # parallel with other children; so does an optional warm-up forward (Triton JIT).
             t = time.perf_counter()
             deadline = time.monotonic() + settings.timeout_s
-            wire.send_json(child.conn, {"cmd": "build", "seed": state.init_seed})
-            self._expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
+            with self.quiet_gate.noisy():  # parameter init launches GPU work: not beside a timed trial
+                self._send(child, {"cmd": "build", "seed": state.init_seed}, "building ModelNew")
+                self._expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
             result.phase_seconds["build"] = time.perf_counter() - t
             if self.config.prewarm:
                 # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
                 # The child frees its inputs and outputs afterwards, so its memory is held only meanwhile.
                 t = time.perf_counter()
                 remaining = deadline - time.monotonic()  # waiting for memory is not the candidate's time
-                with self._memory_for(state, copies=2):
+                with self._memory_for(state, "warm"), self.quiet_gate.noisy():
                     result.phase_seconds["memory_wait"] = time.perf_counter() - t
-                    wire.send_json(child.conn, {"cmd": "warm", "seed": secrets.randbits(31)})
+                    self._send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
                     self._expect(child, {"warmed"}, remaining, "warming up (first forward)")
                 result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
             compiling.close()
             t = time.perf_counter()
-            # Correctness poisons twice the outputs' size and timing keeps a few trials' outputs: 4 copies.
-            with self._device_section(), self._memory_for(state, copies=4):
+            # The candidate at its device-memory budget plus the worker's own references and copies.
+            with self._device_section(), self._memory_for(state, "section"):
                 entered = time.perf_counter()
                 result.phase_seconds["device_wait"] = entered - t
                 deadline = time.monotonic() + settings.timeout_s
+                self._pin(child.pid, self.quiet_cores)
+                self._pin(0, self.quiet_cores)
                 try:
                     baseline_out = self._run_on_device(child, state, settings, result, deadline, payload)
                 finally:
+                    self._pin(0, self.all_cores)
+                    self._release_worker_memory()
                     result.phase_seconds["device_section"] = time.perf_counter() - entered
         except Fault as fault:
             result.error_category = fault.category
@@ -634,11 +780,12 @@ class Worker:
                 result.compiled = False
         except torch.OutOfMemoryError as exc:
             # The worker's own work (references, received outputs) found the device full. Beside other
-            # children that proves nothing, and evaluate() runs the candidate again alone; alone, only the
-            # candidate can have taken the memory, so the verdict is its.
+            # children that proves nothing, and evaluate() runs the candidate again alone. The candidate's
+            # process cannot pass its budget (the child's allocator enforces it), so alone it is ours too.
             result.error_category = ErrorCategory.RUNTIME
             first_line = str(exc).splitlines()[0] if str(exc) else ""
-            result.error_message = f"the device ran out of memory while this kernel held it: OutOfMemoryError: {first_line}"[:300]
+            result.error_message = f"{WORKER_OOM}: OutOfMemoryError: {first_line}"[:300]
+            self._release_worker_memory()
         except Exception as exc:  # noqa: BLE001 - our own failure: the pool retries INFRA
             result.error_category = ErrorCategory.INFRA
             first_line = str(exc).splitlines()[0] if str(exc) else ""
@@ -739,10 +886,85 @@ class Worker:
         else:
             result.error_category = ErrorCategory.COMPILE
 
-    def _memory_for(self, state: ProblemState, copies: int) -> contextlib.AbstractContextManager:
-        if self.memory is None:
+    def _memory_for(self, state: ProblemState, kind: str) -> contextlib.AbstractContextManager:
+        """Admission by bytes: a warm-up forward, or a device section (the candidate at its budget plus
+        the worker's own buffers); what exceeds the whole budget waits until it can run alone."""
+        if self.memory is None or state.plan is None:
             return contextlib.nullcontext()
-        return self.memory.hold(copies * (state.input_bytes + state.output_bytes) + CHILD_SLACK_BYTES)
+        return self.memory.hold(state.plan.warm_bytes if kind == "warm" else state.plan.section_bytes)
+
+    def _memory_for_sizing(self) -> contextlib.AbstractContextManager:
+        # The footprint is unknown until the reference has run once: size it with the device to itself.
+        return self.memory.hold(self.memory.capacity) if self.memory is not None else contextlib.nullcontext()
+
+    def _size(self, state: ProblemState, precision: str) -> None:
+        """One reference forward on the device measures the problem; its plan decides buffers and admission."""
+        try:
+            self.reference_outputs(state, precision, state.seed_pool[0])
+        except torch.OutOfMemoryError as exc:
+            self._release_worker_memory(force=True)
+            if self.memory is None:
+                raise
+            first_line = str(exc).splitlines()[0] if str(exc) else ""
+            state.too_large = (f"the reference alone does not fit this device's memory beside the evaluator's "
+                               f"children ({footprints.gib(self.memory.capacity)} available to evaluations): {first_line}")[:500]
+        finally:
+            state.sized = True
+        if self.device == "cuda" and not state.too_large:
+            state.plan = footprints.plan(state.footprint(), self.l2_bytes)
+            if self.memory is not None and not state.plan.fits(self.memory.capacity):
+                state.too_large = footprints.too_large_message(state.plan, self.memory.capacity, self.total_memory)
+        self._release_worker_memory()
+
+    def _release_worker_memory(self, force: bool = False) -> None:
+        """Hand the worker's cached-but-free device memory back (its caching allocator keeps what the last
+        baseline or comparison freed, GiBs at level-1 sizes) and drop the models and outputs of the
+        problems used longest ago beyond the resident budget."""
+        if self.device != "cuda":
+            return
+        self._trim_resident()
+        if force or torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > (1 << 30):
+            torch.cuda.empty_cache()
+
+    def _trim_resident(self) -> None:
+        with self.problems_lock:
+            states = sorted(self.problems.values(), key=lambda st: st.last_used)
+        resident = self.ref_bytes + sum(st.param_bytes for st in states if st.models)
+        for state in states[:-1]:  # never the most recent problem
+            if resident <= self.config.ref_cache_bytes:
+                break
+            if not state.models and not state.refs:
+                continue
+            if not state.lock.acquire(blocking=False):
+                continue  # in use right now
+            try:
+                freed = sum(t.numel() * t.element_size() for outs in state.refs.values() for t in outs)
+                self.ref_bytes -= freed
+                resident -= freed + (state.param_bytes if state.models else 0)
+                state.refs.clear()
+                state.models.clear()
+            finally:
+                state.lock.release()
+
+    def _send(self, child: Child, message: dict[str, Any], phase: str) -> None:
+        """A command to the child; a child that died meanwhile is a verdict on how it died, not our error."""
+        try:
+            wire.send_json(child.conn, message)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            raise self._death(child, phase) from None
+
+    @staticmethod
+    def _fresh_buffers(state: ProblemState) -> bool:
+        """The timing buffer plan, the same for the baseline and the candidate."""
+        return state.plan.fresh_buffers if state.plan is not None else True
+
+    @staticmethod
+    def _numerics_unchanged(header: dict[str, Any], result: EvalResult) -> None:
+        changed = header.get("numerics_changed")
+        if isinstance(changed, list) and changed:
+            result.flags.append(Flag.HACK.value)
+            raise Fault(ErrorCategory.RUNTIME, "the kernel changed the numerics settings the reference runs under: "
+                        + ", ".join(map(str, changed))[:300])
 
     def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
@@ -764,11 +986,14 @@ class Worker:
         for position, seed in enumerate(seeds):
             with state.lock:
                 reference = self.reference_outputs(state, precision, seed)
-            poison = 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20)
+            poison = (state.plan.poison_bytes if state.plan is not None
+                      else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
             # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
             check_inputs = position == 0 and not state.mutates_inputs
-            wire.send_json(child.conn, {"cmd": "check", "seed": seed, "poison_bytes": poison, "return_inputs": check_inputs})
+            self._send(child, {"cmd": "check", "seed": seed, "poison_bytes": poison, "return_inputs": check_inputs},
+                       "running forward")
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
+            self._numerics_unchanged(header, result)
             received = self._receive(child, header, reference, state.input_bytes)
             if isinstance(header.get("seconds"), (int, float)):
                 result.phase_seconds["correctness_forward"] = (
@@ -798,7 +1023,7 @@ class Worker:
             if not any(kernels.is_own_kernel(name, names) for name, count in cpu_launches.items() if count > 0):
                 result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
         if self.device != "cuda":
-            wire.send_json(child.conn, {"cmd": "exit"})
+            self._send(child, {"cmd": "exit"}, "exiting")
             return None
         return self._time_on_device(child, state, settings, result, deadline, payload)
 
@@ -808,15 +1033,22 @@ class Worker:
         t = time.perf_counter()
         known = payload.get("baseline")
         fresh = precision not in state.baselines and not (known and known.get("eager_ms"))
-        base = self.baseline(state, precision, settings, known)
+        with self.quiet_gate.quiet():
+            base = self.baseline(state, precision, settings, known)
         result.phase_seconds["baseline"] = time.perf_counter() - t
         result.baseline_ms = base["eager_ms"]
         result.baseline_compile_ms = base.get("compile_ms")
         t = time.perf_counter()
         seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-        verify = sorted(random.sample(range(len(seeds)), min(TIMING_VERIFY_TRIALS, len(seeds))))
-        wire.send_json(child.conn, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": settings.warmup_trials})
-        header = self._expect(child, {"timed"}, deadline - time.monotonic(), "timing")
+        verify_trials = state.plan.verify_trials if state.plan is not None else 2
+        verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
+        with self.quiet_gate.quiet() as calm:
+            self._send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": settings.warmup_trials,
+                               "fresh_buffers": self._fresh_buffers(state)}, "timing")
+            header = self._expect(child, {"timed"}, deadline - time.monotonic(), "timing")
+        if not calm:
+            result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
+        self._numerics_unchanged(header, result)
         times = header.get("times_ms")
         if not (isinstance(times, list) and len(times) == len(seeds) and all(isinstance(x, (int, float)) for x in times)):
             raise Fault(ErrorCategory.RUNTIME, "the timing run returned malformed figures")
@@ -842,17 +1074,19 @@ class Worker:
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
             host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
-            wire.send_json(child.conn, {"cmd": "host_time", "seeds": host_seeds})
-            host = self._expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
-            candidate_host = float(host.get("median_ms") or 0.0)
-            baseline_host = self.host_baseline(state, precision, settings)
+            with self.quiet_gate.quiet():
+                self._send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": self._fresh_buffers(state)},
+                           "re-timing on the host clock")
+                host = self._expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
+                candidate_host = float(host.get("median_ms") or 0.0)
+                baseline_host = self.host_baseline(state, precision, settings)
             if candidate_host > 0 and not host.get("tampered"):
                 host_speedup = baseline_host / candidate_host
                 result.host_speedup = host_speedup
                 if host_speedup >= HOST_CONFIRM_FRACTION * result.speedup:
                     result.flags.append(Flag.REVERIFIED.value)
         t = time.perf_counter()
-        wire.send_json(child.conn, {"cmd": "profile", "seed": secrets.randbits(31)})
+        self._send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
         profiled = self._expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
         result.phase_seconds["profile"] = time.perf_counter() - t
         if isinstance(profiled.get("kernels"), list):
@@ -867,7 +1101,10 @@ class Worker:
                     result.flags.append(Flag.HACK.value)
         else:
             result.versions["profile_error"] = str(profiled.get("error", ""))[:300]
-        wire.send_json(child.conn, {"cmd": "exit"})
+        try:
+            wire.send_json(child.conn, {"cmd": "exit"})
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            pass  # the verdict stands; the child is killed anyway
         if fresh:
             return {"eager_ms": base["eager_ms"], "eager_spread_ms": base.get("eager_spread_ms"),
                     "compile_ms": base.get("compile_ms")}
@@ -910,8 +1147,14 @@ class Worker:
                     return message
                 if event == "error":
                     category = str(message.get("category", "runtime"))
+                    text = str(message.get("message", ""))[:700]
+                    if isinstance(message.get("device_oom"), dict):
+                        raise child_oom_fault(text, message["device_oom"])
+                    if category == "infra" and phase == "starting the sandbox":
+                        # Before the candidate's code was imported: the sandbox itself could not start.
+                        raise Fault(ErrorCategory.INFRA, f"the sandbox could not start: {text}"[:500])
                     category = category if category in ("compile", "runtime") else "runtime"
-                    raise Fault(ErrorCategory(category), str(message.get("message", ""))[:700])
+                    raise Fault(ErrorCategory(category), text)
                 raise Fault(ErrorCategory.RUNTIME, f"unexpected message {event!r} while {phase}")
             if limit_mb and child.rss_mb() > limit_mb:
                 child.kill()
@@ -931,6 +1174,10 @@ class Worker:
         else:
             detail = f"the process exited with status {code}"
         key = _stderr_key_line(child.workdir)
+        if phase == "starting the sandbox":
+            # No candidate code has run yet (it is imported after "started"): a child lost here is ours,
+            # e.g. a CUDA context that could not be created on a crowded device.
+            return Fault(ErrorCategory.INFRA, f"the sandbox died while starting: {detail}" + (f" ({key})" if key else ""))
         return Fault(ErrorCategory.CRASH, f"crashed while {phase}: {detail}" + (f" ({key})" if key else ""))
 
 
@@ -1132,19 +1379,6 @@ def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = No
         emit({"id": tag, "error": f"{type(exc).__name__}: {exc}"[:500]})
 
 
-def use_exact_fp32_reference() -> None:
-    """Full-precision references and baselines: no TF32 in cuDNN convolutions or matmuls.
-
-    PyTorch lets cuDNN use TF32 for fp32 convolutions by default, which puts the *reference* about
-    1e-3 off an exact fp32 result: measured on an H100, our exact conv kernel for L2/1 was judged a
-    mismatch at fp32's 1e-4 tolerance. Candidates are held to fp32, so the reference and the
-    baseline it is timed against are computed in fp32 too.
-    """
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -1160,7 +1394,9 @@ def main(argv: list[str] | None = None) -> None:
                         default=os.environ.get("KBRL_EVAL_TRANSPORT", "auto"),
                         help="auto: CUDA IPC where a self-test passes (same-uid mode when root), else files")
     args = parser.parse_args(argv)
-    use_exact_fp32_reference()
+    # Before anything touches CUDA: cuBLAS reads its workspace setting when it starts, the allocator its config.
+    numerics.set_environment()
+    numerics.apply()
     if args.transport not in ("auto", "ipc", "file", "pipe"):
         args.transport = "auto"
     same_uid_note = ""

@@ -87,7 +87,7 @@ class Score:
 
 def score(result: EvalResult, preset: str | RewardPreset, *, speedup_cap: float = 8.0) -> Score:
     spec = PRESETS[preset] if isinstance(preset, str) else preset
-    if result.error_category == ErrorCategory.INFRA:
+    if result.error_category.is_ours:  # infra or too_large: no verdict on the kernel, nothing to learn
         return Score(reward=None, infra=True, preset=spec.name)
     if is_hack(result):
         return Score(reward=0.0, components={"hack": 1.0}, hack=True, preset=spec.name)

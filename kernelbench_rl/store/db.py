@@ -591,7 +591,7 @@ class Store:
                 return {}
             found = con.execute(
                 "SELECT eval_key, result_json FROM evaluations "
-                "WHERE eval_key IN (SELECT unnest(?::VARCHAR[])) AND error_category IS DISTINCT FROM 'infra'",
+                "WHERE eval_key IN (SELECT unnest(?::VARCHAR[])) AND coalesce(error_category, '') NOT IN ('infra', 'too_large')",
                 [list(eval_keys)],
             ).fetchall()
         out = {}

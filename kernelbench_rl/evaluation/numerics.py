@@ -1,0 +1,77 @@
+"""One numerics setting for every process that runs a model: the worker (reference, baseline) and the
+candidate's child.
+
+On an 80 GB H100 the reference ran with TF32 off while the candidate's process kept cuDNN's TF32
+default: identical conv code then mismatched at fp32's 1e-4 (errors up to 1.2) and read 2-7x
+"faster" than the exact-fp32 baseline. So both sides call `apply()` before any model runs, the
+settings travel in every result's `versions`, and the child checks after the candidate ran that
+nobody changed them (a candidate that turns TF32 back on buys speed with precision).
+
+Worker side only: torch and the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+# cuBLAS needs a fixed workspace to be deterministic; read when a process creates its cuBLAS handle.
+CUBLAS_WORKSPACE_CONFIG = ":4096:8"
+# Fewer, larger segments: a 6 GiB tensor freed and re-allocated reuses its memory instead of
+# fragmenting the cache (KernelBench's level 1 reaches 6 GiB per tensor).
+ALLOC_CONF = "expandable_segments:True"
+
+
+def environment() -> dict[str, str]:
+    """Variables both the worker and every child must have before CUDA or cuBLAS starts."""
+    return {"CUBLAS_WORKSPACE_CONFIG": CUBLAS_WORKSPACE_CONFIG, "PYTORCH_CUDA_ALLOC_CONF": ALLOC_CONF}
+
+
+def set_environment() -> None:
+    for key, value in environment().items():
+        os.environ.setdefault(key, value)
+
+
+def apply() -> None:
+    """Exact fp32 (no TF32 in cuBLAS or cuDNN), deterministic algorithms where PyTorch offers them.
+
+    `warn_only`: an op without a deterministic implementation warns instead of failing a reference.
+    Uninitialised memory is left alone (filling every `torch.empty` would add a kernel to each timed
+    forward); outputs are poisoned by the evaluator instead.
+    """
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        import torch.utils.deterministic as deterministic
+
+        deterministic.fill_uninitialized_memory = False
+    except (ImportError, AttributeError):
+        pass
+
+
+def snapshot() -> dict[str, str]:
+    """The settings in force, as recorded in `EvalResult.versions['numerics']` and compared after a run."""
+    return {
+        "cuda.matmul.allow_tf32": str(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn.allow_tf32": str(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn.benchmark": str(torch.backends.cudnn.benchmark),
+        "cudnn.deterministic": str(torch.backends.cudnn.deterministic),
+        "deterministic_algorithms": str(torch.are_deterministic_algorithms_enabled()),
+    }
+
+
+def describe(settings: dict[str, str] | None = None) -> str:
+    settings = settings if settings is not None else snapshot()
+    return ", ".join(f"{key}={value}" for key, value in sorted(settings.items()))
+
+
+def changed(before: dict[str, str]) -> list[str]:
+    """Names of the settings that differ from `before` (a candidate changed them)."""
+    now = snapshot()
+    return [key for key in sorted(before) if now.get(key) != before[key]]

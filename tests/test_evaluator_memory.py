@@ -1,0 +1,303 @@
+"""KernelBench at real size: footprints, admission by bytes, whose out-of-memory it is, one buffer plan
+for baseline and candidate, quiet timing, a sandbox that fails to start, and verdicts keyed by the
+reference they were judged against.
+
+On an 80 GB H100 our evaluator once judged 84 of 100 KernelBench level-1 references wrong: our own
+buffers ran the device out of memory and the candidate was blamed. These tests hold the rules that
+prevent it on any machine; the GPU sweep (`bench/kernelbench_sweep.py`) holds them at real size.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import weakref
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from kernelbench_rl.evaluation import checks, memory, timing
+from kernelbench_rl.evaluation.memory import GIB, MIB, Footprint
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag
+from kernelbench_rl.evaluation.worker import (
+    WITHIN_BUDGET_OOM, WORKER_OOM, Fault, QuietGate, SharedOrAlone, Worker, child_oom_fault, oom_not_the_candidates,
+    ran_out_of_device_memory,
+)
+
+# KernelBench's L1/19 at real size: 4096 x 393216 fp32 in and out, 6 GiB each.
+L1_19 = Footprint(param_bytes=0, input_bytes=6 * GIB, output_bytes=6 * GIB, forward_bytes=6 * GIB)
+SMALL = Footprint(param_bytes=4 * MIB, input_bytes=64 * MIB, output_bytes=64 * MIB, forward_bytes=96 * MIB)
+# What an H100 80 GB leaves to evaluations with 35 children's contexts and 8 GiB of resident references.
+H100_CAPACITY = int(0.92 * 79 * GIB) - 35 * 600 * MIB - 8 * GIB
+
+
+# -- footprint arithmetic -----------------------------------------------------------------------------
+def test_a_6_gib_problem_refreshes_inputs_in_place_and_fits_an_80_gb_device():
+    plan = memory.plan(L1_19)
+    assert not plan.fresh_buffers  # two live 6 GiB sets would buy nothing: far past any L2 cache
+    assert plan.verify_trials == 1
+    assert plan.poison_bytes < 8 * GIB
+    # the least one evaluation needs: child (inputs + poison or forward + one verified output) + worker
+    assert plan.child_bytes < 20 * GIB and plan.worker_bytes < 20 * GIB
+    assert plan.fits(H100_CAPACITY), (memory.gib(plan.needed_bytes), memory.gib(H100_CAPACITY))
+    # the candidate's budget is a few times the reference's peak, beyond our own buffers
+    assert plan.candidate_cap_bytes >= plan.child_bytes + 3 * L1_19.reference_peak
+    assert plan.section_bytes > H100_CAPACITY  # so its device section runs with the memory to itself
+
+
+def test_a_small_problem_gets_fresh_buffers_two_verified_outputs_and_shares_the_device():
+    plan = memory.plan(SMALL)
+    assert plan.fresh_buffers and plan.verify_trials == 2
+    assert plan.section_bytes < H100_CAPACITY // 8  # many evaluations at once
+    assert plan.warm_bytes < plan.section_bytes
+
+
+def test_a_problem_that_cannot_fit_even_alone_is_too_large_with_the_bytes_named():
+    huge = Footprint(param_bytes=0, input_bytes=30 * GIB, output_bytes=30 * GIB, forward_bytes=30 * GIB)
+    plan = memory.plan(huge)
+    assert not plan.fits(H100_CAPACITY)
+    message = memory.too_large_message(plan, H100_CAPACITY, 80 * GIB)
+    assert memory.gib(plan.needed_bytes) in message and memory.gib(H100_CAPACITY) in message and "80.0 GiB" in message
+
+
+def test_the_size_of_a_failed_allocation_is_read_from_torchs_message():
+    text = "CUDA out of memory. Tried to allocate 24.00 GiB. GPU 0 has a total capacity of 79.19 GiB"
+    assert memory.requested_bytes(text) == 24 * GIB
+    assert memory.requested_bytes("Tried to allocate 512.00 MiB") == 512 * MIB
+    assert memory.requested_bytes("no figure here") == 0
+
+
+# -- whose out-of-memory ----------------------------------------------------------------------------------
+def _result(category: ErrorCategory, message: str) -> EvalResult:
+    return EvalResult(problem_id="L1/19", candidate_sha256="", backend="triton", precision="fp32", device_kind="cuda",
+                      error_category=category, error_message=message)
+
+
+def test_a_child_past_its_budget_is_the_kernels_fault_and_earns_no_retry():
+    fault = child_oom_fault("OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB",
+                            {"reserved": 50 * GIB, "cap": 55 * GIB})
+    assert fault.category == ErrorCategory.RUNTIME
+    assert "budget of 55.0 GiB" in fault.message and "8.0 GiB more" in fault.message
+    result = _result(fault.category, fault.message)
+    assert not ran_out_of_device_memory(result) and not oom_not_the_candidates(result)
+
+
+def test_a_child_within_its_budget_ran_short_because_of_others_and_runs_again_alone():
+    fault = child_oom_fault("OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB",
+                            {"reserved": 12 * GIB, "cap": 55 * GIB})
+    result = _result(fault.category, fault.message)
+    assert WITHIN_BUDGET_OOM in fault.message
+    assert ran_out_of_device_memory(result) and oom_not_the_candidates(result)
+
+
+def _fake_cuda_worker(outcomes: list[EvalResult]) -> Worker:
+    """A Worker whose single evaluation returns the given results in turn (no processes, no GPU)."""
+    worker = Worker.__new__(Worker)
+    worker.device = "cuda"
+    worker.residency = SharedOrAlone()
+    worker.reaping = SimpleNamespace(join=lambda: None)
+    calls = iter(outcomes)
+    worker._evaluate_once = lambda payload, received_at=None: (next(calls), None)
+    return worker
+
+
+def test_an_oom_that_recurs_alone_within_budget_is_ours_never_a_zero(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    shared = _result(ErrorCategory.RUNTIME, f"{WORKER_OOM}: OutOfMemoryError: CUDA out of memory.")
+    alone = _result(ErrorCategory.RUNTIME, f"{WORKER_OOM}: OutOfMemoryError: CUDA out of memory.")
+    result, _ = _fake_cuda_worker([shared, alone]).evaluate({})
+    assert result.error_category == ErrorCategory.INFRA
+    assert "even with the device to itself" in result.error_message and "oom_retry" in result.versions
+
+
+def test_an_oom_beside_others_that_passes_alone_is_judged_on_its_merits(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    shared = _result(ErrorCategory.RUNTIME, child_oom_fault("OutOfMemoryError: x", {"reserved": GIB, "cap": 9 * GIB}).message)
+    alone = _result(ErrorCategory.OK, "")
+    result, _ = _fake_cuda_worker([shared, alone]).evaluate({})
+    assert result.error_category == ErrorCategory.OK
+
+
+def test_too_large_is_no_verdict_on_the_kernel():
+    assert ErrorCategory.TOO_LARGE.is_ours and not ErrorCategory.TOO_LARGE.is_kernel_fault
+    from kernelbench_rl.rewards.shaping import score
+
+    assert score(_result(ErrorCategory.TOO_LARGE, "needs 90 GiB"), "correctness").reward is None
+
+
+# -- one buffer plan for baseline and candidate ------------------------------------------------------------
+class _Event:
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, other: _Event) -> float:
+        return (other.t - self.t) * 1000.0
+
+    def synchronize(self) -> None:
+        pass
+
+
+CPU_CLOCK = timing.Clock(synchronize=lambda: None, event_cls=_Event, record=_Event.record, elapsed_time=_Event.elapsed_time,
+                         event_synchronize=_Event.synchronize, perf_counter=time.perf_counter)
+
+
+@pytest.mark.parametrize("fresh, most_alive", [(True, 2), (False, 1)])
+def test_the_buffer_plan_decides_how_many_input_sets_live_at_once(monkeypatch, fresh, most_alive):
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.empty(16))
+    alive: list[weakref.ref] = []
+    peak = [0]
+
+    def inputs_for_seed(seed: int) -> list[torch.Tensor]:
+        gc.collect()
+        live = sum(1 for ref in alive if ref() is not None)
+        peak[0] = max(peak[0], live + 1)
+        x = torch.full((8,), float(seed))
+        alive.append(weakref.ref(x))
+        return [x]
+
+    seen: list[float] = []
+    record = timing.time_forward(lambda x: seen.append(float(x[0])) or x * 2, inputs_for_seed, [1, 2, 3, 4], 0, "cpu",
+                                 CPU_CLOCK, keep={2}, fresh_buffers=fresh)
+    assert seen == [1.0, 2.0, 3.0, 4.0]  # new values every call, either way
+    assert peak[0] == most_alive
+    assert len(record.times_ms) == 4 and float(record.kept_outputs[2][0][0]) == 6.0
+
+
+# -- quiet timing ----------------------------------------------------------------------------------------
+def test_timing_waits_for_warm_ups_under_way_and_holds_new_ones_back():
+    gate = QuietGate()
+    events: list[str] = []
+    warm_release = threading.Event()
+    warm_in = threading.Event()
+
+    def warm(name: str, release: threading.Event | None) -> None:
+        with gate.noisy():
+            events.append(f"{name} in")
+            if release is not None:
+                warm_in.set()
+                release.wait(10)
+            events.append(f"{name} out")
+
+    def timed() -> None:
+        with gate.quiet(max_wait_s=10) as calm:
+            events.append(f"timing in calm={calm}")
+            time.sleep(0.2)
+            events.append("timing out")
+
+    first = threading.Thread(target=warm, args=("warm1", warm_release))
+    first.start()
+    warm_in.wait(5)
+    timer = threading.Thread(target=timed)
+    timer.start()
+    deadline = time.monotonic() + 5
+    while gate._waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = threading.Thread(target=warm, args=("warm2", None))
+    second.start()
+    time.sleep(0.2)
+    assert events == ["warm1 in"]  # timing waits for warm1; warm2 waits behind timing
+    warm_release.set()
+    for thread in (first, timer, second):
+        thread.join(10)
+    assert events == ["warm1 in", "warm1 out", "timing in calm=True", "timing out", "warm2 in", "warm2 out"]
+
+
+def test_timing_gives_up_on_a_long_warm_up_and_says_so():
+    gate = QuietGate()
+    release = threading.Event()
+    inside = threading.Event()
+
+    def warm() -> None:
+        with gate.noisy():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=warm)
+    thread.start()
+    inside.wait(5)
+    with gate.quiet(max_wait_s=0.2) as calm:
+        assert calm is False
+    release.set()
+    thread.join(10)
+
+
+# -- comparison in chunks ---------------------------------------------------------------------------------
+def test_outputs_are_compared_in_chunks_with_the_same_verdicts(monkeypatch):
+    monkeypatch.setattr(checks, "CHUNK_ELEMENTS", 7)
+    ref = torch.linspace(-1, 1, 50)
+    assert checks.compare_outputs([ref], [ref.clone()], 1e-4, 1e-4).ok
+    wrong = ref.clone()
+    wrong[20] += 0.5
+    wrong[45] += 0.25
+    outcome = checks.compare_outputs([ref], [wrong], 1e-4, 1e-4)
+    assert outcome.category == ErrorCategory.MISMATCH and "at 2 of 50" in outcome.message
+    assert outcome.max_abs_err == pytest.approx(0.5, abs=1e-6)
+    nan = ref.clone()
+    nan[49] = float("nan")
+    assert "NaN" in checks.compare_outputs([ref], [nan], 1e-4, 1e-4).message
+
+
+# -- a sandbox that cannot start is ours -------------------------------------------------------------------
+def test_a_dead_child_before_start_is_infra_and_after_import_a_crash():
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    parent, child_end = ctx.Pipe()
+    process = ctx.Process(target=lambda: None)
+    process.start()
+    process.join(5)
+    child_end.close()
+    parent.close()
+    child = SimpleNamespace(conn=parent, process=process, workdir="")
+    worker = Worker.__new__(Worker)
+    with pytest.raises(Fault) as early:
+        worker._send(child, {"cmd": "job"}, "starting the sandbox")
+    assert early.value.category == ErrorCategory.INFRA
+    with pytest.raises(Fault) as late:
+        worker._send(child, {"cmd": "check"}, "running forward")
+    assert late.value.category == ErrorCategory.CRASH and "exited with status 0" in late.value.message
+
+
+def test_a_problem_the_sandbox_cannot_load_is_infra_not_the_candidates(tmp_path):
+    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.problems import Problem, get_problem, load_solution
+
+    relu = get_problem("L1/19")
+    # Loads in the trusted worker (its module is named kbrl_reference_*), fails in the sandbox.
+    broken = relu.source.replace("import torch\n", "import torch\nif not __name__.startswith('kbrl_reference'):\n"
+                                 "    raise RuntimeError('this problem cannot load here')\n", 1)
+    problem = Problem(level=1, number=19, name=relu.name, source=broken, origin="inline", small_sizes=relu.small_sizes)
+    with Evaluator(EvalSettings(device="cpu", timeout_s=60), problems={"L1/19": problem}) as evaluator:
+        result = evaluator.evaluate([EvalRequest("L1/19", load_solution(relu), EvalSettings(device="cpu", timeout_s=60))])[0]
+    assert result.error_category == ErrorCategory.INFRA, result.error_message
+    assert "sandbox could not start" in result.error_message and "cannot load here" in result.error_message
+
+
+# -- verdicts keyed by the reference -------------------------------------------------------------------------
+def test_a_verdict_is_never_served_for_a_different_reference(tmp_path):
+    """A cached 'correct' for ReLU must not answer for a problem of the same id that computes sigmoid."""
+    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.problems import Problem, get_problem, load_solution
+    from kernelbench_rl.store import Store
+
+    relu = get_problem("L1/19")
+    sigmoid = Problem(level=1, number=19, name=relu.name, source=relu.source.replace("torch.relu(x)", "torch.sigmoid(x)"),
+                      origin="inline", small_sizes=relu.small_sizes)
+    assert sigmoid.source != relu.source
+    settings = EvalSettings(device="cpu", timeout_s=60)
+    store = Store(tmp_path / "kb.duckdb")
+    request = EvalRequest("L1/19", load_solution(relu), settings)
+    with Evaluator(settings, store=store) as evaluator:
+        first = evaluator.evaluate([request])[0]
+        again = evaluator.evaluate([request])[0]
+    assert first.correct and again.cached
+    with Evaluator(settings, store=store, problems={"L1/19": sigmoid}) as evaluator:
+        other = evaluator.evaluate([request])[0]
+    assert not other.cached
+    assert other.error_category == ErrorCategory.MISMATCH, other.error_message
+    assert Flag.HACK.value not in other.flags
