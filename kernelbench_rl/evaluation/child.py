@@ -253,7 +253,7 @@ def _start(job: dict[str, Any]) -> tuple[sandbox.Confinement, Any, Any, int]:
         # The caching allocator refuses past the budget: a hoarder fails at its own limit, and its OOM
         # says so, before it can starve the evaluations beside it.
         torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
-    # The worker's numerics (no TF32, deterministic algorithms), set before the candidate is imported;
+    # The worker's numerics (exact fp32, no cuDNN autotuning), set before the candidate is imported;
     # whether the candidate changed them is reported with every result.
     numerics.apply()
     return confinement, problem, _clock(device), cap
