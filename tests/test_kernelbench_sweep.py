@@ -1,0 +1,243 @@
+"""bench/kernelbench_sweep.py on the CPU at small sizes: identity verdicts, bad input, selfcheck, the rename.
+
+The script runs in a subprocess (as on the GPU machine) on a few small level-1 problems of the KernelBench
+snapshot (KERNELBENCH_ROOT, else ../shared/kernelbench beside the repository). The CPU run claims no
+speedups, so these tests check the JSON's shape and counts, never a speed.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "bench" / "kernelbench_sweep.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("kernelbench_sweep", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+sweep = _load_script()
+
+
+@pytest.fixture(scope="module")
+def kb_root() -> Path:
+    root = Path(os.environ.get("KERNELBENCH_ROOT") or REPO.parent / "shared" / "kernelbench")
+    if not (root / "KernelBench" / "level1").is_dir() and not (root / "level1").is_dir():
+        pytest.skip(f"no KernelBench snapshot at {root} (set KERNELBENCH_ROOT)")
+    return root
+
+
+def run_script(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("KERNELBENCH_ROOT", None)  # every call names its root, or means to have none
+    env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, env=env)
+
+
+# ---------------------------------------------------------------- the rename
+
+
+TRICKY = '''import torch
+import torch.nn as nn
+
+# Model is the reference; ModelHelper is not.
+class ModelHelper(nn.Module):
+    def forward(self, x):
+        return x
+
+
+class Model(nn.Module):
+    """A Model that doubles (Model in a docstring stays)."""
+
+    def __init__(self, scale: float = 2.0):
+        super(Model, self).__init__()
+        self.helper = ModelHelper()
+        self.scale = scale
+        self.name = "Model"
+
+    def forward(self, x):  # Model.forward
+        assert isinstance(self, Model)
+        return self.helper(x) * self.scale
+
+    @classmethod
+    def make(cls) -> "Model":
+        return Model()
+
+
+def get_inputs():
+    return [torch.rand(4, 4)]
+
+
+def get_init_inputs():
+    return [2.0]
+'''
+
+
+def test_rename_model_class_renames_code_and_leaves_the_rest():
+    renamed = sweep.rename_model_class(TRICKY)
+    assert "class ModelNew(nn.Module):" in renamed
+    assert "super(ModelNew, self).__init__()" in renamed
+    assert "isinstance(self, ModelNew)" in renamed
+    assert "return ModelNew()" in renamed
+    # a helper whose name contains Model, strings, comments and docstrings are left alone
+    assert "class ModelHelper(nn.Module):" in renamed and "self.helper = ModelHelper()" in renamed
+    assert "# Model is the reference; ModelHelper is not." in renamed
+    assert '"""A Model that doubles (Model in a docstring stays)."""' in renamed
+    assert 'self.name = "Model"' in renamed and '-> "Model"' in renamed
+    assert "# Model.forward" in renamed
+    assert "def get_inputs():" in renamed and "def get_init_inputs():" in renamed
+    tree = ast.parse(renamed)
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "Model"]
+    assert [n.name for n in tree.body if isinstance(n, ast.ClassDef)] == ["ModelHelper", "ModelNew"]
+    # only the renamed names changed: same number of lines, and the module still runs
+    assert len(renamed.splitlines()) == len(TRICKY.splitlines())
+    namespace: dict = {}
+    exec(compile(renamed, "<renamed>", "exec"), namespace)
+    model = namespace["ModelNew"](*namespace["get_init_inputs"]())
+    x = namespace["get_inputs"]()[0]
+    assert (model(x) == x * 2).all()
+
+
+def test_rename_model_class_keeps_attributes_and_refuses_sources_without_model():
+    source = "import m\nclass Model:\n    kind = m.Model\n    other = Model\n"
+    renamed = sweep.rename_model_class(source)
+    assert "kind = m.Model" in renamed and "class ModelNew:" in renamed
+    # `other = Model` inside the class body refers to the class's global name: renamed
+    assert "other = ModelNew" in renamed
+    with pytest.raises(ValueError):
+        sweep.rename_model_class("class Net:\n    pass\n")
+    with pytest.raises(ValueError):
+        sweep.rename_model_class("class Model:\n    pass\nclass ModelNew:\n    pass\n")
+
+
+def test_every_kernelbench_problem_renames(kb_root):
+    root = sweep.resolve_root(str(kb_root))
+    problems = sweep.load_root_problems(root, [1, 2, 3])
+    assert len(problems) >= 200
+    for problem in problems.values():
+        renamed = sweep.rename_model_class(problem.source)
+        assert "class ModelNew(" in renamed, problem.id
+
+
+def test_speedup_distribution_and_from_json(tmp_path):
+    records = [{"label": f"L1/{i}/identity", "correct": True, "speedup": s, "runtime_ms": 1.0, "baseline_ms": s}
+               for i, s in enumerate([0.5, 0.97, 1.0, 1.01, 1.02, 1.3])]
+    dist = sweep.speedup_distribution(records)
+    assert dist["count"] == 6 and dist["median"] == pytest.approx(1.005)
+    assert dist["share_within_0.95_1.05"] == pytest.approx(4 / 6, abs=1e-3)
+    assert [r["label"] for r in dist["outside_0.8_1.25"]] == ["L1/0/identity", "L1/5/identity"]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"per_candidate": [
+        {"problem_id": "L1/1", "correct": True, "category": "ok"},
+        {"problem_id": "L2/66", "correct": False, "category": "mismatch"},
+        {"problem_id": "L1/9", "correct": False, "category": "infra"},
+    ]}))
+    assert sweep.problems_from_json(str(path)) == ["L2/66"]
+
+
+# ---------------------------------------------------------------- the script, in a subprocess
+
+
+def test_identity_on_cpu_judges_the_references_correct(kb_root, tmp_path):
+    out = tmp_path / "identity.json"
+    proc = run_script("identity", "--kernelbench-root", str(kb_root), "--device", "cpu", "--size", "small",
+                      "--problems", "L1/19,L1/23", "--correctness-trials", "2", "--timeout", "90", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "== identity: 2 of 2 finished, 2 correct" in proc.stdout
+    assert proc.stdout.count("ours  [") == 2  # one progress line per candidate
+    data = json.loads(out.read_text())
+    assert data["mode"] == "identity" and data["planned"] == 2
+    assert data["ours"]["static_checks"] is False
+    assert data["ours"]["settings"]["size"] == "small" and data["ours"]["settings"]["device"] == "cpu"
+    summary = data["summary"]
+    assert summary["finished"] == 2 and summary["correct"] == 2 and not summary["budget_cut"]
+    assert summary["verdicts_by_level"] == {"L1": {"ok": 2}}
+    assert summary["not_correct"] == []
+    assert summary["speedup"]["count"] == 0  # the CPU claims no speedups
+    assert summary["wall_s"] > 0 and summary["candidates_per_min"] > 0
+    records = sorted(data["per_candidate"], key=lambda r: r["label"])
+    assert [r["label"] for r in records] == ["L1/19/identity", "L1/23/identity"]
+    for r in records:
+        assert r["correct"] and r["category"] == "ok" and r["speedup"] is None
+        assert r["trials_passed"] == r["trials_total"] == 2
+        assert "worker_total" in r["phase_seconds"] and r["floor_s"] >= 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["identity", "--kernelbench-root", "/nonexistent/kernelbench"], "does not exist"),
+    (["identity", "--problems", "L1/999"], "No problem L1/999"),
+    (["identity", "--problems", "L1-19"], "not a problem id"),
+    (["identity", "--levels", "4"], "Level 4 is not supported"),
+    (["kb-harness", "--device", "cpu"], "needs a CUDA GPU"),
+    (["selfcheck"], "needs --problems"),
+])
+def test_bad_input_exits_2_with_one_sentence(kb_root, args, words):
+    if "--kernelbench-root" not in args:
+        args = [*args, "--kernelbench-root", str(kb_root)]
+    proc = run_script(*args, "--device", "cpu", timeout=60) if "--device" not in args else run_script(*args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], proc.stderr
+
+
+def test_no_root_exits_2():
+    proc = run_script("identity", "--device", "cpu", timeout=60)
+    assert proc.returncode == 2 and "No KernelBench root" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_selfcheck_finds_a_deterministic_problem_self_consistent(kb_root, tmp_path):
+    out = tmp_path / "selfcheck.json"
+    proc = run_script("selfcheck", "--kernelbench-root", str(kb_root), "--device", "cpu", "--size", "small",
+                      "--problems", "L1/19", "--out", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    (record,) = data["per_problem"]
+    assert record["problem_id"] == "L1/19" and record["error"] == ""
+    assert record["self_consistent"] is True
+    assert record["in_process_max_abs_diff"] == 0.0 and record["cross_process_max_abs_diff"] == 0.0
+    assert data["summary"]["self_consistent"] == 1 and data["summary"]["not_self_consistent"] == []
+
+
+def test_selfcheck_child_names_dropout_in_training_mode(tmp_path):
+    """The child's own code, run here: a reference with dropout differs from itself between two forwards."""
+    source = (
+        "import torch\nimport torch.nn as nn\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, p):\n        super().__init__()\n        self.drop = nn.Dropout(p)\n"
+        "    def forward(self, x):\n        return torch.softmax(self.drop(x), dim=1)\n"
+        "def get_inputs():\n    return [torch.rand(8, 32)]\n"
+        "def get_init_inputs():\n    return [0.2]\n"
+    )
+    spec = {"source": source, "device": "cpu", "seed": 42, "tolerance": 1e-4, "deterministic": False,
+            "save": str(tmp_path / "first.pt"), "compare": None}
+    out: dict = {}
+    sweep._selfcheck_child_run(spec, out)
+    assert out["in_process_allclose"] is False and out["in_process_max_abs_diff"] > 1e-4
+    assert "dropout" in out["note"]
+    # the same seed in another run gives the same first forward: across runs it agrees
+    again: dict = {}
+    sweep._selfcheck_child_run(dict(spec, save=None, compare=str(tmp_path / "first.pt")), again)
+    assert again["cross_process_allclose"] is True and again["cross_process_max_abs_diff"] == 0.0
+
+
+def test_kb_harness_imports_kernelbench_eval_with_stand_ins(kb_root):
+    if importlib.util.find_spec("pydantic") is None:
+        pytest.skip("pydantic is not installed here (KernelBench's eval.py needs it)")
+    proc = run_script("kb-harness", "--kernelbench-root", str(kb_root), "--device", "cpu", "--check-imports", timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "KernelBench's eval.py imports" in proc.stdout
