@@ -8,17 +8,54 @@
 #   bash bench/device_suite.sh cuda         # <= 190 s: the CUDA (load_inline) backend, build cache included
 #   bash bench/device_suite.sh same-mix     # <= 575 s: ours, then the naive harness on the WHOLE mix (no sample, no
 #                                           # estimate unless its budget runs out): the measured like-for-like ratio
+# KernelBench itself (bench/kernelbench_sweep.py; carry .kb and .whl: the snapshot and pydantic's wheels):
+#   bash bench/device_suite.sh kb-identity 1     # <= 575 s: reference-as-candidate over level 1 (or 2, 3, "1,2"...)
+#   bash bench/device_suite.sh kb-solutions      # <= 575 s: every bundled solution on KernelBench's problem of its id
+#   bash bench/device_suite.sh kb-harness        # <= 575 s: KernelBench's eval_kernel_against_ref, a process per
+#                                                # candidate, on a 14-problem sample, then ours on the same candidates
+#   bash bench/device_suite.sh kb-selfcheck IDS|JSON  # <= 575 s: do these references agree with themselves?
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
 MODE=${1:-smoke}
+ARG2=${2:-}
 SUITE_START=$(date +%s)
 GPU_INFO_LIMIT=20
 [ "$MODE" = final ] && GPU_INFO_LIMIT=15
 timeout $GPU_INFO_LIMIT nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
 timeout $GPU_INFO_LIMIT python3 -c "import torch, triton, sys; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0), 'python', sys.version.split()[0])" 2>&1 | tee -a "$OUT/gpu.txt"
 case "$MODE" in
+  kb-*)
+    # The KernelBench snapshot travels as .kb/ and pydantic (its eval.py needs it; the image lacks it) as wheels in
+    # .whl/, installed into a folder that only KernelBench's processes put on their path (our evaluator's sandboxed
+    # children read only the Python installation, so nothing of it goes on the global PYTHONPATH).
+    if [ ! -d .kb/KernelBench ] || ! ls .whl/pydantic-*.whl >/dev/null 2>&1; then
+      echo "kb modes need .kb/ (a copy of the KernelBench snapshot) and .whl/ (pydantic's wheels) carried along" | tee "$OUT/kb.log"
+      exit 2
+    fi
+    timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kb_site .whl/*.whl 2>&1 | tail -3
+    KB_LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) )) ;;
+esac
+case "$MODE" in
+  kb-identity)
+    LEVELS=${ARG2:-1}
+    TAG=${LEVELS//,/_}
+    timeout $KB_LEFT python3 bench/kernelbench_sweep.py identity --kernelbench-root .kb --levels "$LEVELS" \
+      --budget-s $(( KB_LEFT - 40 )) --worker-logs "$OUT/kb_identity_L${TAG}_worker_logs.txt" \
+      --out "$OUT/kb_identity_L${TAG}.json" 2>&1 | tee "$OUT/kb_identity_L${TAG}.log" ;;
+  kb-solutions)
+    timeout $KB_LEFT python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb --budget-s $(( KB_LEFT - 40 )) \
+      --worker-logs "$OUT/kb_solutions_worker_logs.txt" --out "$OUT/kb_solutions.json" 2>&1 | tee "$OUT/kb_solutions.log" ;;
+  kb-harness)
+    # KernelBench's side gets what is left minus 170 s (ours: pool start-up ~20 s, the same candidates ~60 s, margins).
+    timeout $KB_LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
+      --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 170 )) --ours-budget-s 120 \
+      --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness.json" 2>&1 | tee "$OUT/kb_harness.log" ;;
+  kb-selfcheck)
+    if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi
+    timeout $KB_LEFT python3 bench/kernelbench_sweep.py selfcheck --kernelbench-root .kb "${SELECT[@]}" \
+      --budget-s $(( KB_LEFT - 30 )) --out "$OUT/kb_selfcheck.json" 2>&1 | tee "$OUT/kb_selfcheck.log" ;;
   final)
     # Total wall <= 400 s: every step has a timeout (GPU info 3 x 15 s at most, smoke 70 s) and the
     # last one gets what is left of 395 s.
