@@ -9,7 +9,7 @@
 #   bash bench/device_suite.sh same-mix     # <= 575 s: ours, then the naive harness on the WHOLE mix (no sample, no
 #                                           # estimate unless its budget runs out): the measured like-for-like ratio
 # KernelBench itself (bench/kernelbench_sweep.py; carry .kb and .whl: the snapshot and pydantic's wheels):
-#   bash bench/device_suite.sh kb-identity 1     # <= 575 s: reference-as-candidate over level 1 (or 2, 3, "1,2"...)
+#   bash bench/device_suite.sh kb-identity 1     # <= 575 s: reference-as-candidate over level 1 (or 2, 3, "1,2", or ids)
 #   bash bench/device_suite.sh kb-solutions      # <= 575 s: every bundled solution on KernelBench's problem of its id
 #   bash bench/device_suite.sh kb-harness        # <= 575 s: KernelBench's eval_kernel_against_ref, a process per
 #                                                # candidate, on a 14-problem sample, then ours on the same candidates
@@ -34,27 +34,29 @@ case "$MODE" in
       echo "kb modes need .kb/ (a copy of the KernelBench snapshot) and .whl/ (pydantic's wheels) carried along" | tee "$OUT/kb.log"
       exit 2
     fi
-    timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kb_site .whl/*.whl 2>&1 | tail -3
+    timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kb_site .whl/*.whl 2>&1 | tail -3 \
+      || python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/kb_site') for w in glob.glob('.whl/*.whl')]; print('no pip: wheels unzipped into /tmp/kb_site')"
     KB_LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) )) ;;
 esac
 case "$MODE" in
   kb-identity)
+    # ARG2: levels (1, 2, 3, "1,2"), or problem ids (L1/40,L1/41: the rest of a run its budget cut)
     LEVELS=${ARG2:-1}
-    TAG=${LEVELS//,/_}
-    timeout $KB_LEFT python3 bench/kernelbench_sweep.py identity --kernelbench-root .kb --levels "$LEVELS" \
+    if [[ "$LEVELS" == */* ]]; then SELECT=(--problems "$LEVELS"); TAG=subset; else SELECT=(--levels "$LEVELS"); TAG=${LEVELS//,/_}; fi
+    timeout $KB_LEFT python3 bench/kernelbench_sweep.py identity --kernelbench-root .kb "${SELECT[@]}" \
       --budget-s $(( KB_LEFT - 40 )) --worker-logs "$OUT/kb_identity_L${TAG}_worker_logs.txt" \
       --out "$OUT/kb_identity_L${TAG}.json" 2>&1 | tee "$OUT/kb_identity_L${TAG}.log" ;;
   kb-solutions)
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb --budget-s $(( KB_LEFT - 40 )) \
       --worker-logs "$OUT/kb_solutions_worker_logs.txt" --out "$OUT/kb_solutions.json" 2>&1 | tee "$OUT/kb_solutions.log" ;;
   kb-harness)
-    # KernelBench's side gets what is left minus 170 s (ours: pool start-up ~20 s, the same candidates ~60 s, margins).
+    # KernelBench's side gets what is left minus 170 s; ours (pool start-up ~20 s, then at most 70 s a level) the rest.
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
-      --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 170 )) --ours-budget-s 120 \
+      --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 170 )) --ours-budget-s 70 \
       --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness.json" 2>&1 | tee "$OUT/kb_harness.log" ;;
   kb-selfcheck)
     if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi
-    timeout $KB_LEFT python3 bench/kernelbench_sweep.py selfcheck --kernelbench-root .kb "${SELECT[@]}" \
+    timeout $KB_LEFT python3 bench/kernelbench_sweep.py selfcheck --kernelbench-root .kb "${SELECT[@]}" ${KB_SELFCHECK_ARGS:-} \
       --budget-s $(( KB_LEFT - 30 )) --out "$OUT/kb_selfcheck.json" 2>&1 | tee "$OUT/kb_selfcheck.log" ;;
   final)
     # Total wall <= 400 s: every step has a timeout (GPU info 3 x 15 s at most, smoke 70 s) and the

@@ -296,18 +296,16 @@ def verdict_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 
 def environment(device: str) -> dict[str, Any]:
+    """Versions from the installed metadata: this process imports neither torch nor triton for it and
+    holds no CUDA context (the device's name comes from the pool's workers and KernelBench's metadata)."""
+    from importlib import metadata
+
     info: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(), "device": device}
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-        if device == "cuda" and torch.cuda.is_available():
-            info["device_name"] = torch.cuda.get_device_name(0)
-        import triton
-
-        info["triton"] = triton.__version__
-    except Exception as exc:  # noqa: BLE001 - informative only
-        info["env_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    for package in ("torch", "triton"):
+        try:
+            info[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            info[package] = None
     try:
         info["repo_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                                              text=True, timeout=10).stdout.strip() or None
@@ -997,7 +995,7 @@ def run_selfcheck(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
     env = environment(args.device)
     settings = {"device": args.device, "size": args.size, "tolerance": args.tolerance, "seed": KB_SEED,
-                "deterministic": args.deterministic, "timeout_s": args.timeout}
+                "exact_fp32": args.exact_fp32, "deterministic": args.deterministic, "timeout_s": args.timeout}
     report_extra: dict[str, Any] = {"not_checked": []}
     report = JsonReport(out, lambda: {"mode": "selfcheck", "kernelbench_root": str(root), "environment": env,
                                       "settings": settings, "per_problem": records, **report_extra,
@@ -1063,7 +1061,8 @@ def selfcheck_problem(problem: Any, args: argparse.Namespace) -> dict[str, Any]:
         runs = []
         for step, (save, compare) in enumerate(((str(first), None), (None, str(first)))):
             spec = {"source": problem.source_for(args.size), "device": args.device, "seed": KB_SEED,
-                    "tolerance": args.tolerance, "deterministic": args.deterministic, "save": save, "compare": compare}
+                    "tolerance": args.tolerance, "exact_fp32": args.exact_fp32, "deterministic": args.deterministic,
+                    "save": save, "compare": compare}
             spec_path = Path(work) / f"spec{step}.json"
             spec_path.write_text(json.dumps(spec))
             env = dict(os.environ)
@@ -1112,13 +1111,14 @@ def _selfcheck_child_run(spec: dict[str, Any], out: dict[str, Any]) -> None:
     import torch
 
     device = torch.device(spec["device"])
-    if spec["deterministic"]:  # the numerics our evaluator's reference runs under
+    if spec.get("exact_fp32"):  # no TF32 in matmuls and convolutions, no cuDNN autotuning
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cudnn.benchmark = False
+    if spec.get("deterministic"):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.deterministic = True
         torch.use_deterministic_algorithms(True)
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
     def set_seed(seed: int) -> None:
         torch.manual_seed(seed)
@@ -1281,9 +1281,11 @@ def build_parser() -> argparse.ArgumentParser:
     selfcheck.add_argument("--budget-s", type=float, default=None,
                            help="start no problem that would end past this many seconds since the script started")
     selfcheck.add_argument("--tolerance", type=float, default=1e-4, help="atol = rtol (default 1e-4, KernelBench's fp32)")
+    selfcheck.add_argument("--exact-fp32", action="store_true",
+                           help="no TF32 in matmuls and convolutions and no cuDNN autotuning (how our evaluator runs "
+                                "references) instead of torch's defaults (KernelBench's)")
     selfcheck.add_argument("--deterministic", action="store_true",
-                           help="run under our evaluator's numerics (deterministic algorithms, no TF32) instead of "
-                                "torch's defaults (KernelBench's)")
+                           help="also torch.use_deterministic_algorithms(True): does the problem need nondeterministic ops?")
     return parser
 
 
