@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """C = A @ B for square matrices A and B (N x N)."""
+    """C = A @ B for square matrices A and B (N x N), entries uniform in [0, 1)."""
 
     def __init__(self):
         super().__init__()
@@ -19,8 +19,8 @@ KBRL_SMALL_SIZES = {"N": 72}
 
 
 def get_inputs():
-    A = torch.randn(N, N)
-    B = torch.randn(N, N)
+    A = torch.rand(N, N)
+    B = torch.rand(N, N)
     return [A, B]
 
 

@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Applies LeakyReLU elementwise with a configurable negative slope."""
+    """Applies LeakyReLU elementwise; the slope has a default and get_init_inputs passes none."""
 
     def __init__(self, negative_slope: float = 0.01):
         super().__init__()
@@ -14,17 +14,16 @@ class Model(nn.Module):
 
 
 batch_size = 4096
-dim = 131072
-negative_slope = 0.01
+dim = 393216  # 1.6e9 elements (6 GiB) per tensor
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 16, "dim": 1000}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, dim)
+    x = torch.rand(batch_size, dim)
     return [x]
 
 
 def get_init_inputs():
-    return [negative_slope]
+    return []

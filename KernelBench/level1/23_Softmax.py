@@ -3,10 +3,11 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Softmax over the last dimension of a (batch, dim) tensor.
+    """Softmax over dimension 1 of a (batch, dim) tensor of values uniform in [0, 1).
 
-    dim is kept at a few thousand so typical outputs (~1/dim) stay well above the 1e-4
-    tolerance; a much wider row would let an all-zeros output pass.
+    At the real width (393216) every output is about 1/dim ~ 3e-6, below the 1e-4 tolerance, so
+    an all-zeros output passes there: that is KernelBench's problem as published. The small width
+    used on the CPU (1000) keeps outputs near 1e-3, where zeros fail.
     """
 
     def __init__(self):
@@ -16,15 +17,15 @@ class Model(nn.Module):
         return torch.softmax(x, dim=1)
 
 
-batch_size = 65536
-dim = 4096
+batch_size = 4096
+dim = 393216
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 16, "dim": 1000}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, dim)
+    x = torch.rand(batch_size, dim)
     return [x]
 
 

@@ -13,7 +13,7 @@ class Model(nn.Module):
         return self.bn(x)
 
 
-batch_size = 16
+batch_size = 64
 features = 64
 dim1 = 512
 dim2 = 512
@@ -23,7 +23,7 @@ KBRL_SMALL_SIZES = {"batch_size": 4, "features": 6, "dim1": 10, "dim2": 12}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, features, dim1, dim2)
+    x = torch.rand(batch_size, features, dim1, dim2)
     return [x]
 
 

@@ -12,15 +12,15 @@ class Model(nn.Module):
         return x / torch.norm(x, p=2, dim=1, keepdim=True)
 
 
-batch_size = 16384
-dim = 16384
+batch_size = 32768
+dim = 65535  # batch_size * dim stays just under 2**31 elements
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 16, "dim": 1000}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, dim)
+    x = torch.rand(batch_size, dim)
     return [x]
 
 

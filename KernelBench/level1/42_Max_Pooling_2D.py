@@ -3,32 +3,33 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """2D max pooling with a square window, stride and zero padding."""
+    """2D max pooling with a square window, stride, zero padding and dilation."""
 
-    def __init__(self, kernel_size: int, stride: int, padding: int):
+    def __init__(self, kernel_size: int, stride: int, padding: int, dilation: int):
         super().__init__()
-        self.pool = nn.MaxPool2d(kernel_size=kernel_size, stride=stride, padding=padding)
+        self.maxpool = nn.MaxPool2d(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pool(x)
+        return self.maxpool(x)
 
 
 batch_size = 32
 channels = 64
 height = 512
 width = 512
-kernel_size = 3
-stride = 2
+kernel_size = 4
+stride = 1
 padding = 1
+dilation = 1
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 2, "channels": 3, "height": 17, "width": 15}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, channels, height, width)
+    x = torch.rand(batch_size, channels, height, width)
     return [x]
 
 
 def get_init_inputs():
-    return [kernel_size, stride, padding]
+    return [kernel_size, stride, padding, dilation]

@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Mean reduction over one dimension of a (batch, dim1, dim2) tensor."""
+    """Mean over one dimension (given at construction); that dimension is dropped."""
 
     def __init__(self, dim: int):
         super().__init__()
@@ -15,15 +15,15 @@ class Model(nn.Module):
 
 batch_size = 128
 dim1 = 4096
-dim2 = 1024
+dim2 = 4095
 reduce_dim = 1
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
-KBRL_SMALL_SIZES = {"batch_size": 4, "dim1": 100, "dim2": 40}
+KBRL_SMALL_SIZES = {"batch_size": 4, "dim1": 100, "dim2": 39}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, dim1, dim2)
+    x = torch.rand(batch_size, dim1, dim2)
     return [x]
 
 

@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Matrix-vector product: C = A @ B with A (M, K) and B (K, 1)."""
+    """C = A @ B for a wide matrix A of shape (M, K) and a column vector B of shape (K, 1)."""
 
     def __init__(self):
         super().__init__()
@@ -12,16 +12,16 @@ class Model(nn.Module):
         return torch.matmul(A, B)
 
 
-M = 8192
-K = 65536
+M = 2048
+K = 1048576  # A holds 2**31 elements (8 GiB): offsets into it need 64 bits
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"M": 40, "K": 300}
 
 
 def get_inputs():
-    A = torch.randn(M, K)
-    B = torch.randn(K, 1)
+    A = torch.rand(M, K)
+    B = torch.rand(K, 1)
     return [A, B]
 
 

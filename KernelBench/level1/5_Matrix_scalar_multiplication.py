@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """C = A * s for a matrix A and a Python float s."""
+    """C = A * s for a matrix A of shape (M, N) and a Python float s."""
 
     def __init__(self):
         super().__init__()
@@ -12,15 +12,15 @@ class Model(nn.Module):
         return A * s
 
 
-M = 16384
-N = 32768
+M = 65536
+N = 16384
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"M": 24, "N": 100}
 
 
 def get_inputs():
-    A = torch.randn(M, N)
+    A = torch.rand(M, N)
     s = 3.14
     return [A, s]
 

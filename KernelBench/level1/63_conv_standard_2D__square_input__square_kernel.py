@@ -3,28 +3,46 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Standard 2D convolution (no bias) of a square input with a square kernel."""
+    """Standard 2D convolution of a square input with a square kernel.
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
+    Stride, padding, dilation, groups and bias are constructor arguments with nn.Conv2d's defaults
+    (bias off); get_init_inputs passes only the channels and the kernel size.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int = 0,
+        dilation: int = 1,
+        groups: int = 1,
+        bias: bool = False,
+    ):
         super().__init__()
-        self.conv2d = nn.Conv2d(in_channels, out_channels, kernel_size, bias=False)
+        self.conv2d = nn.Conv2d(
+            in_channels, out_channels, (kernel_size, kernel_size),
+            stride=stride, padding=padding, dilation=dilation, groups=groups, bias=bias,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2d(x)
 
 
 batch_size = 16
-in_channels = 32
-out_channels = 64
+in_channels = 16
+out_channels = 128
 kernel_size = 3
-size = 512
+width = 1024
+height = 1024
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
-KBRL_SMALL_SIZES = {"batch_size": 2, "in_channels": 4, "out_channels": 8, "size": 12}
+KBRL_SMALL_SIZES = {"batch_size": 2, "in_channels": 4, "out_channels": 8, "width": 12, "height": 12}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, in_channels, size, size)
+    x = torch.rand(batch_size, in_channels, height, width)
     return [x]
 
 

@@ -16,14 +16,14 @@ class Model(nn.Module):
 
 
 batch_size = 8192
-dim = 32768
+dim = 8192
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
 KBRL_SMALL_SIZES = {"batch_size": 16, "dim": 1000}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, dim)
+    x = torch.rand(batch_size, dim)
     return [x]
 
 

@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Inclusive prefix sum (cumsum) along one dimension."""
+    """Inclusive prefix sum (cumsum) along one dimension, given at construction."""
 
     def __init__(self, dim: int):
         super().__init__()
@@ -13,18 +13,18 @@ class Model(nn.Module):
         return torch.cumsum(x, dim=self.dim)
 
 
-batch_size = 16384
-length = 16384
-scan_dim = 1
+batch_size = 32768
+input_shape = (32768,)  # the shape of one sample
+dim = 1
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
-KBRL_SMALL_SIZES = {"batch_size": 8, "length": 300}
+KBRL_SMALL_SIZES = {"batch_size": 8, "input_shape": (300,)}
 
 
 def get_inputs():
-    x = torch.randn(batch_size, length)
+    x = torch.rand(batch_size, *input_shape)
     return [x]
 
 
 def get_init_inputs():
-    return [scan_dim]
+    return [dim]

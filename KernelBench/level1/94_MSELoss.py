@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """Mean squared error between predictions and targets (a scalar)."""
+    """Mean squared error between predictions and targets, reduced to one scalar."""
 
     def __init__(self):
         super().__init__()
@@ -12,16 +12,19 @@ class Model(nn.Module):
         return torch.mean((predictions - targets) ** 2)
 
 
-batch_size = 16384
-dim = 16384
+batch_size = 32768
+input_shape = (32768,)  # the shape of one sample
+dim = 1  # not used by the model; KernelBench's file defines it too
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored by KernelBench.
-KBRL_SMALL_SIZES = {"batch_size": 16, "dim": 500}
+KBRL_SMALL_SIZES = {"batch_size": 16, "input_shape": (500,)}
 
 
 def get_inputs():
-    predictions = torch.randn(batch_size, dim)
-    targets = torch.randn(batch_size, dim)
+    # Predictions are uniform on [0, scale) for one random scale, targets uniform on [0, 1).
+    scale = torch.rand(())
+    predictions = torch.rand(batch_size, *input_shape) * scale
+    targets = torch.rand(batch_size, *input_shape)
     return [predictions, targets]
 
 

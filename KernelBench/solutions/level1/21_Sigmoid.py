@@ -7,7 +7,7 @@ import triton.language as tl
 @triton.jit
 def sigmoid_kernel(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
-    # int64 offsets: the real problem has 2**29 elements, and pid * BLOCK_SIZE must not wrap.
+    # int64 offsets: the real problem has 1.6e9 elements, and pid * BLOCK_SIZE must not wrap.
     offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0)

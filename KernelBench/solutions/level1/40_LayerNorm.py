@@ -1,3 +1,5 @@
+import math
+
 import torch
 import torch.nn as nn
 import triton
@@ -6,7 +8,8 @@ import triton.language as tl
 
 @triton.jit
 def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, eps, BLOCK: tl.constexpr):
-    """One program per row of a contiguous (rows, N) view: mean, then variance, then the output."""
+    """One program per row of a contiguous (rows, N) view, N being the normalised trailing
+    elements (all of a sample here): mean, then variance, then the affine output."""
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * N
     out_row = out_ptr + row * N
@@ -31,14 +34,17 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, eps, BLOCK: tl.constexpr)
 
 
 class ModelNew(nn.Module):
-    def __init__(self, hidden: int):
+    def __init__(self, normalized_shape: tuple):
         super().__init__()
-        self.ln = nn.LayerNorm(hidden)  # parameter holder: weight, bias and eps are read in forward
+        # Parameter holder: weight and bias (created as the reference creates them) and eps.
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.contiguous()
-        N = x.shape[-1]
+        N = math.prod(self.ln.normalized_shape)  # the trailing dimensions normalised together
         rows = x.numel() // N
         out = torch.empty_like(x)
-        layer_norm_kernel[(rows,)](x, self.ln.weight, self.ln.bias, out, N, self.ln.eps, BLOCK=1024)
+        layer_norm_kernel[(rows,)](
+            x, self.ln.weight.contiguous(), self.ln.bias.contiguous(), out, N, self.ln.eps, BLOCK=1024,
+        )
         return out

@@ -1,3 +1,5 @@
+import math
+
 import torch
 import torch.nn as nn
 import triton
@@ -5,34 +7,39 @@ import triton.language as tl
 
 
 @triton.jit
-def mean_dim1_kernel(x_ptr, out_ptr, D1, D2, stride_b, stride_d1, stride_d2,
-                      BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """out[b, j] = mean over i of x[b, i, j]; one program per (b, block of j)."""
-    b = tl.program_id(0).to(tl.int64)
+def mean_dim_kernel(x_ptr, out_ptr, R, inner, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """x viewed as a contiguous (outer, R, inner): out[o, j] = mean over r of x[o, r, j].
+    One program per (o, block of BLOCK_C columns j); the reduced dimension is read BLOCK_R rows at a time."""
+    o = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     rows = tl.arange(0, BLOCK_R)
-    col_mask = cols < D2
+    col_mask = cols < inner
+    base = x_ptr + o * R * inner
     acc = tl.full((BLOCK_R, BLOCK_C), 0.0, tl.float32)
-    for start in range(0, D1, BLOCK_R):
+    for start in range(0, R, BLOCK_R):
         r = start + rows
-        mask = (r[:, None] < D1) & col_mask[None, :]
-        x = tl.load(x_ptr + b * stride_b + r[:, None] * stride_d1 + cols[None, :] * stride_d2,
-                    mask=mask, other=0.0)
+        mask = (r[:, None] < R) & col_mask[None, :]
+        x = tl.load(base + r[:, None].to(tl.int64) * inner + cols[None, :], mask=mask, other=0.0)
         acc += x
-    acc = tl.sum(acc, axis=0)
-    tl.store(out_ptr + b * D2 + cols, acc / D1, mask=col_mask)
+    tl.store(out_ptr + o * inner + cols, tl.sum(acc, axis=0) / R, mask=col_mask)
 
 
 class ModelNew(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
-        if dim != 1:
-            raise ValueError("this kernel reduces dimension 1 of a 3-D input")
         self.dim = dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, D1, D2 = x.shape
-        out = torch.empty((B, D2), device=x.device, dtype=torch.float32)
-        grid = (B, triton.cdiv(D2, 64))
-        mean_dim1_kernel[grid](x, out, D1, D2, x.stride(0), x.stride(1), x.stride(2), BLOCK_R=32, BLOCK_C=64)
+        x = x.contiguous()
+        dim = self.dim % x.dim()
+        R = x.shape[dim]
+        outer, inner = math.prod(x.shape[:dim]), math.prod(x.shape[dim + 1:])
+        out_shape = x.shape[:dim] + x.shape[dim + 1:]
+        out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
+        # Wide tiles across the kept columns; when few columns remain (reducing the last dimension),
+        # the tile turns to run along the reduced one instead.
+        block_c = min(64, triton.next_power_of_2(inner))
+        block_r = max(32, 2048 // block_c)
+        grid = (outer, triton.cdiv(inner, block_c))
+        mean_dim_kernel[grid](x, out, R, inner, BLOCK_R=block_r, BLOCK_C=block_c)
         return out

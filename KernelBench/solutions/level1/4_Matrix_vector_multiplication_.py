@@ -12,7 +12,7 @@ def matvec_kernel(a_ptr, b_ptr, c_ptr, M, K, stride_am, stride_ak, stride_bk,
     cols = tl.arange(0, BLOCK_K)
     row_mask = rows < M
     acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    # int64 row offsets: the real A has 2**29 elements.
+    # int64 row offsets: the real A has 2**31 elements.
     row_base = rows.to(tl.int64)[:, None] * stride_am
     for k0 in range(0, K, BLOCK_K):
         k = k0 + cols
