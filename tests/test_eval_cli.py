@@ -40,7 +40,8 @@ def test_eval_dir_writes_kernelbench_results_and_duckdb(tmp_path):
     generations.mkdir()
     source = RELU.read_text()
     (generations / "level_1_problem_19_sample_0_kernel.py").write_text(source)
-    (generations / "level_1_problem_19_sample_1_kernel.py").write_text(source.replace("tl.maximum(x, 0.0)", "x"))
+    # Wrong: x * 0.5, not the identity (ReLU of KernelBench's inputs, uniform in [0, 1), is the identity).
+    (generations / "level_1_problem_19_sample_1_kernel.py").write_text(source.replace("tl.maximum(x, 0.0)", "x * 0.5"))
     (generations / "notes.txt").write_text("ignored")
     db = tmp_path / "evals.duckdb"
     proc = cli("eval-dir", str(generations), "--level", "1", "--db", str(db), cwd=tmp_path)
