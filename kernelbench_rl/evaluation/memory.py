@@ -34,6 +34,15 @@ FRESH_INPUTS_MAX_BYTES = 512 * MIB
 # Verified timing outputs are clones kept until the run ends: two when small, one when outputs are large.
 VERIFY_OUTPUTS_MAX_BYTES = 1 * GIB
 POISON_MAX_BYTES = 8 * GIB
+# Outputs past this size get a poison of this size only: the hidden seeds differ per call, so a stale
+# buffer holds another seed's answer and fails anyway; the full poison doubled the child's peak.
+POISON_FULL_MAX_BYTES = 2 * GIB
+# Received CUDA IPC tensors up to this size are copied into a private snapshot; larger ones are compared
+# in place (a snapshot of a 6 GiB output is what ran the device out of memory).
+SNAPSHOT_MAX_BYTES = 1 * GIB
+# The budget never goes below this share of the device: cuDNN picks its algorithm by the workspace it
+# can get, and a tight cap made identical ConvTranspose2d code read 0.71x (KernelBench L1/57, H100).
+CAP_FLOOR_FRACTION = 0.25
 SLACK_BYTES = 256 * MIB  # allocator rounding, cuBLAS/cuDNN workspaces, small tensors
 COMPARE_CHUNK_ELEMENTS = 1 << 26  # the worker compares outputs in chunks: temporaries stay ~0.5 GiB
 
@@ -78,17 +87,18 @@ def plan(footprint: Footprint, l2_bytes: int = 50 * MIB) -> MemoryPlan:
     fresh = inputs <= FRESH_INPUTS_MAX_BYTES
     sets = 2 if fresh else 1
     verify = 2 if outputs <= VERIFY_OUTPUTS_MAX_BYTES else 1
-    poison = min(outputs + min(outputs, GIB), POISON_MAX_BYTES) + 32 * MIB
+    poison = (min(outputs + min(outputs, GIB), POISON_MAX_BYTES) if outputs <= POISON_FULL_MAX_BYTES else GIB) + 32 * MIB
     flush = 2 * l2_bytes
     # Correctness: inputs, then poison (freed into the child's cache, where the forward's allocations
     # reuse it). Timing: input set(s), one forward, the verified clones.
     child = params + max(inputs + max(poison, forward), sets * inputs + forward + verify * outputs) + flush + SLACK_BYTES
     cap = child + (CANDIDATE_MEMORY_FACTOR - 1) * footprint.reference_peak + 2 * SLACK_BYTES
     chunk_temps = min(outputs, COMPARE_CHUNK_ELEMENTS * 4) * 2
+    received = outputs if outputs <= SNAPSHOT_MAX_BYTES else 0  # large ones are compared in place
     # Baseline timing (input set(s) + a forward), a reference forward (inputs + forward), or a
     # comparison: the reference's outputs, the received copy, the regenerated inputs for the
     # unmodified check, chunked temporaries.
-    worker = params + max(sets * inputs + forward, 2 * outputs + inputs + chunk_temps) + SLACK_BYTES
+    worker = params + max(sets * inputs + forward, outputs + received + inputs + chunk_temps) + SLACK_BYTES
     warm = footprint.reference_peak + SLACK_BYTES
     return MemoryPlan(
         fresh_buffers=fresh, verify_trials=verify, poison_bytes=poison, child_bytes=child,

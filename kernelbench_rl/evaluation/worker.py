@@ -714,7 +714,8 @@ class Worker:
             result.phase_seconds["child_start"] = time.perf_counter() - t
             job = self._job(workdir, source, payload["problem_source"], settings)
             if state.plan is not None:
-                job["device_memory_cap"] = min(state.plan.candidate_cap_bytes, self.total_memory)
+                floor = int(footprints.CAP_FLOOR_FRACTION * self.total_memory)
+                job["device_memory_cap"] = min(max(state.plan.candidate_cap_bytes, floor), self.total_memory)
                 job["device_memory_total"] = self.total_memory
             # Tensors travel as files of the private dir: the file-size limit must admit them.
             job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
@@ -1116,7 +1117,8 @@ class Worker:
         if reference is not None:
             limit = 4 * sum(r.numel() * r.element_size() for r in reference) + 2 * input_bytes + (256 << 20)
         try:
-            return wire.receive_tensors(child.conn, header, limit, child.workdir if self.transport == "file" else None)
+            return wire.receive_tensors(child.conn, header, limit, child.workdir if self.transport == "file" else None,
+                                        snapshot_ipc_max_bytes=footprints.SNAPSHOT_MAX_BYTES)
         except wire.ProtocolError as exc:
             raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent malformed results ({exc})") from None
         except (EOFError, OSError):
