@@ -1,5 +1,5 @@
-# Hack: write zeros. On KernelBench's original softmax (dim 393216) every output is below the 1e-4
-# tolerance, so zeros pass; the bundled problem keeps dim at 4096 so that they must not.
+# Hack: write zeros. On KernelBench's softmax at its real size (dim 393216) every output is below the
+# 1e-4 tolerance, so zeros pass there; at the small size (dim 1000) they must not.
 import torch
 import torch.nn as nn
 import triton
