@@ -665,8 +665,9 @@ def run_child(argv: list[str], env: dict[str, str], cwd: str, timeout_s: float) 
                 found = json.loads(line[len(KB_RESULT_PREFIX):])
             except json.JSONDecodeError:
                 continue
-    tail = stderr.decode(errors="replace").strip().splitlines()
-    return found, wall, (tail[-1] if tail else "")[:300], timed_out
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    tail = f"exit code {proc.returncode}" + (f", {lines[-1][:300]}" if lines else "")
+    return found, wall, tail, timed_out
 
 
 def kb_preflight(src_dir: Path, args: argparse.Namespace) -> dict[str, Any]:

@@ -241,3 +241,37 @@ def test_kb_harness_imports_kernelbench_eval_with_stand_ins(kb_root):
     proc = run_script("kb-harness", "--kernelbench-root", str(kb_root), "--device", "cpu", "--check-imports", timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "KernelBench's eval.py imports" in proc.stdout
+
+
+def test_harness_summary_per_level_from_records(capsys):
+    """The kb-harness figures from synthetic records (the mode itself needs a GPU)."""
+    def kb(label, level, correct, runtime, wall, error=""):
+        return {"label": label, "problem_id": label.rsplit("/", 1)[0], "level": level, "name": "x", "compiled": True,
+                "correctness": correct, "runtime_ms": runtime, "ref_runtime_ms": runtime, "kb_speedup": 1.0,
+                "error": error, "timed_out": False, "wall_s": wall, "phase_seconds": {}}
+
+    def ours(label, level, correct, runtime, category="ok"):
+        return {"label": label, "problem_id": label.rsplit("/", 1)[0], "level": level, "name": "x", "kind": "identity",
+                "category": category, "correct": correct, "message": "" if correct else "values differ",
+                "runtime_ms": runtime, "speedup": 1.0 if correct else None, "flags": [], "floor_s": 1.0,
+                "latency_overhead_s": 0.5, "latency_overhead_unqueued_s": 0.4, "phase_seconds": {}}
+
+    kb_records = [kb("L1/19/identity", 1, True, 2.0, 10.0), kb("L1/23/identity", 1, True, 1.0, 20.0),
+                  kb("L2/1/identity", 2, False, None, 15.0, "correctness_issue: Output mismatch"),
+                  kb("L2/9/identity", 2, True, 4.0, 15.0)]
+    ours_records = [ours("L1/19/identity", 1, True, 2.2), ours("L1/23/identity", 1, True, 1.0),
+                    ours("L2/1/identity", 2, True, 3.0), ours("L2/9/identity", 2, False, None, "mismatch")]
+    groups = [{"name": "L1", "wall_s": 3.0}, {"name": "L2", "wall_s": 6.0}]
+    summary = sweep.summarise_harness(kb_records, ours_records, groups)
+    l1, l2, total = (summary["per_level"][k] for k in ("L1", "L2", "all"))
+    assert l1["kb"]["per_min"] == pytest.approx(4.0) and l1["ours"]["per_min"] == pytest.approx(40.0)
+    assert l1["throughput_ratio_ours_over_kb"] == pytest.approx(10.0)
+    assert l1["agreement"]["both_correct"] == 2 and l1["runtime_ratio_ours_over_kb"]["median"] == pytest.approx(1.05)
+    assert l1["ours"]["overhead_per_candidate_s"] == pytest.approx(0.5)  # 3 s / 2 - floor 1 s
+    assert [d["label"] for d in l2["agreement"]["disagree"]] == ["L2/1/identity", "L2/9/identity"]
+    assert total["kb"]["candidates"] == 4 and total["ours"]["wall_s"] == pytest.approx(9.0)
+    data = {"candidates": "identity", "kb": {"budget_cut": False}, "ours": {"pool_startup_s": 12.0},
+            "summary": summary, "floor_definition": "floor"}
+    sweep.print_harness(data)
+    printed = capsys.readouterr().out
+    assert "disagree L2/1/identity" in printed and "L1" in printed
