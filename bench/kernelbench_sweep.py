@@ -1055,7 +1055,12 @@ def selfcheck_problem(problem: Any, args: argparse.Namespace) -> dict[str, Any]:
                               "in_process_allclose": None, "cross_process_max_abs_diff": None,
                               "cross_process_allclose": None, "self_consistent": None, "why": "", "error": "",
                               "wall_s": None}
-    scratch = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    scratch = None  # the first process's outputs (GiBs at real size): /dev/shm where it has the room, else the disk
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        import shutil
+
+        if shutil.disk_usage("/dev/shm").free > 32 << 30:
+            scratch = "/dev/shm"
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kb_selfcheck_", dir=scratch) as work:
         first = Path(work) / "first.pt"
