@@ -60,6 +60,11 @@ QUIET_WAIT_S = 5.0
 # With at least this many cores, two are kept for whoever holds the device section (a delayed launch
 # counts in a 1 ms trial); compiling children run on the rest.
 QUIET_CORES_MIN_CPUS = 8
+# A plan needing more than this share of the budget is "big": its child is killed and reaped before its
+# bytes go back to the budget, and it is admitted only once the device shows them free (a killed child
+# holding 20 GiB releases it asynchronously; admitting the next one at once ran it out of memory).
+BIG_PLAN_FRACTION = 0.25
+FREE_WAIT_S = 30.0
 
 
 @dataclass
@@ -693,6 +698,8 @@ class Worker:
                 with state.sizing:
                     if not state.sized:
                         with self._device_section(DeviceQueue.URGENT), self._memory_for_sizing():
+                            if self.memory is not None:
+                                self._wait_for_free(int(0.75 * self.memory.capacity), result)
                             result.phase_seconds["reference_wait"] = time.perf_counter() - t
                             with state.lock:
                                 self._size(state, settings.precision)
@@ -763,6 +770,9 @@ class Worker:
             t = time.perf_counter()
             # The candidate at its device-memory budget plus the worker's own references and copies.
             with self._device_section(), self._memory_for(state, "section"):
+                big = self._is_big(state)
+                if big:
+                    self._wait_for_free(state.plan.needed_bytes, result)
                 entered = time.perf_counter()
                 result.phase_seconds["device_wait"] = entered - t
                 deadline = time.monotonic() + settings.timeout_s
@@ -772,6 +782,9 @@ class Worker:
                     baseline_out = self._run_on_device(child, state, settings, result, deadline, payload)
                 finally:
                     self._pin(0, self.all_cores)
+                    if big:  # its memory is back before its bytes are
+                        child.signal_kill()
+                        child.process.join(timeout=10)
                     self._release_worker_memory()
                     result.phase_seconds["device_section"] = time.perf_counter() - entered
         except Fault as fault:
@@ -785,7 +798,9 @@ class Worker:
             # process cannot pass its budget (the child's allocator enforces it), so alone it is ours too.
             result.error_category = ErrorCategory.RUNTIME
             first_line = str(exc).splitlines()[0] if str(exc) else ""
-            result.error_message = f"{WORKER_OOM}: OutOfMemoryError: {first_line}"[:300]
+            free, total = torch.cuda.mem_get_info() if self.device == "cuda" else (0, 0)
+            result.error_message = (f"{WORKER_OOM} ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free, the worker holding "
+                                    f"{torch.cuda.memory_reserved() / 2**30:.1f}): OutOfMemoryError: {first_line}")[:500]
             self._release_worker_memory()
         except Exception as exc:  # noqa: BLE001 - our own failure: the pool retries INFRA
             result.error_category = ErrorCategory.INFRA
@@ -893,6 +908,21 @@ class Worker:
         if self.memory is None or state.plan is None:
             return contextlib.nullcontext()
         return self.memory.hold(state.plan.warm_bytes if kind == "warm" else state.plan.section_bytes)
+
+    def _is_big(self, state: ProblemState) -> bool:
+        return (self.memory is not None and state.plan is not None
+                and state.plan.needed_bytes > BIG_PLAN_FRACTION * self.memory.capacity)
+
+    def _wait_for_free(self, nbytes: int, result: EvalResult) -> None:
+        """Wait (bounded) until the device really has `nbytes` free; the budget counts what was admitted,
+        this sees what dying children and the driver have not given back yet."""
+        t = time.perf_counter()
+        free = torch.cuda.mem_get_info()[0]
+        while free < nbytes and time.perf_counter() - t < FREE_WAIT_S:
+            time.sleep(0.05)
+            free = torch.cuda.mem_get_info()[0]
+        result.phase_seconds["free_wait"] = result.phase_seconds.get("free_wait", 0.0) + time.perf_counter() - t
+        result.versions["device_free_gb"] = f"{free / 2**30:.1f} (wanted {nbytes / 2**30:.1f})"
 
     def _memory_for_sizing(self) -> contextlib.AbstractContextManager:
         # The footprint is unknown until the reference has run once: size it with the device to itself.
