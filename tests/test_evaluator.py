@@ -103,13 +103,14 @@ def test_correct_candidate_records_its_sandbox(evaluator):
 @pytest.mark.parametrize(
     "body, category, words",
     [
-        ("relu_into(x, torch.empty_like(x))\nreturn x", ErrorCategory.MISMATCH, "differs"),
+        # The kernel's output is dropped (not `return x`: ReLU of L1/19's [0, 1) inputs is x itself).
+        ("relu_into(x, torch.empty_like(x))\nreturn x - 1.0", ErrorCategory.MISMATCH, "differs"),
         ("return torch.empty_like(x)", ErrorCategory.MISMATCH, "differs"),
         ("out = torch.empty_like(x)\nrelu_into(x, out)\nreturn out[:, :-1]", ErrorCategory.SHAPE, "shape"),
         ("out = torch.empty_like(x)\nrelu_into(x, out)\nreturn out.double()", ErrorCategory.DTYPE, "dtype"),
         ("raise ValueError('block size must be a power of two')", ErrorCategory.RUNTIME, "power of two"),
     ],
-    ids=["returns-input", "returns-empty", "wrong-shape", "wrong-dtype", "raises"],
+    ids=["drops-output", "returns-empty", "wrong-shape", "wrong-dtype", "raises"],
 )
 def test_kernel_faults_map_to_categories(evaluator, body, category, words):
     result = run(evaluator, candidate(body))
@@ -164,7 +165,9 @@ def test_child_environment_is_scrubbed(evaluator):
 
 
 def test_input_written_in_place_is_caught(evaluator):
-    result = run(evaluator, candidate("return relu_into(x, x)"))
+    # Right output, and a kernel writes into the input. Not ReLU in place: KernelBench's L1/19
+    # inputs are uniform in [0, 1), which ReLU leaves unchanged, so relu(x - 0.5) goes there.
+    result = run(evaluator, candidate("out = relu_into(x, torch.empty_like(x))\nrelu_into(x - 0.5, x)\nreturn out"))
     assert result.error_category == ErrorCategory.MISMATCH
     assert Flag.INPUT_MUTATED.value in result.flags
     assert "input" in result.error_message
