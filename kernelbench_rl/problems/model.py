@@ -61,18 +61,27 @@ def rewrite_module_constants(source: str, values: dict[str, object]) -> str:
     """Replace the right-hand side of top-level `NAME = ...` assignments named in `values`.
 
     Done on the AST's line spans (not by regex) so comments and formatting elsewhere survive.
+    A statement that binds several names (`height = width = 128`, `D, H, W = 16, 32, 32`) is kept
+    and followed by one `NAME = value` line per name in `values`.
     """
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     edits: list[tuple[int, int, str]] = []
     for node in tree.body:
+        end = node.end_lineno or node.lineno
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             if name in values:
-                edits.append((node.lineno, node.end_lineno or node.lineno, f"{name} = {values[name]!r}\n"))
+                edits.append((node.lineno, end, f"{name} = {values[name]!r}\n"))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in values:
             name = node.target.id
-            edits.append((node.lineno, node.end_lineno or node.lineno, f"{name} = {values[name]!r}\n"))
+            edits.append((node.lineno, end, f"{name} = {values[name]!r}\n"))
+        elif isinstance(node, ast.Assign):
+            names = [n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+            after = "".join(f"{name} = {values[name]!r}\n" for name in dict.fromkeys(names) if name in values)
+            if after:
+                original = "".join(lines[node.lineno - 1 : end])
+                edits.append((node.lineno, end, (original if original.endswith("\n") else original + "\n") + after))
     for start, end, text in sorted(edits, reverse=True):
         lines[start - 1 : end] = [text]
     return "".join(lines)
