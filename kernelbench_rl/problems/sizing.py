@@ -140,7 +140,7 @@ class _Evaluator:
                 raise _Unknown(node.id)
             return env[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](self._eval(node.left, env, name), self._eval(node.right, env, name))
+            return _binop(node.op, self._eval(node.left, env, name), self._eval(node.right, env, name))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             operand = self._eval(node.operand, env, name)
             return -operand if isinstance(node.op, ast.USub) else +operand
@@ -159,6 +159,19 @@ class _Evaluator:
         raise _Unknown(type(node).__name__)
 
 
+def _binop(op: ast.operator, left: object, right: object) -> object:
+    """One arithmetic step, refusing the ones that could take long (`10 ** 10**9`, `[0] * 10**9`)."""
+    if isinstance(op, ast.Pow) and not (
+        isinstance(right, int) and abs(right) <= 64 and isinstance(left, (int, float)) and abs(left) < 2**64
+    ):
+        raise _Unknown("large power")
+    if isinstance(op, ast.Mult) and isinstance(left, (tuple, list, str)) + isinstance(right, (tuple, list, str)):
+        count = right if isinstance(left, (tuple, list, str)) else left
+        if not isinstance(count, int) or count > 4096:
+            raise _Unknown("large repeat")
+    return _BINOPS[type(op)](left, right)
+
+
 def _literal_only(node: ast.AST) -> bool:
     allowed = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.operator, ast.unaryop, ast.Load)
     return all(isinstance(n, allowed) for n in ast.walk(node))
@@ -174,7 +187,7 @@ def _literal(node: ast.AST) -> object:
         operand = _literal(node.operand)
         return -operand if isinstance(node.op, ast.USub) else +operand
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return _BINOPS[type(node.op)](_literal(node.left), _literal(node.right))
+        return _binop(node.op, _literal(node.left), _literal(node.right))
     raise _Unknown("literal")
 
 
@@ -433,10 +446,18 @@ def _rounded_up(value: int, step: int) -> int:
 
 
 def infer_small_sizes(source: str) -> dict[str, object]:
+    """Module constants to rewrite (name -> small value) so the problem runs small; {} if none."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return {}
+    try:
+        return _infer(source, tree)
+    except Exception:  # noqa: BLE001 - a file this heuristic cannot follow still loads, at its real sizes
+        return {}
+
+
+def _infer(source: str, tree: ast.Module) -> dict[str, object]:
     bindings = _bindings(tree)
     original = _evaluate(bindings, _Evaluator())
     shapes = _input_shapes(tree, original)
