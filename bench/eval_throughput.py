@@ -173,14 +173,14 @@ FULL_MIX: list[tuple[str, tuple[str, ...]]] = [
     ("L2/29", ("correct", "wrong_constant", "off_by_one", "missing_bias")),
     ("L2/99", ("correct", "wrong_constant", "illegal_access")),
     ("L2/1", ("correct", "wrong_constant", "off_by_one")),
-    ("L2/9", ("correct", "wrong_constant", "raises", "hangs")),
+    ("L2/102", ("correct", "wrong_constant", "raises", "hangs")),
 ]
 QUICK_MIX: list[tuple[str, tuple[str, ...]]] = [
     ("L2/76", ("correct", "wrong_constant", "missing_bias")),
     ("L2/12", ("correct", "off_by_one", "raises")),
     ("L1/19", ("correct", "illegal_access")),
     ("L1/23", ("correct", "wrong_constant")),
-    ("L2/9", ("correct", "hangs")),
+    ("L2/102", ("correct", "hangs")),
 ]
 CPU_MIX: list[tuple[str, tuple[str, ...]]] = [
     ("L1/19", ("correct", "wrong_constant", "off_by_one", "raises", "hangs")),

@@ -242,6 +242,17 @@ def test_outputs_are_compared_in_chunks_with_the_same_verdicts(monkeypatch):
     assert "NaN" in checks.compare_outputs([ref], [nan], 1e-4, 1e-4).message
 
 
+def test_an_output_as_small_as_the_tolerance_is_held_to_its_own_scale():
+    """KernelBench's L1/23 at real size: softmax over 393216 values is ~2.5e-6, zeros pass atol=1e-4."""
+    ref = torch.softmax(torch.rand(4, 393216), dim=1)
+    zeros = checks.compare_outputs([ref], [torch.zeros_like(ref)], 1e-4, 1e-4)
+    assert zeros.category == ErrorCategory.MISMATCH and "scale" in zeros.message
+    exact = checks.compare_outputs([ref], [torch.softmax(ref.new_tensor(ref).log(), dim=1)], 1e-4, 1e-4)
+    assert exact.ok, exact.message
+    # an ordinary output is judged by KernelBench's tolerance alone
+    assert checks.compare_outputs([torch.ones(8)], [torch.ones(8) + 5e-5], 1e-4, 1e-4).ok
+
+
 # -- a sandbox that cannot start is ours -------------------------------------------------------------------
 def test_a_dead_child_before_start_is_infra_and_after_import_a_crash():
     import multiprocessing

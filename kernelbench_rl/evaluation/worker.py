@@ -923,6 +923,11 @@ class Worker:
             free = torch.cuda.mem_get_info()[0]
         result.phase_seconds["free_wait"] = result.phase_seconds.get("free_wait", 0.0) + time.perf_counter() - t
         result.versions["device_free_gb"] = f"{free / 2**30:.1f} (wanted {nbytes / 2**30:.1f})"
+        if free < nbytes:
+            print(f"[kbrl-worker] {result.problem_id}: waited {time.perf_counter() - t:.1f} s for {nbytes / 2**30:.1f} GiB free, "
+                  f"{free / 2**30:.1f} free; worker allocated {torch.cuda.memory_allocated() / 2**30:.1f} reserved "
+                  f"{torch.cuda.memory_reserved() / 2**30:.1f} GiB; children running {len(self.running)}, pre-started "
+                  f"{len(self.warm)}, being reaped {self.reaping.qsize()}", file=sys.stderr, flush=True)
 
     def _memory_for_sizing(self) -> contextlib.AbstractContextManager:
         # The footprint is unknown until the reference has run once: size it with the device to itself.
@@ -1045,7 +1050,7 @@ class Worker:
                 if mutated:
                     result.flags.append(Flag.INPUT_MUTATED.value)
                     raise Fault(ErrorCategory.MISMATCH, mutated)
-            del received
+            del received, reference
             result.trials_passed += 1
         result.correct = True
         result.phase_seconds["correctness"] = time.perf_counter() - t
