@@ -142,6 +142,12 @@ def conv_problem() -> Problem:
     return Problem(level=1, number=63, name="63_conv_standard_2D", source=CONV_PROBLEM_SOURCE, origin="inline")
 
 
+def _bundled_source(problem_id: str) -> str:
+    from kernelbench_rl.problems import get_problem
+
+    return get_problem(problem_id).source
+
+
 def relu_holdout_problem() -> Problem:
     return Problem(level=1, number=19, name="19_ReLU", source=RELU_PROBLEM_SOURCE, origin="inline")
 
@@ -237,7 +243,8 @@ def kernelbook_rows() -> list[dict[str, Any]]:
         _kb_row(8, "LayerNorm2", KB_LAYERNORM_PY, _LAYERNORM_TRITON),
         # Unlabelled copies of KernelBench references: only the near-duplicate check can catch them.
         _kb_row(9, "Model", SOFTMAX_PROBLEM_SOURCE, _triton("per_fused__softmax_copy", "tmp0 = tl.load(in_ptr0 + xindex, xmask)")),
-        _kb_row(10, "Model", RELU_PROBLEM_SOURCE, _triton("poi_fused_relu_copy", "tmp0 = tl.load(in_ptr0 + xindex, xmask)")),
+        # A copy of a held-out bundled reference (L1/32 is held out by the default id-hashed split).
+        _kb_row(10, "Model", _bundled_source("L1/32"), _triton("poi_fused_hardtanh_copy", "tmp0 = tl.load(in_ptr0 + xindex, xmask)")),
         # Bad rows.
         _kb_row(11, "Empty", KB_RELU_PY, "   \n"),
         _kb_row(12, "Missing", None, _GELU_TRITON + "\n# other"),
