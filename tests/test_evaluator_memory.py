@@ -50,6 +50,9 @@ def test_a_6_gib_problem_refreshes_inputs_in_place_and_fits_an_80_gb_device():
 def test_a_small_problem_gets_fresh_buffers_two_verified_outputs_and_shares_the_device():
     plan = memory.plan(SMALL)
     assert plan.fresh_buffers and plan.verify_trials == 2
+    # a small problem's budget is raised to a quarter of the device (cuDNN picks algorithms by workspace)
+    assert plan.candidate_cap_bytes < 20 * GIB == memory.enforced_cap_bytes(plan, 80 * GIB)
+    assert memory.enforced_cap_bytes(memory.plan(L1_19), 80 * GIB) == memory.plan(L1_19).candidate_cap_bytes
     assert plan.section_bytes < H100_CAPACITY // 8  # many evaluations at once
     assert plan.warm_bytes < plan.section_bytes
 

@@ -35,34 +35,26 @@ DEGENERATE_RELATIVE_ERROR = 0.01
 CHUNK_ELEMENTS = 1 << 26
 
 
-def _compare_floating(ref: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> tuple[int, float, str]:
-    """(elements outside tolerance, max abs error where the reference is finite, 'NaN'/'Inf' if the
-    candidate is non-finite where the reference is finite, else '')."""
+def _compare_floating(ref: torch.Tensor, got: torch.Tensor, atol: float,
+                      rtol: float) -> tuple[int, float, float, str]:
+    """One pass over both: (elements outside tolerance, max abs error where the reference is finite,
+    the reference's largest finite magnitude, 'NaN'/'Inf' if the candidate is non-finite where the
+    reference is finite, else '')."""
     wide = torch.float64 if ref.dtype == torch.float64 else torch.float32
     ref_flat, got_flat = ref.reshape(-1), got.reshape(-1)
-    bad, err = 0, 0.0
+    bad, err, scale = 0, 0.0, 0.0
     for start in range(0, ref_flat.numel(), CHUNK_ELEMENTS):
         r, g = ref_flat[start:start + CHUNK_ELEMENTS], got_flat[start:start + CHUNK_ELEMENTS]
         ref_bad, got_bad = ~torch.isfinite(r), ~torch.isfinite(g)
         if bool((got_bad & ~ref_bad).any()):
-            return 0, err, "NaN" if bool(torch.isnan(g).any()) else "Inf"
+            return 0, err, scale, "NaN" if bool(torch.isnan(g).any()) else "Inf"
         g64, r64 = g.to(wide), r.to(wide)
         finite = ~ref_bad
         if bool(finite.any()):
             err = max(err, float((g64 - r64).abs()[finite].max()))
+            scale = max(scale, float(r64.abs()[finite].max()))
         bad += int((~torch.isclose(g64, r64, rtol=rtol, atol=atol, equal_nan=True)).sum())
-    return bad, err, ""
-
-
-def _max_finite_abs(ref: torch.Tensor) -> float:
-    flat = ref.reshape(-1)
-    best = 0.0
-    for start in range(0, flat.numel(), CHUNK_ELEMENTS):
-        chunk = flat[start:start + CHUNK_ELEMENTS]
-        finite = chunk[torch.isfinite(chunk)]
-        if finite.numel():
-            best = max(best, float(finite.abs().max()))
-    return best
+    return bad, err, scale, ""
 
 
 def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor], atol: float, rtol: float) -> CheckOutcome:
@@ -84,7 +76,7 @@ def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor]
         if got.numel() == 0:
             continue
         if got.is_floating_point() or got.is_complex():
-            bad, err, kind = _compare_floating(ref, got, atol, rtol)
+            bad, err, scale, kind = _compare_floating(ref, got, atol, rtol)
             worst = max(worst, err)
             if kind:
                 return CheckOutcome(ErrorCategory.MISMATCH, f"{label} contains {kind} where the reference is finite")
@@ -95,7 +87,6 @@ def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor]
                     f"(max abs error {err:.3g}, tolerance atol={atol:g} rtol={rtol:g})",
                     max_abs_err=err,
                 )
-            scale = _max_finite_abs(ref)
             if 0 < scale <= DEGENERATE_SCALE_FACTOR * atol and err > DEGENERATE_RELATIVE_ERROR * scale:
                 return CheckOutcome(
                     ErrorCategory.MISMATCH,

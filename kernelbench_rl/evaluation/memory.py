@@ -107,6 +107,12 @@ def plan(footprint: Footprint, l2_bytes: int = 50 * MIB) -> MemoryPlan:
     )
 
 
+def enforced_cap_bytes(memory_plan: MemoryPlan, total: int) -> int:
+    """The budget the child's allocator enforces: the plan's cap, never below CAP_FLOOR_FRACTION of the
+    device, never above the device."""
+    return min(max(memory_plan.candidate_cap_bytes, int(CAP_FLOOR_FRACTION * total)), total)
+
+
 def gib(nbytes: float) -> str:
     return f"{nbytes / GIB:.1f} GiB"
 

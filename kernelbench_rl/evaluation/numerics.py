@@ -12,8 +12,6 @@ Worker side only: torch and the standard library.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 # Not set, on purpose (measured on an H100, torch 2.11):
@@ -23,16 +21,6 @@ import torch
 #   reads 1.00 without them, since both sides make the same (heuristic, benchmark-off) algorithm choice.
 # - `expandable_segments` in PYTORCH_CUDA_ALLOC_CONF: CUDA IPC of such segments needs pidfd_getfd,
 #   which the confined child refuses, and the pool fell back to moving tensors through files.
-
-
-def environment() -> dict[str, str]:
-    """Variables both the worker and every child must have before CUDA starts (none at present)."""
-    return {}
-
-
-def set_environment() -> None:
-    for key, value in environment().items():
-        os.environ.setdefault(key, value)
 
 
 def apply() -> None:

@@ -721,8 +721,7 @@ class Worker:
             result.phase_seconds["child_start"] = time.perf_counter() - t
             job = self._job(workdir, source, payload["problem_source"], settings)
             if state.plan is not None:
-                floor = int(footprints.CAP_FLOOR_FRACTION * self.total_memory)
-                job["device_memory_cap"] = min(max(state.plan.candidate_cap_bytes, floor), self.total_memory)
+                job["device_memory_cap"] = footprints.enforced_cap_bytes(state.plan, self.total_memory)
                 job["device_memory_total"] = self.total_memory
             # Tensors travel as files of the private dir: the file-size limit must admit them.
             job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
@@ -1431,8 +1430,6 @@ def main(argv: list[str] | None = None) -> None:
                         default=os.environ.get("KBRL_EVAL_TRANSPORT", "auto"),
                         help="auto: CUDA IPC where a self-test passes (same-uid mode when root), else files")
     args = parser.parse_args(argv)
-    # Before anything touches CUDA: cuBLAS reads its workspace setting when it starts, the allocator its config.
-    numerics.set_environment()
     numerics.apply()
     if args.transport not in ("auto", "ipc", "file", "pipe"):
         args.transport = "auto"
