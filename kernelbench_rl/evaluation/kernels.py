@@ -77,3 +77,11 @@ def kernel_share(kernels: list[list], names: set[str]) -> tuple[int, float, floa
             own_us += us
     share = own_us / total_us if total_us > 0 else 0.0
     return own_launches, own_us, share
+
+
+def top_kernels(kernels: list[list], count: int = 3, width: int = 90) -> str:
+    """The kernels that took the most GPU time in a profile, named briefly (which algorithm a library
+    picked is what tells two runs of the same code apart)."""
+    rows = [row for row in kernels if isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)]
+    rows.sort(key=lambda row: -float(row[2]))
+    return "; ".join(f"{row[0][:width]} x{int(row[1])} {float(row[2]) / 1000:.2f} ms" for row in rows[:count])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import gc
 import itertools
 import json
 import multiprocessing
@@ -49,8 +50,10 @@ LOW_KERNEL_SHARE = 0.5
 TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
 HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
 START_TIMEOUT_S = 60.0
-# GPU memory a CUDA context takes before anything is allocated (H100, torch 2.x: ~0.5 GB), per child.
-CONTEXT_BYTES = 600 << 20
+# GPU memory per child: a pre-started one holds a bare CUDA context, one serving an evaluation also cuBLAS's
+# and cuDNN's handles and workspaces (H100, torch 2.11: 526 and 722 MiB, bench/context_probe.py).
+WARM_CONTEXT_BYTES = 560 << 20
+LOADED_CONTEXT_BYTES = 768 << 20
 # Of the device memory free when the worker starts, the share evaluations may plan with (the rest is
 # headroom for the driver, fragmentation and what no plan counts).
 USABLE_FRACTION = 0.92
@@ -426,6 +429,8 @@ class Worker:
         self.quiet_gate = QuietGate()
         self.versions["numerics"] = numerics.describe()
         self.memory: MemoryBudget | None = None
+        self.alone_capacity = 0
+        self.making_room = 0  # big evaluations under way: no pre-started child is spawned meanwhile
         self.total_memory = 0
         self.l2_bytes = 0
         if self.device == "cuda":
@@ -434,9 +439,12 @@ class Worker:
             # Every child holds a CUDA context; the worker keeps its reference models and cached outputs
             # within ref_cache_bytes (evicting the least recently used problems). The rest is what
             # evaluations are admitted against, by bytes.
-            contexts = (self.in_flight + config.warm_children) * CONTEXT_BYTES
+            contexts = self.in_flight * LOADED_CONTEXT_BYTES + config.warm_children * WARM_CONTEXT_BYTES
             self.memory = MemoryBudget(max(1 << 30, int(USABLE_FRACTION * free) - config.ref_cache_bytes - contexts))
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
+            # With the device to itself (pre-started children killed, other problems' references dropped), an
+            # evaluation still shares it with the other evaluations' children, each at most a loaded context.
+            self.alone_capacity = max(self.memory.capacity, int(USABLE_FRACTION * free) - self.in_flight * LOADED_CONTEXT_BYTES)
         # Cores kept for the device section's holder; compiling children get the others.
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self.all_cores = set(cores)
@@ -480,7 +488,7 @@ class Worker:
                 candidate.kill()
             if child is None:
                 child = self._spawn()
-            if self.config.warm_children > 0:
+            if self.config.warm_children > 0 and not self.making_room:
                 self.warm.append(self._spawn())
             self.running.add(child)
         self._pin(child.pid, self.busy_cores)
@@ -768,8 +776,7 @@ class Worker:
             compiling.close()
             t = time.perf_counter()
             # The candidate at its device-memory budget plus the worker's own references and copies.
-            with self._device_section(), self._memory_for(state, "section"):
-                big = self._is_big(state)
+            with self._device_section(), self._memory_for(state, "section"), self._room_for(state) as big:
                 if big:
                     self._wait_for_free(state.plan.needed_bytes, result)
                 entered = time.perf_counter()
@@ -787,6 +794,7 @@ class Worker:
                     self._release_worker_memory()
                     result.phase_seconds["device_section"] = time.perf_counter() - entered
         except Fault as fault:
+            traceback.clear_frames(fault.__traceback__)  # its frames' references and inputs go now, not at a gc
             result.error_category = fault.category
             result.error_message = fault.message
             if fault.category == ErrorCategory.COMPILE:
@@ -800,8 +808,13 @@ class Worker:
             free, total = torch.cuda.mem_get_info() if self.device == "cuda" else (0, 0)
             result.error_message = (f"{WORKER_OOM} ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free, the worker holding "
                                     f"{torch.cuda.memory_reserved() / 2**30:.1f}): OutOfMemoryError: {first_line}")[:500]
-            self._release_worker_memory()
+            # The traceback's frames hold the tensors that filled the device (24 GiB stayed allocated on an
+            # H100 after two level-1 OOMs and starved every later evaluation): drop them before releasing.
+            traceback.clear_frames(exc.__traceback__)
+            del exc
+            self._release_worker_memory(force=True)
         except Exception as exc:  # noqa: BLE001 - our own failure: the pool retries INFRA
+            traceback.clear_frames(exc.__traceback__)
             result.error_category = ErrorCategory.INFRA
             first_line = str(exc).splitlines()[0] if str(exc) else ""
             result.error_message = f"worker error: {type(exc).__name__}: {first_line}"[:300]
@@ -912,6 +925,41 @@ class Worker:
         return (self.memory is not None and state.plan is not None
                 and state.plan.needed_bytes > BIG_PLAN_FRACTION * self.memory.capacity)
 
+    @contextlib.contextmanager
+    def _room_for(self, state: ProblemState):
+        """A big evaluation gets the device as much to itself as the worker can make it: the pre-started
+        children (half a GiB of context each, 18 of them by default) are killed and not replaced, and other
+        problems' references dropped, until it ends. Yields whether the plan is big."""
+        if not self._is_big(state):
+            yield False
+            return
+        with self.warm_lock:
+            self.making_room += 1
+            drained = list(self.warm)
+            self.warm.clear()
+        for child in drained:
+            child.signal_kill()
+            self.reaping.put((child, ""))
+        self._trim_resident(keep=state)
+        self.reaping.join()
+        self._release_worker_memory(force=True)
+        try:
+            yield True
+        finally:
+            with self.warm_lock:
+                self.making_room -= 1
+                refill = self.making_room == 0
+            if refill:
+                threading.Thread(target=self._refill_warm, daemon=True, name="kbrl-refill").start()
+
+    def _refill_warm(self) -> None:
+        """Back to the configured number of pre-started children after a big evaluation made room."""
+        while True:
+            with self.warm_lock:
+                if self.making_room or self.stopping or len(self.warm) >= self.config.warm_children:
+                    return
+                self.warm.append(self._spawn())
+
     def _wait_for_free(self, nbytes: int, result: EvalResult) -> None:
         """Wait (bounded) until the device really has `nbytes` free; the budget counts what was admitted,
         this sees what dying children and the driver have not given back yet."""
@@ -923,10 +971,15 @@ class Worker:
         result.phase_seconds["free_wait"] = result.phase_seconds.get("free_wait", 0.0) + time.perf_counter() - t
         result.versions["device_free_gb"] = f"{free / 2**30:.1f} (wanted {nbytes / 2**30:.1f})"
         if free < nbytes:
+            gc.collect()
+            torch.cuda.empty_cache()
+            free = torch.cuda.mem_get_info()[0]
+        if free < nbytes:
             print(f"[kbrl-worker] {result.problem_id}: waited {time.perf_counter() - t:.1f} s for {nbytes / 2**30:.1f} GiB free, "
                   f"{free / 2**30:.1f} free; worker allocated {torch.cuda.memory_allocated() / 2**30:.1f} reserved "
                   f"{torch.cuda.memory_reserved() / 2**30:.1f} GiB; children running {len(self.running)}, pre-started "
-                  f"{len(self.warm)}, being reaped {self.reaping.qsize()}", file=sys.stderr, flush=True)
+                  f"{len(self.warm)}, being reaped {self.reaping.qsize()}; largest live tensors {_largest_cuda_tensors()}",
+                  file=sys.stderr, flush=True)
 
     def _memory_for_sizing(self) -> contextlib.AbstractContextManager:
         # The footprint is unknown until the reference has run once: size it with the device to itself.
@@ -947,8 +1000,8 @@ class Worker:
             state.sized = True
         if self.device == "cuda" and not state.too_large:
             state.plan = footprints.plan(state.footprint(), self.l2_bytes)
-            if self.memory is not None and not state.plan.fits(self.memory.capacity):
-                state.too_large = footprints.too_large_message(state.plan, self.memory.capacity, self.total_memory)
+            if self.memory is not None and not state.plan.fits(self.alone_capacity):
+                state.too_large = footprints.too_large_message(state.plan, self.alone_capacity, self.total_memory)
         self._release_worker_memory()
 
     def _release_worker_memory(self, force: bool = False) -> None:
@@ -958,15 +1011,21 @@ class Worker:
         if self.device != "cuda":
             return
         self._trim_resident()
+        if force:
+            gc.collect()  # tensors kept alive only by reference cycles (exceptions and their frames)
         if force or torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > (1 << 30):
             torch.cuda.empty_cache()
 
-    def _trim_resident(self) -> None:
+    def _trim_resident(self, keep: ProblemState | None = None) -> None:
+        """Drop the least recently used problems' models and outputs past the resident budget (never the
+        most recent one); with `keep`, drop every problem's but that one's."""
         with self.problems_lock:
             states = sorted(self.problems.values(), key=lambda st: st.last_used)
         resident = self.ref_bytes + sum(st.param_bytes for st in states if st.models)
-        for state in states[:-1]:  # never the most recent problem
-            if resident <= self.config.ref_cache_bytes:
+        for state in (states if keep is not None else states[:-1]):
+            if state is keep:
+                continue
+            if keep is None and resident <= self.config.ref_cache_bytes:
                 break
             if not state.models and not state.refs:
                 continue
@@ -1046,6 +1105,7 @@ class Worker:
             if check_inputs:
                 pristine = runtime.tensor_inputs(self.inputs(state, seed, precision))
                 mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
+                del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
                 if mutated:
                     result.flags.append(Flag.INPUT_MUTATED.value)
                     raise Fault(ErrorCategory.MISMATCH, mutated)
@@ -1128,6 +1188,7 @@ class Worker:
             names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
             launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
             result.kernel_share = share
+            result.versions["top_kernels"] = kernels.top_kernels(profiled["kernels"])
             if launches == 0:
                 result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
             elif share < LOW_KERNEL_SHARE:
@@ -1215,6 +1276,25 @@ class Worker:
             # e.g. a CUDA context that could not be created on a crowded device.
             return Fault(ErrorCategory.INFRA, f"the sandbox died while starting: {detail}" + (f" ({key})" if key else ""))
         return Fault(ErrorCategory.CRASH, f"crashed while {phase}: {detail}" + (f" ({key})" if key else ""))
+
+
+def _largest_cuda_tensors(count: int = 4) -> str:
+    """Diagnostics for a wait that found the device short: the biggest CUDA tensors this process still
+    holds and what refers to them."""
+    found = []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.Tensor) and obj.is_cuda:
+                found.append(obj)
+        except Exception:  # noqa: BLE001 - some objects fail isinstance checks
+            continue
+    found.sort(key=lambda t: -t.numel() * t.element_size())
+    described = []
+    for tensor in found[:count]:
+        holders = sorted({type(r).__name__ for r in gc.get_referrers(tensor) if r is not found})[:3]
+        described.append(f"{tuple(tensor.shape)} {tensor.numel() * tensor.element_size() / 2**30:.1f} GiB held by {holders}")
+    del found
+    return "; ".join(described) or "none"
 
 
 def _stderr_key_line(workdir: str) -> str:
