@@ -488,8 +488,11 @@ class Worker:
                 candidate.kill()
             if child is None:
                 child = self._spawn()
-            if self.config.warm_children > 0 and not self.making_room:
-                self.warm.append(self._spawn())
+            # One replacement per child taken, and one more while the pool is short (after a big evaluation
+            # drained it): a burst of 18 CUDA start-ups slowed every start and build beside it to seconds.
+            if not self.making_room:
+                for _ in range(min(2, self.config.warm_children - len(self.warm))):
+                    self.warm.append(self._spawn())
             self.running.add(child)
         self._pin(child.pid, self.busy_cores)
         return child
@@ -927,38 +930,30 @@ class Worker:
 
     @contextlib.contextmanager
     def _room_for(self, state: ProblemState):
-        """A big evaluation gets the device as much to itself as the worker can make it: the pre-started
-        children (half a GiB of context each, 18 of them by default) are killed and not replaced, and other
-        problems' references dropped, until it ends. Yields whether the plan is big."""
+        """A big evaluation gets other problems' references dropped; one that does not fit beside the
+        pre-started children (half a GiB of context each, 18 by default) also has them killed, and none
+        spawned until it ends (take_child refills the pool gradually). Yields whether the plan is big."""
         if not self._is_big(state):
             yield False
             return
+        drain = state.plan.needed_bytes > self.memory.capacity
         with self.warm_lock:
-            self.making_room += 1
-            drained = list(self.warm)
-            self.warm.clear()
+            self.making_room += drain
+            drained = list(self.warm) if drain else []
+            if drain:
+                self.warm.clear()
         for child in drained:
             child.signal_kill()
             self.reaping.put((child, ""))
         self._trim_resident(keep=state)
-        self.reaping.join()
+        if drain:
+            self.reaping.join()
         self._release_worker_memory(force=True)
         try:
             yield True
         finally:
             with self.warm_lock:
-                self.making_room -= 1
-                refill = self.making_room == 0
-            if refill:
-                threading.Thread(target=self._refill_warm, daemon=True, name="kbrl-refill").start()
-
-    def _refill_warm(self) -> None:
-        """Back to the configured number of pre-started children after a big evaluation made room."""
-        while True:
-            with self.warm_lock:
-                if self.making_room or self.stopping or len(self.warm) >= self.config.warm_children:
-                    return
-                self.warm.append(self._spawn())
+                self.making_room -= drain
 
     def _wait_for_free(self, nbytes: int, result: EvalResult) -> None:
         """Wait (bounded) until the device really has `nbytes` free; the budget counts what was admitted,
