@@ -21,16 +21,21 @@ import torch
 from kernelbench_rl.evaluation import checks, memory, timing
 from kernelbench_rl.evaluation.memory import GIB, MIB, Footprint
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag
+from kernelbench_rl.evaluation import kernels
 from kernelbench_rl.evaluation.worker import (
-    WITHIN_BUDGET_OOM, WORKER_OOM, Fault, QuietGate, SharedOrAlone, Worker, child_oom_fault, oom_not_the_candidates,
+    LOADED_CONTEXT_BYTES, WARM_CONTEXT_BYTES, WITHIN_BUDGET_OOM, WORKER_OOM, Fault, QuietGate, SharedOrAlone, Worker,
+    WorkerConfig, child_oom_fault, oom_not_the_candidates,
     ran_out_of_device_memory,
 )
 
 # KernelBench's L1/19 at real size: 4096 x 393216 fp32 in and out, 6 GiB each.
 L1_19 = Footprint(param_bytes=0, input_bytes=6 * GIB, output_bytes=6 * GIB, forward_bytes=6 * GIB)
 SMALL = Footprint(param_bytes=4 * MIB, input_bytes=64 * MIB, output_bytes=64 * MIB, forward_bytes=96 * MIB)
-# What an H100 80 GB leaves to evaluations with 35 children's contexts and 8 GiB of resident references.
-H100_CAPACITY = int(0.92 * 79 * GIB) - 35 * 600 * MIB - 8 * GIB
+# What an H100 80 GB leaves to evaluations beside 17 children serving evaluations and 18 pre-started ones
+# (contexts as bench/context_probe.py measured them) and 8 GiB of resident references; and what it leaves
+# once the pre-started children are killed and other problems' references dropped.
+H100_CAPACITY = int(0.92 * 79 * GIB) - 17 * LOADED_CONTEXT_BYTES - 18 * WARM_CONTEXT_BYTES - 8 * GIB
+H100_ALONE = int(0.92 * 79 * GIB) - 17 * LOADED_CONTEXT_BYTES
 
 
 # -- footprint arithmetic -----------------------------------------------------------------------------
@@ -42,6 +47,10 @@ def test_a_6_gib_problem_refreshes_inputs_in_place_and_fits_an_80_gb_device():
     # the least one evaluation needs: child (inputs + poison or forward + one verified output) + worker
     assert plan.child_bytes < 20 * GIB and plan.worker_bytes < 20 * GIB
     assert plan.fits(H100_CAPACITY), (memory.gib(plan.needed_bytes), memory.gib(H100_CAPACITY))
+    # L1/25 (Swish, the same sizes, a 6 GiB temporary in its forward) needs 42.6 GiB: not beside the
+    # pre-started children (41.8 GiB on the H100), so the worker kills them for its section; alone it fits
+    swish = memory.plan(Footprint(param_bytes=0, input_bytes=6 * GIB, output_bytes=6 * GIB, forward_bytes=12 * GIB))
+    assert not swish.fits(H100_CAPACITY) and swish.fits(H100_ALONE), memory.gib(swish.needed_bytes)
     # the candidate's budget is a few times the reference's peak, beyond our own buffers
     assert plan.candidate_cap_bytes >= plan.child_bytes + 3 * L1_19.reference_peak
     assert plan.section_bytes > H100_CAPACITY  # so its device section runs with the memory to itself
@@ -60,9 +69,35 @@ def test_a_small_problem_gets_fresh_buffers_two_verified_outputs_and_shares_the_
 def test_a_problem_that_cannot_fit_even_alone_is_too_large_with_the_bytes_named():
     huge = Footprint(param_bytes=0, input_bytes=30 * GIB, output_bytes=30 * GIB, forward_bytes=30 * GIB)
     plan = memory.plan(huge)
-    assert not plan.fits(H100_CAPACITY)
-    message = memory.too_large_message(plan, H100_CAPACITY, 80 * GIB)
-    assert memory.gib(plan.needed_bytes) in message and memory.gib(H100_CAPACITY) in message and "80.0 GiB" in message
+    assert not plan.fits(H100_ALONE)
+    message = memory.too_large_message(plan, H100_ALONE, 80 * GIB)
+    assert memory.gib(plan.needed_bytes) in message and memory.gib(H100_ALONE) in message and "80.0 GiB" in message
+
+
+def test_a_big_evaluation_drops_every_other_problems_references_but_its_own():
+    worker = Worker(WorkerConfig(device="cpu", warm_children=0, ref_cache_bytes=1 << 40))
+    try:
+        states = [worker.problem_state(f"L1/{n}", f"# problem {n}\n") for n in range(3)]
+        for n, state in enumerate(states):
+            state.last_used = float(n)
+            state.models["fp32"] = torch.nn.Linear(2, 2)
+            state.refs[("fp32", 1)] = [torch.zeros(256)]
+            worker.ref_bytes += 1024
+        worker._trim_resident()  # within the resident budget: nothing goes
+        assert all(state.refs and state.models for state in states)
+        worker._trim_resident(keep=states[0])  # the least recently used one is the big evaluation's
+        assert states[0].refs and states[0].models
+        assert not any(state.refs or state.models for state in states[1:])
+        assert worker.ref_bytes == 1024
+    finally:
+        worker.shutdown()
+
+
+def test_the_kernels_that_took_the_most_time_are_named_first():
+    rows = [["fft2d_r2c_32x32", 2, 4070.0], ["sm80_xmma_gemm_cf32cf32", 1, 5080.0], "junk", ["tiny", 9, 3.0]]
+    top = kernels.top_kernels(rows, count=2)
+    assert top.startswith("sm80_xmma_gemm_cf32cf32 x1 5.08 ms; fft2d_r2c_32x32 x2 4.07 ms")
+    assert "tiny" not in top and kernels.top_kernels([]) == ""
 
 
 def test_the_size_of_a_failed_allocation_is_read_from_torchs_message():
