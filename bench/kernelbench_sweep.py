@@ -381,8 +381,10 @@ class OursRun:
         from kernelbench_rl.evaluation import Evaluator
 
         t0 = time.perf_counter()
+        concurrency = {name: getattr(self.args, name) for name in ("parallel_compiles", "in_flight", "warm_children")
+                       if getattr(self.args, name, None) is not None}
         self.evaluator = Evaluator(self.settings, store=None, kernelbench_root=str(self.root), problems=self.problems,
-                                   static_checks=self.static_checks)
+                                   static_checks=self.static_checks, **concurrency)
         self.evaluator.start()
         if self.args.device == "cuda" and not self.args.no_warmup:
             # The pool's children and CUDA warmed on a problem outside every sweep, at small size; the
@@ -1227,6 +1229,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--no-warmup", action="store_true",
                             help="skip our pool's warm-up evaluation (L1/20's solution at small size; done on cuda only)")
     evaluation.add_argument("--worker-logs", default=None, help="append the tail of our workers' logs to this file")
+    evaluation.add_argument("--parallel-compiles", type=int, default=None,
+                            help="our children compiling at once (default: the evaluator's, by cores)")
+    evaluation.add_argument("--in-flight", type=int, default=None,
+                            help="our evaluations under way at once (default: the evaluator's; 1 with --warm-children 0 "
+                                 "runs one child at a time, nothing beside a timed trial: the fidelity control)")
+    evaluation.add_argument("--warm-children", type=int, default=None,
+                            help="our pre-started children (default: the evaluator's, in-flight + 1 on a GPU)")
 
     sub = parser.add_subparsers(dest="mode", metavar="MODE", required=True)
     identity = sub.add_parser(
