@@ -32,7 +32,9 @@ def test_seccomp_filter_refuses_new_unix_sockets_only() -> None:
         import socket, subprocess
         from kernelbench_rl.evaluation import sandbox
         pair = socket.socketpair()  # made before: must keep working
-        print("installed", sandbox.block_new_unix_sockets())
+        before = sandbox.speculation_store_bypass()
+        print("installed", sandbox.block_new_unix_sockets() or False)
+        print("ssb unchanged", sandbox.speculation_store_bypass() == before)
         try:
             socket.socket(socket.AF_UNIX)
             print("unix allowed")
@@ -46,11 +48,16 @@ def test_seccomp_filter_refuses_new_unix_sockets_only() -> None:
     if "installed False" in out:
         pytest.skip("seccomp filters cannot be installed here")
     assert "unix refused" in out and "unix allowed" not in out
+    # through seccomp(2) with SPEC_ALLOW (Linux >= 4.17): the filter must not switch on the speculative
+    # store bypass mitigation where the kernel ties it to seccomp (it slows CPU-bound work: the suspect for
+    # launch-bound level-3 models timing 0.6-0.8x in the child, not yet confirmed on the GPU host)
+    assert "installed spec-allow" in out and "ssb unchanged True" in out
     assert "inet ok" in out and "pair b'x'" in out and "subprocess ok" in out
 
 
 def test_confinement_label_names_the_seccomp_filter() -> None:
     assert "seccomp-no-unix-sockets" in sandbox.Confinement(seccomp=True).label()
+    assert "seccomp-no-unix-sockets+spec-allow" in sandbox.Confinement(seccomp="spec-allow").label()
     assert "seccomp" not in sandbox.Confinement().label()
 
 

@@ -276,7 +276,7 @@ class Confinement:
     landlock: str = ""
     uid_dropped: bool = False
     limits: list[str] = field(default_factory=list)
-    seccomp: bool = False
+    seccomp: bool | str = False  # how the filter went in (block_new_unix_sockets), falsy if it did not
     dies_with_parent: bool = False
 
     def label(self) -> str:
@@ -286,7 +286,10 @@ class Confinement:
         parts.append(self.landlock or "no-landlock")
         parts.append("uid=nobody" if self.uid_dropped else "uid=same")
         if self.seccomp:
-            parts.append("seccomp-no-unix-sockets")
+            parts.append("seccomp-no-unix-sockets" + ("+spec-allow" if self.seccomp == "spec-allow" else ""))
+        ssb = speculation_store_bypass()
+        if ssb:
+            parts.append(f"ssb={ssb}")
         parts.extend(self.limits)
         return ",".join(parts)
 
@@ -307,6 +310,14 @@ _PR_SET_DUMPABLE = 4
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+# seccomp(2) itself, so the filter can carry SECCOMP_FILTER_FLAG_SPEC_ALLOW: on kernels whose speculative
+# store bypass mitigation is "seccomp" (the default before Linux 5.16), installing any filter through
+# prctl also turns that mitigation on for the process, and CPU-bound work (a launch-bound forward's
+# Python and dispatch) can run slower in the child than the same code in the worker. The child holds no secret worth that cost (its
+# environment is scrubbed); the filter's purpose is the forkserver socket, not speculation.
+_SECCOMP_NR = {"x86_64": 317, "aarch64": 277}
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_FILTER_FLAG_SPEC_ALLOW = 1 << 2
 _SOCKET_NR = {"x86_64": 41, "aarch64": 198}
 _IO_URING_SETUP_NR = 425  # same number on both
 _AF_UNIX = 1
@@ -353,20 +364,34 @@ def set_non_dumpable() -> bool:
         return False
 
 
-def block_new_unix_sockets() -> bool:
+def speculation_store_bypass() -> str:
+    """This process's speculative-store-bypass state as the kernel reports it ('thread vulnerable',
+    'thread force mitigated', ...; '' where unknown): a mitigated child runs CPU-bound code slower."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("Speculation_Store_Bypass:"):
+                    return line.split(":", 1)[1].strip().replace(" ", "-")
+    except OSError:
+        pass
+    return ""
+
+
+def block_new_unix_sockets() -> str:
     """Seccomp filter: socket(AF_UNIX, ...) and io_uring_setup fail with EACCES; any non-native syscall ABI
     (i386 `int 0x80`, x32) is refused outright.
 
     Why: with the worker and the children under one uid, a child could connect to the worker's
     forkserver socket (its path is listed in /proc/self/net/unix) and get an unconfined process of
     that uid. Landlock does not govern connect() on path sockets; no socket, no connection. The
-    child's existing pipe to the worker (made before) is unaffected. Returns whether it was installed.
+    child's existing pipe to the worker (made before) is unaffected. Returns how it was installed:
+    "spec-allow" (seccomp(2), speculation mitigations left as they were), "prctl", or "" (not installed).
     """
     import platform
 
     machine = platform.machine()
     if machine not in _AUDIT_ARCH:
-        return False
+        return ""
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     program = [
         (ld_abs, 0, 0, 4),                                  # 0: arch
@@ -385,7 +410,11 @@ def block_new_unix_sockets() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return False
-        return libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
+            return ""
+        if libc.syscall(_SECCOMP_NR[machine], _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_SPEC_ALLOW,
+                        ctypes.byref(fprog)) == 0:
+            return "spec-allow"
+        # Kernels before 4.17 know no SPEC_ALLOW flag (EINVAL): the filter without it.
+        return "prctl" if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0 else ""
     except Exception:  # noqa: BLE001
-        return False
+        return ""
