@@ -50,9 +50,10 @@ case "$MODE" in
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb --budget-s $(( KB_LEFT - 40 )) \
       --worker-logs "$OUT/kb_solutions_worker_logs.txt" --out "$OUT/kb_solutions.json" 2>&1 | tee "$OUT/kb_solutions.log" ;;
   kb-harness)
-    # KernelBench's side gets what is left minus 170 s; ours (pool start-up ~20 s, then at most 70 s a level) the rest.
+    # KernelBench's side gets what is left minus 260 s; ours (two passes, each a pool start-up of ~20 s and at most
+    # 70 s a level; the second told the first's baselines) the rest.
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
-      --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 170 )) --ours-budget-s 70 \
+      --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 260 )) --ours-budget-s 70 \
       --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness.json" 2>&1 | tee "$OUT/kb_harness.log" ;;
   kb-selfcheck)
     if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi

@@ -734,14 +734,19 @@ def run_kb_harness(args: argparse.Namespace) -> int:
     kb_records: list[dict[str, Any]] = []
     kb_state: dict[str, Any] = {"budget_s": args.budget_s, "budget_cut": False, "not_launched": [], "wall_s": None}
     ours: OursRun | None = None
+    cached: OursRun | None = None
 
     def build() -> dict[str, Any]:
         ours_records = list(ours.records) if ours else []
+        summary = summarise_harness(kb_records, ours_records, ours.groups if ours else [])
+        if cached is not None:
+            summary["baselines_cached"] = summarise_cached(summary, cached.records, cached.groups)
         return {"mode": "kb-harness", "candidates": args.candidates, "kernelbench_root": str(root), "environment": env,
                 "kb_settings": kb_settings(args), "kb_preflight": info, "kb": kb_state, "ours": ours.meta() if ours else None,
-                "summary": summarise_harness(kb_records, ours_records, ours.groups if ours else []),
+                "ours_baselines_cached": cached.meta() if cached else None, "summary": summary,
                 "floor_definition": _floor_definition(), "skipped": skipped,
-                "per_candidate": {"kb": kb_records, "ours": ours_records}}
+                "per_candidate": {"kb": kb_records, "ours": ours_records,
+                                  "ours_baselines_cached": list(cached.records) if cached else []}}
 
     report = JsonReport(out, build)
     report.write()
@@ -774,12 +779,41 @@ def run_kb_harness(args: argparse.Namespace) -> int:
             ours.start()
             for level in sorted({c.level for c in same}):
                 ours.run_group(f"L{level}", [c for c in same if c.level == level], args.ours_budget_s)
+            known = dict(ours.evaluator.baselines)
         finally:
             ours.close()
+        if args.cached_baselines and known:
+            # As in training and nightly runs, where each problem's baseline is timed once per GPU and kept in
+            # DuckDB: a fresh pool (sizing, references and the candidate's timing all redone) that is told
+            # the baselines the first pass measured.
+            cached = OursRun(args, root, problems, static_checks=(args.candidates == "solutions"),
+                             on_record=lambda _r: report.write())
+            try:
+                cached.start()
+                cached.evaluator.baselines.update(known)
+                for level in sorted({c.level for c in same}):
+                    cached.run_group(f"L{level}", [c for c in same if c.level == level], args.ours_budget_s)
+            finally:
+                cached.close()
     report.write()
     print_harness(build())
     say(f"wrote {out}")
     return 0
+
+
+def summarise_cached(summary: dict[str, Any], records: list[dict[str, Any]], groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """Our second pass, baselines known: per level its wall, rate and ratio against the same KernelBench side."""
+    out: dict[str, Any] = {}
+    for level, figures in summary["per_level"].items():
+        kb_rate = figures["kb"]["per_min"]
+        chosen = records if level == "all" else [r for r in records if f"L{r['level']}" == level]
+        walls = [g["wall_s"] or 0.0 for g in groups] if level == "all" else [g["wall_s"] or 0.0 for g in groups if g["name"] == level]
+        wall = sum(walls) if walls else None
+        rate = 60.0 * len(chosen) / wall if wall and chosen else None
+        out[level] = {"candidates": len(chosen), "correct": sum(1 for r in chosen if r["correct"]), "wall_s": _round(wall, 2),
+                      "per_min": _round(rate, 2), "throughput_ratio_ours_over_kb": _round(rate / kb_rate, 2) if rate and kb_rate else None,
+                      "baseline_s": _round(sum(r["phase_seconds"].get("baseline", 0.0) for r in chosen), 2)}
+    return out
 
 
 def kb_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -886,6 +920,9 @@ def print_harness(data: dict[str, Any]) -> None:
             f"{_fmt(s['ours'].get('overhead_per_candidate_s')):>12s}")
         for d in ag["disagree"]:
             say(f"   disagree {d['label']}: KB correct={d['kb_correct']} {d['kb_error'][:60]} | ours {d['ours']} {d['ours_message'][:60]}")
+    for level, s in data["summary"].get("baselines_cached", {}).items():
+        say(f"{level:6s} baselines cached (a fresh pool told the first pass's baselines): {s['candidates']} candidates, "
+            f"{s['correct']} correct, wall {_fmt(s['wall_s'])} s, {_fmt(s['per_min'])}/min, ratio {_fmt(s['throughput_ratio_ours_over_kb'])}")
     say("ratio = our candidates/min over KernelBench's; rt = our median runtime over KernelBench's mean, on candidates "
         "both judged correct; our overhead per candidate = our wall per candidate - mean floor")
     say(f"floor: {data['floor_definition']}")
@@ -1278,6 +1315,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="KernelBench's side launches no candidate that would end past this many seconds "
                               "(estimated from its mean so far) and says so")
     harness.add_argument("--ours-budget-s", type=float, default=None, help="stop waiting for ours after this many seconds per level")
+    harness.add_argument("--no-cached-baselines", dest="cached_baselines", action="store_false",
+                         help="skip our second pass: a fresh pool told the baselines the first pass measured (as training "
+                              "and nightly runs get them from DuckDB); by default it runs and is reported beside the first")
     harness.add_argument("--kb-site", default=os.environ.get("KB_SITE"),
                          help="a folder with KernelBench's pydantic (pip install --target), put on its processes' path "
                               "only (default: $KB_SITE)")

@@ -82,6 +82,10 @@ class Evaluator:
         self._pool: WorkerPool | None = None
         self._pool_lock = threading.Lock()
         self._hardware = ""
+        # Eager baselines this evaluator has measured or read, by (problem, source sha256, precision,
+        # hardware, size): handed to every later request, with or without a store, so a new pool (or a
+        # restarted worker) never re-times a known baseline. Another evaluator may be seeded from it.
+        self.baselines: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -229,7 +233,12 @@ class Evaluator:
         return result
 
     def _baseline_for(self, problem: Problem, settings: EvalSettings) -> dict[str, Any] | None:
-        if self.store is None or settings.device != "cuda" or not self._hardware:
+        if settings.device != "cuda" or not self._hardware:
+            return None
+        key = (problem.id, problem.sha256, settings.precision, self._hardware, settings.size)
+        if key in self.baselines:
+            return dict(self.baselines[key])
+        if self.store is None:
             return None
         try:
             rows = self.store.fetchall(
@@ -241,7 +250,8 @@ class Evaluator:
             return None
         if not rows or rows[0][0] is None:
             return None
-        return {"eager_ms": rows[0][0], "eager_spread_ms": rows[0][1], "compile_ms": rows[0][2]}
+        self.baselines[key] = {"eager_ms": rows[0][0], "eager_spread_ms": rows[0][1], "compile_ms": rows[0][2]}
+        return dict(self.baselines[key])
 
     def _run(self, pending: dict[str, _Pending], finished: Callable[[_Pending], None] | None = None) -> None:
         if not pending:
@@ -275,6 +285,8 @@ class Evaluator:
                 result.settings_hash = request.verdict_hash
                 self._hardware = self._hardware or result.hardware
                 if answer.get("baseline") and result.hardware:
+                    self.baselines[(request.problem_id, item.problem.sha256, request.settings.precision, result.hardware,
+                                    request.settings.size)] = dict(answer["baseline"])
                     baselines.append({
                         "problem_id": request.problem_id, "source_sha256": item.problem.sha256,
                         "precision": request.settings.precision, "hardware": result.hardware,
