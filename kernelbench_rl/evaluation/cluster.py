@@ -27,47 +27,19 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.cluster_spec import DASK_LOCAL, LOCAL, ClusterSpec, parse_cluster
 from kernelbench_rl.evaluation.pool import READY_TIMEOUT_S
 from kernelbench_rl.evaluation.result import EvalSettings
 
 log = logging.getLogger("kernelbench_rl.evaluation.dask")
 
-LOCAL = "local"
-DASK_LOCAL = "dask-local"
-DASK_SCHEME = "dask://"
-CLUSTER_HELP = "local (this machine's pool), dask-local (a Dask cluster started here) or dask://HOST:PORT."
 CONNECT_TIMEOUT_S = 15.0
 # Dask re-runs a task whose worker was lost this many times before giving up on it (then: infra).
 TASK_RETRIES = 2
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    kind: str  # local | dask-local | dask
-    address: str = ""  # tcp://HOST:PORT for kind == "dask"
-
-    @property
-    def is_dask(self) -> bool:
-        return self.kind != LOCAL
-
-
-def parse_cluster(value: str | None) -> ClusterSpec:
-    """`local`, `dask-local` or `dask://HOST:PORT` (also `tcp://HOST:PORT`); anything else is a UserError."""
-    text = (value or LOCAL).strip()
-    if text in (LOCAL, DASK_LOCAL):
-        return ClusterSpec(text)
-    for scheme in (DASK_SCHEME, "tcp://", "tls://"):
-        if text.startswith(scheme):
-            hostport = text[len(scheme):]
-            host, _, port = hostport.rpartition(":")
-            if host and port.isdigit():
-                return ClusterSpec("dask", ("tls://" if scheme == "tls://" else "tcp://") + hostport)
-    raise UserError(f"eval.cluster must be {CLUSTER_HELP.replace(' or ', ', or ')} Got {text!r}.")
 
 
 def make_evaluator(settings: EvalSettings | None = None, cluster: str | None = LOCAL, **kwargs: Any) -> Evaluator:
@@ -235,6 +207,7 @@ class DaskEvaluator(Evaluator):
         self._client: Any = None
         self._local_cluster: Any = None
         self._dask_pool: DaskPool | None = None
+        self.plugin: Any = None  # the workers' pool plugin, once registered
 
     @property
     def address(self) -> str:
@@ -273,7 +246,7 @@ class DaskEvaluator(Evaluator):
                 self._client = self._open_client(self._local_cluster.scheduler_address)
         else:
             self._client = self._open_client(self.cluster.address)
-        plugin = EvalPoolPlugin(self.settings.device, worker_args=self.worker_args, **self._pool_sizes)
+        plugin = self.plugin = EvalPoolPlugin(self.settings.device, worker_args=self.worker_args, **self._pool_sizes)
         # One registration per pool shape; a second evaluator on the same cluster reuses the warm pools.
         registered = self._client.run_on_scheduler(_plugin_names)
         if plugin.name not in registered:

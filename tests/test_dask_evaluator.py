@@ -1,0 +1,172 @@
+"""The Dask-backed evaluator on a real `distributed.LocalCluster` of two worker processes (CPU, Triton interpreter).
+
+Same verdicts as the local evaluator on the same requests; a worker SIGKILLed mid-batch with every
+verdict still arriving exactly once and none lost to `infra`; a scheduler that cannot be reached is
+one sentence naming its address; a worker whose pool cannot start takes no work; the DuckDB cache
+is read and filled on the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from hacks.hack_cases import CASES  # noqa: E402
+from kernelbench_rl.errors import UserError  # noqa: E402
+from kernelbench_rl.evaluation.api import Evaluator  # noqa: E402
+from kernelbench_rl.evaluation.cluster import DaskEvaluator, make_evaluator  # noqa: E402
+from kernelbench_rl.evaluation.cluster_spec import parse_cluster  # noqa: E402
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings  # noqa: E402
+from kernelbench_rl.problems import list_solutions  # noqa: E402
+
+SETTINGS = EvalSettings(device="cpu", size="small", timeout_s=60.0)
+SOLUTIONS = {pid: path for pid, path in list_solutions()}
+# A spread of verdicts: correct kernels of levels 1 and 2, and hacks stopped statically and at run time.
+SOLUTION_IDS = ["L1/19", "L1/1", "L1/23", "L2/1"]
+HACK_NAMES = ["torch_op_instead_of_kernel", "inherit_model", "try_except_fallback", "decoy_kernel_never_launched",
+              "stale_empty_output", "fp16_compute", "segfault"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[object]:
+    local = distributed.LocalCluster(n_workers=2, threads_per_worker=4, processes=True, dashboard_address=None)
+    try:
+        yield local
+    finally:
+        local.close()
+
+
+@pytest.fixture(scope="module")
+def dask_evaluator(cluster) -> Iterator[DaskEvaluator]:
+    ev = make_evaluator(SETTINGS, cluster=f"dask://{cluster.scheduler_address.removeprefix('tcp://')}")
+    assert isinstance(ev, DaskEvaluator)
+    try:
+        yield ev.start()
+    finally:
+        ev.close()
+
+
+def _requests() -> list[EvalRequest]:
+    cases = {c.name: c for c in CASES}
+    requests = [EvalRequest(pid, SOLUTIONS[pid].read_text(), SETTINGS) for pid in SOLUTION_IDS]
+    for name in HACK_NAMES:
+        case = cases[name]
+        settings = EvalSettings(**{**SETTINGS.__dict__, **case.settings_overrides()})
+        requests.append(EvalRequest(case.problem_id, case.source, settings))
+    return requests
+
+
+def _verdict(result) -> tuple:
+    return (result.problem_id, result.error_category.value, result.correct, result.compiled, sorted(result.flags),
+            result.trials_passed, result.trials_total)
+
+
+def test_cluster_values_parse_and_a_bad_one_is_one_sentence() -> None:
+    assert parse_cluster("local").kind == "local" and not parse_cluster(None).is_dask
+    assert parse_cluster("dask-local").kind == "dask-local"
+    assert parse_cluster("dask://head:8786").address == "tcp://head:8786"
+    with pytest.raises(UserError, match=r"^eval\.cluster \(--cluster\) must be local, dask-local or dask://HOST:PORT, not 'ray://x'\.$"):
+        parse_cluster("ray://x")
+    assert isinstance(make_evaluator(SETTINGS, cluster="local"), Evaluator)
+
+
+def test_same_verdicts_as_the_local_evaluator(dask_evaluator: DaskEvaluator) -> None:
+    requests = _requests()
+    with Evaluator(SETTINGS) as local:
+        expected = local.evaluate(requests)
+    streamed: list[int] = []
+    got = dask_evaluator.evaluate(requests, on_result=lambda index, _result: streamed.append(index))
+    assert [_verdict(r) for r in got] == [_verdict(r) for r in expected]
+    assert sorted(streamed) == list(range(len(requests)))
+    assert sum(r.correct for r in got) == len(SOLUTION_IDS)  # the hacks earn nothing, the solutions pass
+    assert not any(r.error_category == ErrorCategory.INFRA for r in got)
+
+
+def test_a_worker_killed_mid_batch_loses_and_duplicates_nothing(cluster, dask_evaluator: DaskEvaluator) -> None:
+    client = dask_evaluator.client
+    pids = client.run(os.getpid)
+    # Distinct sources, so nothing is deduplicated or cached: 8 real evaluations over 6 slots.
+    base = SOLUTIONS["L1/19"].read_text()
+    requests = [EvalRequest("L1/19", base + f"\n# variant {i}\n", SETTINGS) for i in range(8)]
+    calls: Counter[int] = Counter()
+    killed: list[str] = []
+
+    def kill_a_busy_worker() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            busy = {w: tasks for w, tasks in client.processing().items() if tasks}
+            if busy and len(calls) >= 1:  # mid-batch: some verdicts are in, others are running
+                victim = next(iter(busy))
+                os.kill(pids[victim], signal.SIGKILL)
+                killed.append(victim)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_a_busy_worker, daemon=True)
+    killer.start()
+    results = dask_evaluator.evaluate(requests, on_result=lambda index, _result: calls.update([index]))
+    killer.join(timeout=5)
+    assert killed, "no worker was busy to kill"
+    assert sorted(calls) == list(range(len(requests))) and set(calls.values()) == {1}  # each verdict exactly once
+    assert [r.error_category for r in results] == [ErrorCategory.OK] * len(requests), [r.error_message for r in results]
+    assert all(r.correct for r in results)
+    # The nanny brings the worker back, and its pool rejoins the cluster.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        statuses = dask_evaluator.pool.statuses()
+        if len(statuses) == 2 and all(s["state"] == "ready" for s in statuses.values()):
+            break
+        time.sleep(0.5)
+    assert len(statuses) == 2 and all(s["state"] == "ready" for s in statuses.values()), statuses
+
+
+def test_verdicts_are_cached_on_the_driver(cluster, tmp_path: Path) -> None:
+    from kernelbench_rl.store import Store
+
+    store = Store(tmp_path / "kb.duckdb")
+    request = EvalRequest("L1/19", SOLUTIONS["L1/19"].read_text() + "\n# cached\n", SETTINGS)
+    with make_evaluator(SETTINGS, cluster=cluster.scheduler_address, store=store) as ev:
+        first = ev.evaluate([request])[0]
+        second = ev.evaluate([request])[0]
+    assert first.correct and not first.cached and second.cached
+    assert store.fetchall("SELECT count(*) FROM evaluations")[0][0] == 1
+
+
+def test_an_unreachable_scheduler_is_one_sentence_naming_it() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ev = DaskEvaluator(SETTINGS, cluster=f"dask://127.0.0.1:{port}", connect_timeout_s=2)
+    started = time.monotonic()
+    with pytest.raises(UserError) as caught:
+        ev.evaluate([EvalRequest("L1/19", SOLUTIONS["L1/19"].read_text(), SETTINGS)])
+    message = str(caught.value)
+    assert f"tcp://127.0.0.1:{port}" in message and message.count(". ") == 0 and message.endswith(".")
+    assert time.monotonic() - started < 30
+    ev.close()
+
+
+def test_a_worker_whose_pool_cannot_start_takes_no_work(cluster) -> None:
+    # CUDA pools on a machine without a GPU: every worker's pool fails to start and says why.
+    cuda = EvalSettings(device="cuda", size="small")
+    ev = DaskEvaluator(cuda, cluster=cluster.scheduler_address, static_checks=False, ready_timeout_s=150)
+    try:
+        with pytest.raises(UserError, match="No Dask worker could start an evaluation pool") as caught:
+            ev.start()
+        assert "cuda" in str(caught.value).lower() or "gpu" in str(caught.value).lower(), str(caught.value)
+        workers = ev.client.scheduler_info(n_workers=-1)["workers"].values()
+        assert len(workers) == 2
+        # No worker advertises the CUDA pool's resource, so the scheduler sends it no evaluation.
+        assert not any(w.get("resources", {}).get(ev.plugin.resource) for w in workers)
+    finally:
+        ev.close()
