@@ -50,10 +50,15 @@ def dask_task_runner(cluster: str) -> Any | None:
 
     if spec.kind == "dask":
         return DaskTaskRunner(address=spec.address)
+    from prefect.client.orchestration import get_client
+
     from kernelbench_rl.evaluation.cluster import local_gpu_count
 
+    # Tasks on the workers report to this flow's API, the ephemeral one included (else each worker
+    # would try to start a temporary server of its own, and fail).
+    env = {"PREFECT_API_URL": str(get_client(sync_client=True).api_url).rstrip("/")}
     if local_gpu_count():
         return DaskTaskRunner(cluster_class="dask_cuda.LocalCUDACluster",
-                              cluster_kwargs={"threads_per_worker": 32, "dashboard_address": None})
+                              cluster_kwargs={"threads_per_worker": 32, "dashboard_address": None, "env": env})
     return DaskTaskRunner(cluster_class="distributed.LocalCluster",
-                          cluster_kwargs={"n_workers": 2, "threads_per_worker": 8, "dashboard_address": None})
+                          cluster_kwargs={"n_workers": 2, "threads_per_worker": 8, "dashboard_address": None, "env": env})

@@ -41,6 +41,10 @@ def gpus_for_this_worker() -> tuple[int, int]:
     return (1 if visible else on_host), on_host
 
 
+class PoolStartFailure(Exception):
+    """The evaluation pool's worker process did not become ready (its own reason is the message)."""
+
+
 class EvalPoolPlugin(WorkerPlugin):
     """Starts a sandboxed evaluation pool on each Dask worker and keeps it warm across tasks."""
 
@@ -99,7 +103,7 @@ class EvalPoolPlugin(WorkerPlugin):
             if not infos or not all(infos):
                 reasons = {s.last_failure or (s.worker.failed if s.worker is not None else "") for s in pool.slots}
                 reason = "; ".join(sorted(r for r in reasons if r)) or "its evaluation worker did not become ready"
-                raise RuntimeError(reason)
+                raise PoolStartFailure(reason)
             if self.state == "closed":
                 pool.close()
                 return
@@ -111,7 +115,7 @@ class EvalPoolPlugin(WorkerPlugin):
                      self.info.get("hardware", "?"), self.slots)
         except Exception as exc:  # noqa: BLE001 - reported through pool_status; the worker takes no work
             self.state = "failed"
-            self.error = f"{type(exc).__name__}: {exc}"[:500]
+            self.error = (str(exc) if isinstance(exc, PoolStartFailure) else f"{type(exc).__name__}: {exc}")[:500]
             log.error("kernelbench-rl evaluation pool could not start on %s: %s",
                       getattr(worker, "address", "?"), self.error)
             if pool is not None:

@@ -1,0 +1,274 @@
+"""Evaluation throughput on 1 GPU and on 2 GPUs through Dask, the same candidate mix, in one run.
+
+The mix is bench/eval_throughput.py's (bundled solutions and mutants of them that are wrong or
+fault), repeated `--repeat` times with a comment that makes every copy a distinct kernel (nothing is
+deduplicated or served from a cache). Each configuration gets a fresh Dask cluster on this host
+(dask-cuda's LocalCUDACluster, one worker per GPU; a plain LocalCluster of CPU workers with
+`--device cpu`) and a `DaskEvaluator` on it. Before the clock starts, a warm-up pass evaluates each
+problem's solution once per worker, so baselines (kept in a temporary DuckDB file, as in training)
+and reference outputs exist on every worker, as they do after an RL run's first step; then the
+whole mix goes out at once and the wall until the last verdict is the figure. Prints candidates per
+minute on 1 and on N workers and their ratio, checks that both runs reached the same verdicts, and
+with `--kill-check` SIGKILLs one worker in the middle of a further batch on the N-worker cluster and
+counts lost (no verdict, or `infra`) and duplicated (more than one) verdicts. JSON under `--out-dir`.
+
+    python bench/eval_scaling.py --out-dir bench/results/scaling --kill-check          # GPU host, 1 vs 2 GPUs
+    python bench/eval_scaling.py --device cpu --out-dir /tmp/scaling --kill-check      # offline smoke, tiny mix
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+
+from eval_throughput import CPU_MIX, FULL_MIX, QUICK_MIX, Candidate, build_mix  # noqa: E402
+
+# A hang measures the timeout, not throughput: it would pin both walls to the same floor.
+SCALING_KINDS = ("correct", "wrong_constant", "off_by_one", "missing_bias", "raises", "illegal_access")
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+# ---------------------------------------------------------------- clusters
+
+
+def start_cluster(device: str, workers: int, threads: int) -> tuple[Any, str]:
+    """A fresh Dask cluster of `workers` workers on this host: (cluster, what it is)."""
+    if device == "cpu":
+        from distributed import LocalCluster
+
+        return (LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None),
+                f"distributed.LocalCluster({workers} CPU workers)")
+    devices = ",".join(str(i) for i in range(workers))
+    try:
+        from dask_cuda import LocalCUDACluster
+
+        return (LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, threads_per_worker=threads, dashboard_address=None),
+                f"dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES={devices})")
+    except ImportError as exc:
+        # What LocalCUDACluster does, by hand: one nanny per GPU, its GPU first in CUDA_VISIBLE_DEVICES.
+        from distributed import Nanny, Scheduler, SpecCluster
+
+        ids = devices.split(",")
+        spec = {
+            f"gpu{i}": {"cls": Nanny, "options": {"nthreads": threads, "env": {
+                "CUDA_VISIBLE_DEVICES": ",".join(ids[i:] + ids[:i])}}}
+            for i in range(workers)
+        }
+        scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
+        return SpecCluster(workers=spec, scheduler=scheduler), f"SpecCluster, one nanny per GPU (no dask_cuda: {exc})"
+
+
+def _distinct(candidate: Candidate, copy: int) -> str:
+    return f"{candidate.source}\n# scaling copy {copy}\n"
+
+
+# ---------------------------------------------------------------- one configuration
+
+
+def run_configuration(workers: int, candidates: list[Candidate], args: argparse.Namespace, db: str,
+                      kill_check: bool) -> dict[str, Any]:
+    from kernelbench_rl.evaluation.cluster import DaskEvaluator
+    from kernelbench_rl.evaluation.result import EvalRequest
+    from kernelbench_rl.store import Store
+
+    settings = _settings(args)
+    t0 = time.perf_counter()
+    cluster, what = start_cluster(args.device, workers, args.threads)
+    figures: dict[str, Any] = {"workers": workers, "cluster": what}
+    try:
+        evaluator = DaskEvaluator(settings, cluster=cluster.scheduler_address, store=Store(db),
+                                  ready_timeout_s=args.ready_timeout)
+        with evaluator:
+            evaluator.start()
+            statuses = evaluator.pool.statuses()
+            figures["pools"] = statuses
+            figures["slots"] = sum(int(s.get("slots", 0)) for s in statuses.values())
+            figures["pool_start_s"] = round(time.perf_counter() - t0, 2)
+            say(f"[{workers} worker(s)] {what}: pools ready in {figures['pool_start_s']} s, "
+                f"{figures['slots']} evaluation slots: " + ", ".join(
+                    f"{a} {s.get('hardware')} {s.get('state')}" for a, s in statuses.items()))
+            # Warm-up: each problem's solution once per worker (distinct copies, so none is deduplicated).
+            problems = {c.problem_id: c for c in candidates if c.kind == "correct"}
+            warm = [EvalRequest(pid, _distinct(c, -1 - w), settings, request_id=f"warm/{pid}/{w}")
+                    for w in range(workers) for pid, c in problems.items()]
+            t_warm = time.perf_counter()
+            warmed = evaluator.evaluate(warm)
+            figures["warmup_s"] = round(time.perf_counter() - t_warm, 2)
+            say(f"[{workers} worker(s)] warm-up: {len(warm)} evaluations in {figures['warmup_s']} s, "
+                f"{sum(r.correct for r in warmed)} correct")
+
+            requests, labels = [], []
+            for copy in range(args.repeat):
+                for c in candidates:
+                    requests.append(EvalRequest(c.problem_id, _distinct(c, copy), settings, request_id=f"{c.label}#{copy}"))
+                    labels.append(c.label)
+            calls: Counter[int] = Counter()
+            t_mix = time.perf_counter()
+            results = evaluator.evaluate(requests, on_result=lambda i, _r: calls.update([i]))
+            wall = time.perf_counter() - t_mix
+            figures.update({
+                "candidates": len(requests), "wall_s": round(wall, 2),
+                "per_minute": round(60.0 * len(requests) / wall, 2) if wall > 0 else None,
+                "infra": sum(r.error_category.value == "infra" for r in results),
+                "correct": sum(bool(r.correct) for r in results),
+                "verdicts": [[label, r.error_category.value, bool(r.correct)] for label, r in zip(labels, results)],
+                "duplicated_callbacks": sum(1 for n in calls.values() if n > 1),
+            })
+            say(f"[{workers} worker(s)] {len(requests)} candidates in {wall:.1f} s: {figures['per_minute']} per minute, "
+                f"{figures['correct']} correct, {figures['infra']} infra")
+            if kill_check:
+                figures["kill_check"] = kill_mid_batch(evaluator, candidates, settings, args)
+    finally:
+        try:
+            cluster.close(timeout=60)
+        except Exception as exc:  # noqa: BLE001 - the figures are what matter
+            say(f"cluster close: {type(exc).__name__}: {exc}")
+    return figures
+
+
+def kill_mid_batch(evaluator: Any, candidates: list[Candidate], settings: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """SIGKILL a busy worker once a quarter of a batch is in; count lost and duplicated verdicts."""
+    from kernelbench_rl.evaluation.result import EvalRequest
+
+    client = evaluator.client
+    pids = client.run(os.getpid)
+    requests = [EvalRequest(c.problem_id, _distinct(c, 1000 + copy), settings, request_id=f"kill/{c.label}#{copy}")
+                for copy in range(max(1, args.kill_repeat)) for c in candidates]
+    calls: Counter[int] = Counter()
+    killed: dict[str, Any] = {}
+
+    def killer() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            busy = {w: len(t) for w, t in client.processing().items() if t}
+            if busy and sum(calls.values()) >= max(1, len(requests) // 4):
+                victim = max(busy, key=busy.get)
+                killed.update({"worker": victim, "pid": pids.get(victim), "in_flight_there": busy[victim],
+                               "verdicts_before": sum(calls.values())})
+                os.kill(pids[victim], signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    t0 = time.perf_counter()
+    results = evaluator.evaluate(requests, on_result=lambda i, _r: calls.update([i]))
+    wall = time.perf_counter() - t0
+    thread.join(timeout=1)
+    lost = [i for i in range(len(requests)) if calls[i] == 0 or results[i].error_category.value == "infra"]
+    duplicated = [i for i, n in calls.items() if n > 1]
+    report = {"killed": killed, "requests": len(requests), "verdicts": sum(calls.values()), "lost": len(lost),
+              "duplicated": len(duplicated), "wall_s": round(wall, 2),
+              "lost_labels": [requests[i].request_id for i in lost][:20],
+              "infra_messages": sorted({results[i].error_message for i in lost if results[i].error_message})[:5]}
+    say(f"kill check: killed {killed.get('worker', 'nothing')} with {killed.get('in_flight_there', 0)} evaluations "
+        f"on it; {report['verdicts']} verdicts for {len(requests)} requests, {report['lost']} lost, "
+        f"{report['duplicated']} duplicated")
+    return report
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from kernelbench_rl.evaluation.result import EvalSettings
+
+    size = "real" if args.device == "cuda" else "small"
+    return EvalSettings(device=args.device, size=size, correctness_trials=args.trials,
+                        timing_trials=args.timing_trials, warmup_trials=3, timeout_s=args.timeout)
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--workers", type=int, default=2, help="workers (GPUs) of the scaled configuration")
+    parser.add_argument("--quick", action="store_true", help="the smaller mix (GPU)")
+    parser.add_argument("--repeat", type=int, default=None, help="copies of the mix per run (default 4 cuda, 1 cpu)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N candidates of the mix")
+    parser.add_argument("--trials", type=int, default=5, help="correctness trials")
+    parser.add_argument("--timing-trials", type=int, default=None, help="default 100 (cuda), 3 (cpu)")
+    parser.add_argument("--timeout", type=float, default=None, help="per-phase timeout (default 60 cuda, 30 cpu)")
+    parser.add_argument("--threads", type=int, default=32, help="threads per Dask worker (>= its evaluation slots)")
+    parser.add_argument("--ready-timeout", type=float, default=240.0, help="seconds for the pools to start")
+    parser.add_argument("--kill-check", action="store_true", help="then SIGKILL a worker mid-batch and count verdicts")
+    parser.add_argument("--kill-repeat", type=int, default=1, help="copies of the mix in the kill batch")
+    parser.add_argument("--out-dir", default="bench/results/eval_scaling", help="scaling.json goes here")
+    args = parser.parse_args(argv)
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    args.repeat = args.repeat or (4 if args.device == "cuda" else 1)
+    args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
+    args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
+    if args.device == "cuda" and _gpu_count() < args.workers:
+        say(f"this host has {_gpu_count()} GPU(s); {args.workers} are needed (or use --device cpu)")
+        return 2
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
+    mix = [(pid, tuple(k for k in kinds if k in SCALING_KINDS)) for pid, kinds in base]
+    candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))
+    if args.limit:
+        candidates = candidates[: args.limit]
+    say(f"{len(candidates)} candidates x {args.repeat}: " + ", ".join(c.label for c in candidates))
+
+    summary: dict[str, Any] = {
+        "device": args.device, "host": platform.node(), "cpus": os.cpu_count(), "gpus": _gpu_count(),
+        "mix": [c.label for c in candidates], "repeat": args.repeat, "trials": args.trials,
+        "timing_trials": args.timing_trials, "runs": {},
+    }
+
+    def write() -> None:
+        path = out_dir / "scaling.json"
+        path.write_text(json.dumps(summary, indent=2, default=str))
+        say(f"wrote {path}")
+
+    with tempfile.TemporaryDirectory(prefix="kbrl-scaling-") as tmp:
+        for workers in (1, args.workers):
+            db = str(Path(tmp) / f"scaling_{workers}.duckdb")  # each run computes its own baselines
+            summary["runs"][str(workers)] = run_configuration(workers, candidates, args, db,
+                                                              kill_check=args.kill_check and workers > 1)
+            write()
+    one, many = summary["runs"]["1"], summary["runs"][str(args.workers)]
+    summary["ratio"] = round(many["per_minute"] / one["per_minute"], 3) if one.get("per_minute") else None
+    mismatched = [(a, b) for a, b in zip(one["verdicts"], many["verdicts"]) if a != b]
+    summary["verdicts_agree"] = not mismatched
+    summary["verdict_mismatches"] = mismatched[:20]
+    write()
+    say("")
+    say(f"{'configuration':34s} {'candidates':>10s} {'wall s':>8s} {'per min':>8s} {'slots':>6s}")
+    for key in ("1", str(args.workers)):
+        run = summary["runs"][key]
+        say(f"{run['cluster'][:34]:34s} {run['candidates']:>10d} {run['wall_s']:>8.1f} {run['per_minute']:>8.1f} "
+            f"{run['slots']:>6d}")
+    say(f"throughput ratio {args.workers} : 1 = {summary['ratio']}x; verdicts agree: {summary['verdicts_agree']}")
+    kill = many.get("kill_check")
+    if kill:
+        say(f"kill check: {kill['lost']} lost, {kill['duplicated']} duplicated of {kill['requests']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
