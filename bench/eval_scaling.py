@@ -53,21 +53,23 @@ def start_cluster(device: str, workers: int, threads: int) -> tuple[Any, str]:
     if device == "cpu":
         from distributed import LocalCluster
 
-        return (LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None),
+        return (LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None,
+                             memory_limit=0),
                 f"distributed.LocalCluster({workers} CPU workers)")
     devices = ",".join(str(i) for i in range(workers))
     try:
         from dask_cuda import LocalCUDACluster
 
-        return (LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, threads_per_worker=threads, dashboard_address=None),
+        return (LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, threads_per_worker=threads, dashboard_address=None,
+                                 memory_limit=0),
                 f"dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES={devices})")
-    except ImportError as exc:
+    except Exception as exc:  # noqa: BLE001 - no dask_cuda, or one that cannot start here
         # What LocalCUDACluster does, by hand: one nanny per GPU, its GPU first in CUDA_VISIBLE_DEVICES.
         from distributed import Nanny, Scheduler, SpecCluster
 
         ids = devices.split(",")
         spec = {
-            f"gpu{i}": {"cls": Nanny, "options": {"nthreads": threads, "env": {
+            f"gpu{i}": {"cls": Nanny, "options": {"nthreads": threads, "memory_limit": 0, "env": {
                 "CUDA_VISIBLE_DEVICES": ",".join(ids[i:] + ids[:i])}}}
             for i in range(workers)
         }

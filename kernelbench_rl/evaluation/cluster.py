@@ -316,9 +316,10 @@ def start_local_cluster(device: str, n_workers: int | None = None) -> Any:
             from dask_cuda import LocalCUDACluster
         except ImportError as exc:
             raise UserError("eval.cluster=dask-local on GPUs needs dask-cuda: pip install 'kernelbench-rl[cluster-gpu]'.") from exc
-        return LocalCUDACluster(n_workers=n_workers or gpus, threads_per_worker=32, dashboard_address=None)
+        # No memory limit: the pools' processes hold the memory, and Dask must not pause a worker for theirs.
+        return LocalCUDACluster(n_workers=n_workers or gpus, threads_per_worker=32, dashboard_address=None, memory_limit=0)
     from distributed import LocalCluster
 
     cores = os.cpu_count() or 2
     return LocalCluster(n_workers=n_workers or max(1, min(4, cores // 2)), threads_per_worker=8,
-                        processes=True, dashboard_address=None)
+                        processes=True, dashboard_address=None, memory_limit=0)
