@@ -170,3 +170,60 @@ def test_a_worker_whose_pool_cannot_start_takes_no_work(cluster) -> None:
         assert not any(w.get("resources", {}).get(ev.plugin.resource) for w in workers)
     finally:
         ev.close()
+
+
+# -- the CLI and the flows on the same cluster ----------------------------------------------------------
+def _cli(*args: str, cwd: Path) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KBRL_DB": str(cwd / "cli.duckdb"), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, env=env)
+
+
+def test_eval_cli_runs_on_the_cluster_and_a_bad_cluster_is_one_sentence(cluster, tmp_path: Path) -> None:
+    import json
+
+    relu = str(SOLUTIONS["L1/19"])
+    address = cluster.scheduler_address.replace("tcp://", "dask://")
+    ran = _cli("eval", "--problem", "L1/19", "--kernel", relu, "--cluster", address, "--json", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert json.loads(ran.stdout)["correct"] is True
+    bad = _cli("train", "--cluster", "ray://head:1", "training.steps=0", cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "eval.cluster (--cluster) must be local, dask-local or dask://HOST:PORT, not 'ray://head:1'." in bad.stderr
+
+
+def _ran_a_prefect_task() -> bool:
+    import sys
+
+    return "prefect.task_engine" in sys.modules
+
+
+def test_checkpoint_evaluation_flow_runs_its_tasks_on_dask(cluster, tmp_path: Path) -> None:
+    from prefect_session import shared_prefect_api
+
+    with shared_prefect_api() as api_url:
+        from flows.evaluate import evaluate_checkpoint
+        from kernelbench_rl.store import Store
+
+        client = distributed.Client(cluster.scheduler_address, set_as_default=False)
+        try:
+            # Tasks on the workers report to the test's Prefect API (a deployment's workers get it from their env).
+            client.run(os.environ.__setitem__, "PREFECT_API_URL", api_url)
+            db = tmp_path / "kb.duckdb"
+            overrides = ["policy.backend=local", "policy.base_model=local:tiny", "sampling.max_tokens=16",
+                         "eval.device=cpu", "eval.size=small"]
+            table = evaluate_checkpoint(run_id="dask-flow", checkpoint="base", compare_base=True, overrides=overrides,
+                                        db_path=str(db), log_dir=str(tmp_path / "logs"), samples_per_problem=1,
+                                        split="holdout", max_problems=1, levels=[1],
+                                        cluster=cluster.scheduler_address.replace("tcp://", "dask://"))
+            # The Prefect task ran in a Dask worker (DaskTaskRunner), not in this process.
+            ran_prefect_tasks = client.run(_ran_a_prefect_task)
+            assert any(ran_prefect_tasks.values()), ran_prefect_tasks
+        finally:
+            client.close()
+    assert "| metric | base (holdout) |" in table
+    reports = Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")
+    assert [r[0] for r in reports] == ["dask-flow|base|holdout|L1", "dask-flow|base|holdout|all"]

@@ -37,7 +37,7 @@ from kernelbench_rl.evaluation.result import EvalSettings
 
 log = logging.getLogger("kernelbench_rl.evaluation.dask")
 
-CONNECT_TIMEOUT_S = 15.0
+CONNECT_TIMEOUT_S = 10.0
 # Dask re-runs a task whose worker was lost this many times before giving up on it (then: infra).
 TASK_RETRIES = 2
 
