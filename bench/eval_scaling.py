@@ -14,6 +14,7 @@ counts lost (no verdict, or `infra`) and duplicated (more than one) verdicts. JS
 
     python bench/eval_scaling.py --out-dir bench/results/scaling --kill-check          # GPU host, 1 vs 2 GPUs
     python bench/eval_scaling.py --device cpu --out-dir /tmp/scaling --kill-check      # offline smoke, tiny mix
+    python bench/eval_scaling.py --device cpu --parity --out-dir /tmp/scaling          # verdicts: local vs Dask
 """
 
 from __future__ import annotations
@@ -186,6 +187,55 @@ def kill_mid_batch(evaluator: Any, candidates: list[Candidate], settings: Any, a
     return report
 
 
+def parity(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
+    """Every bundled solution and every red-team case of this device through the local Evaluator and
+    through a DaskEvaluator on a 2-worker cluster: the same verdicts (category, correct, flags)?"""
+    import dataclasses
+
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from hacks.hack_cases import CASES
+
+    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.cluster import DaskEvaluator
+    from kernelbench_rl.evaluation.result import EvalRequest
+    from kernelbench_rl.problems import list_solutions
+
+    base = _settings(args)
+    requests = [EvalRequest(pid, path.read_text(), base, request_id=f"solution/{pid}") for pid, path in list_solutions()]
+    for case in CASES:
+        if args.device in case.devices:
+            settings = dataclasses.replace(base, **case.settings_overrides())
+            requests.append(EvalRequest(case.problem_id, case.source, settings, request_id=f"hack/{case.name}"))
+
+    def verdict(r: Any) -> list[Any]:
+        return [r.error_category.value, bool(r.correct), sorted(r.flags)]
+
+    t0 = time.perf_counter()
+    with Evaluator(base) as local:
+        expected = local.evaluate(requests)
+    local_s = time.perf_counter() - t0
+    cluster, what = start_cluster(args.device, 2, args.threads)
+    try:
+        t0 = time.perf_counter()
+        with DaskEvaluator(base, cluster=cluster.scheduler_address, ready_timeout_s=args.ready_timeout) as dask_ev:
+            got = dask_ev.evaluate(requests)
+        dask_s = time.perf_counter() - t0
+    finally:
+        cluster.close(timeout=60)
+    rows = [{"request": q.request_id, "local": verdict(a), "dask": verdict(b)} for q, a, b in zip(requests, expected, got)]
+    mismatches = [r for r in rows if r["local"] != r["dask"]]
+    report = {"cluster": what, "requests": len(requests), "agree": len(rows) - len(mismatches),
+              "mismatches": mismatches, "local_s": round(local_s, 1), "dask_s": round(dask_s, 1), "rows": rows}
+    (out_dir / "parity.json").write_text(json.dumps(report, indent=2))
+    say(f"parity: {report['agree']}/{len(requests)} verdicts agree between the local and the Dask evaluator "
+        f"({sum(r.startswith('solution/') for r in (q.request_id for q in requests))} bundled solutions, "
+        f"{sum(r.startswith('hack/') for r in (q.request_id for q in requests))} red-team cases; "
+        f"local {local_s:.0f} s, Dask {dask_s:.0f} s incl. start-up)")
+    for row in mismatches:
+        say(f"  differs: {row['request']}: local {row['local']} dask {row['dask']}")
+    return report
+
+
 def _settings(args: argparse.Namespace) -> Any:
     from kernelbench_rl.evaluation.result import EvalSettings
 
@@ -217,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=240.0, help="seconds for the pools to start")
     parser.add_argument("--kill-check", action="store_true", help="then SIGKILL a worker mid-batch and count verdicts")
     parser.add_argument("--kill-repeat", type=int, default=1, help="copies of the mix in the kill batch")
+    parser.add_argument("--parity", action="store_true",
+                        help="only compare verdicts: bundled solutions and red-team cases, local vs Dask (parity.json)")
     parser.add_argument("--out-dir", default="bench/results/eval_scaling", help="scaling.json goes here")
     args = parser.parse_args(argv)
     if args.device == "cpu":
@@ -229,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.parity:
+        return 0 if not parity(args, out_dir)["mismatches"] else 1
     base = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
     mix = [(pid, tuple(k for k in kinds if k in SCALING_KINDS)) for pid, kinds in base]
     candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))
