@@ -227,3 +227,14 @@ def test_checkpoint_evaluation_flow_runs_its_tasks_on_dask(cluster, tmp_path: Pa
     assert "| metric | base (holdout) |" in table
     reports = Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")
     assert [r[0] for r in reports] == ["dask-flow|base|holdout|L1", "dask-flow|base|holdout|all"]
+
+
+def test_the_cluster_setting_is_config_and_leaves_the_run_id_alone() -> None:
+    from kernelbench_rl.config import load_config
+
+    default = load_config("default", ["training.steps=3"])
+    on_dask = load_config("default", ["training.steps=3", "eval.cluster=dask://head:8786"])
+    assert default.eval.cluster == "local" and on_dask.eval.cluster == "dask://head:8786"
+    assert on_dask.resolved_run_id() == default.resolved_run_id()  # resuming elsewhere is the same run
+    with pytest.raises(UserError, match="must be local, dask-local or dask://HOST:PORT"):
+        load_config("default", ["eval.cluster=head:8786"])
