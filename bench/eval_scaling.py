@@ -89,14 +89,20 @@ def run_configuration(workers: int, candidates: list[Candidate], args: argparse.
                       kill_check: bool) -> dict[str, Any]:
     from kernelbench_rl.evaluation.cluster import DaskEvaluator
     from kernelbench_rl.evaluation.result import EvalRequest
-    from kernelbench_rl.store import Store
 
     settings = _settings(args)
+    store = None
+    try:  # baselines shared through DuckDB, as in training; the GPU image has no duckdb (each worker times its own)
+        from kernelbench_rl.store import Store
+
+        store = Store(db)
+    except ImportError:
+        pass
     t0 = time.perf_counter()
     cluster, what = start_cluster(args.device, workers, args.threads)
     figures: dict[str, Any] = {"workers": workers, "cluster": what}
     try:
-        evaluator = DaskEvaluator(settings, cluster=cluster.scheduler_address, store=Store(db),
+        evaluator = DaskEvaluator(settings, cluster=cluster.scheduler_address, store=store,
                                   ready_timeout_s=args.ready_timeout)
         with evaluator:
             evaluator.start()
@@ -107,15 +113,26 @@ def run_configuration(workers: int, candidates: list[Candidate], args: argparse.
             say(f"[{workers} worker(s)] {what}: pools ready in {figures['pool_start_s']} s, "
                 f"{figures['slots']} evaluation slots: " + ", ".join(
                     f"{a} {s.get('hardware')} {s.get('state')}" for a, s in statuses.items()))
-            # Warm-up: each problem's solution once per worker (distinct copies, so none is deduplicated).
+            # Warm-up: each problem's solution on each worker (pinned there; distinct copies, so none is
+            # deduplicated): every worker has its references and baselines before the clock starts.
             problems = {c.problem_id: c for c in candidates if c.kind == "correct"}
-            warm = [EvalRequest(pid, _distinct(c, -1 - w), settings, request_id=f"warm/{pid}/{w}")
-                    for w in range(workers) for pid, c in problems.items()]
             t_warm = time.perf_counter()
-            warmed = evaluator.evaluate(warm)
+            warmed: list[Any] = []
+
+            def warm(w: int, address: str) -> None:
+                with evaluator.pool.pinned([address]):
+                    warmed.extend(evaluator.evaluate([
+                        EvalRequest(pid, _distinct(c, -1 - w), settings, request_id=f"warm/{pid}/{w}")
+                        for pid, c in problems.items()]))
+
+            threads = [threading.Thread(target=warm, args=(w, a), daemon=True) for w, a in enumerate(sorted(statuses))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
             figures["warmup_s"] = round(time.perf_counter() - t_warm, 2)
-            say(f"[{workers} worker(s)] warm-up: {len(warm)} evaluations in {figures['warmup_s']} s, "
-                f"{sum(r.correct for r in warmed)} correct")
+            say(f"[{workers} worker(s)] warm-up: {len(warmed)} evaluations in {figures['warmup_s']} s "
+                f"(each problem on each worker), {sum(r.correct for r in warmed)} correct")
 
             requests, labels = [], []
             for copy in range(args.repeat):
@@ -258,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--workers", type=int, default=2, help="workers (GPUs) of the scaled configuration")
     parser.add_argument("--quick", action="store_true", help="the smaller mix (GPU)")
-    parser.add_argument("--repeat", type=int, default=None, help="copies of the mix per run (default 4 cuda, 1 cpu)")
+    parser.add_argument("--repeat", type=int, default=None, help="copies of the mix per run (default 4 cuda, 3 cpu)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N candidates of the mix")
     parser.add_argument("--trials", type=int, default=5, help="correctness trials")
     parser.add_argument("--timing-trials", type=int, default=None, help="default 100 (cuda), 3 (cpu)")
@@ -273,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    args.repeat = args.repeat or (4 if args.device == "cuda" else 1)
+    args.repeat = args.repeat or (4 if args.device == "cuda" else 3)
     args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
     args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
     if args.device == "cuda" and _gpu_count() < args.workers:

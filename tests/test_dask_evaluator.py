@@ -23,7 +23,7 @@ distributed = pytest.importorskip("distributed")
 
 from hacks.hack_cases import CASES  # noqa: E402
 from kernelbench_rl.errors import UserError  # noqa: E402
-from kernelbench_rl.evaluation.api import Evaluator  # noqa: E402
+from kernelbench_rl.evaluation.api import Evaluator, EvaluatorProtocol  # noqa: E402
 from kernelbench_rl.evaluation.cluster import DaskEvaluator, make_evaluator  # noqa: E402
 from kernelbench_rl.evaluation.cluster_spec import parse_cluster  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings  # noqa: E402
@@ -78,6 +78,7 @@ def test_cluster_values_parse_and_a_bad_one_is_one_sentence() -> None:
     with pytest.raises(UserError, match=r"^eval\.cluster \(--cluster\) must be local, dask-local or dask://HOST:PORT, not 'ray://x'\.$"):
         parse_cluster("ray://x")
     assert isinstance(make_evaluator(SETTINGS, cluster="local"), Evaluator)
+    assert isinstance(DaskEvaluator(SETTINGS, cluster="dask://head:8786"), EvaluatorProtocol)  # nothing starts yet
 
 
 def test_same_verdicts_as_the_local_evaluator(dask_evaluator: DaskEvaluator) -> None:

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, as_completed
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from kernelbench_rl.evaluation.pool import WorkerPool, pool_shape
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag, StaticReport
@@ -39,6 +39,21 @@ def _static_check(source: str, backend: str, reference_source: str, precision: s
         return check_static(source, backend, reference_source=reference_source, precision=precision)
     except RecursionError:  # a pathological source: the runtime checks still apply
         return None
+
+
+@runtime_checkable
+class EvaluatorProtocol(Protocol):
+    """What training, checkpoint evaluation and the CLI use: the local `Evaluator` and the Dask-backed
+    `cluster.DaskEvaluator` both provide it (one result per request, in order; `on_result` as each finishes)."""
+
+    def evaluate(self, requests: Sequence[EvalRequest],
+                 on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]: ...
+
+    def evaluate_responses(self, problem_ids: Sequence[str], responses: Sequence[str]) -> list[EvalResult]: ...
+
+    def start(self) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 class Evaluator:

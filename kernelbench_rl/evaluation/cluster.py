@@ -26,7 +26,9 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any
 
 from kernelbench_rl.errors import UserError
@@ -57,11 +59,12 @@ class DaskPool:
         self.client = client
         self.plugin = plugin
         self.closed = False
-        self._queue: queue.Queue[tuple[dict[str, Any], float, Future] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[dict[str, Any], float, Future, list[str] | None] | None] = queue.Queue()
         self._cond = threading.Condition()
         self._in_flight: dict[Any, Future] = {}  # the Dask futures we hold (dropping one cancels its task)
         self._slots = 0
         self._slots_at = 0.0
+        self._pin = threading.local()  # see pinned()
         self.ready_timeout_s = ready_timeout_s
         self._feeder = threading.Thread(target=self._feed, daemon=True, name="kbrl-dask-feeder")
         self._feeder.start()
@@ -109,11 +112,20 @@ class DaskPool:
         return max(2, 2 * self._slots)
 
     # -- requests --------------------------------------------------------------------------------
+    @contextmanager
+    def pinned(self, workers: list[str]) -> Iterator[None]:
+        """Requests submitted from this thread inside the block run only on these workers (to warm a pool)."""
+        self._pin.workers = list(workers)
+        try:
+            yield
+        finally:
+            self._pin.workers = None
+
     def submit(self, payload: dict[str, Any], timeout_s: float) -> Future:
         if self.closed:
             raise RuntimeError("the evaluator is closed")
         future: Future = Future()
-        self._queue.put((payload, timeout_s, future))
+        self._queue.put((payload, timeout_s, future, getattr(self._pin, "workers", None)))
         return future
 
     def _feed(self) -> None:
@@ -123,7 +135,7 @@ class DaskPool:
             item = self._queue.get()
             if item is None:
                 return
-            payload, timeout_s, answer = item
+            payload, timeout_s, answer, only_on = item
             with self._cond:
                 while not self.closed and len(self._in_flight) >= self.window():
                     self._cond.wait(1.0)
@@ -133,6 +145,7 @@ class DaskPool:
             try:
                 task = self.client.submit(evaluate_on_worker, payload, timeout_s, self.plugin.name, pure=False,
                                           resources={self.plugin.resource: 1}, retries=TASK_RETRIES,
+                                          workers=only_on, allow_other_workers=False,
                                           key=f"kbrl-eval-{str(payload.get('problem_id', '')).replace('/', '_')}-{os.urandom(6).hex()}")
             except Exception as exc:  # noqa: BLE001 - the client lost its scheduler
                 _answer_once(answer, {"infra": f"could not submit to the Dask scheduler: {exc}"[:500]})
