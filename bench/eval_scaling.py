@@ -140,21 +140,51 @@ def run_configuration(workers: int, candidates: list[Candidate], args: argparse.
                     requests.append(EvalRequest(c.problem_id, _distinct(c, copy), settings, request_id=f"{c.label}#{copy}"))
                     labels.append(c.label)
             calls: Counter[int] = Counter()
+            done_at: dict[int, float] = {}
+            # The static policy runs on the driver whatever the cluster (and every mutant passes it): off for
+            # the measured batch, so the clock times the cluster alone.
+            evaluator.static_checks = False
             t_mix = time.perf_counter()
-            results = evaluator.evaluate(requests, on_result=lambda i, _r: calls.update([i]))
-            wall = time.perf_counter() - t_mix
+
+            def seen(index: int, _result: Any) -> None:
+                calls.update([index])
+                done_at.setdefault(index, time.perf_counter() - t_mix)
+
+            if args.window_s:
+                # Throughput over a fixed window with more work queued than it can finish: no tail, and the
+                # same device time for every configuration. What is unfinished at the end is cancelled.
+                box: list[Any] = []
+                runner = threading.Thread(target=lambda: box.append(evaluator.evaluate(requests, on_result=seen)),
+                                          daemon=True)
+                runner.start()
+                runner.join(args.window_s)
+                evaluator.pool.cancel_pending("the measurement window closed")
+                runner.join(120)
+                results = box[0] if box else []
+                wall = float(args.window_s)
+                counted = [i for i, at in done_at.items() if at <= wall]
+            else:
+                results = evaluator.evaluate(requests, on_result=seen)
+                wall = time.perf_counter() - t_mix
+                counted = list(range(len(requests)))
+            in_window = [(i, results[i]) for i in sorted(counted) if i < len(results)]
+            counted_ok = [(i, r) for i, r in in_window if r.error_category.value != "infra"]
             figures.update({
-                "candidates": len(requests), "wall_s": round(wall, 2),
-                "per_minute": round(60.0 * len(requests) / wall, 2) if wall > 0 else None,
-                "infra": sum(r.error_category.value == "infra" for r in results),
-                "correct": sum(bool(r.correct) for r in results),
-                "verdicts": [[label, r.error_category.value, bool(r.correct)] for label, r in zip(labels, results)],
+                "candidates": len(counted_ok), "submitted": len(requests), "wall_s": round(wall, 2),
+                "window": bool(args.window_s),
+                "per_minute": round(60.0 * len(counted_ok) / wall, 2) if wall > 0 else None,
+                "infra": sum(r.error_category.value == "infra" for _, r in in_window),
+                "correct": sum(bool(r.correct) for _, r in in_window),
+                "verdicts": {requests[i].request_id: [r.error_category.value, bool(r.correct)] for i, r in counted_ok},
                 "duplicated_callbacks": sum(1 for n in calls.values() if n > 1),
             })
-            say(f"[{workers} worker(s)] {len(requests)} candidates in {wall:.1f} s: {figures['per_minute']} per minute, "
-                f"{figures['correct']} correct, {figures['infra']} infra")
+            say(f"[{workers} worker(s)] {len(counted_ok)} verdicts in {wall:.1f} s"
+                f"{' (window; ' + str(len(requests)) + ' queued)' if args.window_s else ''}: "
+                f"{figures['per_minute']} per minute, {figures['correct']} correct, {figures['infra']} infra")
+            evaluator.static_checks = True
             if kill_check:
                 figures["kill_check"] = kill_mid_batch(evaluator, candidates, settings, args)
+            _save_pool_logs(evaluator, Path(args.out_dir) / "scaling_worker_logs.txt", workers)
     finally:
         try:
             cluster.close(timeout=60)
@@ -163,14 +193,26 @@ def run_configuration(workers: int, candidates: list[Candidate], args: argparse.
     return figures
 
 
+def _save_pool_logs(evaluator: Any, path: Path, workers: int) -> None:
+    from kernelbench_rl.evaluation.dask_worker import pool_log_tail
+
+    try:
+        tails = evaluator.client.run(pool_log_tail, evaluator.plugin.name, 60, on_error="return")
+    except Exception as exc:  # noqa: BLE001
+        tails = {"?": f"could not read the pools' logs: {exc}"}
+    with open(path, "a") as handle:
+        for address, text in tails.items():
+            handle.write(f"#### {workers} worker(s): {address}\n{text}\n")
+
+
 def kill_mid_batch(evaluator: Any, candidates: list[Candidate], settings: Any, args: argparse.Namespace) -> dict[str, Any]:
     """SIGKILL a busy worker once a quarter of a batch is in; count lost and duplicated verdicts."""
     from kernelbench_rl.evaluation.result import EvalRequest
 
     client = evaluator.client
     pids = client.run(os.getpid)
-    requests = [EvalRequest(c.problem_id, _distinct(c, 1000 + copy), settings, request_id=f"kill/{c.label}#{copy}")
-                for copy in range(max(1, args.kill_repeat)) for c in candidates]
+    batch = candidates[: args.kill_limit] if args.kill_limit else candidates
+    requests = [EvalRequest(c.problem_id, _distinct(c, 1000), settings, request_id=f"kill/{c.label}") for c in batch]
     calls: Counter[int] = Counter()
     killed: dict[str, Any] = {}
 
@@ -283,14 +325,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=32, help="threads per Dask worker (>= its evaluation slots)")
     parser.add_argument("--ready-timeout", type=float, default=240.0, help="seconds for the pools to start")
     parser.add_argument("--kill-check", action="store_true", help="then SIGKILL a worker mid-batch and count verdicts")
-    parser.add_argument("--kill-repeat", type=int, default=1, help="copies of the mix in the kill batch")
+    parser.add_argument("--kill-limit", type=int, default=None, help="candidates in the kill batch (default: the mix)")
+    parser.add_argument("--window-s", type=float, default=None,
+                        help="measure verdicts finished in this many seconds with the queue kept full (repeat is "
+                             "raised to keep it full) instead of the wall of the whole mix")
     parser.add_argument("--parity", action="store_true",
                         help="only compare verdicts: bundled solutions and red-team cases, local vs Dask (parity.json)")
     parser.add_argument("--out-dir", default="bench/results/eval_scaling", help="scaling.json goes here")
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    args.repeat = args.repeat or (4 if args.device == "cuda" else 3)
+    args.repeat = args.repeat or (12 if args.window_s else 4 if args.device == "cuda" else 3)
     args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
     args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
     if args.device == "cuda" and _gpu_count() < args.workers:
@@ -326,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
             write()
     one, many = summary["runs"]["1"], summary["runs"][str(args.workers)]
     summary["ratio"] = round(many["per_minute"] / one["per_minute"], 3) if one.get("per_minute") else None
-    mismatched = [(a, b) for a, b in zip(one["verdicts"], many["verdicts"]) if a != b]
+    both = sorted(set(one["verdicts"]) & set(many["verdicts"]))
+    mismatched = [(k, one["verdicts"][k], many["verdicts"][k]) for k in both if one["verdicts"][k] != many["verdicts"][k]]
+    summary["verdicts_compared"] = len(both)
     summary["verdicts_agree"] = not mismatched
     summary["verdict_mismatches"] = mismatched[:20]
     write()
@@ -336,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         run = summary["runs"][key]
         say(f"{run['cluster'][:34]:34s} {run['candidates']:>10d} {run['wall_s']:>8.1f} {run['per_minute']:>8.1f} "
             f"{run['slots']:>6d}")
-    say(f"throughput ratio {args.workers} : 1 = {summary['ratio']}x; verdicts agree: {summary['verdicts_agree']}")
+    say(f"throughput ratio {args.workers} : 1 = {summary['ratio']}x; verdicts agree on the {len(both)} candidates "
+        f"both runs finished: {summary['verdicts_agree']}")
     kill = many.get("kill_check")
     if kill:
         say(f"kill check: {kill['lost']} lost, {kill['duplicated']} duplicated of {kill['requests']}")

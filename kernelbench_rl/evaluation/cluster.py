@@ -172,6 +172,31 @@ class DaskPool:
             result = {"infra": f"Dask task failed: {type(exc).__name__}: {exc}"[:500]}
         _answer_once(answer, result)
 
+    def cancel_pending(self, reason: str = "the caller stopped waiting") -> int:
+        """Answer every request not finished yet as infra and cancel its Dask task; the pool stays usable.
+
+        Returns how many were cancelled. Evaluations already running on a worker finish there unseen."""
+        drained = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                self._queue.put(None)
+                break
+            drained.append(item[2])
+        with self._cond:
+            pending = list(self._in_flight.items())
+            self._in_flight.clear()
+            self._cond.notify_all()
+        for task, answer in pending:
+            task.cancel()
+            drained.append(answer)
+        for answer in drained:
+            _answer_once(answer, {"infra": reason})
+        return len(drained)
+
     def close(self) -> None:
         if self.closed:
             return

@@ -132,6 +132,20 @@ def pool_status(plugin_name: str, dask_worker: Any = None) -> dict[str, Any]:
             "hardware": plugin.info.get("hardware", ""), "pid": os.getpid()}
 
 
+def pool_log_tail(plugin_name: str, lines: int = 100, dask_worker: Any = None) -> str:
+    """The last lines of this worker's pool logs (for `Client.run`: a remote pool's trouble, read from the driver)."""
+    plugin = (dask_worker.plugins if dask_worker is not None else {}).get(plugin_name)
+    pool = getattr(plugin, "pool", None)
+    if pool is None:
+        return f"(no pool: {getattr(plugin, 'state', 'absent')} {getattr(plugin, 'error', '')})"
+    tails = []
+    for name in sorted(os.listdir(pool.log_dir)):
+        if name.endswith(".log"):
+            with open(os.path.join(pool.log_dir, name), errors="replace") as handle:
+                tails.append(f"== {name}\n" + "".join(handle.readlines()[-lines:]))
+    return "\n".join(tails)
+
+
 def evaluate_on_worker(payload: dict[str, Any], timeout_s: float, plugin_name: str) -> dict[str, Any]:
     """A Dask task: one evaluation on this worker's warm pool; the pool's answer ({"result"} or {"infra"})."""
     plugin = get_worker().plugins.get(plugin_name)
