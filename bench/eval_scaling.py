@@ -163,6 +163,9 @@ def run_configuration(workers: int, candidates: list[Candidate], args: argparse.
                 results = box[0] if box else []
                 wall = float(args.window_s)
                 counted = [i for i, at in done_at.items() if at <= wall]
+                if len(counted) == len(requests):  # the queue ran dry inside the window: its wall is the last verdict's
+                    wall = max(done_at.values())
+                    say(f"[{workers} worker(s)] every queued candidate finished inside the window: raise --repeat")
             else:
                 results = evaluator.evaluate(requests, on_result=seen)
                 wall = time.perf_counter() - t_mix
