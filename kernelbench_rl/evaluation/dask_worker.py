@@ -41,6 +41,18 @@ def gpus_for_this_worker() -> tuple[int, int]:
     return (1 if visible else on_host), on_host
 
 
+def _share_all_cores() -> None:
+    """Let this thread (and the pool processes it starts) use every core the process may use.
+
+    dask-cuda pins each worker to the cores nearest its GPU, which can leave two GPUs' pools on the same
+    half of the machine and the other half idle; the pool sizes itself by its share of all cores instead,
+    as the local evaluator does. The kernel keeps the mask inside any cpuset the process is confined to."""
+    try:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 class PoolStartFailure(Exception):
     """The evaluation pool's worker process did not become ready (its own reason is the message)."""
 
@@ -93,6 +105,7 @@ class EvalPoolPlugin(WorkerPlugin):
     def _start(self, worker: Any) -> None:
         pool = None
         try:
+            _share_all_cores()
             gpus, on_host = (gpus_for_this_worker() if self.device == "cuda" else (1, 1))
             # Compile slots from this worker's share of the host's cores (one share per GPU on the host).
             parallel, in_flight, warm = pool_shape(self.device, on_host, self.parallel_compiles,
