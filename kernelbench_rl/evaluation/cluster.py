@@ -264,6 +264,11 @@ class DaskEvaluator(Evaluator):
                 self._hardware = str(infos[0].get("hardware", "")) if infos else ""
             return self._dask_pool
 
+    def _baseline_for(self, problem: Any, settings: EvalSettings) -> dict[str, Any] | None:
+        # Tagged with the hardware it was looked up for: a worker on another GPU model ignores it.
+        baseline = super()._baseline_for(problem, settings)
+        return {**baseline, "hardware": self._hardware} if baseline else None
+
     def start(self) -> DaskEvaluator:
         _ = self.pool
         return self

@@ -165,4 +165,10 @@ def evaluate_on_worker(payload: dict[str, Any], timeout_s: float, plugin_name: s
     if plugin is None or plugin.pool is None:
         # The resource is advertised only with a ready pool, so this is a pool lost since: let Dask retry.
         raise RuntimeError(f"the evaluation pool on this worker is not ready ({getattr(plugin, 'state', 'absent')})")
+    baseline = payload.get("baseline")
+    if baseline:
+        # A baseline timed on other hardware (a mixed cluster) is not this GPU's: time our own.
+        measured_on = baseline.pop("hardware", "")
+        if measured_on and measured_on != plugin.info.get("hardware"):
+            payload = {**payload, "baseline": None}
     return plugin.pool.submit(payload, timeout_s).result()
