@@ -58,6 +58,12 @@ def dask_task_runner(cluster: str) -> Any | None:
     # would try to start a temporary server of its own, and fail).
     env = {"PREFECT_API_URL": str(get_client(sync_client=True).api_url).rstrip("/")}
     if local_gpu_count():
+        import importlib.util
+
+        from kernelbench_rl.errors import UserError
+
+        if importlib.util.find_spec("dask_cuda") is None:
+            raise UserError("cluster=dask-local on GPUs needs dask-cuda: pip install 'kernelbench-rl[cluster-gpu]'.")
         return DaskTaskRunner(cluster_class="dask_cuda.LocalCUDACluster",
                               cluster_kwargs={"threads_per_worker": 32, "dashboard_address": None, "env": env})
     return DaskTaskRunner(cluster_class="distributed.LocalCluster",
