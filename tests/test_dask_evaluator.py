@@ -239,3 +239,23 @@ def test_the_cluster_setting_is_config_and_leaves_the_run_id_alone() -> None:
     assert on_dask.resolved_run_id() == default.resolved_run_id()  # resuming elsewhere is the same run
     with pytest.raises(UserError, match="must be local, dask-local or dask://HOST:PORT"):
         load_config("default", ["eval.cluster=head:8786"])
+
+
+def test_an_evaluation_worker_whose_orchestrator_died_during_start_exits(tmp_path: Path) -> None:
+    """A Dask worker killed while its pool starts leaves no evaluation worker behind (it used to linger)."""
+    import subprocess
+    import sys
+
+    from kernelbench_rl.evaluation.pool import PACKAGE_PARENT
+
+    log = open(tmp_path / "worker.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "kernelbench_rl.evaluation.worker", "--device", "cpu"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=PACKAGE_PARENT,
+                            env={**os.environ, "PYTHONPATH": PACKAGE_PARENT}, start_new_session=True)
+    proc.stdout.close()  # the orchestrator is gone before the worker says it is ready
+    try:
+        assert proc.wait(timeout=60) is not None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()

@@ -76,6 +76,7 @@ class EvalPoolPlugin(WorkerPlugin):
 
     def _reset(self) -> None:
         self.pool: WorkerPool | None = None
+        self._starting: WorkerPool | None = None
         self.state = "new"  # new | starting | ready | failed | closed
         self.error = ""
         self.info: dict[str, Any] = {}
@@ -98,9 +99,10 @@ class EvalPoolPlugin(WorkerPlugin):
 
     def teardown(self, worker: Any) -> None:
         self.state = "closed"
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
+        for pool in (self.pool, self._starting):  # a pool still starting is stopped too
+            if pool is not None:
+                pool.close()
+        self.pool = self._starting = None
 
     def _start(self, worker: Any) -> None:
         pool = None
@@ -110,8 +112,8 @@ class EvalPoolPlugin(WorkerPlugin):
             # Compile slots from this worker's share of the host's cores (one share per GPU on the host).
             parallel, in_flight, warm = pool_shape(self.device, on_host, self.parallel_compiles,
                                                    self.in_flight, self.warm_children)
-            pool = WorkerPool(self.device, gpus, parallel_compiles=parallel, warm_children=warm,
-                              in_flight=in_flight, worker_args=self.worker_args)
+            pool = self._starting = WorkerPool(self.device, gpus, parallel_compiles=parallel, warm_children=warm,
+                                               in_flight=in_flight, worker_args=self.worker_args)
             infos = pool.wait_ready()
             if not infos or not all(infos):
                 reasons = {s.last_failure or (s.worker.failed if s.worker is not None else "") for s in pool.slots}
