@@ -190,12 +190,18 @@ class DaskPool:
             pending = list(self._in_flight.items())
             self._in_flight.clear()
             self._cond.notify_all()
-        for task, answer in pending:
-            task.cancel()
-            drained.append(answer)
+        self._cancel([task for task, _ in pending])
+        drained.extend(answer for _, answer in pending)
         for answer in drained:
             _answer_once(answer, {"infra": reason})
         return len(drained)
+
+    def _cancel(self, tasks: list[Any]) -> None:
+        if tasks:
+            try:
+                self.client.cancel(tasks)  # one call to the scheduler for all of them
+            except Exception:  # noqa: BLE001 - a scheduler already gone has nothing to cancel
+                pass
 
     def close(self) -> None:
         if self.closed:
@@ -206,8 +212,8 @@ class DaskPool:
             pending = list(self._in_flight.items())
             self._in_flight.clear()
             self._cond.notify_all()
-        for task, answer in pending:
-            task.cancel()
+        self._cancel([task for task, _ in pending])
+        for _, answer in pending:
             _answer_once(answer, {"infra": "the evaluator was closed"})
         while True:  # requests still queued here
             try:
