@@ -6,6 +6,9 @@
 #   bash bench/device_suite.sh final        # <= FINAL_BUDGET (395) s: GPU info, 60-s Evaluator smoke, full mix (ours),
 #                                           # naive on a stratified subset with the remaining budget; 5 files under $OUT
 #   bash bench/device_suite.sh cuda         # <= 190 s: the CUDA (load_inline) backend, build cache included
+#   bash bench/device_suite.sh eval-scaling # <= 575 s (about 400): the same mix on 1 GPU and on 2 GPUs through
+#                                           # dask-cuda's LocalCUDACluster, the ratio, and a worker SIGKILLed mid-batch
+#                                           # (carry .whl-dask: dask, distributed, dask-cuda and deps the image lacks)
 #   bash bench/device_suite.sh same-mix     # <= 575 s: ours, then the naive harness on the WHOLE mix (no sample, no
 #                                           # estimate unless its budget runs out): the measured like-for-like ratio
 # KernelBench itself (bench/kernelbench_sweep.py; carry .kb and .whl: the snapshot and pydantic's wheels):
@@ -85,6 +88,21 @@ case "$MODE" in
     timeout $LEFT python3 bench/eval_throughput.py --timeout 45 --naive-sample per-problem \
       --ours-budget-s $(( LEFT - 150 )) --total-budget-s $(( LEFT - 10 )) --worker-logs "$OUT/final_worker_logs.txt" --out "$OUT/final_throughput.json" 2>&1 | tee -a "$OUT/final.log"
     echo "suite wall $(( $(date +%s) - SUITE_START )) s" | tee -a "$OUT/final.log" ;;
+  eval-scaling)
+    if ! ls .whl-dask/distributed-*.whl .whl-dask/dask_cuda-*.whl >/dev/null 2>&1; then
+      echo "eval-scaling needs .whl-dask/ (dask, distributed, dask-cuda wheels) carried along" | tee "$OUT/eval_scaling.log"
+      exit 2
+    fi
+    # Into a folder of their own, first on the path of this script and of the Dask workers it spawns.
+    timeout 90 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/dask_site \
+      .whl-dask/*.whl 2>&1 | tail -3
+    export PYTHONPATH=/tmp/dask_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+    python3 -c "import dask, distributed, dask_cuda; print('dask', dask.__version__, 'distributed', distributed.__version__, 'dask_cuda', dask_cuda.__version__)" 2>&1 | tee "$OUT/eval_scaling.log"
+    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+    # Throughput over a ${SCALING_WINDOW:-100}-s window per configuration (queue kept full), then a
+    # 16-candidate batch with a worker SIGKILLed in the middle: about 400 s in all.
+    timeout $LEFT python3 bench/eval_scaling.py --workers ${SCALING_WORKERS:-2} --window-s ${SCALING_WINDOW:-100} \
+      ${SCALING_ARGS:---kill-check --kill-limit 16} --out-dir "$OUT" 2>&1 | tee -a "$OUT/eval_scaling.log" ;;
   redteam)
     timeout ${REDTEAM_BUDGET:-560} python3 bench/gpu_redteam.py ${REDTEAM_ARGS:---naive} --out "$OUT/redteam_gpu.json" 2>&1 | tee "$OUT/redteam.log" ;;
   same-mix)

@@ -40,10 +40,13 @@ def pipeline(
     num_problems: int = 4,
     eval_samples: int = 2,
     eval_max_problems: int = 4,
+    cluster: str | None = None,
 ) -> dict:
     """Ingest the corpus, build the index, train through the curriculum, evaluate the final checkpoint."""
     db_path = str(Path(db_path).resolve())
     log_dir = str(Path(log_dir).resolve())
+    if cluster:  # local | dask-local | dask://HOST:PORT: where training's and evaluation's kernels run
+        overrides = [*overrides, f"eval.cluster={cluster}"]
     ingested = ingest_corpus(db_path=db_path, sources=corpus_sources, levels=levels)
     index = None
     if build_rag_index:
@@ -75,7 +78,7 @@ def main() -> None:
         run_id=args.run_id, config=args.config, overrides=overrides, db_path=args.db_path, log_dir=args.log_dir,
         train_steps=args.train_steps, levels=[int(x) for x in args.levels.split(",") if x],
         num_problems=args.num_problems, eval_samples=args.eval_samples, eval_max_problems=args.eval_max_problems,
-        build_rag_index=not args.no_index,
+        build_rag_index=not args.no_index, cluster=args.cluster,
     )
     print("\n" + "=" * 72)
     print(f"Results are in {result['db_path']} (DuckDB) and {Path(args.log_dir).resolve() / args.run_id} "

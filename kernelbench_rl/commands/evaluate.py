@@ -23,17 +23,23 @@ DeviceOption = Annotated[str, typer.Option("--device", help="cpu (Triton interpr
 BackendOption = Annotated[str, typer.Option("--backend", help="triton or cuda.")]
 PrecisionOption = Annotated[str, typer.Option("--precision", help="fp32, fp16 or bf16.")]
 DbOption = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file for the verdict cache (default: none for eval).")]
+ClusterOption = Annotated[str, typer.Option("--cluster", help=(
+    "Where kernels run: local (this machine's pool), dask-local (a Dask cluster started here: one worker per GPU) "
+    "or dask://HOST:PORT (an existing Dask scheduler)."))]
 RootOption = Annotated[Optional[Path], typer.Option("--kernelbench-root", help="A KernelBench checkout; default: bundled set.")]
 
 
-def _settings(device: str, backend: str, precision: str, timeout_s: float, size: str | None) -> EvalSettings:
+def _settings(device: str, backend: str, precision: str, timeout_s: float, size: str | None,
+              cluster: str = "local") -> EvalSettings:
     if device not in ("cpu", "cuda"):
         raise UserError(f"--device must be cpu or cuda, not {device!r}.")
     if backend not in ("triton", "cuda"):
         raise UserError(f"--backend must be triton or cuda, not {backend!r}.")
     if precision not in ("fp32", "fp16", "bf16"):
         raise UserError(f"--precision must be fp32, fp16 or bf16, not {precision!r}.")
-    if device == "cuda":
+    from kernelbench_rl.evaluation.cluster_spec import parse_cluster
+
+    if device == "cuda" and parse_cluster(cluster).kind != "dask":  # a remote cluster's GPUs are not ours to see
         try:
             import torch
 
@@ -44,6 +50,19 @@ def _settings(device: str, backend: str, precision: str, timeout_s: float, size:
             raise UserError("--device cuda needs a CUDA GPU, and none is visible; use --device cpu.")
     chosen = size or ("small" if device == "cpu" else "real")
     return EvalSettings(backend=backend, precision=precision, device=device, size=chosen, timeout_s=timeout_s)  # type: ignore[arg-type]
+
+
+def _evaluator(settings: EvalSettings, cluster: str, **kwargs):
+    """The local pool, or the Dask-backed evaluator (same interface) when --cluster names one."""
+    from kernelbench_rl.evaluation.cluster_spec import parse_cluster
+
+    if not parse_cluster(cluster).is_dask:
+        from kernelbench_rl.evaluation.api import Evaluator
+
+        return Evaluator(settings, **kwargs)
+    from kernelbench_rl.evaluation.cluster import make_evaluator
+
+    return make_evaluator(settings, cluster=cluster, **kwargs)
 
 
 def _store(db: Path | None):
@@ -90,21 +109,21 @@ def eval_command(
     kernelbench_root: RootOption = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a phase may take before it is killed.")] = 120.0,
     size: Annotated[Optional[str], typer.Option("--size", help="small or real (default: small on cpu, real on cuda).")] = None,
+    cluster: ClusterOption = "local",
 ) -> None:
     """Evaluate one kernel file against a problem: compile, correctness and (on a GPU) speed."""
     if not kernel.is_file():
         raise UserError(f"No kernel file {kernel} exists; pass the path of a Python file that defines ModelNew.")
-    from kernelbench_rl.evaluation.api import Evaluator
     from kernelbench_rl.problems import get_problem
 
-    settings = _settings(device, backend, precision, timeout_s, size)
+    settings = _settings(device, backend, precision, timeout_s, size, cluster)
     root = str(kernelbench_root) if kernelbench_root else None
     get_problem(problem, root)  # unknown ids fail here, before any worker starts
     source = kernel.read_text()
     console = Console(stderr=as_json)
     # --json keeps stdout for the one result object: no spinner.
     progress = nullcontext() if as_json else console.status(f"evaluating {kernel.name} on {problem} ({device})")
-    with Evaluator(settings, store=_store(db), kernelbench_root=root) as ev, progress:
+    with _evaluator(settings, cluster, store=_store(db), kernelbench_root=root) as ev, progress:
         result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
     if as_json:
         typer.echo(result.to_json())
@@ -125,6 +144,7 @@ def eval_dir_command(
     batch: Annotated[int, typer.Option("--batch", help=(
         "Kernels sent to the workers at once; verdicts reach DuckDB after each batch. A batch runs as fast "
         "as the pool allows and finishes with its slowest kernel (a hang waits out --timeout)."))] = 64,
+    cluster: ClusterOption = "local",
 ) -> None:
     """Evaluate KernelBench-named generations; write verdicts to DuckDB and a KernelBench-style eval_results.json."""
     if not directory.is_dir():
@@ -136,14 +156,13 @@ def eval_dir_command(
             files.append((f"L{level}/{int(match.group(2))}", int(match.group(2)), int(match.group(3)), path))
     if not files:
         raise UserError(f"{directory} has no files named level_{level}_problem_<P>_sample_<S>_kernel.py.")
-    from kernelbench_rl.evaluation.api import Evaluator
     from kernelbench_rl.store import Store
 
-    settings = _settings(device, backend, precision, timeout_s, None)
+    settings = _settings(device, backend, precision, timeout_s, None, cluster)
     root = str(kernelbench_root) if kernelbench_root else None
     results: dict[str, list[dict]] = defaultdict(list)
     console = Console()
-    with Evaluator(settings, store=Store(db) if db else Store(), kernelbench_root=root) as ev:
+    with _evaluator(settings, cluster, store=Store(db) if db else Store(), kernelbench_root=root) as ev:
         with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
             task = bar.add_task("eval", total=len(files))
             for start in range(0, len(files), max(1, batch)):

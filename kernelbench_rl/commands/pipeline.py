@@ -35,6 +35,9 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
                         help="Skip the retrieval index (and so retrieval: prompts get the default one-shot example).")
     parser.add_argument("--real", action="store_true",
                         help="Drop the smoke overrides (tiny local policy, CPU evaluator): use the config as written.")
+    parser.add_argument("--cluster", default=None,
+                        help="Where kernels are evaluated (eval.cluster): local, dask-local or dask://HOST:PORT; "
+                             "on a Dask cluster the checkpoint evaluations also run on Prefect's DaskTaskRunner.")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config, e.g. eval.device=cuda")
     return parser
 

@@ -15,13 +15,15 @@ def register(app: typer.Typer) -> None:
         overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. training.steps=3 env.mode=kevin"),
         stop_after: int | None = typer.Option(None, "--stop-after", help="Run at most this many steps now; re-run to resume."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+        cluster: str | None = typer.Option(None, "--cluster", help=(
+            "Where kernels are evaluated (eval.cluster): local, dask-local or dask://HOST:PORT.")),
     ) -> None:
         """Train (or resume: the same command continues from the last checkpoint)."""
         from kernelbench_rl.config import load_config
         from kernelbench_rl.training import run_training
         from kernelbench_rl.training.loop import resolve_base_model
 
-        cfg = load_config(config, list(overrides or []))
+        cfg = load_config(config, list(overrides or []) + ([f"eval.cluster={cluster}"] if cluster else []))
         typer.echo(f"run {cfg.resolved_run_id()}: {cfg.env.mode} mode, policy {resolve_base_model(cfg)} "
                    f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
         summary = run_training(cfg, progress=progress, stop_after_steps=stop_after)

@@ -102,6 +102,7 @@ class EvalConfig:
     timeout_s: float = 120.0
     correctness_trials: int = 3
     timing_trials: int = 50
+    cluster: str = "local"  # local | dask-local | dask://HOST:PORT (where evaluations run; not part of the run id)
 
 
 @dataclass
@@ -133,6 +134,7 @@ class TrainConfig:
             return self.run_id
         payload = config_to_dict(self)
         payload.pop("run_id", None)
+        payload["eval"].pop("cluster", None)  # the same run, resumed on other hardware, keeps its id
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
         return f"train-{digest}"
 
@@ -254,6 +256,9 @@ def _validate(config: TrainConfig) -> None:
         raise UserError("Config key training.steps must not be negative.")
     if not 0.0 <= config.rewards.gamma <= 1.0:
         raise UserError(f"Config key rewards.gamma must be in [0, 1]; got {config.rewards.gamma}.")
+    from kernelbench_rl.evaluation.cluster_spec import parse_cluster
+
+    parse_cluster(config.eval.cluster)  # a bad value is one sentence now, not at the first evaluation
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

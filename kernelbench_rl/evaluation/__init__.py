@@ -11,6 +11,9 @@ from typing import Any
 
 _LAZY = {
     "Evaluator": "kernelbench_rl.evaluation.api",
+    "EvaluatorProtocol": "kernelbench_rl.evaluation.api",
+    "DaskEvaluator": "kernelbench_rl.evaluation.cluster",
+    "make_evaluator": "kernelbench_rl.evaluation.cluster",
     "evaluate_source": "kernelbench_rl.evaluation.api",
     "evaluate_response": "kernelbench_rl.evaluation.api",
     "WorkerPool": "kernelbench_rl.evaluation.pool",

@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, as_completed
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from kernelbench_rl.evaluation.pool import WorkerPool, default_parallel_compiles
+from kernelbench_rl.evaluation.pool import WorkerPool, pool_shape
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag, StaticReport
 from kernelbench_rl.evaluation.static_policy import check_static, is_hack
 from kernelbench_rl.problems import Problem, get_problem
@@ -39,6 +39,21 @@ def _static_check(source: str, backend: str, reference_source: str, precision: s
         return check_static(source, backend, reference_source=reference_source, precision=precision)
     except RecursionError:  # a pathological source: the runtime checks still apply
         return None
+
+
+@runtime_checkable
+class EvaluatorProtocol(Protocol):
+    """What training, checkpoint evaluation and the CLI use: the local `Evaluator` and the Dask-backed
+    `cluster.DaskEvaluator` both provide it (one result per request, in order; `on_result` as each finishes)."""
+
+    def evaluate(self, requests: Sequence[EvalRequest],
+                 on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]: ...
+
+    def evaluate_responses(self, problem_ids: Sequence[str], responses: Sequence[str]) -> list[EvalResult]: ...
+
+    def start(self) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 class Evaluator:
@@ -63,20 +78,8 @@ class Evaluator:
         self.store = store
         self.kernelbench_root = kernelbench_root
         self.problems = dict(problems or {})
-        # Children loading/compiling at once per worker (the exclusive GPU section is separate).
-        self.parallel_compiles = parallel_compiles or default_parallel_compiles(self.settings.device, num_workers)
-        # Evaluations under way at once per worker. On a GPU most of them wait for the exclusive device
-        # section, holding a child but no CPU: twice the compile slots keeps the CPU compiling while
-        # the device is busy, and starts a late hang's timeout clock early. (On the CPU, children
-        # compute beside each other, so one beyond the compile slots is enough.)
-        self.in_flight = in_flight or (
-            2 * self.parallel_compiles + 1 if self.settings.device == "cuda" else self.parallel_compiles + 1)
-        # Pre-started children (CUDA context ready) so a burst of requests does not wait on CUDA init.
-        # About one per evaluation under way: a child taken now replaces itself at the back of the queue,
-        # and with fewer that replacement was taken again before its CUDA init (1-2 s while eight others
-        # compile) had finished. On the H100 that wait was 1.0 s of the 1.6 s latency overhead.
-        self.warm_children = warm_children if warm_children is not None else (
-            self.in_flight + 1 if self.settings.device == "cuda" else 1)
+        self.parallel_compiles, self.in_flight, self.warm_children = pool_shape(
+            self.settings.device, num_workers, parallel_compiles, in_flight, warm_children)
         self.static_checks = static_checks
         self.worker_args = list(worker_args)
         self._pool: WorkerPool | None = None

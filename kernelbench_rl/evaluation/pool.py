@@ -123,6 +123,7 @@ class _Slot:
     lock: threading.Lock = field(default_factory=threading.Lock)
     worker: WorkerProcess | None = None
     restarts: int = 0
+    last_failure: str = ""  # why the last worker process ended (a worker that could not start says why)
 
     def start(self) -> WorkerProcess:
         log = os.path.join(self.pool.log_dir, f"worker{self.index}.log")
@@ -154,6 +155,7 @@ class _Slot:
             if self.restarts <= self.pool.max_restarts:
                 self.start()
         reason = worker.failed or f"evaluation worker (pid {worker.pid}) exited with status {worker.proc.returncode}"
+        self.last_failure = reason
         for job in orphans:
             self.pool.retry_or_fail(job, reason)
 
@@ -309,6 +311,27 @@ def default_parallel_compiles(device: str, num_workers: int | None = None) -> in
         cores = os.cpu_count() or 4
     per_worker = cores // max(1, num_workers or _default_worker_count(device))
     return max(2, min(12, per_worker // 2))
+
+
+def pool_shape(device: str, num_workers: int | None = None, parallel_compiles: int | None = None,
+               in_flight: int | None = None, warm_children: int | None = None) -> tuple[int, int, int]:
+    """(parallel compiles, evaluations in flight, warm children) per worker, defaults filled in.
+
+    Shared by the local evaluator and the Dask workers' pools, which size themselves on their own host.
+    """
+    # Children loading/compiling at once per worker (the exclusive GPU section is separate).
+    parallel = parallel_compiles or default_parallel_compiles(device, num_workers)
+    # Evaluations under way at once per worker. On a GPU most of them wait for the exclusive device
+    # section, holding a child but no CPU: twice the compile slots keeps the CPU compiling while
+    # the device is busy, and starts a late hang's timeout clock early. (On the CPU, children
+    # compute beside each other, so one beyond the compile slots is enough.)
+    in_flight = in_flight or (2 * parallel + 1 if device == "cuda" else parallel + 1)
+    # Pre-started children (CUDA context ready) so a burst of requests does not wait on CUDA init.
+    # About one per evaluation under way: a child taken now replaces itself at the back of the queue,
+    # and with fewer that replacement was taken again before its CUDA init (1-2 s while eight others
+    # compile) had finished. On the H100 that wait was 1.0 s of the 1.6 s latency overhead.
+    warm = warm_children if warm_children is not None else (in_flight + 1 if device == "cuda" else 1)
+    return parallel, in_flight, warm
 
 
 def _default_worker_count(device: str) -> int:

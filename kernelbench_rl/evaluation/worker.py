@@ -1559,11 +1559,16 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001
         emit({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
         return
-    emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "versions": worker.versions,
-          "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
-          "same_uid_probe": same_uid_note[:200]})
     pool = ThreadPoolExecutor(max_workers=worker.in_flight)
     try:
+        try:
+            emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "versions": worker.versions,
+                  "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
+                  "same_uid_probe": same_uid_note[:200]})
+        except (BrokenPipeError, OSError, ValueError):
+            # The orchestrator died while this worker started (a Dask worker killed during its pool's start):
+            # shut down below instead of lingering, warm children and all, with nobody to serve.
+            return
         for line in sys.stdin:
             line = line.strip()
             if not line:

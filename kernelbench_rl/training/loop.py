@@ -94,10 +94,16 @@ def eval_settings(config: TrainConfig) -> EvalSettings:
 
 def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem]) -> Any:
     """An Evaluator for `problems` with the run's settings (workers start on first use); the caller closes it."""
-    from kernelbench_rl.evaluation import Evaluator
+    if config.eval.cluster in ("", "local"):
+        from kernelbench_rl.evaluation import Evaluator
 
-    return Evaluator(eval_settings(config), num_workers=config.eval.num_workers, store=store,
-                     kernelbench_root=config.problems.kernelbench_root, problems={p.id: p for p in problems})
+        return Evaluator(eval_settings(config), num_workers=config.eval.num_workers, store=store,
+                         kernelbench_root=config.problems.kernelbench_root, problems={p.id: p for p in problems})
+    from kernelbench_rl.evaluation.cluster import make_evaluator  # Dask: imported only when asked for
+
+    return make_evaluator(eval_settings(config), cluster=config.eval.cluster, num_workers=config.eval.num_workers,
+                          store=store, kernelbench_root=config.problems.kernelbench_root,
+                          problems={p.id: p for p in problems})
 
 
 def policy_config(config: TrainConfig) -> Any:
