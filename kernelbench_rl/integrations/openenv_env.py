@@ -20,6 +20,7 @@ The model sees the problem text and our Kevin-style feedback, never anything els
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import threading
@@ -48,7 +49,8 @@ class KernelAction(Action):
     """One turn's answer: the kernel source (a bare module defining ModelNew, or a model response
     with a fenced code block), its backend, and whether to return the feedback text."""
 
-    code: str = Field(..., description="Python source defining class ModelNew (bare, or in a ```python block).")
+    code: str = Field(..., description="Python source defining class ModelNew, bare or as a model response "
+                                         "(a ```python block); a response without one is a format failure.")
     backend: Literal["triton", "cuda"] | None = Field(
         default=None, description="Kernel backend; must match the server's (None: the server's).")
     request_feedback: bool = Field(default=True, description="Include the Kevin-style feedback text.")
@@ -84,6 +86,18 @@ class KernelState(State):
     history_length: int = 0
     holdout: bool = False
     done: bool = False
+
+
+def as_response(code: str) -> str:
+    """The model response our extraction reads: bare Python defining ModelNew is fenced; anything
+    else (a fenced answer, prose, a model's raw output) goes as it is, and is judged as train judges it."""
+    if "```" in code or "<KERNEL>" in code or "ModelNew" not in code:
+        return code
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    return f"```python\n{code}\n```"
 
 
 # -- errors the HTTP layer turns into 4xx ------------------------------------------------------
@@ -205,7 +219,7 @@ class KernelEnvService:
             if env.done:
                 raise EnvRequestError("The episode is done; call /reset to start a new one.", 409)
             messages = env.next_messages()
-            completion = action.code if "```" in action.code else f"```python\n{action.code}\n```"
+            completion = as_response(action.code)
             env.add_completion(messages_to_text(messages), [], completion, [], [], "stop")
             result = self.evaluator.evaluate_responses([env.problem.id], [completion])[0]
             env.add_result(result)
