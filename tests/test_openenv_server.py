@@ -163,6 +163,14 @@ def test_two_clients_at_once_share_the_evaluator(server):
     assert (state_a.problem_id, state_b.problem_id) == ("L1/20", "L1/21")
 
 
+def test_trl_reward_function_through_the_server(server):
+    from kernelbench_rl.integrations.trl import KernelRewardFunction
+
+    reward = KernelRewardFunction(env_url=server.url, preset="correctness")
+    completions = [[{"role": "assistant", "content": as_response(RELU)}], NO_KERNEL]
+    assert reward(prompts=["p", "p"], completions=completions, problem_id=["L1/19", "L1/19"]) == [pytest.approx(1.0), 0.0]
+
+
 def rows(db: Path) -> dict[str, set]:
     store = Store(db)
     return {
