@@ -24,6 +24,7 @@ from kernelbench_rl.problems import load_problems
 from kernelbench_rl.problems.loaders import load_solution
 
 SLOW_S = float(os.environ.get("CHAT_SERVER_SLOW_S", "3.0"))
+ONLY_PROSE = os.environ.get("CHAT_SERVER_ONLY_PROSE") == "1"  # every answer without a kernel: no evaluation cost
 WORK_S = 0.2  # every reply takes a little while, so concurrent requests overlap
 PROBLEMS = load_problems(levels=[1])
 WRONG_SOURCE = load_solution(next(p for p in PROBLEMS if p.id == "L1/21"))
@@ -38,7 +39,7 @@ in_flight = 0
 
 def answer(problem_id: str, n: int) -> str:
     problem = next(p for p in PROBLEMS if p.id == problem_id)
-    kind = n % 3
+    kind = 1 if ONLY_PROSE else n % 3
     solution = load_solution(problem)
     if kind == 0 and solution:
         return f"Here is the kernel.\n```python\n{solution}\n```"

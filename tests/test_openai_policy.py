@@ -5,6 +5,7 @@ Prefect `nightly-eval` flow on the same server, and the missing-key error."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -35,9 +36,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_chat_server(log: Path) -> tuple[subprocess.Popen, str]:
+def start_chat_server(log: Path, only_prose: bool = False) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CHAT_SERVER_SLOW_S": "3"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CHAT_SERVER_SLOW_S": "3", "CHAT_SERVER_ONLY_PROSE": "1" if only_prose else "0"}
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", str(REPO / "tests"), "chat_server:app",
                              "--port", str(port), "--log-level", "warning"],
                             cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -57,6 +58,14 @@ def start_chat_server(log: Path) -> tuple[subprocess.Popen, str]:
 @pytest.fixture()
 def chat_server(tmp_path):
     proc, url = start_chat_server(tmp_path / "chat.log")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture()
+def prose_chat_server(tmp_path):
+    proc, url = start_chat_server(tmp_path / "chat.log", only_prose=True)
     yield url
     proc.terminate()
     proc.wait(timeout=30)
@@ -97,7 +106,7 @@ def test_eval_model_writes_a_report_that_sql_shows(chat_server, tmp_path):
     db = tmp_path / "kb.duckdb"
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "eval-model", "--policy", "openai:canned",
-                           "--base-url", f"{chat_server}/v1", "--samples", "3", "--split", "train", "--max-problems", "1",
+                           "--base-url", f"{chat_server}/v1", "--samples", "2", "--split", "train", "--max-problems", "1",
                            "--db", str(db), "--run-id", "api-eval", "--timeout", "1.5", *CLI_OVERRIDES],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -107,12 +116,12 @@ def test_eval_model_writes_a_report_that_sql_shows(chat_server, tmp_path):
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "api-eval|openai:canned|train|all" in shown.stdout and "api-eval|openai:canned|train|L1" in shown.stdout
-    import json
-
     metrics = json.loads(Store(db).fetchall(
         "SELECT metrics_json FROM eval_reports WHERE report_id = 'api-eval|openai:canned|train|all'")[0][0])
-    assert metrics["pass_at_k"]["pass@1"] == pytest.approx(1 / 3) and metrics["correct_rate"] == pytest.approx(1 / 3)
-    assert metrics["usage"]["requests"] == 3 and metrics["usage"]["retries"] == 2
+    # two samples of L1/1: the bundled solution (correct) and prose without a kernel (a format failure)
+    assert metrics["pass_at_k"]["pass@1"] == pytest.approx(1 / 2) and metrics["correct_rate"] == pytest.approx(1 / 2)
+    assert metrics["compile_rate"] == pytest.approx(1 / 2)
+    assert metrics["usage"]["requests"] == 2 and metrics["usage"]["retries"] == 2
 
 
 def test_a_missing_key_for_a_remote_server_is_one_sentence(tmp_path):
@@ -125,7 +134,8 @@ def test_a_missing_key_for_a_remote_server_is_one_sentence(tmp_path):
         "error: Set OPENAI_API_KEY to the API key for https://models.example.com/v1 (only a local --base-url may run without one)."]
 
 
-def test_nightly_eval_flow_runs_an_openai_policy(chat_server, tmp_path, monkeypatch):
+def test_nightly_eval_flow_runs_an_openai_policy(prose_chat_server, tmp_path, monkeypatch):
+    # The served model answers in prose only (format failures): the flow's plumbing, without evaluation cost.
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with shared_prefect_api():
         from flows.evaluate import nightly_eval
@@ -133,7 +143,23 @@ def test_nightly_eval_flow_runs_an_openai_policy(chat_server, tmp_path, monkeypa
         db = tmp_path / "kb.duckdb"
         table = nightly_eval(run_id="nightly-api", overrides=[*CLI_OVERRIDES, "problems.holdout_fraction=0.05"],
                              db_path=str(db), log_dir=str(tmp_path / "logs"), samples_per_problem=2, levels=[1],
-                             policy="openai:canned", base_url=f"{chat_server}/v1")
+                             policy="openai:canned", base_url=f"{prose_chat_server}/v1")
     assert "| metric | openai:canned (holdout) |" in table
     ids = [r[0] for r in Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")]
     assert ids == ["nightly-api|openai:canned|holdout|L1", "nightly-api|openai:canned|holdout|all"]
+    metrics = json.loads(Store(db).fetchall(
+        "SELECT metrics_json FROM eval_reports WHERE report_id = 'nightly-api|openai:canned|holdout|all'")[0][0])
+    assert (metrics["num_problems"], metrics["correct_rate"], metrics["usage"]["requests"]) == (2, 0.0, 4)
+
+
+def test_an_unreachable_server_is_an_infra_error_after_the_retries(monkeypatch):
+    from kernelbench_rl.errors import InfraError
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    waits: list[float] = []
+    spec = OpenAIPolicySpec.from_policy("openai:canned", f"http://127.0.0.1:{free_port()}/v1", max_retries=2,
+                                        backoff_s=0.01, timeout_s=5)
+    policy = OpenAIChatPolicy(spec, sleep=waits.append)
+    with pytest.raises(InfraError, match="still failed after 2 retries"):
+        policy.complete([{"role": "user", "content": "hi"}], max_tokens=8)
+    assert waits == [0.01, 0.02] and policy.usage.retries == 2 and policy.usage.requests == 0

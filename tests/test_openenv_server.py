@@ -163,6 +163,19 @@ def test_two_clients_at_once_share_the_evaluator(server):
     assert (state_a.problem_id, state_b.problem_id) == ("L1/20", "L1/21")
 
 
+def test_openenv_websocket_client_drives_an_episode(server):
+    from kernelbench_rl.integrations.openenv_client import KernelEnvWSClient
+
+    with KernelEnvWSClient(base_url=server.url) as env:
+        first = env.reset(problem_id="L1/19", max_turns=2)
+        assert first.observation.problem_id == "L1/19" and not first.done
+        one = env.step(KernelAction(code=NO_KERNEL))
+        assert one.observation.error_category == "format" and not one.done
+        two = env.step(KernelAction(code=RELU))  # cached by the first test
+        assert two.observation.correct and two.done
+        assert env.state().history_length == 2
+
+
 def test_trl_reward_function_through_the_server(server):
     from kernelbench_rl.integrations.trl import KernelRewardFunction
 

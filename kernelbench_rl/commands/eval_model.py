@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelbench_rl.errors import UserError
+from kernelbench_rl.errors import InfraError, UserError
 
 
 def eval_model_command(
@@ -36,9 +36,13 @@ def eval_model_command(
     if run_id is not None:
         extra.append(f"run_id={run_id}")
     cfg = load_config(config, extra)
-    report = evaluate_model(cfg, policy, base_url=base_url, samples_per_problem=samples, split=split,
-                            max_problems=max_problems, ks=sorted({1, 5, 10, samples}), concurrency=concurrency,
-                            max_retries=retries, timeout_s=timeout_s)
+    try:
+        report = evaluate_model(cfg, policy, base_url=base_url, samples_per_problem=samples, split=split,
+                                max_problems=max_problems, ks=sorted({1, 5, 10, samples}), concurrency=concurrency,
+                                max_retries=retries, timeout_s=timeout_s)
+    except InfraError as exc:  # the model server kept failing: ours to retry later, not a traceback
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(3) from None
     typer.echo(markdown_table([report]))
     usage = report.usage or {}
     typer.echo(f"{usage.get('requests', 0)} requests, {usage.get('prompt_tokens', 0)} prompt + "

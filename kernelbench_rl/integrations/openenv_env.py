@@ -346,8 +346,8 @@ def build_service(config: Any, *, store: Any | None = None, max_turns: int | Non
 
     problems, train, holdout = problem_split(config)
     spec = EnvSpec.from_config(config)
-    turns = max_turns or (spec.turns if config.env.mode == "kevin" else config.env.turns)
-    spec = EnvSpec(**{**spec.__dict__, "turns": turns})
+    # Multi-turn whatever the config's env.mode: a client that wants one turn ends its episode after one.
+    spec = EnvSpec(**{**spec.__dict__, "turns": max_turns or config.env.turns})
     chosen = preset or (config.rewards.preset if config.rewards.preset in PRESETS else "correctness")
     evaluator = open_evaluator(config, store, problems)
     return KernelEnvService(evaluator, train, holdout, spec=spec, store=store, preset=chosen,
