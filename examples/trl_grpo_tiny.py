@@ -34,7 +34,7 @@ def main() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
 
-    import kernelbench_rl.integrations  # noqa: F401 - before trl: quiets a dependency's import warning
+    import kernelbench_rl.integrations.openenv_env  # noqa: F401 - before trl: quiets a dependency's import warning
     from trl import GRPOConfig, GRPOTrainer
 
     from kernelbench_rl.evaluation import Evaluator

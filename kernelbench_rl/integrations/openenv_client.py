@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import kernelbench_rl.integrations.openenv_env  # noqa: F401 - first: it imports openenv quietly
 import httpx
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient

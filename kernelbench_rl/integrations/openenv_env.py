@@ -29,16 +29,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, Observation, State
-from pydantic import Field
+from kernelbench_rl.integrations import import_quietly
 
-from kernelbench_rl.envs.feedback import Feedback, clean_error_line
-from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv
-from kernelbench_rl.envs.text import messages_to_text
-from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
-from kernelbench_rl.problems import Problem
-from kernelbench_rl.rewards.shaping import PRESETS, score
+# Before the names below and the server/client modules: quiet a dependency's import-time warning.
+for _module in ("openenv.core", "openenv.core.env_server.http_server", "openenv.core.env_client"):
+    import_quietly(_module)
+
+from openenv.core.env_server.interfaces import Environment  # noqa: E402
+from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
+from pydantic import Field  # noqa: E402
+
+from kernelbench_rl.envs.feedback import Feedback, clean_error_line  # noqa: E402
+from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv  # noqa: E402
+from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
+from kernelbench_rl.problems import Problem  # noqa: E402
+from kernelbench_rl.rewards.shaping import PRESETS, score  # noqa: E402
 
 MAX_CODE_BYTES = 1_000_000  # a kernel beyond this is not a kernel; refuse it before any work
 DEFAULT_RUN_ID = "openenv"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import kernelbench_rl.integrations.openenv_env  # noqa: F401 - first: it imports openenv quietly
 from fastapi import Body, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
