@@ -135,7 +135,7 @@ class KernelEnvService:
 
     def __init__(self, evaluator: Any, train: Sequence[Problem], holdout: Sequence[Problem], *,
                  spec: EnvSpec, store: Any | None = None, preset: str = "correctness",
-                 speedup_cap: float = 8.0, run_id: str = DEFAULT_RUN_ID) -> None:
+                 speedup_cap: float = 8.0, run_id: str = DEFAULT_RUN_ID, keep_done: int = 1024) -> None:
         if preset not in PRESETS:
             raise ValueError(f"unknown reward preset {preset!r}; use one of {', '.join(PRESETS)}")
         self.evaluator = evaluator
@@ -146,6 +146,7 @@ class KernelEnvService:
         self.preset = preset
         self.speedup_cap = speedup_cap
         self.run_id = run_id
+        self.keep_done = keep_done  # finished episodes kept for /state; older ones live on in the store only
         self._episodes: dict[str, _Episode] = {}
         self._lock = threading.Lock()
         self._next_number = self._first_free_number()
@@ -192,9 +193,16 @@ class KernelEnvService:
             episode = _Episode(episode_id, self._next_number, KernelEnv(problem, spec), problem.id in self.holdout)
             self._next_number += 1
             self._episodes[episode_id] = episode
+            self._forget_old_episodes()
         return self._observation(episode)
 
     # -- step ----------------------------------------------------------------------------------
+    def _forget_old_episodes(self) -> None:
+        """Keep memory bounded on a long-lived server: drop the oldest finished episodes beyond keep_done."""
+        done = [e for e in self._episodes.values() if e.env.done]
+        for episode in sorted(done, key=lambda e: e.number)[: max(0, len(done) - self.keep_done)]:
+            del self._episodes[episode.episode_id]
+
     def find(self, episode_id: str | None) -> _Episode:
         with self._lock:
             if episode_id is None:
