@@ -6,7 +6,8 @@ import sys
 
 import typer
 
-from kernelbench_rl.commands import evaluate, pipeline, problems, rag, sql, train
+from kernelbench_rl.commands import env, evaluate, pipeline, problems, rag, sql, train
+from kernelbench_rl.commands import eval_model
 from kernelbench_rl.errors import UserError
 
 app = typer.Typer(
@@ -18,6 +19,8 @@ app = typer.Typer(
 )
 
 for module in (problems, sql, evaluate, rag, train, pipeline):
+    module.register(app)
+for module in (env, eval_model):  # interoperability (issue 14)
     module.register(app)
 
 

@@ -34,6 +34,7 @@ class CheckpointReport:
     outcomes: list[SampleOutcome]
     overall: BenchmarkSummary
     per_level: dict[int, BenchmarkSummary] = field(default_factory=dict)
+    usage: dict[str, int] | None = None  # token usage of an API-served policy (evaluate_model)
 
     def rows(self) -> list[dict[str, Any]]:
         """eval_reports rows: one per level and one for all levels (level NULL)."""
@@ -43,7 +44,8 @@ class CheckpointReport:
                 "report_id": f"{self.run_id}|{self.label}|{self.split}|{'all' if level is None else f'L{level}'}",
                 "run_id": self.run_id, "checkpoint": self.label, "split": self.split, "level": level,
                 "num_problems": summary.num_problems, "samples_per_problem": summary.samples_per_problem,
-                "metrics_json": json.dumps(summary.to_dict(), sort_keys=True),
+                "metrics_json": json.dumps({**summary.to_dict(), **({"usage": self.usage} if self.usage and level is None else {})},
+                                           sort_keys=True),
             })
         return out
 
@@ -103,12 +105,22 @@ def evaluate_checkpoint(
     service_client: Any | None = None,
     evaluate_fn: EvaluateFn | None = None,
     retrieve: Retriever | None = None,
+    base_url: str | None = None,
 ) -> CheckpointReport:
     """Sample `samples_per_problem` kernels per held-out problem, evaluate them, record the report.
+
+    `checkpoint="openai:MODEL"` (with `base_url`) evaluates a model served by an OpenAI-compatible
+    server instead (`evaluate_model`); its report rows have the same shape.
 
     `retrieve` (RA-ICL runs: `training.loop.default_retriever`) puts retrieved examples in the
     prompts as training did, `config.rag.k` of them; without it prompts carry the default example.
     """
+    from kernelbench_rl.policy.openai_backend import is_openai_policy
+
+    if is_openai_policy(checkpoint):  # a model behind an OpenAI-compatible server, not a checkpoint
+        return evaluate_model(config, str(checkpoint), base_url=base_url, samples_per_problem=samples_per_problem,
+                              split=split, max_problems=max_problems, ks=ks, store=store,
+                              evaluate_fn=evaluate_fn, retrieve=retrieve)
     store = store or Store(config.db_path)
     run_id = config.resolved_run_id()
     ckpt = resolve_checkpoint(store, run_id, checkpoint)
@@ -133,16 +145,66 @@ def evaluate_checkpoint(
         if evaluator is not None:
             evaluator.__exit__(None, None, None)
 
+    report = _report(run_id, label, split, problems, [group.envs for group in groups], samples_per_problem, ks)
+    store.upsert("eval_reports", report.rows())
+    return report
+
+
+def _report(run_id: str, label: str, split: str, problems: Sequence[Problem], groups: Sequence[Sequence[KernelEnv]],
+            samples_per_problem: int, ks: Sequence[int]) -> CheckpointReport:
     outcomes: list[SampleOutcome] = []
     levels: dict[str, int] = {p.id: p.level for p in problems}
-    for group in groups:
-        outcomes.extend(episode_outcome(env) for env in group.envs)
+    for envs in groups:
+        outcomes.extend(episode_outcome(env) for env in envs)
     usable_ks = [k for k in ks if k <= samples_per_problem]
     per_level = {
         level: summarize([o for o in outcomes if levels[o.problem_id] == level], usable_ks)
         for level in sorted(set(levels.values()))
     }
-    report = CheckpointReport(run_id, label, split, outcomes, summarize(outcomes, usable_ks), per_level)
+    return CheckpointReport(run_id, label, split, outcomes, summarize(outcomes, usable_ks), per_level)
+
+
+def evaluate_model(
+    config: TrainConfig,
+    policy: str,
+    *,
+    base_url: str | None = None,
+    samples_per_problem: int = 4,
+    split: str = "holdout",
+    max_problems: int | None = None,
+    ks: Sequence[int] = (1, 5, 10),
+    store: Store | None = None,
+    evaluate_fn: EvaluateFn | None = None,
+    retrieve: Retriever | None = None,
+    concurrency: int = 8,
+    max_retries: int = 4,
+    timeout_s: float = 300.0,
+) -> CheckpointReport:
+    """`policy="openai:MODEL"` served at `base_url`: the same problems, prompts, evaluator and report
+    rows as a checkpoint's evaluation (label = the policy string); token usage joins metrics_json."""
+    from kernelbench_rl.policy.openai_backend import OpenAIChatPolicy, OpenAIPolicySpec, run_chat_episodes
+
+    policy_spec = OpenAIPolicySpec.from_policy(policy, base_url, concurrency=concurrency, max_retries=max_retries,
+                                         timeout_s=timeout_s)
+    store = store or Store(config.db_path)
+    problems = evaluation_problems(config, split, max_problems)
+    chat = OpenAIChatPolicy(policy_spec)
+    evaluator = None
+    if evaluate_fn is None:
+        from kernelbench_rl.training.loop import open_evaluator
+
+        evaluator = open_evaluator(config, store, problems)
+        evaluate_fn = evaluator.evaluate_responses
+    try:
+        builders = make_group_builders(problems, samples_per_problem, EnvSpec.from_config(config), retrieve,
+                                       config.rag.k if retrieve is not None else 0)
+        groups = run_chat_episodes(builders, chat, evaluate_fn, temperature=config.sampling.temperature,
+                                   top_p=config.sampling.top_p)
+    finally:
+        if evaluator is not None:
+            evaluator.__exit__(None, None, None)
+    report = _report(config.resolved_run_id(), chat.label, split, problems, groups, samples_per_problem, ks)
+    report.usage = chat.usage.to_dict()
     store.upsert("eval_reports", report.rows())
     return report
 

@@ -1,0 +1,65 @@
+"""`kernelbench-rl env serve`: the KernelBench OpenEnv environment over HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kernelbench_rl.errors import UserError
+
+env_app = typer.Typer(help="The KernelBench environment as an OpenEnv server.", no_args_is_help=True)
+
+
+@env_app.command("serve")
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    device: Annotated[Optional[str], typer.Option("--device", help="Evaluator device: cpu, cuda or auto (default: the config's).")] = None,
+    db: Annotated[Optional[Path], typer.Option("--db", help="DuckDB file for verdicts and rollouts (default: the config's db_path).")] = None,
+    config: Annotated[str, typer.Option("--config", "-c", help="YAML file, or a packaged config: default, raicl, kevin.")] = "default",
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="key=value overrides, e.g. eval.correctness_trials=1 problems.levels=[1]")] = None,
+    max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Turns per episode (default: env.turns of the config).")] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", help="Reward preset: format, compile, correctness, speed or kernrl.")] = None,
+    run_id: Annotated[str, typer.Option("--run-id", help="run_id of this server's rollouts/rewards rows.")] = "openenv",
+) -> None:
+    """Serve reset/step/state over HTTP (OpenEnv's contract); episodes share one evaluator pool."""
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.rewards.shaping import PRESETS
+
+    if device is not None and device not in ("cpu", "cuda", "auto"):
+        raise UserError(f"--device must be cpu, cuda or auto, not {device!r}.")
+    if preset is not None and preset not in PRESETS:
+        raise UserError(f"--preset must be one of {', '.join(PRESETS)}, not {preset!r}.")
+    if max_turns is not None and max_turns < 1:
+        raise UserError("--max-turns must be at least 1.")
+    if not 0 < port < 65536:
+        raise UserError(f"--port must be between 1 and 65535, not {port}.")
+    extra = list(overrides or [])
+    if device is not None:
+        extra.append(f"eval.device={device}")
+    if db is not None:
+        extra.append(f"db_path={db}")
+    cfg = load_config(config, extra)
+    import uvicorn
+
+    from kernelbench_rl.integrations.openenv_env import build_service
+    from kernelbench_rl.integrations.openenv_server import create_app
+    from kernelbench_rl.store import Store
+
+    store = Store(cfg.db_path)
+    store.init()
+    service = build_service(cfg, store=store, max_turns=max_turns, preset=preset, run_id=run_id)
+    typer.echo(f"kernelbench-rl env: {len(service.train)} training + {len(service.holdout)} holdout problems, "
+               f"{service.spec.turns} turn(s), preset {service.preset}, evaluator on {service.evaluator.settings.device}, "
+               f"rows -> {cfg.db_path} (run_id {run_id}); http://{host}:{port}")
+    try:
+        uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+    finally:
+        service.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add this area's commands to the top-level app."""
+    app.add_typer(env_app, name="env")

@@ -1,0 +1,55 @@
+"""`kernelbench-rl eval-model`: any OpenAI-compatible model on the evaluation problems (pass@k, fast_p)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kernelbench_rl.errors import InfraError, UserError
+
+
+def eval_model_command(
+    policy: Annotated[str, typer.Option("--policy", help="openai:MODEL, the model name the server knows.")],
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="The server's /v1 URL, e.g. http://127.0.0.1:8001/v1 (default: OpenAI's).")] = None,
+    samples: Annotated[int, typer.Option("--samples", "-k", help="Samples per problem.")] = 4,
+    split: Annotated[str, typer.Option("--split", help="holdout, train or all.")] = "holdout",
+    max_problems: Annotated[Optional[int], typer.Option("--max-problems", help="Only the first N problems of the split.")] = None,
+    config: Annotated[str, typer.Option("--config", "-c", help="YAML file, or a packaged config: default, raicl, kevin.")] = "default",
+    overrides: Annotated[Optional[list[str]], typer.Argument(help="key=value overrides, e.g. problems.levels=[1] eval.device=cpu")] = None,
+    db: Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: the config's db_path).")] = None,
+    run_id: Annotated[Optional[str], typer.Option("--run-id", help="run_id of the report rows (default: the config's).")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight at once.")] = 8,
+    retries: Annotated[int, typer.Option("--retries", help="Retries of a 429/5xx/timeout, with exponential backoff.")] = 4,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds one request may take.")] = 300.0,
+) -> None:
+    """Sample k kernels per problem from the model, evaluate them, and record an eval report like a checkpoint's."""
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.training.checkpoint_eval import evaluate_model, markdown_table
+
+    if samples < 1:
+        raise UserError("--samples must be at least 1.")
+    extra = list(overrides or [])
+    if db is not None:
+        extra.append(f"db_path={db}")
+    if run_id is not None:
+        extra.append(f"run_id={run_id}")
+    cfg = load_config(config, extra)
+    try:
+        report = evaluate_model(cfg, policy, base_url=base_url, samples_per_problem=samples, split=split,
+                                max_problems=max_problems, ks=sorted({1, 5, 10, samples}), concurrency=concurrency,
+                                max_retries=retries, timeout_s=timeout_s)
+    except InfraError as exc:  # the model server kept failing: ours to retry later, not a traceback
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(3) from None
+    typer.echo(markdown_table([report]))
+    usage = report.usage or {}
+    typer.echo(f"{usage.get('requests', 0)} requests, {usage.get('prompt_tokens', 0)} prompt + "
+               f"{usage.get('completion_tokens', 0)} completion tokens, {usage.get('retries', 0)} retries; "
+               f"report {report.run_id}|{report.label}|{report.split} -> {cfg.db_path} (table eval_reports)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this area's commands to the top-level app."""
+    app.command("eval-model")(eval_model_command)

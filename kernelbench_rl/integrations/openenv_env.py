@@ -1,0 +1,368 @@
+"""KernelBench as an OpenEnv environment: typed actions/observations/state, an HTTP server, a client.
+
+    kernelbench-rl env serve --port 8000 --db runs/env.duckdb
+    with KernelEnvClient("http://127.0.0.1:8000") as env:
+        first = env.reset(problem_id="L1/19")
+        result = env.step(KernelAction(code=kernel_source))
+
+The types subclass `openenv.core`'s Action/Observation/State, and `KernelEnvironment` is an
+`openenv.core` Environment, so OpenEnv's own WebSocket client (`/ws`) works as well. The plain
+HTTP routes (`POST /reset`, `POST /step`, `GET /state`, `GET /health`) keep OpenEnv's request and
+response shapes; because OpenEnv's HTTP routes build a fresh environment per request (no
+multi-turn), ours are served from one `KernelEnvService` that keeps episodes by `episode_id`
+(returned by /reset; optional on /step and /state while only one episode is open).
+
+Every step is judged by our `Evaluator` with the run's `EvalSettings` (so the sandbox, the verdict
+cache and the `evaluations` rows are those of `train`), scored with a reward preset, and written to
+`rollouts` and `rewards` under the service's run id (one episode = one `step` number there).
+The model sees the problem text and our Kevin-style feedback, never anything else of the reference.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kernelbench_rl.integrations import import_quietly
+
+# Before the names below and the server/client modules: quiet a dependency's import-time warning.
+for _module in ("openenv.core", "openenv.core.env_server.http_server", "openenv.core.env_client"):
+    import_quietly(_module)
+
+from openenv.core.env_server.interfaces import Environment  # noqa: E402
+from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
+from pydantic import Field  # noqa: E402
+
+from kernelbench_rl.envs.feedback import Feedback, clean_error_line  # noqa: E402
+from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv  # noqa: E402
+from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
+from kernelbench_rl.problems import Problem  # noqa: E402
+from kernelbench_rl.rewards.shaping import PRESETS, score  # noqa: E402
+
+MAX_CODE_BYTES = 1_000_000  # a kernel beyond this is not a kernel; refuse it before any work
+DEFAULT_RUN_ID = "openenv"
+
+
+# -- typed protocol ----------------------------------------------------------------------------
+class KernelAction(Action):
+    """One turn's answer: the kernel source (a bare module defining ModelNew, or a model response
+    with a fenced code block), its backend, and whether to return the feedback text."""
+
+    code: str = Field(..., description="Python source defining class ModelNew, bare or as a model response "
+                                         "(a ```python block); a response without one is a format failure.")
+    backend: Literal["triton", "cuda"] | None = Field(
+        default=None, description="Kernel backend; must match the server's (None: the server's).")
+    request_feedback: bool = Field(default=True, description="Include the Kevin-style feedback text.")
+
+
+class KernelObservation(Observation):
+    """What the agent sees: at reset the prompt; after a step the verdict, reward and feedback."""
+
+    episode_id: str = ""
+    problem_id: str = ""
+    level: int = 0
+    holdout: bool = False
+    turn: int = 0  # turns taken so far
+    max_turns: int = 1
+    prompt: str = ""  # the next turn's prompt (problem text, and from turn 1 on the last kernel + feedback)
+    messages: list[dict[str, str]] = Field(default_factory=list)  # the same prompt as chat messages
+    format_ok: bool = False
+    compiled: bool = False
+    correct: bool = False
+    speedup: float | None = None
+    error_category: str = ""
+    error_line: str = ""
+    feedback: str = ""
+    cached: bool = False
+
+
+class KernelState(State):
+    """Where an episode stands (`step_count` is OpenEnv's name for the turns taken)."""
+
+    problem_id: str = ""
+    turn: int = 0
+    max_turns: int = 1
+    history_length: int = 0
+    holdout: bool = False
+    done: bool = False
+
+
+def as_response(code: str) -> str:
+    """The model response our extraction reads: bare Python defining ModelNew is fenced; anything
+    else (a fenced answer, prose, a model's raw output) goes as it is, and is judged as train judges it."""
+    if "```" in code or "<KERNEL>" in code or "ModelNew" not in code:
+        return code
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    return f"```python\n{code}\n```"
+
+
+# -- errors the HTTP layer turns into 4xx ------------------------------------------------------
+class EnvRequestError(Exception):
+    """A caller's mistake, with the HTTP status it maps to and a one-sentence reason."""
+
+    status_code = 400
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        if status_code is not None:
+            self.status_code = status_code
+
+
+# -- the shared service ------------------------------------------------------------------------
+@dataclass
+class _Episode:
+    episode_id: str
+    number: int  # the `step` column of this episode's rows
+    env: KernelEnv
+    holdout: bool
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class KernelEnvService:
+    """Episodes of every client, one evaluator pool and one store shared between them.
+
+    `evaluate` has Evaluator.evaluate_responses' shape and must be thread-safe (it is)."""
+
+    def __init__(self, evaluator: Any, train: Sequence[Problem], holdout: Sequence[Problem], *,
+                 spec: EnvSpec, store: Any | None = None, preset: str = "correctness",
+                 speedup_cap: float = 8.0, run_id: str = DEFAULT_RUN_ID, keep_done: int = 1024) -> None:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown reward preset {preset!r}; use one of {', '.join(PRESETS)}")
+        self.evaluator = evaluator
+        self.train = {p.id: p for p in train}
+        self.holdout = {p.id: p for p in holdout}
+        self.spec = spec
+        self.store = store
+        self.preset = preset
+        self.speedup_cap = speedup_cap
+        self.run_id = run_id
+        self.keep_done = keep_done  # finished episodes kept for /state; older ones live on in the store only
+        self._episodes: dict[str, _Episode] = {}
+        self._lock = threading.Lock()
+        self._next_number = self._first_free_number()
+
+    def _first_free_number(self) -> int:
+        """Episode numbers continue after the store's last one, so a restarted server never overwrites rows."""
+        if self.store is None:
+            return 0
+        try:
+            rows = self.store.fetchall("SELECT max(step) FROM rollouts WHERE run_id = ?", [self.run_id], read_only=True)
+        except Exception:  # noqa: BLE001 - a new file: no table yet
+            return 0
+        return 0 if not rows or rows[0][0] is None else int(rows[0][0]) + 1
+
+    @property
+    def open_episodes(self) -> int:
+        with self._lock:
+            return sum(1 for e in self._episodes.values() if not e.env.done)
+
+    # -- reset ---------------------------------------------------------------------------------
+    def reset(self, problem_id: str | None = None, seed: int | None = None, split: str = "train",
+              episode_id: str | None = None, max_turns: int | None = None) -> KernelObservation:
+        if split not in ("train", "holdout"):
+            raise EnvRequestError(f"split must be 'train' or 'holdout', not {split!r}.")
+        if max_turns is not None and not 1 <= max_turns <= self.spec.turns:
+            raise EnvRequestError(f"max_turns must be between 1 and {self.spec.turns}, not {max_turns}.")
+        pool = self.holdout if split == "holdout" else self.train
+        if problem_id is not None:
+            if problem_id not in self.train and problem_id not in self.holdout:
+                raise EnvRequestError(f"Unknown problem {problem_id!r}; this server offers "
+                                      f"{len(self.train)} training problems such as {next(iter(self.train), '-')}.", 404)
+            if problem_id in self.holdout and split != "holdout":
+                raise EnvRequestError(f"{problem_id} is a holdout problem; ask for it with split='holdout'.", 403)
+            problem = pool[problem_id] if problem_id in pool else self.train[problem_id]
+        else:
+            if not pool:
+                raise EnvRequestError(f"The {split} split of this server is empty.", 404)
+            problem = random.Random(seed).choice(sorted(pool.values(), key=lambda p: p.id))
+        spec = self.spec if max_turns is None else EnvSpec(**{**self.spec.__dict__, "turns": max_turns})
+        with self._lock:
+            episode_id = episode_id or uuid.uuid4().hex
+            if episode_id in self._episodes and not self._episodes[episode_id].env.done:
+                raise EnvRequestError(f"Episode {episode_id!r} is still open; reset with a new episode_id.", 409)
+            episode = _Episode(episode_id, self._next_number, KernelEnv(problem, spec), problem.id in self.holdout)
+            self._next_number += 1
+            self._episodes[episode_id] = episode
+            self._forget_old_episodes()
+        return self._observation(episode)
+
+    # -- step ----------------------------------------------------------------------------------
+    def _forget_old_episodes(self) -> None:
+        """Keep memory bounded on a long-lived server: drop the oldest finished episodes beyond keep_done."""
+        done = [e for e in self._episodes.values() if e.env.done]
+        for episode in sorted(done, key=lambda e: e.number)[: max(0, len(done) - self.keep_done)]:
+            del self._episodes[episode.episode_id]
+
+    def find(self, episode_id: str | None) -> _Episode:
+        with self._lock:
+            if episode_id is None:
+                open_ = [e for e in self._episodes.values() if not e.env.done]
+                if len(open_) == 1:
+                    return open_[0]
+                if not self._episodes:
+                    raise EnvRequestError("No episode is open; call /reset first.", 409)
+                if not open_:
+                    raise EnvRequestError("The episode is done; call /reset to start a new one.", 409)
+                raise EnvRequestError(f"{len(open_)} episodes are open; pass the episode_id that /reset returned.")
+            if episode_id not in self._episodes:
+                raise EnvRequestError(f"Unknown episode {episode_id!r}; call /reset to start one.", 404)
+            return self._episodes[episode_id]
+
+    def step(self, action: KernelAction, episode_id: str | None = None) -> KernelObservation:
+        size = len(action.code.encode("utf-8", "replace"))
+        if size > MAX_CODE_BYTES:
+            raise EnvRequestError(f"The code is {size} bytes; the limit is {MAX_CODE_BYTES} bytes.", 413)
+        backend = self.spec.kernel_backend
+        if action.backend is not None and action.backend != backend:
+            raise EnvRequestError(f"This server evaluates {backend} kernels, not {action.backend}.")
+        episode = self.find(episode_id)
+        if not episode.lock.acquire(blocking=False):
+            raise EnvRequestError(f"Episode {episode.episode_id!r} is already evaluating a step; wait for it.", 409)
+        try:
+            env = episode.env
+            if env.done:
+                raise EnvRequestError("The episode is done; call /reset to start a new one.", 409)
+            messages = env.next_messages()
+            completion = as_response(action.code)
+            env.add_completion(messages_to_text(messages), [], completion, [], [], "stop")
+            result = self.evaluator.evaluate_responses([env.problem.id], [completion])[0]
+            env.add_result(result)
+            turn_score = score(result, self.preset, speedup_cap=self.speedup_cap)
+            env.turns[-1].score = turn_score
+            self._record(episode)
+            return self._observation(episode, result, turn_score.reward, action.request_feedback)
+        finally:
+            episode.lock.release()
+
+    def state(self, episode_id: str | None = None) -> KernelState:
+        episode = self.find_any(episode_id)
+        env = episode.env
+        return KernelState(episode_id=episode.episode_id, step_count=len(env.turns), problem_id=env.problem.id,
+                           turn=len(env.turns), max_turns=env.spec.turns, history_length=len(env.turns),
+                           holdout=episode.holdout, done=env.done)
+
+    def find_any(self, episode_id: str | None) -> _Episode:
+        """Like find, but a finished episode is fine (state after the end), and with no id the newest."""
+        with self._lock:
+            if episode_id is None:
+                if not self._episodes:
+                    raise EnvRequestError("No episode exists yet; call /reset first.", 409)
+                open_ = [e for e in self._episodes.values() if not e.env.done]
+                if len(open_) > 1:
+                    raise EnvRequestError(f"{len(open_)} episodes are open; pass the episode_id that /reset returned.")
+                return open_[0] if open_ else max(self._episodes.values(), key=lambda e: e.number)
+        return self.find(episode_id)
+
+    # -- pieces --------------------------------------------------------------------------------
+    def _observation(self, episode: _Episode, result: EvalResult | None = None, reward: float | None = None,
+                     with_feedback: bool = True) -> KernelObservation:
+        env = episode.env
+        messages = [] if env.done else env.next_messages()
+        fields: dict[str, Any] = {
+            "episode_id": episode.episode_id, "problem_id": env.problem.id, "level": env.problem.level,
+            "holdout": episode.holdout, "turn": len(env.turns), "max_turns": env.spec.turns,
+            "messages": messages, "prompt": messages_to_text(messages) if messages else "",
+            "done": env.done, "reward": reward,
+            "metadata": {"episode_id": episode.episode_id, "end_reason": env.end_reason},
+        }
+        if result is not None:
+            feedback = Feedback.from_result(result)
+            fields.update({
+                "format_ok": bool(result.format_ok), "compiled": bool(result.compiled), "correct": bool(result.correct),
+                "speedup": result.speedup if result.speedup_counts else None,
+                "error_category": result.error_category.value,
+                "error_line": clean_error_line(result.error_message) if result.error_category != ErrorCategory.OK else "",
+                "feedback": feedback.render() if with_feedback else "", "cached": bool(result.cached),
+            })
+        return KernelObservation(**fields)
+
+    def _record(self, episode: _Episode) -> None:
+        """The turn's rollouts/rewards rows, shaped as training writes them (blobs and kernels included)."""
+        if self.store is None:
+            return
+        from kernelbench_rl.store.db import eval_key_for
+
+        env, turn = episode.env, episode.env.turns[-1]
+        result = turn.result
+        store = self.store
+        with store.connect():
+            prompt_sha, completion_sha = store.put_texts("prompt", [turn.prompt])[0], store.put_texts("completion", [turn.completion])[0]
+            kernel_sha = store.put_kernel(turn.code, self.spec.kernel_backend) if turn.code else None
+            eval_key = (eval_key_for(env.problem.id, kernel_sha, result.settings_hash)
+                        if kernel_sha and result is not None and result.settings_hash else None)
+            key = {"run_id": self.run_id, "step": episode.number, "problem_id": env.problem.id,
+                   "sample_index": 0, "turn": turn.index}
+            components = dict(turn.score.components) if turn.score else {}
+            components.update({"infra": bool(turn.score and turn.score.infra), "hack": bool(turn.score and turn.score.hack),
+                               "preset": self.preset, "episode_id": episode.episode_id, "holdout": episode.holdout,
+                               "error_category": result.error_category.value if result else None})
+            store.write_batch({
+                "rollouts": [{**key, "stage": self.preset, "level": env.problem.level, "prompt_sha256": prompt_sha,
+                              "completion_sha256": completion_sha, "kernel_sha256": kernel_sha, "eval_key": eval_key,
+                              "prompt_tokens": 0, "completion_tokens": 0, "format_ok": turn.format_ok,
+                              "error_category": result.error_category.value if result else None,
+                              "error_message": result.error_message if result else None}],
+                "rewards": [{**key, "stage": self.preset, "reward": turn.score.reward if turn.score else None,
+                             "return_value": None, "advantage": None,
+                             "components_json": json.dumps(components, sort_keys=True)}],
+            }, replace_where=key)
+
+    def close(self) -> None:
+        close = getattr(self.evaluator, "close", None)
+        if callable(close):
+            close()
+
+
+# -- the OpenEnv Environment (one per WebSocket session) ---------------------------------------
+class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState]):
+    """OpenEnv's Environment interface over the shared service: each instance drives one episode at a time."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, service: KernelEnvService) -> None:
+        super().__init__()
+        self.service = service
+        self.episode_id: str | None = None
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, problem_id: str | None = None,
+              split: str = "train", max_turns: int | None = None, **_: Any) -> KernelObservation:
+        observation = self.service.reset(problem_id=problem_id, seed=seed, split=split, max_turns=max_turns)
+        self.episode_id = observation.episode_id
+        return observation
+
+    def step(self, action: KernelAction, timeout_s: float | None = None, **_: Any) -> KernelObservation:
+        if self.episode_id is None:
+            raise EnvRequestError("No episode is open; call reset first.", 409)
+        return self.service.step(action, self.episode_id)
+
+    @property
+    def state(self) -> KernelState:
+        if self.episode_id is None:
+            return KernelState()
+        return self.service.state(self.episode_id)
+
+
+# -- building a service from a config ----------------------------------------------------------
+def build_service(config: Any, *, store: Any | None = None, max_turns: int | None = None,
+                  preset: str | None = None, run_id: str = DEFAULT_RUN_ID) -> KernelEnvService:
+    """A service with the run's evaluator settings, problem split and environment spec (as `train` has them)."""
+    from kernelbench_rl.training.loop import open_evaluator, problem_split
+
+    problems, train, holdout = problem_split(config)
+    spec = EnvSpec.from_config(config)
+    # Multi-turn whatever the config's env.mode: a client that wants one turn ends its episode after one.
+    spec = EnvSpec(**{**spec.__dict__, "turns": max_turns or config.env.turns})
+    chosen = preset or (config.rewards.preset if config.rewards.preset in PRESETS else "correctness")
+    evaluator = open_evaluator(config, store, problems)
+    return KernelEnvService(evaluator, train, holdout, spec=spec, store=store, preset=chosen,
+                            speedup_cap=config.rewards.speedup_cap, run_id=run_id)

@@ -1,0 +1,89 @@
+"""A small OpenAI-compatible chat-completions server for tests: canned kernels, a 429, a slow reply.
+
+    uvicorn tests.chat_server:app --port PORT      (tests start it in a subprocess)
+
+It finds the bundled problem whose source is in the prompt and answers that problem's n-th
+request with ANSWERS[n % 3]: the bundled solution (correct), prose with no code (a format
+failure), or another problem's solution (compiles, wrong values). The first request overall gets
+a 429 (Retry-After: 0) and the second a reply slower than the client's timeout; neither advances
+the problem's counter, so each problem's answers are exactly one of each kind per three samples.
+GET /stats reports what was served and the most requests handled at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import Counter
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from kernelbench_rl.problems import load_problems
+from kernelbench_rl.problems.loaders import load_solution
+
+SLOW_S = float(os.environ.get("CHAT_SERVER_SLOW_S", "3.0"))
+ONLY_PROSE = os.environ.get("CHAT_SERVER_ONLY_PROSE") == "1"  # every answer without a kernel: no evaluation cost
+WORK_S = 0.2  # every reply takes a little while, so concurrent requests overlap
+PROBLEMS = load_problems(levels=[1])
+WRONG_SOURCE = load_solution(next(p for p in PROBLEMS if p.id == "L1/21"))
+RELU_SOURCE = load_solution(next(p for p in PROBLEMS if p.id == "L1/19"))
+NO_KERNEL = "I would rather not write a kernel for this one. Good luck!"
+
+app = FastAPI()
+stats: Counter = Counter()
+served: Counter = Counter()  # per problem id
+in_flight = 0
+
+
+def answer(problem_id: str, n: int) -> str:
+    problem = next(p for p in PROBLEMS if p.id == problem_id)
+    kind = 1 if ONLY_PROSE else n % 3
+    solution = load_solution(problem)
+    if kind == 0 and solution:
+        return f"Here is the kernel.\n```python\n{solution}\n```"
+    if kind in (0, 1):
+        return NO_KERNEL
+    wrong = RELU_SOURCE if problem_id == "L1/21" else WRONG_SOURCE
+    return f"```python\n{wrong}\n```"
+
+
+@app.get("/stats")
+def get_stats() -> dict:
+    return {**stats, "served": dict(served)}
+
+
+@app.post("/v1/chat/completions")
+async def chat(request: Request) -> JSONResponse:
+    global in_flight
+    body = await request.json()
+    stats["requests"] += 1
+    number = stats["requests"]
+    if number == 1:
+        stats["rate_limited"] += 1
+        return JSONResponse({"error": {"message": "slow down", "type": "rate_limit"}}, status_code=429,
+                            headers={"retry-after": "0"})
+    prompt = "\n".join(m.get("content", "") for m in body.get("messages", []))
+    problem = next((p for p in PROBLEMS if p.source.strip() in prompt), None)
+    if problem is None:
+        return JSONResponse({"error": {"message": "no bundled problem in the prompt"}}, status_code=400)
+    if number == 2:
+        stats["slow"] += 1
+        await asyncio.sleep(SLOW_S)  # the client has given up by now; this reply is never read
+        return JSONResponse({"error": {"message": "too late"}}, status_code=500)
+    in_flight += 1
+    stats["max_in_flight"] = max(stats["max_in_flight"], in_flight)
+    try:
+        await asyncio.sleep(WORK_S)
+        text = answer(problem.id, served[problem.id])
+        served[problem.id] += 1
+    finally:
+        in_flight -= 1
+    prompt_tokens, completion_tokens = len(prompt) // 4, len(text) // 4
+    return JSONResponse({
+        "id": f"chatcmpl-{number}", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    })

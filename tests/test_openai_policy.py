@@ -1,0 +1,165 @@
+"""An OpenAI-compatible model as a policy: our backend (the real `openai` client) against a local
+chat-completions server in its own process (tests/chat_server.py: canned kernels, a 429, a reply
+slower than the timeout), with real CPU evaluations; then `kernelbench-rl eval-model` and the
+Prefect `nightly-eval` flow on the same server, and the missing-key error."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kernelbench_rl.envs.kernel_env import EnvSpec, make_group_builders
+from kernelbench_rl.evaluation import Evaluator
+from kernelbench_rl.evaluation.result import EvalSettings
+from kernelbench_rl.policy.openai_backend import OpenAIChatPolicy, OpenAIPolicySpec, run_chat_episodes
+from kernelbench_rl.problems import get_problem
+from kernelbench_rl.store import Store
+from prefect_session import shared_prefect_api
+
+REPO = Path(__file__).resolve().parents[1]
+SETTINGS = EvalSettings(device="cpu", size="small", correctness_trials=1, timeout_s=60)
+CLI_OVERRIDES = ["problems.levels=[1]", "eval.device=cpu", "eval.correctness_trials=1", "sampling.max_tokens=256"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_chat_server(log: Path, only_prose: bool = False) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CHAT_SERVER_SLOW_S": "3", "CHAT_SERVER_ONLY_PROSE": "1" if only_prose else "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", str(REPO / "tests"), "chat_server:app",
+                             "--port", str(port), "--log-level", "warning"],
+                            cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        try:
+            httpx.get(f"{url}/stats", timeout=1)
+            return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"the chat server did not start:\n{log.read_text()}")
+
+
+@pytest.fixture()
+def chat_server(tmp_path):
+    proc, url = start_chat_server(tmp_path / "chat.log")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture()
+def prose_chat_server(tmp_path):
+    proc, url = start_chat_server(tmp_path / "chat.log", only_prose=True)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_canned_kernels_get_the_direct_evaluators_verdicts(chat_server, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a local server needs no key
+    spec = OpenAIPolicySpec.from_policy("openai:canned", f"{chat_server}/v1", concurrency=2, timeout_s=1.5,
+                                        max_retries=3, backoff_s=0.05)
+    policy = OpenAIChatPolicy(spec)
+    problems = [get_problem("L1/19")]
+    builders = make_group_builders(problems, 3, EnvSpec(turns=1, max_tokens=256))
+    with Evaluator(SETTINGS, store=Store(tmp_path / "kb.duckdb")) as evaluator:
+        groups = run_chat_episodes(builders, policy, evaluator.evaluate_responses)
+    turns = [env.turns[0] for group in groups for env in group]
+    problem_ids = [env.problem.id for group in groups for env in group]
+    assert len(turns) == 3
+    # A reply with no kernel is a format failure, not an error; each problem got one of each answer.
+    for group in groups:
+        assert Counter(env.turns[0].result.error_category.value for env in group) == Counter(
+            {"ok": 1, "format": 1, "mismatch": 1})
+    # The same completions straight through a fresh evaluator (no cache): the same verdicts.
+    with Evaluator(SETTINGS) as direct:
+        again = direct.evaluate_responses(problem_ids, [t.completion for t in turns])
+    for turn, verdict in zip(turns, again):
+        assert not verdict.cached
+        assert (turn.result.error_category, turn.result.correct, turn.result.compiled, turn.result.format_ok) == (
+            verdict.error_category, verdict.correct, verdict.compiled, verdict.format_ok)
+    stats = httpx.get(f"{chat_server}/stats").json()
+    assert stats["rate_limited"] == 1 and stats["slow"] == 1
+    assert stats["max_in_flight"] <= 2  # the concurrency limit
+    usage = policy.usage
+    assert usage.requests == 3 and usage.retries == 2  # the 429 and the timed-out slow reply were retried
+    assert usage.prompt_tokens > 1000 and usage.completion_tokens > 0
+
+
+def test_eval_model_writes_a_report_that_sql_shows(chat_server, tmp_path):
+    db = tmp_path / "kb.duckdb"
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "eval-model", "--policy", "openai:canned",
+                           "--base-url", f"{chat_server}/v1", "--samples", "2", "--split", "train", "--max-problems", "1",
+                           "--db", str(db), "--run-id", "api-eval", "--timeout", "1.5", *CLI_OVERRIDES],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| metric | openai:canned (train) |" in done.stdout and "retries" in done.stdout
+    shown = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "sql", "--db", str(db),
+                            "SELECT report_id, checkpoint, samples_per_problem FROM eval_reports ORDER BY report_id"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "api-eval|openai:canned|train|all" in shown.stdout and "api-eval|openai:canned|train|L1" in shown.stdout
+    metrics = json.loads(Store(db).fetchall(
+        "SELECT metrics_json FROM eval_reports WHERE report_id = 'api-eval|openai:canned|train|all'")[0][0])
+    # two samples of L1/1: the bundled solution (correct) and prose without a kernel (a format failure)
+    assert metrics["pass_at_k"]["pass@1"] == pytest.approx(1 / 2) and metrics["correct_rate"] == pytest.approx(1 / 2)
+    assert metrics["compile_rate"] == pytest.approx(1 / 2)
+    assert metrics["usage"]["requests"] == 2 and metrics["usage"]["retries"] == 2
+
+
+def test_a_missing_key_for_a_remote_server_is_one_sentence(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "eval-model", "--policy", "openai:gpt-x",
+                           "--base-url", "https://models.example.com/v1", "--db", str(tmp_path / "kb.duckdb")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: Set OPENAI_API_KEY to the API key for https://models.example.com/v1 (only a local --base-url may run without one)."]
+
+
+def test_nightly_eval_flow_runs_an_openai_policy(prose_chat_server, tmp_path, monkeypatch):
+    # The served model answers in prose only (format failures): the flow's plumbing, without evaluation cost.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with shared_prefect_api():
+        from flows.evaluate import nightly_eval
+
+        db = tmp_path / "kb.duckdb"
+        table = nightly_eval(run_id="nightly-api", overrides=[*CLI_OVERRIDES, "problems.holdout_fraction=0.05"],
+                             db_path=str(db), log_dir=str(tmp_path / "logs"), samples_per_problem=2, levels=[1],
+                             policy="openai:canned", base_url=f"{prose_chat_server}/v1")
+    assert "| metric | openai:canned (holdout) |" in table
+    ids = [r[0] for r in Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")]
+    assert ids == ["nightly-api|openai:canned|holdout|L1", "nightly-api|openai:canned|holdout|all"]
+    metrics = json.loads(Store(db).fetchall(
+        "SELECT metrics_json FROM eval_reports WHERE report_id = 'nightly-api|openai:canned|holdout|all'")[0][0])
+    assert (metrics["num_problems"], metrics["correct_rate"], metrics["usage"]["requests"]) == (2, 0.0, 4)
+
+
+def test_an_unreachable_server_is_an_infra_error_after_the_retries(monkeypatch):
+    from kernelbench_rl.errors import InfraError
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    waits: list[float] = []
+    spec = OpenAIPolicySpec.from_policy("openai:canned", f"http://127.0.0.1:{free_port()}/v1", max_retries=2,
+                                        backoff_s=0.01, timeout_s=5)
+    policy = OpenAIChatPolicy(spec, sleep=waits.append)
+    with pytest.raises(InfraError, match="still failed after 2 retries"):
+        policy.complete([{"role": "user", "content": "hi"}], max_tokens=8)
+    assert waits == [0.01, 0.02] and policy.usage.retries == 2 and policy.usage.requests == 0
