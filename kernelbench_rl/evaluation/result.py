@@ -98,6 +98,9 @@ class EvalRequest:
     request_id: str = ""  # caller's label (e.g. run/step/sample); not part of the cache key
     # The problem's source (its sha256), filled in by the Evaluator: a verdict holds for one reference.
     problem_sha256: str = ""
+    # The device that judges it (name and compute capability, or the CPU's architecture), filled in by
+    # the Evaluator: a verdict on one GPU is not a verdict on another.
+    hardware: str = ""
 
     @property
     def candidate_sha256(self) -> str:
@@ -106,8 +109,8 @@ class EvalRequest:
     @property
     def verdict_hash(self) -> str:
         """What decides the verdict besides the problem id and the candidate: the settings, the
-        reference's source and the evaluator's version (stored as `EvalResult.settings_hash`)."""
-        raw = f"{self.settings.settings_hash()}|{self.problem_sha256}|{EVALUATOR_VERSION}"
+        reference's source, the hardware and the evaluator's version (stored as `EvalResult.settings_hash`)."""
+        raw = f"{self.settings.settings_hash()}|{self.problem_sha256}|{self.hardware}|{EVALUATOR_VERSION}"
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
     @property

@@ -1484,7 +1484,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001
         emit({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
         return
-    emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "versions": worker.versions,
+    emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "arch": worker.arch,
+          "versions": worker.versions,
           "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
           "same_uid_probe": same_uid_note[:200]})
     pool = ThreadPoolExecutor(max_workers=worker.in_flight)
