@@ -38,16 +38,17 @@ class ErrorCategory(str, Enum):
     DTYPE = "dtype"  # ran, wrong output dtype
     INFRA = "infra"  # our fault (worker lost, GPU unavailable): retry, never a zero reward
     TOO_LARGE = "too_large"  # the problem does not fit this device even alone: no verdict, no reward, no retry
+    UNKNOWN_PROBLEM = "unknown_problem"  # the request names a problem that does not exist: no verdict, no reward
     OK = "ok"
 
     @property
     def is_kernel_fault(self) -> bool:
-        return self not in (ErrorCategory.OK, ErrorCategory.INFRA, ErrorCategory.TOO_LARGE)
+        return self not in (ErrorCategory.OK, ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM)
 
     @property
     def is_ours(self) -> bool:
         """No verdict on the kernel: nothing is learnt from it and it is never cached."""
-        return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE)
+        return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM)
 
 
 class Flag(str, Enum):
