@@ -5,9 +5,10 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.common import build_config
-from kernelbench_rl.training.checkpoint_eval import BASE, resolve_checkpoint
+from kernelbench_rl.config.schema import apply_overrides, config_from_dict
 from kernelbench_rl.store import Store
-from tasks.evaluation import evaluate, publish_report
+from kernelbench_rl.training.checkpoint_eval import BASE, nightly_targets, resolve_checkpoint
+from tasks.evaluation import evaluate, publish_note, publish_report
 
 
 @flow(name="evaluate-checkpoint", log_prints=True)
@@ -37,15 +38,27 @@ def evaluate_checkpoint(
 
 @flow(name="nightly-eval", log_prints=True)
 def nightly_eval(
-    run_id: str = "default",
-    config: str = "default",
+    run_ids: list[str] = [],  # noqa: B006
     overrides: list[str] = [],  # noqa: B006
     db_path: str = "runs/kernelbench_rl.duckdb",
-    log_dir: str = "runs/logs",
     samples_per_problem: int = 4,
-    levels: list[int] | None = None,
+    max_problems: int | None = None,
 ) -> str:
-    """The newest checkpoint of `run_id` on the holdout set, side by side with the base model."""
-    return evaluate_checkpoint(run_id=run_id, checkpoint="latest", compare_base=True, config=config,
-                               overrides=overrides, db_path=db_path, log_dir=log_dir,
-                               samples_per_problem=samples_per_problem, split="holdout", levels=levels)
+    """The newest checkpoint of each run in `run_ids` (empty: the run with the newest checkpoint) on its
+    holdout set, beside the base model, with the run's own configuration (`overrides` change it)."""
+    targets = nightly_targets(Store(db_path), run_ids)
+    if not targets:
+        note = f"Nothing to evaluate: no run in {db_path} has a checkpoint yet (train one, e.g. `make run`)."
+        publish_note("nightly-eval", note)
+        print(note)
+        return note
+    tables = []
+    for target in targets:
+        cfg = apply_overrides(config_from_dict(target.config), [*overrides, f"db_path={db_path}"])
+        header = (f"Nightly evaluation of run `{target.run_id}`, checkpoint `{target.checkpoint}` (step {target.step}): "
+                  f"{target.reason}.")
+        print(header)
+        reports = [evaluate(cfg, label, samples_per_problem, "holdout", max_problems)
+                   for label in (BASE, target.checkpoint)]
+        tables.append(publish_report(reports, str(cfg.run_log_dir()), f"nightly-{target.run_id}", header))
+    return "\n\n".join(tables)

@@ -55,10 +55,20 @@ def test_pipeline_deployment_runs_from_a_real_server(tmp_path):
              "train_steps": 1, "num_problems": 2, "eval_samples": 1},
             timeout_s=900,
         )
+        # The shipped nightly schedule, as it fires: its deployment's own parameters (no run named) plus
+        # this test's database; it must find the run the pipeline trained.
+        nightly = "NOT RUN"
+        if state == "COMPLETED":
+            nightly = _trigger_and_wait(local.api_url, "nightly-eval/nightly-eval",
+                                        {"db_path": str(db), "samples_per_problem": 1, "max_problems": 1}, timeout_s=600)
         worker_log = (home / "logs" / "worker.log").read_text(errors="replace")
     assert state == "COMPLETED", worker_log[-4000:]
+    assert nightly == "COMPLETED", worker_log[-4000:]
     store = Store(db)
     assert store.fetchall("SELECT count(*) FROM problems")[0][0] > 0
     assert store.fetchall("SELECT count(*) FROM train_steps WHERE run_id = 'deploy-test'")[0][0] == 1
     assert store.fetchall("SELECT count(*) FROM rollouts WHERE run_id = 'deploy-test'")[0][0] > 0
     assert store.fetchall("SELECT count(*) FROM eval_reports WHERE run_id = 'deploy-test'")[0][0] > 0
+    # The pipeline's evaluation and the nightly one: two evaluations of the final checkpoint, both kept.
+    assert store.fetchall("SELECT count(DISTINCT eval_id) FROM eval_reports WHERE run_id = 'deploy-test' "
+                          "AND checkpoint <> 'base'")[0][0] == 2

@@ -122,8 +122,8 @@ def test_evaluate_checkpoint_flow_publishes_a_markdown_artifact(prefect_api: str
     assert table in artifact.data
     assert "data:image/png;base64," in artifact.data
     assert (tmp_path / "logs" / run_id).is_dir()
-    reports = Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")
-    assert [r[0] for r in reports] == [f"{run_id}|base|holdout|L1", f"{run_id}|base|holdout|all"]
+    reports = Store(db).fetchall("SELECT report_id, eval_id FROM eval_reports ORDER BY report_id")
+    assert [r[0] for r in reports] == [f"{run_id}|base|holdout|{level}|{r[1]}" for level, r in zip(("L1", "all"), reports)]
 
 
 def test_curriculum_flow_puts_retrieved_examples_in_the_prompts(prefect_api: str, tmp_path: Path) -> None:
@@ -153,3 +153,40 @@ def test_curriculum_flow_puts_retrieved_examples_in_the_prompts(prefect_api: str
     for row in prompts:
         [example] = retrieve(get_problem(row["problem_id"]), 1)
         assert example.kernel_code.strip() in row["text"], row["problem_id"]
+
+
+def test_nightly_eval_evaluates_the_newest_run_and_keeps_history(prefect_api: str, tmp_path: Path) -> None:
+    """The shipped schedule names no run: it evaluates the run with the newest checkpoint, says so, and
+    every night adds rows instead of replacing the last night's."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.evaluate import nightly_eval
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.errors import UserError
+    from kernelbench_rl.training import run_training
+
+    db = tmp_path / "kb.duckdb"
+    assert "Nothing to evaluate" in nightly_eval(db_path=str(db))  # a fresh server before any training: no failure
+    cfg = load_config("default", [*TINY_EVAL_OVERRIDES, f"db_path={db}", f"log_dir={tmp_path / 'logs'}",
+                                  "run_id=nightly-a", "policy.lora_rank=4", "training.steps=1", "training.batch_problems=1",
+                                  "sampling.group_size=2", "training.checkpoint_every=1", "problems.levels=[1]",
+                                  "problems.ids=[L1/19]", "curriculum.enabled=false"])
+    assert run_training(cfg, progress=False).finished
+    # The run's own configuration is used (tiny policy, CPU), so no overrides are needed.
+    for _night in range(2):
+        table = nightly_eval(db_path=str(db), samples_per_problem=1, max_problems=1)
+        assert "| metric | base (holdout) | step_000000 (holdout) |" in table
+
+    async def read() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="nightly-nightly-a")))
+
+    artifact = asyncio.run(read())[0]
+    assert "run `nightly-a`, checkpoint `step_000000` (step 0)" in artifact.data
+    assert "newest checkpoint" in artifact.data
+    history = Store(db).fetchall("SELECT DISTINCT eval_id FROM eval_reports WHERE run_id = 'nightly-a' "
+                                 "AND checkpoint = 'step_000000'")
+    assert len(history) == 2
+    with pytest.raises(UserError, match="no checkpoint"):
+        nightly_eval(run_ids=["never-trained"], db_path=str(db))
