@@ -9,21 +9,20 @@ Re-running with the same run_id resumes: every stage is idempotent through DuckD
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from prefect import flow
 
 from flows.curriculum import curriculum
-from kernelbench_rl.commands.pipeline import pipeline_arg_parser
+from kernelbench_rl.commands.pipeline import (
+    SMOKE_OVERRIDES, check_pipeline_inputs, parse_levels, pipeline_arg_parser, pipeline_overrides,
+)
 from flows.evaluate import evaluate_checkpoint
 from flows.index import build_index
+from kernelbench_rl.errors import UserError
 from flows.ingest import ingest_corpus
 
-SMOKE_OVERRIDES = [
-    "policy.backend=local", "policy.base_model=local:tiny", "sampling.group_size=4", "sampling.max_tokens=96",
-    "training.batch_problems=4", "training.learning_rate=0.001", "training.checkpoint_every=1",
-    "eval.device=cpu", "eval.size=small", "rag.enabled=true", "rag.k=1",
-]
 
 
 @flow(name="pipeline", log_prints=True)
@@ -44,6 +43,10 @@ def pipeline(
     """Ingest the corpus, build the index, train through the curriculum, evaluate the final checkpoint."""
     db_path = str(Path(db_path).resolve())
     log_dir = str(Path(log_dir).resolve())
+    # Every parameter and config key, before any stage starts (a bad key fails here, not after ingestion).
+    check_pipeline_inputs(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir, train_steps=train_steps,
+                          levels=levels, num_problems=num_problems, eval_samples=eval_samples,
+                          eval_max_problems=eval_max_problems)
     ingested = ingest_corpus(db_path=db_path, sources=corpus_sources, levels=levels)
     index = None
     if build_rag_index:
@@ -68,12 +71,18 @@ EXAMPLE_SQL = (
 def main() -> None:
     parser = pipeline_arg_parser(description=__doc__)
     args = parser.parse_args()
-    overrides = ([] if args.real else list(SMOKE_OVERRIDES)) + args.overrides
-    if args.no_index:
-        overrides.append("rag.enabled=false")  # no index, so no retrieved examples in the prompts
+    overrides = pipeline_overrides(args)
+    try:  # one sentence before Prefect starts, not a flow run's traceback
+        check_pipeline_inputs(args.config, overrides, run_id=args.run_id, db_path=args.db_path, log_dir=args.log_dir,
+                              train_steps=args.train_steps, levels=parse_levels(args.levels),
+                              num_problems=args.num_problems, eval_samples=args.eval_samples,
+                              eval_max_problems=args.eval_max_problems)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
     result = pipeline(
         run_id=args.run_id, config=args.config, overrides=overrides, db_path=args.db_path, log_dir=args.log_dir,
-        train_steps=args.train_steps, levels=[int(x) for x in args.levels.split(",") if x],
+        train_steps=args.train_steps, levels=parse_levels(args.levels),
         num_problems=args.num_problems, eval_samples=args.eval_samples, eval_max_problems=args.eval_max_problems,
         build_rag_index=not args.no_index,
     )

@@ -39,11 +39,56 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
     return parser
 
 
+def check_pipeline_inputs(
+    config: str, overrides: list[str], *, run_id: str, db_path: str, log_dir: str, train_steps: int,
+    levels: list[int], num_problems: int, eval_samples: int, eval_max_problems: int | None,
+) -> None:
+    """Every parameter and config key of a pipeline run, checked before any stage starts (UserError, one sentence)."""
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.errors import UserError
+
+    if not run_id or not run_id.strip():
+        raise UserError("The run id is empty; pass one, e.g. --run-id smoke.")
+    for name, value, least in (("--train-steps", train_steps, 0), ("--num-problems", num_problems, 0),
+                               ("--eval-samples", eval_samples, 1), ("--eval-max-problems", eval_max_problems or 0, 0)):
+        if value < least:
+            raise UserError(f"{name} must be at least {least}, not {value}.")
+    if not levels:
+        raise UserError("--levels names no level; pass e.g. --levels 1 or --levels 1,2.")
+    load_config(config, [*overrides, f"run_id={run_id}", f"db_path={db_path}", f"log_dir={log_dir}",
+                         f"training.steps={train_steps}", f"problems.levels=[{','.join(str(lv) for lv in levels)}]"])
+
+
+def parse_levels(text: str) -> list[int]:
+    from kernelbench_rl.errors import UserError
+
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"--levels must be comma-separated level numbers such as 1,2, not {text!r}.") from None
+
+
 PIPELINE_DESCRIPTION = (
     "Run the pipeline flow: ingest -> index -> curriculum training -> checkpoint evaluation. With no arguments "
     "it runs the embedded defaults (CPU, offline, the tiny local policy, Triton's CPU interpreter, Prefect's "
     "ephemeral API, runs/kernelbench_rl.duckdb); the same --run-id resumes a run."
 )
+
+
+# The smoke run's overrides (`make run`): tiny local policy, CPU evaluator, retrieval from the built index.
+SMOKE_OVERRIDES = [
+    "policy.backend=local", "policy.base_model=local:tiny", "sampling.group_size=4", "sampling.max_tokens=96",
+    "training.batch_problems=4", "training.learning_rate=0.001", "training.checkpoint_every=1",
+    "eval.device=cpu", "eval.size=small", "rag.enabled=true", "rag.k=1",
+]
+
+
+def pipeline_overrides(args: argparse.Namespace) -> list[str]:
+    """The config overrides a command line means: the smoke ones unless --real, then the user's."""
+    overrides = ([] if args.real else list(SMOKE_OVERRIDES)) + list(args.overrides)
+    if args.no_index:
+        overrides.append("rag.enabled=false")  # no index, so no retrieved examples in the prompts
+    return overrides
 
 
 def _launch(module: str, args: list[str]) -> None:
@@ -71,6 +116,13 @@ def register(app: typer.Typer) -> None:
         if "--help" in args or "-h" in args:
             typer.echo(pipeline_arg_parser(description=PIPELINE_DESCRIPTION).format_help())
             raise typer.Exit(0)
+        # Check every parameter and config key here, in a second, before Prefect and the stages start.
+        parsed = pipeline_arg_parser(description=PIPELINE_DESCRIPTION).parse_args(args)
+        check_pipeline_inputs(
+            parsed.config, pipeline_overrides(parsed), run_id=parsed.run_id, db_path=parsed.db_path,
+            log_dir=parsed.log_dir, train_steps=parsed.train_steps, levels=parse_levels(parsed.levels),
+            num_problems=parsed.num_problems, eval_samples=parsed.eval_samples,
+            eval_max_problems=parsed.eval_max_problems)
         _launch("flows.pipeline", args)
 
     @app.command("serve")
