@@ -21,6 +21,7 @@ from kernelbench_rl.commands.pipeline import (
 from flows.evaluate import evaluate_checkpoint
 from flows.index import build_index
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.training import ownership
 from flows.ingest import ingest_corpus
 
 
@@ -39,19 +40,41 @@ def pipeline(
     num_problems: int = 4,
     eval_samples: int = 2,
     eval_max_problems: int = 4,
+    rebuild_index: bool = False,
 ) -> dict:
-    """Ingest the corpus, build the index, train through the curriculum, evaluate the final checkpoint."""
+    """Ingest the corpus, build the index, train through the curriculum, evaluate the final checkpoint.
+
+    An index already beside the database (e.g. one built with `index build --verified-only`) is kept
+    unless `rebuild_index` is set."""
     db_path = str(Path(db_path).resolve())
     log_dir = str(Path(log_dir).resolve())
     # Every parameter and config key, before any stage starts (a bad key fails here, not after ingestion).
     check_pipeline_inputs(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir, train_steps=train_steps,
                           levels=levels, num_problems=num_problems, eval_samples=eval_samples,
                           eval_max_problems=eval_max_problems)
+    with ownership.owning(db_path, run_id):  # the whole pipeline owns the run: a second one stops here
+        return _stages(run_id, config, overrides, db_path, log_dir, corpus_sources, build_rag_index, train_steps,
+                       levels, num_problems, eval_samples, eval_max_problems, rebuild_index)
+
+
+def ensure_index(db_path: str, index_dir: str, rebuild: bool) -> dict:
+    """The retrieval index the run uses: the one already there (the user's), unless asked to rebuild it."""
+    from kernelbench_rl.rag.index import index_exists
+
+    if index_exists(index_dir) and not rebuild:
+        print(f"keeping the retrieval index in {index_dir} (rebuild_index=True, or --rebuild-index, rebuilds it)")
+        return {"path": index_dir, "kept": True}
+    return {**build_index(db_path=db_path, index_dir=index_dir), "kept": False}
+
+
+def _stages(run_id: str, config: str, overrides: list[str], db_path: str, log_dir: str, corpus_sources: list[str],
+            build_rag_index: bool, train_steps: int, levels: list[int], num_problems: int, eval_samples: int,
+            eval_max_problems: int, rebuild_index: bool) -> dict:
     ingested = ingest_corpus(db_path=db_path, sources=corpus_sources, levels=levels)
     index = None
     if build_rag_index:
         index_dir = str(Path(db_path).parent / "rag_index")
-        index = build_index(db_path=db_path, index_dir=index_dir)
+        index = ensure_index(db_path, index_dir, rebuild_index)
         overrides = [*overrides, f"rag.index_dir={index_dir}"]  # training and evaluation retrieve from it
     trained = curriculum(run_id=run_id, config=config, overrides=overrides, db_path=db_path, log_dir=log_dir,
                          train_steps=train_steps, levels=levels, num_problems=num_problems)
@@ -77,6 +100,7 @@ def main() -> None:
                               train_steps=args.train_steps, levels=parse_levels(args.levels),
                               num_problems=args.num_problems, eval_samples=args.eval_samples,
                               eval_max_problems=args.eval_max_problems)
+        ownership.acquire(args.db_path, args.run_id)  # held until exit; the flow takes it again (re-entrant)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
@@ -84,7 +108,7 @@ def main() -> None:
         run_id=args.run_id, config=args.config, overrides=overrides, db_path=args.db_path, log_dir=args.log_dir,
         train_steps=args.train_steps, levels=parse_levels(args.levels),
         num_problems=args.num_problems, eval_samples=args.eval_samples, eval_max_problems=args.eval_max_problems,
-        build_rag_index=not args.no_index,
+        build_rag_index=not args.no_index, rebuild_index=args.rebuild_index,
     )
     print("\n" + "=" * 72)
     print(f"Results are in {result['db_path']} (DuckDB) and {Path(args.log_dir).resolve() / args.run_id} "

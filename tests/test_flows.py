@@ -190,3 +190,24 @@ def test_nightly_eval_evaluates_the_newest_run_and_keeps_history(prefect_api: st
     assert len(history) == 2
     with pytest.raises(UserError, match="no checkpoint"):
         nightly_eval(run_ids=["never-trained"], db_path=str(db))
+
+
+def test_the_pipeline_keeps_an_index_the_user_built(prefect_api: str, tmp_path: Path) -> None:
+    """An index already beside the database (e.g. `index build --verified-only`) survives a pipeline run."""
+    from flows.index import build_index
+    from flows.ingest import ingest_corpus
+    from flows.pipeline import ensure_index
+    import os
+
+    from kernelbench_rl.rag.index import INDEX_FILE
+
+    db = str(tmp_path / "kb.duckdb")
+    index_dir = tmp_path / "rag_index"
+    ingest_corpus(db_path=db, sources=["solutions"], levels=[1])
+    users = build_index(db_path=db, index_dir=str(index_dir))
+    os.utime(index_dir / INDEX_FILE, ns=(1, 1))  # marks the user's file: a rebuild writes a new one
+    kept = ensure_index(db, str(index_dir), rebuild=False)
+    assert kept["kept"] is True and (index_dir / INDEX_FILE).stat().st_mtime_ns == 1
+    rebuilt = ensure_index(db, str(index_dir), rebuild=True)
+    assert rebuilt["kept"] is False and (index_dir / INDEX_FILE).stat().st_mtime_ns != 1
+    assert users["num_docs"] == rebuilt["num_docs"]

@@ -33,6 +33,8 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
     parser.add_argument("--eval-max-problems", type=int, default=4, help="Held-out problems evaluated.")
     parser.add_argument("--no-index", action="store_true",
                         help="Skip the retrieval index (and so retrieval: prompts get the default one-shot example).")
+    parser.add_argument("--rebuild-index", action="store_true",
+                        help="Rebuild the retrieval index even if one is already beside the database (default: keep it).")
     parser.add_argument("--real", action="store_true",
                         help="Drop the smoke overrides (tiny local policy, CPU evaluator): use the config as written.")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the config, e.g. eval.device=cuda")
