@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -99,11 +100,21 @@ def _launch(module: str, args: list[str]) -> None:
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+    child = subprocess.Popen([sys.executable, "-m", module, *args], env=env)
+
+    def forward(signum, _frame) -> None:  # SIGTERM/SIGHUP to us reach the child, which stops what it started
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    # Ctrl-C reaches the child from the terminal itself; we wait for it to finish stopping.
+    previous = {signum: signal.signal(signum, handler) for signum, handler in
+                ((signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, forward), (signal.SIGHUP, forward))}
     try:
-        code = subprocess.call([sys.executable, "-m", module, *args], env=env)
-    except KeyboardInterrupt:
-        code = 130
-    raise typer.Exit(code)
+        code = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    raise typer.Exit(130 if code == -signal.SIGINT else code)
 
 
 def register(app: typer.Typer) -> None:
@@ -131,7 +142,14 @@ def register(app: typer.Typer) -> None:
     def serve(
         port: Annotated[int, typer.Option(help="Port of the Prefect server and UI.")] = 4200,
         no_worker: Annotated[bool, typer.Option("--no-worker", help="Do not start a worker.")] = False,
+        prefect_home: Annotated[Optional[str], typer.Option(
+            "--prefect-home", help="PREFECT_HOME of the server (default: runs/prefect).", show_default=False)] = None,
     ) -> None:
-        """Start a local Prefect server (UI on localhost), deploy prefect.yaml and start a process worker."""
+        """Start a local Prefect server (UI on localhost), deploy prefect.yaml and start a process worker.
+
+        Ctrl-C or SIGTERM stops the worker and the server it started; if the port is already served,
+        it says what runs there and exits 1.
+        """
         args = ["--port", str(port)] + (["--no-worker"] if no_worker else [])
+        args += ["--prefect-home", prefect_home] if prefect_home else []
         _launch("deployments.serve", args)
