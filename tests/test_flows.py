@@ -211,3 +211,34 @@ def test_the_pipeline_keeps_an_index_the_user_built(prefect_api: str, tmp_path: 
     rebuilt = ensure_index(db, str(index_dir), rebuild=True)
     assert rebuilt["kept"] is False and (index_dir / INDEX_FILE).stat().st_mtime_ns != 1
     assert users["num_docs"] == rebuilt["num_docs"]
+
+
+def test_promotion_events_name_their_stages(prefect_api: str) -> None:
+    """A promotion reads in the UI's event feed without opening its JSON: the stages are in its name and resource."""
+    import json
+    import time
+    import urllib.request
+
+    from prefect import flow
+
+    from flows.curriculum import _emit_promotions
+
+    event = {"step": 3, "kind": "stage", "from_value": "format", "to_value": "compile", "reason": "format_rate 0.9"}
+
+    @flow(name="emit-promotion-test")
+    def emit() -> None:
+        _emit_promotions("evt-run", [event])
+
+    emit()
+    found: list = []
+    deadline = time.monotonic() + 30
+    while not found and time.monotonic() < deadline:
+        request = urllib.request.Request(
+            f"{prefect_api}/events/filter", method="POST", headers={"Content-Type": "application/json"},
+            data=json.dumps({"filter": {"event": {"prefix": ["kernelbench-rl.curriculum."]}}, "limit": 50}).encode())
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            found = [e for e in json.load(resp)["events"] if e["resource"]["prefect.resource.id"] == "kernelbench-rl.run.evt-run"]
+        time.sleep(0.5)
+    assert found, "the promotion event never reached the API"
+    assert found[0]["event"] == "kernelbench-rl.curriculum.stage-promoted.format-to-compile"
+    assert found[0]["resource"]["prefect.resource.name"] == "evt-run: stage format -> compile at step 3"
