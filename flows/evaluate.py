@@ -45,7 +45,15 @@ def nightly_eval(
     max_problems: int | None = None,
 ) -> str:
     """The newest checkpoint of each run in `run_ids` (empty: the run with the newest checkpoint) on its
-    holdout set, beside the base model, with the run's own configuration (`overrides` change it)."""
+    holdout set, beside the base model, with the run's own configuration (`overrides` change it).
+
+    Args:
+        run_ids: Runs to evaluate; empty evaluates the run with the newest checkpoint.
+        overrides: Config overrides applied over each run's own configuration, as key=value.
+        db_path: The DuckDB file that holds the runs; results are added to it (eval_reports, eval_samples).
+        samples_per_problem: Samples per held-out problem.
+        max_problems: Held-out problems evaluated (empty: all of them).
+    """
     targets = nightly_targets(Store(db_path), run_ids)
     if not targets:
         note = f"Nothing to evaluate: no run in {db_path} has a checkpoint yet (train one, e.g. `make run`)."

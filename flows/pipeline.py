@@ -20,6 +20,7 @@ from kernelbench_rl.commands.pipeline import (
 )
 from flows.evaluate import evaluate_checkpoint
 from flows.index import build_index
+from kernelbench_rl.commands.hints import command
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.training import ownership
 from flows.ingest import ingest_corpus
@@ -45,7 +46,23 @@ def pipeline(
     """Ingest the corpus, build the index, train through the curriculum, evaluate the final checkpoint.
 
     An index already beside the database (e.g. one built with `index build --verified-only`) is kept
-    unless `rebuild_index` is set."""
+    unless `rebuild_index` is set.
+
+    Args:
+        run_id: Name of the run; the same run id resumes it (one process owns a run at a time).
+        config: Packaged config (default, raicl, kevin) or the path of a YAML file.
+        overrides: Config overrides as key=value, e.g. policy.backend=tinker, eval.device=cuda, eval.size=real.
+        db_path: The DuckDB file every stage writes to.
+        log_dir: TensorBoard logs and checkpoints go under this folder, one sub-folder per run.
+        corpus_sources: Retrieval corpora to ingest: solutions (offline), kernelbook, sakana.
+        build_rag_index: Build (or keep) the retrieval index; off means prompts get the default example.
+        train_steps: Training steps of the run in all.
+        levels: KernelBench levels to train and evaluate on.
+        num_problems: Training problems (the first N of the train split; 0 means all of it).
+        eval_samples: Samples per held-out problem in the checkpoint evaluation (at least 1).
+        eval_max_problems: Held-out problems evaluated (0 means all).
+        rebuild_index: Rebuild the retrieval index even if one is already beside the database.
+    """
     db_path = str(Path(db_path).resolve())
     log_dir = str(Path(log_dir).resolve())
     # Every parameter and config key, before any stage starts (a bad key fails here, not after ingestion).
@@ -113,9 +130,10 @@ def main() -> None:
     print("\n" + "=" * 72)
     print(f"Results are in {result['db_path']} (DuckDB) and {Path(args.log_dir).resolve() / args.run_id} "
           "(TensorBoard: tensorboard --logdir runs/logs).")
+    cli = command("kernelbench-rl")  # .venv/bin is often not on PATH
     print("Try:")
-    print(f"  kernelbench-rl sql \"{EXAMPLE_SQL.format(run_id=args.run_id)}\"")
-    print("  kernelbench-rl sql \"SELECT checkpoint, level, metrics_json FROM eval_reports\"")
+    print(f"  {cli} sql \"{EXAMPLE_SQL.format(run_id=args.run_id)}\"")
+    print(f"  {cli} sql \"SELECT eval_id, checkpoint, level, metrics_json FROM eval_reports ORDER BY created_at\"")
 
 
 if __name__ == "__main__":
