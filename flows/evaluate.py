@@ -62,7 +62,8 @@ def nightly_eval(
         return note
     tables = []
     for target in targets:
-        cfg = apply_overrides(config_from_dict(target.config), [*overrides, f"db_path={db_path}"])
+        # The run id is pinned: a run named by the hash of its config would otherwise change with the overrides.
+        cfg = apply_overrides(config_from_dict(target.config), [*overrides, f"db_path={db_path}", f"run_id={target.run_id}"])
         header = (f"Nightly evaluation of run `{target.run_id}`, checkpoint `{target.checkpoint}` (step {target.step}): "
                   f"{target.reason}.")
         print(header)
