@@ -168,11 +168,13 @@ def test_nightly_eval_evaluates_the_newest_run_and_keeps_history(prefect_api: st
 
     db = tmp_path / "kb.duckdb"
     assert "Nothing to evaluate" in nightly_eval(db_path=str(db))  # a fresh server before any training: no failure
+    # No run_id: the run is named by the hash of its config, which the nightly's db_path must not change.
     cfg = load_config("default", [*TINY_EVAL_OVERRIDES, f"db_path={db}", f"log_dir={tmp_path / 'logs'}",
-                                  "run_id=nightly-a", "policy.lora_rank=4", "training.steps=1", "training.batch_problems=1",
+                                  "policy.lora_rank=4", "training.steps=1", "training.batch_problems=1",
                                   "sampling.group_size=2", "training.checkpoint_every=1", "problems.levels=[1]",
                                   "problems.ids=[L1/19]", "curriculum.enabled=false"])
     assert run_training(cfg, progress=False).finished
+    run_id = cfg.resolved_run_id()
     # The run's own configuration is used (tiny policy, CPU), so no overrides are needed.
     for _night in range(2):
         table = nightly_eval(db_path=str(db), samples_per_problem=1, max_problems=1)
@@ -180,13 +182,13 @@ def test_nightly_eval_evaluates_the_newest_run_and_keeps_history(prefect_api: st
 
     async def read() -> list:
         async with get_client() as client:
-            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="nightly-nightly-a")))
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_=f"nightly-{run_id}")))
 
     artifact = asyncio.run(read())[0]
-    assert "run `nightly-a`, checkpoint `step_000000` (step 0)" in artifact.data
+    assert f"run `{run_id}`, checkpoint `step_000000` (step 0)" in artifact.data
     assert "newest checkpoint" in artifact.data
-    history = Store(db).fetchall("SELECT DISTINCT eval_id FROM eval_reports WHERE run_id = 'nightly-a' "
-                                 "AND checkpoint = 'step_000000'")
+    history = Store(db).fetchall("SELECT DISTINCT eval_id FROM eval_reports WHERE run_id = ? "
+                                 "AND checkpoint = 'step_000000'", [run_id])
     assert len(history) == 2
     with pytest.raises(UserError, match="no checkpoint"):
         nightly_eval(run_ids=["never-trained"], db_path=str(db))
