@@ -89,3 +89,19 @@ def test_train_says_which_run_it_starts_or_resumes(tmp_path: Path) -> None:
     assert hashed.resolved_run_id() in describe_run_start(changed)  # names the runs it could have meant
     named = load_config("default", [f"db_path={db}", "run_id=mine"])
     assert describe_run_start(named) == "starting a new run mine"
+
+
+def test_a_second_pipeline_of_the_same_run_stops_before_any_stage(tmp_path: Path) -> None:
+    """Two `make run`s at once: the second says who owns the run and exits non-zero, training nothing."""
+    db = tmp_path / "kb.duckdb"
+    holder = hold(db, "smoke")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "pipeline", "--db-path", str(db),
+                               "--log-dir", str(tmp_path / "logs")],
+                              capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"owned by process {holder.pid}" in proc.stderr and "Traceback" not in proc.stderr
+    assert not db.exists() and not (tmp_path / "logs").exists()
