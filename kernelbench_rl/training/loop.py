@@ -32,7 +32,7 @@ from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.problems import Problem, load_problems, split_problems
 from kernelbench_rl.store import Store
 from kernelbench_rl.store.db import eval_key_for
-from kernelbench_rl.training import ownership
+from kernelbench_rl import ownership
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
 from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics

@@ -67,6 +67,20 @@ def _describe(owner: dict[str, Any]) -> str:
     return f"process {owner.get('pid')} on {owner.get('host')} (since {since})"
 
 
+def _busy(run_id: str, path: Path) -> RunBusyError:
+    return RunBusyError(f"Run {run_id!r} is owned by {_describe(read_owner(path))}; wait for it to finish, "
+                        f"or stop that process, then run again.")
+
+
+def check_free(db_path: str | os.PathLike[str], run_id: str) -> None:
+    """Raise RunBusyError now if another process owns the run (a launcher's early check; acquire() decides)."""
+    path = lock_path(db_path, run_id)
+    with _HELD_LOCK:
+        mine = os.path.realpath(path) in _HELD
+    if not mine and is_owned(db_path, run_id):
+        raise _busy(run_id, path)
+
+
 def acquire(db_path: str | os.PathLike[str], run_id: str) -> Path:
     """Own the run, or raise RunBusyError naming the live owner. Re-entrant within this process."""
     path = lock_path(db_path, run_id)
@@ -80,9 +94,7 @@ def acquire(db_path: str | os.PathLike[str], run_id: str) -> Path:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             if not _try_lock(fd, path):
-                raise RunBusyError(
-                    f"Run {run_id!r} is owned by {_describe(read_owner(path))}; wait for it to finish, "
-                    f"or stop that process, then run again.")
+                raise _busy(run_id, path)
             owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "run_id": run_id}
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(owner).encode(), 0)
