@@ -70,7 +70,7 @@ def _alive(pid: int) -> bool:
 
 def _deployed_names(output: str) -> list[str]:
     """The deployments `prefect deploy` created or updated (its hints to start a worker are ours to give once)."""
-    return sorted(set(re.findall(r"Deployment '([^']+)' successfully", output)))
+    return sorted(set(re.findall(r"Deployment '([^']+)'", output)))
 
 
 def main() -> None:

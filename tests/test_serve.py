@@ -94,8 +94,10 @@ def test_ctrl_c_stops_what_serve_started_and_a_second_serve_says_what_runs(tmp_p
     home, port = tmp_path / "prefect", free_port()
     proc = start_serve(home, port)
     try:
-        wait_for_line(proc, "Prefect UI")
+        started = wait_for_line(proc, "Prefect UI")
         assert answers(port) and len(processes_with_home(home)) >= 2  # server and worker
+        # `prefect deploy`'s own "start a worker" hints are not repeated (this serve starts the worker).
+        assert "worker start" not in started and "deployed: ingest-corpus/ingest-corpus, nightly-eval/nightly-eval, pipeline/pipeline" in started
         # A second serve on the same port says what is running there, starts nothing and fails.
         second = subprocess.run(
             [sys.executable, "-m", "kernelbench_rl.cli", "serve", "--port", str(port), "--prefect-home",
