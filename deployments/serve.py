@@ -91,6 +91,7 @@ def main() -> None:
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stop_on_signal)
     reason = "stopped"
+    failure = ""
     try:
         print(f"starting Prefect server on {local.ui_url} (logs in {local.log_dir}) ...", flush=True)
         local.start_server()
@@ -122,6 +123,9 @@ def main() -> None:
                 break
     except (Stop, KeyboardInterrupt) as exc:
         reason = f"received {exc.args[0] if exc.args else 'SIGINT'}"
+    except RuntimeError as exc:  # the server would not start, a prefect command failed: one line, then clean up
+        reason = "start-up failed"
+        failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     finally:
         for signum in STOP_SIGNALS:  # a second Ctrl-C must not cut the clean-up short
             signal.signal(signum, signal.SIG_IGN)
@@ -129,6 +133,9 @@ def main() -> None:
         local.stop()
         state.unlink(missing_ok=True)
         print("stopped.", flush=True)
+    if failure:
+        print(f"error: {failure} (logs in {local.log_dir})", file=sys.stderr, flush=True)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
