@@ -1,6 +1,7 @@
-"""`make serve` (kernelbench-rl serve) against real processes: a real Prefect server and worker start,
-and Ctrl-C (SIGINT to the terminal's process group) or SIGTERM stops everything it started; a second
-serve says what is already running instead of reusing it."""
+"""`make serve` (kernelbench-rl serve) against real processes: SIGTERM stops what it started.
+
+Ctrl-C with the server, the worker and flow runs up, and a second serve on a served port, are checked
+in tests/test_deployment.py, which starts one serve for all of it (a server start is the slow part)."""
 
 from __future__ import annotations
 
@@ -88,29 +89,6 @@ def stop_and_check(proc: subprocess.Popen, home: Path, port: int, how: str) -> s
     assert not left, f"{how} left processes running: {left}"
     assert not answers(port), f"{how} left the server answering on {port}"
     return out
-
-
-def test_ctrl_c_stops_what_serve_started_and_a_second_serve_says_what_runs(tmp_path: Path) -> None:
-    home, port = tmp_path / "prefect", free_port()
-    proc = start_serve(home, port)
-    try:
-        started = wait_for_line(proc, "Prefect UI")
-        assert answers(port) and len(processes_with_home(home)) >= 2  # server and worker
-        # `prefect deploy`'s own "start a worker" hints are not repeated (this serve starts the worker).
-        assert "worker start" not in started and "deployed: ingest-corpus/ingest-corpus, nightly-eval/nightly-eval, pipeline/pipeline" in started
-        # A second serve on the same port says what is running there, starts nothing and fails.
-        second = subprocess.run(
-            [sys.executable, "-m", "kernelbench_rl.cli", "serve", "--port", str(port), "--prefect-home",
-             str(tmp_path / "other")], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-            capture_output=True, text=True, timeout=120)
-        assert second.returncode == 1, second.stderr + second.stdout
-        assert f"A Prefect server already answers on http://127.0.0.1:{port}" in second.stderr
-        assert "started by kernelbench-rl serve" in second.stderr and "worker pid" in second.stderr
-        assert not processes_with_home(tmp_path / "other")
-    finally:
-        if proc.poll() is None:
-            out = stop_and_check(proc, home, port, "SIGINT")
-            assert "stopped." in out
 
 
 def test_sigterm_during_start_up_stops_the_server(tmp_path: Path) -> None:
