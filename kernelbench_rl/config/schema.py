@@ -103,8 +103,8 @@ class EvalConfig:
     precision: str = "fp32"
     num_workers: Annotated[int, Ge(1)] | None = None
     timeout_s: Annotated[float, Gt(0)] = 120.0
-    correctness_trials: Annotated[int, Ge(1)] = 3
-    timing_trials: Annotated[int, Ge(1)] = 50
+    correctness_trials: int = 3
+    timing_trials: int = 50
 
 
 @dataclass
@@ -271,6 +271,18 @@ def _validate(config: TrainConfig) -> None:
     unknown = [s for s in cur.stages if s not in _STAGES]
     if unknown:
         raise UserError(f"Config key curriculum.stages names unknown stage {unknown[0]!r}; use {', '.join(_STAGES)}.")
+    positive = {
+        "sampling.group_size": config.sampling.group_size, "sampling.max_tokens": config.sampling.max_tokens,
+        "training.batch_problems": config.training.batch_problems, "training.checkpoint_every": config.training.checkpoint_every,
+        "env.turns": config.env.turns, "curriculum.window": config.curriculum.window,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise UserError(f"Config key {key} must be at least 1; got {value}.")
+    if config.training.steps < 0:
+        raise UserError("Config key training.steps must not be negative.")
+    if not 0.0 <= config.rewards.gamma <= 1.0:
+        raise UserError(f"Config key rewards.gamma must be in [0, 1]; got {config.rewards.gamma}.")
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

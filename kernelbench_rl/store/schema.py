@@ -250,9 +250,11 @@ MIGRATIONS.append(
     )
 )
 
+# Version 4, not 3: issue 12's branch adds migration 3 (sft_steps). Versions apply by membership, not by
+# order of arrival, so a database that has 4 still gets 3 when that lands.
 MIGRATIONS.append(
     (
-        3,
+        4,
         "evaluation history (one eval_reports row per evaluation), per-sample evaluation results, run owners",
         [
             "ALTER TABLE eval_reports ADD COLUMN IF NOT EXISTS eval_id VARCHAR",  # one checkpoint evaluation
