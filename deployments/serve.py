@@ -1,17 +1,76 @@
 """`make serve`: a local Prefect server with its UI, our deployments and a process worker.
 
 Open the printed URL, pick the `pipeline` deployment and press Run: the form shows its typed
-parameters. `nightly-eval` runs on its cron schedule. Ctrl-C stops the worker and the server.
+parameters. `nightly-eval` runs on its cron schedule. Ctrl-C or SIGTERM stops the worker and the
+server this command started; a second `make serve` on a port that is already served says so and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
+import signal
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-from deployments.server import REPO_ROOT, LocalPrefect
+from deployments.server import REPO_ROOT, LocalPrefect, port_in_use, server_answers
+from kernelbench_rl.commands.hints import command
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stop(Exception):
+    """A stop signal arrived: leave the main loop and stop what we started."""
+
+
+def _stop_on_signal(signum, _frame) -> None:
+    raise Stop(signal.Signals(signum).name)
+
+
+def state_file(port: int) -> Path:
+    """Where a serve on this port says who it is (one place per user and port, whatever its PREFECT_HOME)."""
+    return Path(tempfile.gettempdir()) / f"kernelbench-rl-serve-{os.getuid()}-{port}.json"
+
+
+def what_runs_on(port: int) -> str | None:
+    """One sentence about what already holds the port, or None when it is free."""
+    if not port_in_use(port):
+        return None
+    owner = ""
+    try:
+        state = json.loads(state_file(port).read_text())
+    except (OSError, ValueError):
+        state = {}
+    if state:
+        if _alive(state.get("pid", 0)):
+            owner = (f" (started by kernelbench-rl serve, pid {state['pid']}: server pid {state.get('server_pid')}, "
+                     f"worker pid {state.get('worker_pid') or 'none'}; stop it with Ctrl-C in its terminal or "
+                     f"`kill {state['pid']}`)")
+    if server_answers(port):
+        return (f"A Prefect server already answers on http://127.0.0.1:{port}{owner}; this serve starts nothing, "
+                f"so stop that one or pass --port with a free port.")
+    return f"Port {port} is in use by another program{owner}; stop it or pass --port with a free port."
+
+
+def _alive(pid: int) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _deployed_names(output: str) -> list[str]:
+    """The deployments `prefect deploy` created or updated (its hints to start a worker are ours to give once)."""
+    return sorted(set(re.findall(r"Deployment '([^']+)'", output)))
 
 
 def main() -> None:
@@ -21,26 +80,62 @@ def main() -> None:
     parser.add_argument("--no-worker", action="store_true", help="Start the server and deploy, but no worker.")
     args = parser.parse_args()
 
+    busy = what_runs_on(args.port)
+    if busy:
+        print(f"error: {busy}", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+
     local = LocalPrefect(prefect_home=args.prefect_home, port=args.port, log_dir=args.prefect_home / "logs")
-    with local:
+    state = state_file(args.port)
+    parent = os.getppid()
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stop_on_signal)
+    reason = "stopped"
+    failure = ""
+    try:
         print(f"starting Prefect server on {local.ui_url} (logs in {local.log_dir}) ...", flush=True)
         local.start_server()
         local.ensure_work_pool()
-        print(local.deploy(), flush=True)
+        deployed = _deployed_names(local.deploy())
+        print(f"deployed: {', '.join(deployed) or 'see ' + str(local.log_dir)}", flush=True)
         if not args.no_worker:
             local.start_worker()
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(json.dumps({"pid": os.getpid(), "port": args.port, "server_pid": local.server_pid,
+                                     "worker_pid": local.worker_pid}))
+        prefect = command("prefect")
         print(
             f"\nPrefect UI: {local.ui_url}\n"
             f"  Deployments -> pipeline -> Run to start a training pipeline; nightly-eval runs on its schedule.\n"
-            f"  From a shell: PREFECT_API_URL={local.api_url} prefect deployment run pipeline/pipeline\n"
-            "Ctrl-C stops the worker and the server.",
+            f"  From a shell: PREFECT_API_URL={local.api_url} {prefect} deployment run pipeline/pipeline\n"
+            + ("  A worker (pool kbrl-local) is running; its log is in " + str(local.log_dir / "worker.log") + "\n"
+               if not args.no_worker else "  No worker was started (--no-worker).\n")
+            + "Ctrl-C stops the worker and the server.",
             flush=True,
         )
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            print("stopping ...", flush=True)
+        while True:
+            time.sleep(1)
+            if os.getppid() != parent:  # whoever started us (make, a terminal) is gone
+                reason = "the parent process is gone"
+                break
+            if not local.server_running():
+                reason = f"the Prefect server exited (see {local.log_dir / 'server.log'})"
+                break
+    except (Stop, KeyboardInterrupt) as exc:
+        reason = f"received {exc.args[0] if exc.args else 'SIGINT'}"
+    except RuntimeError as exc:  # the server would not start, a prefect command failed: one line, then clean up
+        reason = "start-up failed"
+        failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    finally:
+        for signum in STOP_SIGNALS:  # a second Ctrl-C must not cut the clean-up short
+            signal.signal(signum, signal.SIG_IGN)
+        print(f"stopping the worker and the server ({reason}) ...", flush=True)
+        local.stop()
+        state.unlink(missing_ok=True)
+        print("stopped.", flush=True)
+    if failure:
+        print(f"error: {failure} (logs in {local.log_dir})", file=sys.stderr, flush=True)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

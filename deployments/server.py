@@ -41,6 +41,21 @@ def prefect_env(api_url: str, prefect_home: Path, extra: dict[str, str] | None =
     return env
 
 
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((host, port)) == 0
+
+
+def server_answers(port: int, host: str = "127.0.0.1") -> bool:
+    """A Prefect API answers its health check on this port."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/api/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -82,7 +97,21 @@ class LocalPrefect:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         return open(self.log_dir / f"{name}.log", "ab")
 
+    @property
+    def server_pid(self) -> int | None:
+        return self._server.pid if self._server is not None else None
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self._worker.pid if self._worker is not None else None
+
+    def server_running(self) -> bool:
+        return self._server is not None and self._server.poll() is None
+
     def start_server(self, timeout_s: float = 180.0) -> None:
+        if port_in_use(self.port, self.host):
+            # Otherwise the health check below would answer for whatever holds the port.
+            raise RuntimeError(f"port {self.port} is already in use; pass another port")
         self.prefect_home.mkdir(parents=True, exist_ok=True)
         self._server = subprocess.Popen(
             [*_prefect_cli(), "server", "start", "--host", self.host, "--port", str(self.port)],
@@ -131,23 +160,37 @@ class LocalPrefect:
             start_new_session=True,
         )
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Stop the worker and the server (their whole process groups), together, escalating to SIGKILL."""
         # The worker stops on SIGINT, not promptly on SIGTERM (REFERENCE.md).
-        for proc, sig in ((self._worker, signal.SIGINT), (self._server, signal.SIGTERM)):
-            if proc is None or proc.poll() is not None:
-                continue
+        started = [(proc, sig) for proc, sig in ((self._worker, signal.SIGINT), (self._server, signal.SIGTERM))
+                   if proc is not None]
+        for proc, sig in started:
+            if proc.poll() is None:
+                _signal_group(proc.pid, sig)
+        deadline = time.monotonic() + grace_s
+        for proc, _ in started:
             try:
-                os.killpg(proc.pid, sig)
-                proc.wait(timeout=20)
-            except (subprocess.TimeoutExpired, ProcessLookupError):
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc, _ in started:
+            # Children of the group (uvicorn, flow runs) may outlive their leader: the whole group goes.
+            _signal_group(proc.pid, signal.SIGKILL)
+            try:
                 proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
 
     def __enter__(self) -> LocalPrefect:
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -11,13 +11,26 @@ from kernelbench_rl.training.loop import default_retriever
 from tasks.training import train_step
 
 
+def promotion_event(run_id: str, event: dict) -> dict:
+    """A promotion as a Prefect event whose name and resource say it (the UI's event feed shows both)."""
+    change = f"{event['from_value']}-to-{event['to_value']}"
+    return {
+        "event": f"kernelbench-rl.curriculum.{event['kind']}-promoted.{change}",
+        "resource": {
+            "prefect.resource.id": f"kernelbench-rl.run.{run_id}",
+            "prefect.resource.name": f"{run_id}: {event['kind']} {event['from_value']} -> {event['to_value']} "
+                                     f"at step {event['step']}",
+            "kernelbench-rl.kind": str(event["kind"]),
+            "kernelbench-rl.from": str(event["from_value"]),
+            "kernelbench-rl.to": str(event["to_value"]),
+        },
+        "payload": event,
+    }
+
+
 def _emit_promotions(run_id: str, events: list[dict]) -> None:
     for event in events:
-        emit_event(
-            event=f"kernelbench-rl.curriculum.{event['kind']}-promoted",
-            resource={"prefect.resource.id": f"kernelbench-rl.run.{run_id}", "prefect.resource.name": run_id},
-            payload=event,
-        )
+        emit_event(**promotion_event(run_id, event))
 
 
 @flow(name="curriculum", log_prints=True)

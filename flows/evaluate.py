@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
 from flows.common import build_config, cluster_overrides, dask_task_runner
+from kernelbench_rl.config.schema import apply_overrides, config_from_dict
 from kernelbench_rl.policy.openai_backend import is_openai_policy
-from kernelbench_rl.training.checkpoint_eval import BASE, resolve_checkpoint
 from kernelbench_rl.store import Store
-from tasks.evaluation import evaluate, publish_report
+from kernelbench_rl.training.checkpoint_eval import BASE, nightly_targets, resolve_checkpoint
+from tasks.evaluation import evaluate, publish_note, publish_report
 
 
 @flow(name="evaluate-checkpoint", log_prints=True)
@@ -64,22 +66,51 @@ def evaluate_on_cluster(cfg: Any, labels: list[str], samples_per_problem: int, s
 
 @flow(name="nightly-eval", log_prints=True)
 def nightly_eval(
-    run_id: str = "default",
-    config: str = "default",
+    run_ids: list[str] = [],  # noqa: B006
     overrides: list[str] = [],  # noqa: B006
     db_path: str = "runs/kernelbench_rl.duckdb",
-    log_dir: str = "runs/logs",
     samples_per_problem: int = 4,
-    levels: list[int] | None = None,
+    max_problems: int | None = None,
     cluster: str | None = None,
     policy: str | None = None,
     base_url: str | None = None,
 ) -> str:
-    """The newest checkpoint of `run_id` on the holdout set, side by side with the base model; or,
-    with policy="openai:MODEL" and base_url, that served model alone (its key from OPENAI_API_KEY).
+    """The newest checkpoint of each run in `run_ids` (empty: the run with the newest checkpoint) on its
+    holdout set, beside the base model, with the run's own configuration (`overrides` change it); or a
+    model behind an OpenAI-compatible server (`policy`), alone.
 
-    `cluster`: local | dask-local | dask://HOST:PORT (default: the config's eval.cluster); see evaluate_checkpoint."""
-    return evaluate_checkpoint(run_id=run_id, checkpoint=policy or "latest", compare_base=policy is None, config=config,
-                               overrides=overrides, db_path=db_path, log_dir=log_dir,
-                               samples_per_problem=samples_per_problem, split="holdout", levels=levels,
-                               cluster=cluster, base_url=base_url)
+    Args:
+        run_ids: Runs to evaluate; empty evaluates the run with the newest checkpoint. With `policy`, the
+            first names the run its report is filed under (default: "nightly").
+        overrides: Config overrides applied over each run's own configuration, as key=value.
+        db_path: The DuckDB file that holds the runs; results are added to it (eval_reports, eval_samples).
+        samples_per_problem: Samples per held-out problem.
+        max_problems: Held-out problems evaluated (empty: all of them).
+        cluster: Where kernels are evaluated: local | dask-local | dask://HOST:PORT (default: eval.cluster).
+        policy: "openai:MODEL" evaluates that served model instead of a run's checkpoint (its key from
+            OPENAI_API_KEY).
+        base_url: The OpenAI-compatible server of `policy`, e.g. http://127.0.0.1:8001/v1.
+    """
+    overrides = cluster_overrides(overrides, cluster)
+    if policy:
+        return evaluate_checkpoint(run_id=run_ids[0] if run_ids else "nightly", checkpoint=policy, compare_base=False,
+                                   overrides=overrides, db_path=db_path, log_dir=str(Path(db_path).parent / "logs"),
+                                   samples_per_problem=samples_per_problem, split="holdout", max_problems=max_problems,
+                                   base_url=base_url)
+    targets = nightly_targets(Store(db_path), run_ids)
+    if not targets:
+        note = f"Nothing to evaluate: no run in {db_path} has a checkpoint yet (train one, e.g. `make run`)."
+        publish_note("nightly-eval", note)
+        print(note)
+        return note
+    tables = []
+    for target in targets:
+        # The run id is pinned: a run named by the hash of its config would otherwise change with the overrides.
+        cfg = apply_overrides(config_from_dict(target.config), [*overrides, f"db_path={db_path}", f"run_id={target.run_id}"])
+        header = (f"Nightly evaluation of run `{target.run_id}`, checkpoint `{target.checkpoint}` (step {target.step}): "
+                  f"{target.reason}.")
+        print(header)
+        reports = [evaluate(cfg, label, samples_per_problem, "holdout", max_problems)
+                   for label in (BASE, target.checkpoint)]
+        tables.append(publish_report(reports, str(cfg.run_log_dir()), f"nightly-{target.run_id}", header))
+    return "\n\n".join(tables)

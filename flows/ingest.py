@@ -19,7 +19,18 @@ def ingest_corpus(
     holdout_fraction: float = 0.2,
     split_seed: int = 0,
 ) -> dict:
-    """`sources`: solutions (our own), kernelbook, sakana; `source_paths` maps a source to a local copy."""
+    """Record the problem set and ingest retrieval corpora into DuckDB.
+
+    Args:
+        db_path: The DuckDB file to write to.
+        sources: Corpora to ingest: solutions (our own, offline), kernelbook, sakana.
+        source_paths: A local copy per source, e.g. {"kernelbook": "/data/kernelbook"}.
+        limit: Ingest at most this many rows per source (empty: all).
+        levels: KernelBench levels whose problems are recorded (empty: all).
+        kernelbench_root: A KernelBench checkout (empty: the bundled problems).
+        holdout_fraction: Fraction of problems held out for evaluation, in [0, 1).
+        split_seed: Seed of the train/holdout split.
+    """
     problems = sync_problems(db_path, levels, kernelbench_root, holdout_fraction, split_seed)
     print(f"recorded {problems} problems in {db_path}")
     reports = {}

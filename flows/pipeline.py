@@ -9,21 +9,22 @@ Re-running with the same run_id resumes: every stage is idempotent through DuckD
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from prefect import flow
 
 from flows.curriculum import curriculum
-from kernelbench_rl.commands.pipeline import pipeline_arg_parser
+from kernelbench_rl.commands.pipeline import (
+    SMOKE_OVERRIDES, check_pipeline_inputs, parse_levels, pipeline_arg_parser, pipeline_overrides,
+)
 from flows.evaluate import evaluate_checkpoint
 from flows.index import build_index
+from kernelbench_rl.commands.hints import command
+from kernelbench_rl.errors import UserError
+from kernelbench_rl import ownership
 from flows.ingest import ingest_corpus
 
-SMOKE_OVERRIDES = [
-    "policy.backend=local", "policy.base_model=local:tiny", "sampling.group_size=4", "sampling.max_tokens=96",
-    "training.batch_problems=4", "training.learning_rate=0.001", "training.checkpoint_every=1",
-    "eval.device=cpu", "eval.size=small", "rag.enabled=true", "rag.k=1",
-]
 
 
 @flow(name="pipeline", log_prints=True)
@@ -41,17 +42,60 @@ def pipeline(
     eval_samples: int = 2,
     eval_max_problems: int = 4,
     cluster: str | None = None,
+    rebuild_index: bool = False,
 ) -> dict:
-    """Ingest the corpus, build the index, train through the curriculum, evaluate the final checkpoint."""
+    """Ingest the corpus, build the index, train through the curriculum, evaluate the final checkpoint.
+
+    An index already beside the database (e.g. one built with `index build --verified-only`) is kept
+    unless `rebuild_index` is set.
+
+    Args:
+        run_id: Name of the run; the same run id resumes it (one process owns a run at a time).
+        config: Packaged config (default, raicl, kevin) or the path of a YAML file.
+        overrides: Config overrides as key=value, e.g. policy.backend=tinker, eval.device=cuda, eval.size=real.
+        db_path: The DuckDB file every stage writes to.
+        log_dir: TensorBoard logs and checkpoints go under this folder, one sub-folder per run.
+        corpus_sources: Retrieval corpora to ingest: solutions (offline), kernelbook, sakana.
+        build_rag_index: Build (or keep) the retrieval index; off means prompts get the default example.
+        train_steps: Training steps of the run in all.
+        levels: KernelBench levels to train and evaluate on.
+        num_problems: Training problems (the first N of the train split; 0 means all of it).
+        eval_samples: Samples per held-out problem in the checkpoint evaluation (at least 1).
+        eval_max_problems: Held-out problems evaluated (0 means all).
+        cluster: Where kernels are evaluated: local | dask-local | dask://HOST:PORT (default: eval.cluster).
+        rebuild_index: Rebuild the retrieval index even if one is already beside the database.
+    """
     db_path = str(Path(db_path).resolve())
     log_dir = str(Path(log_dir).resolve())
     if cluster:  # local | dask-local | dask://HOST:PORT: where training's and evaluation's kernels run
         overrides = [*overrides, f"eval.cluster={cluster}"]
+    # Every parameter and config key, before any stage starts (a bad key fails here, not after ingestion).
+    check_pipeline_inputs(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir, train_steps=train_steps,
+                          levels=levels, num_problems=num_problems, eval_samples=eval_samples,
+                          eval_max_problems=eval_max_problems)
+    with ownership.owning(db_path, run_id):  # the whole pipeline owns the run: a second one stops here
+        return _stages(run_id, config, overrides, db_path, log_dir, corpus_sources, build_rag_index, train_steps,
+                       levels, num_problems, eval_samples, eval_max_problems, rebuild_index)
+
+
+def ensure_index(db_path: str, index_dir: str, rebuild: bool) -> dict:
+    """The retrieval index the run uses: the one already there (the user's), unless asked to rebuild it."""
+    from kernelbench_rl.rag.index import index_exists
+
+    if index_exists(index_dir) and not rebuild:
+        print(f"keeping the retrieval index in {index_dir} (rebuild_index=True, or --rebuild-index, rebuilds it)")
+        return {"path": index_dir, "kept": True}
+    return {**build_index(db_path=db_path, index_dir=index_dir), "kept": False}
+
+
+def _stages(run_id: str, config: str, overrides: list[str], db_path: str, log_dir: str, corpus_sources: list[str],
+            build_rag_index: bool, train_steps: int, levels: list[int], num_problems: int, eval_samples: int,
+            eval_max_problems: int, rebuild_index: bool) -> dict:
     ingested = ingest_corpus(db_path=db_path, sources=corpus_sources, levels=levels)
     index = None
     if build_rag_index:
         index_dir = str(Path(db_path).parent / "rag_index")
-        index = build_index(db_path=db_path, index_dir=index_dir)
+        index = ensure_index(db_path, index_dir, rebuild_index)
         overrides = [*overrides, f"rag.index_dir={index_dir}"]  # training and evaluation retrieve from it
     trained = curriculum(run_id=run_id, config=config, overrides=overrides, db_path=db_path, log_dir=log_dir,
                          train_steps=train_steps, levels=levels, num_problems=num_problems)
@@ -71,21 +115,29 @@ EXAMPLE_SQL = (
 def main() -> None:
     parser = pipeline_arg_parser(description=__doc__)
     args = parser.parse_args()
-    overrides = ([] if args.real else list(SMOKE_OVERRIDES)) + args.overrides
-    if args.no_index:
-        overrides.append("rag.enabled=false")  # no index, so no retrieved examples in the prompts
+    overrides = pipeline_overrides(args)
+    try:  # one sentence before Prefect starts, not a flow run's traceback
+        check_pipeline_inputs(args.config, overrides, run_id=args.run_id, db_path=args.db_path, log_dir=args.log_dir,
+                              train_steps=args.train_steps, levels=parse_levels(args.levels),
+                              num_problems=args.num_problems, eval_samples=args.eval_samples,
+                              eval_max_problems=args.eval_max_problems)
+        ownership.acquire(args.db_path, args.run_id)  # held until exit; the flow takes it again (re-entrant)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
     result = pipeline(
         run_id=args.run_id, config=args.config, overrides=overrides, db_path=args.db_path, log_dir=args.log_dir,
-        train_steps=args.train_steps, levels=[int(x) for x in args.levels.split(",") if x],
+        train_steps=args.train_steps, levels=parse_levels(args.levels),
         num_problems=args.num_problems, eval_samples=args.eval_samples, eval_max_problems=args.eval_max_problems,
-        build_rag_index=not args.no_index, cluster=args.cluster,
+        build_rag_index=not args.no_index, cluster=args.cluster, rebuild_index=args.rebuild_index,
     )
     print("\n" + "=" * 72)
     print(f"Results are in {result['db_path']} (DuckDB) and {Path(args.log_dir).resolve() / args.run_id} "
           "(TensorBoard: tensorboard --logdir runs/logs).")
+    cli = command("kernelbench-rl")  # .venv/bin is often not on PATH
     print("Try:")
-    print(f"  kernelbench-rl sql \"{EXAMPLE_SQL.format(run_id=args.run_id)}\"")
-    print("  kernelbench-rl sql \"SELECT checkpoint, level, metrics_json FROM eval_reports\"")
+    print(f"  {cli} sql \"{EXAMPLE_SQL.format(run_id=args.run_id)}\"")
+    print(f"  {cli} sql \"SELECT eval_id, checkpoint, level, metrics_json FROM eval_reports ORDER BY created_at\"")
 
 
 if __name__ == "__main__":

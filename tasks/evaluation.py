@@ -33,16 +33,25 @@ def artifact_key(name: str) -> str:
 
 
 @task(name="publish-report", cache_policy=NO_CACHE)
-def publish_report(reports: list[Any], out_dir: str, key: str) -> str:
+def publish_report(reports: list[Any], out_dir: str, key: str, header: str = "") -> str:
     """A markdown artifact with the side-by-side table and the speedup plot (embedded PNG)."""
     from kernelbench_rl.training.checkpoint_eval import markdown_table, speedup_plot
 
     table = markdown_table(reports)
     plot = speedup_plot(reports, Path(out_dir) / f"{key}-speedups.png")
     image = base64.b64encode(plot.read_bytes()).decode()
+    ids = ", ".join(f"{r.label}: `{r.eval_id}`" for r in reports)
     create_markdown_artifact(
         key=artifact_key(key),
-        markdown=f"## Checkpoint evaluation\n\n{table}\n\n![speedups](data:image/png;base64,{image})\n",
+        markdown=(f"## Checkpoint evaluation\n\n{header + chr(10) + chr(10) if header else ''}{table}\n\n"
+                  f"Evaluation ids (eval_reports.eval_id, eval_samples.eval_id): {ids}\n\n"
+                  f"![speedups](data:image/png;base64,{image})\n"),
         description=f"pass@k, fast_p and rates per checkpoint ({plot})",
     )
     return table
+
+
+@task(name="publish-note", cache_policy=NO_CACHE)
+def publish_note(key: str, text: str) -> None:
+    """A markdown artifact that says why a flow had nothing to do."""
+    create_markdown_artifact(key=artifact_key(key), markdown=f"## Checkpoint evaluation\n\n{text}\n", description=text)

@@ -157,10 +157,12 @@ def test_scripted_verdicts_give_hand_computed_metrics(scripted_report) -> None:
 
 
 def test_eval_reports_rows_hold_the_metrics_per_level_and_overall(trained: TrainConfig, scripted_report) -> None:
+    report, _ = scripted_report
     rows = Store(trained.db_path).query(
         "SELECT report_id, checkpoint, split, level, num_problems, samples_per_problem, metrics_json "
-        "FROM eval_reports WHERE run_id = ? AND checkpoint = 'base' ORDER BY report_id", [RUN_ID]).to_dicts()
-    assert [r["report_id"] for r in rows] == [f"{RUN_ID}|base|all|L1", f"{RUN_ID}|base|all|L2", f"{RUN_ID}|base|all|all"]
+        "FROM eval_reports WHERE eval_id = ? ORDER BY report_id", [report.eval_id]).to_dicts()
+    assert [r["report_id"] for r in rows] == [
+        f"{RUN_ID}|base|all|{level}|{report.eval_id}" for level in ("L1", "L2", "all")]
     by_level = {r["level"]: r for r in rows}
     assert set(by_level) == {1, 2, None}
     for level, row in by_level.items():
@@ -190,7 +192,7 @@ def test_latest_checkpoint_with_the_real_evaluator(trained: TrainConfig, scripte
     assert all(line.count("|") == 4 for line in lines), table
     rows_by_metric = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]] for line in lines[2:]}
     for metric in ("compile_rate", "correct_rate", "pass@1", "pass@2", "fast_0", "fast_0.5", "fast_0.8",
-                   "fast_1", "fast_1.5", "fast_2", "geomean speedup", "L1 correct rate", "L2 correct rate"):
+                   "fast_1", "fast_1.5", "fast_2", "geomean speedup", "L1 correct_rate", "L2 correct_rate"):
         assert metric in rows_by_metric, metric
     assert rows_by_metric["pass@2"] == [f"{_expected(None)['pass_at_k']['pass@2']:.3f}", "-"]
     assert rows_by_metric["fast_1.5"] == ["0.500", "-"]
@@ -200,6 +202,45 @@ def test_latest_checkpoint_with_the_real_evaluator(trained: TrainConfig, scripte
     assert plot.read_bytes()[:8] == PNG_MAGIC
     empty = speedup_plot([report], tmp_path / "none.png")  # nothing timed: still a valid image
     assert empty.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_each_evaluation_keeps_its_own_rows(trained: TrainConfig) -> None:
+    """Evaluating a checkpoint again adds rows (with their own time): its history is one query."""
+    first = evaluate_checkpoint(trained, checkpoint=BASE, samples_per_problem=4, split="all", evaluate_fn=ScriptedEvaluator())
+    second = evaluate_checkpoint(trained, checkpoint=BASE, samples_per_problem=4, split="all", evaluate_fn=ScriptedEvaluator())
+    assert first.eval_id != second.eval_id
+    history = Store(trained.db_path).query(
+        "SELECT eval_id, created_at, metrics_json FROM eval_reports "
+        "WHERE run_id = ? AND checkpoint = 'base' AND level IS NULL ORDER BY created_at", [RUN_ID]).to_dicts()
+    ids = [row["eval_id"] for row in history]
+    assert first.eval_id in ids and second.eval_id in ids and len(set(ids)) == len(ids)
+    assert ids.index(first.eval_id) < ids.index(second.eval_id)
+
+
+def test_every_sample_of_an_evaluation_is_kept_with_its_verdict(scripted_report, trained: TrainConfig) -> None:
+    """"Which samples of checkpoint X failed, and why" is one query."""
+    report, _ = scripted_report
+    failed = Store(trained.db_path).query(
+        "SELECT problem_id, sample_index, error_category, error_message FROM eval_samples "
+        "WHERE eval_id = ? AND NOT correct ORDER BY problem_id, sample_index", [report.eval_id]).to_dicts()
+    assert [(r["problem_id"], r["sample_index"], r["error_category"]) for r in failed] == [
+        ("L1/19", 2, "mismatch"), ("L1/19", 3, "format"),
+        ("L2/102", 1, "ok"), ("L2/102", 2, "ok"), ("L2/102", 3, "compile")]  # the hack and the unverified 50x
+    every = Store(trained.db_path).query(
+        "SELECT s.correct, s.speedup, b.text FROM eval_samples s JOIN blobs b ON b.sha256 = s.completion_sha256 "
+        "WHERE s.eval_id = ? ORDER BY s.problem_id, s.sample_index", [report.eval_id]).to_dicts()
+    assert [r["correct"] for r in every] == [True, True, False, False, True, False, False, False]
+    assert [r["speedup"] for r in every][:2] == [2.0, 0.5]
+
+
+def test_the_table_has_every_metric_per_level_even_untimed(trained: TrainConfig) -> None:
+    untimed = evaluate_checkpoint(trained, checkpoint=BASE, samples_per_problem=2, split="all",
+                                  evaluate_fn=lambda pids, responses: [verdict(p, compiled=True, correct=True) for p in pids])
+    names = [line.split("|")[1].strip() for line in markdown_table([untimed]).splitlines()[2:]]
+    for prefix in ("", "L1 ", "L2 "):
+        for metric in ("compile_rate", "correct_rate", "pass@1", "fast_0", "fast_0.5", "fast_0.8",
+                       "fast_1", "fast_1.5", "fast_2", "geomean speedup"):
+            assert prefix + metric in names, prefix + metric
 
 
 def _one_sentence(err: pytest.ExceptionInfo) -> str:

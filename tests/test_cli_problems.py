@@ -93,3 +93,21 @@ def test_superseded_old_files_are_ignored_and_real_duplicates_are_an_error(tmp_p
     (level3 / "2_Another.py").write_text((level3 / "2_Op2.py").read_text())
     proc = _run_cli("problems", "list", "--kernelbench-root", str(tmp_path))
     assert proc.returncode != 0 and "both claim problem number 2" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_show_writes_code_verbatim_when_piped(tmp_path):
+    """`problems show L1/20 --solution > x.py` gives runnable Python with every line whole, at any width."""
+    import os
+
+    from kernelbench_rl.problems import load_solution
+
+    problem = get_problem("L1/20")
+    env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "problems", "show", "L1/20", "--solution"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    compile(proc.stdout, "x.py", "exec")  # valid Python as a whole
+    lines = set(proc.stdout.splitlines())
+    for source in (problem.source_for("real"), load_solution(problem)):
+        assert all(line in lines for line in source.splitlines())
+    assert max(len(line) for line in load_solution(problem).splitlines()) > 40  # a line the width would have cut

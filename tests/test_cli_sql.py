@@ -155,3 +155,36 @@ def test_the_installed_command_prints_rows_and_exits_non_zero_on_errors(db: Path
     assert failed.returncode == UserError.exit_code
     assert failed.stderr.strip().splitlines() == [f"error: There is no database at {missing}; pass --db or set KBRL_DB to an existing file."]
     assert not missing.exists()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "COPY (SELECT 1) TO '{db}'",  # would overwrite the run database with 4 bytes
+        "COPY (SELECT 1) TO '{tmp}/out.csv'",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SELECT * FROM glob('/etc/*')",
+        "ATTACH '{tmp}/other.duckdb' AS other",
+        "SET enable_external_access = true",
+        "INSTALL httpfs",
+        "EXPORT DATABASE '{tmp}/export'",
+        "CREATE TABLE hijack AS SELECT 1 AS a",
+    ],
+)
+def test_sql_reads_the_database_and_nothing_else(db: Path, query: str) -> None:
+    before = db.read_bytes()
+    result = run_sql(query.format(db=db, tmp=db.parent), "--db", str(db))
+    assert isinstance(result.exception, UserError), result.output
+    assert str(result.exception).startswith("The query failed")
+    assert db.read_bytes() == before
+    assert not (db.parent / "out.csv").exists() and not (db.parent / "export").exists()
+    assert not (db.parent / "other.duckdb").exists()
+    # The database still opens and holds its rows.
+    again = run_sql("SELECT count(*) AS n FROM train_steps", "--db", str(db), "--json")
+    assert again.exit_code == 0 and json.loads(again.output) == [{"n": 3}]
+
+
+def test_empty_query_is_a_usage_error(db: Path) -> None:
+    result = run_sql("  ", "--db", str(db))
+    assert isinstance(result.exception, UserError) and "The query is empty" in str(result.exception)

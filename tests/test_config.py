@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
 
 from kernelbench_rl.config import load_config
 from kernelbench_rl.config.schema import DEFAULT_TINKER_MODEL
@@ -121,3 +122,70 @@ def test_first_training_ids_are_train_split_ids_in_order_and_ignore_named_ids() 
     assert first_training_ids(cfg, 2) == [p.id for p in train][:2]
     named = load_config("default", ["problems.levels=[1]", f"problems.ids=[{train[-1].id}]"])
     assert first_training_ids(named, 2) == [p.id for p in train][:2]
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("problems.holdout_fraction=1.5", "problems.holdout_fraction should be less than 1"),
+    ("training.learning_rate=-1e-5", "training.learning_rate should be greater than 0"),
+    ("sampling.temperature=-0.5", "sampling.temperature should be greater than or equal to 0"),
+    ("eval.timeout_s=0", "eval.timeout_s should be greater than 0"),
+    ("eval.num_workers=0", "eval.num_workers"),
+    ("problems.levels=[0]", "problems.levels"),
+    ("sampling.top_p=1.5", "sampling.top_p"),
+    ("curriculum.threshold=2", "curriculum.threshold"),
+])
+def test_out_of_range_values_are_one_sentence(override: str, needle: str) -> None:
+    with pytest.raises(UserError) as err:
+        load_config("default", [override])
+    message = str(err.value)
+    assert needle in message and "\n" not in message and message.endswith(".")
+
+
+def test_every_range_is_declared_in_the_schema() -> None:
+    """Ranges come from the dataclasses' annotations, so a section added later is checked the same way."""
+    import dataclasses
+    import typing
+
+    from kernelbench_rl.config.schema import TrainConfig, _check_ranges
+
+    @dataclasses.dataclass
+    class Extra:
+        rate: typing.Annotated[float, __import__("annotated_types").Gt(0)] = 1.0
+
+    @dataclasses.dataclass
+    class Extended(TrainConfig):
+        extra: Extra = dataclasses.field(default_factory=Extra)
+
+    import kernelbench_rl.config.schema as schema
+
+    saved = schema._ADAPTER
+    try:
+        schema._ADAPTER = __import__("pydantic").TypeAdapter(Extended)
+        with pytest.raises(UserError, match=r"extra\.rate should be greater than 0"):
+            _check_ranges(Extended(extra=Extra(rate=-1.0)))
+    finally:
+        schema._ADAPTER = saved
+
+
+def _cli(*args: str, cwd) -> "subprocess.CompletedProcess":
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--run-id", "x", "training.stepz=1"], "Unknown config key training.stepz"),
+    (["--eval-samples", "0"], "--eval-samples must be at least 1"),
+    (["problems.holdout_fraction=1.5"], "problems.holdout_fraction should be less than 1"),
+    (["--levels", "one"], "--levels must be comma-separated"),
+])
+def test_pipeline_checks_its_inputs_before_any_stage(tmp_path, args, needle) -> None:
+    proc = _cli("pipeline", "--db-path", str(tmp_path / "x.duckdb"), *args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.duckdb").exists()  # no stage ran

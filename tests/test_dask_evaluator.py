@@ -226,8 +226,8 @@ def test_checkpoint_evaluation_flow_runs_its_tasks_on_dask(cluster, tmp_path: Pa
         finally:
             client.close()
     assert "| metric | base (holdout) |" in table
-    reports = Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")
-    assert [r[0] for r in reports] == ["dask-flow|base|holdout|L1", "dask-flow|base|holdout|all"]
+    reports = Store(db).fetchall("SELECT run_id, checkpoint, split, level FROM eval_reports ORDER BY level NULLS LAST")
+    assert reports == [("dask-flow", "base", "holdout", 1), ("dask-flow", "base", "holdout", None)]
 
 
 def test_the_cluster_setting_is_config_and_leaves_the_run_id_alone() -> None:

@@ -4,12 +4,18 @@ let a real process worker run it, then check the rows in DuckDB."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from deployments.server import LocalPrefect, free_port
+from deployments.server import free_port
 
 pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _trigger_and_wait(api_url: str, deployment: str, parameters: dict, timeout_s: float) -> str:
@@ -39,26 +45,56 @@ def _trigger_and_wait(api_url: str, deployment: str, parameters: dict, timeout_s
 
 
 def test_pipeline_deployment_runs_from_a_real_server(tmp_path):
+    """`make serve` as a user starts it (kernelbench-rl serve: server, deployments, worker), the pipeline
+    and the shipped nightly schedule run through it, a second serve is refused, and Ctrl-C stops it all."""
     from kernelbench_rl.store import Store
+    from test_serve import answers, processes_with_home, start_serve, stop_and_check, wait_for_line
 
     db = tmp_path / "kbrl.duckdb"
-    home = tmp_path / "prefect"
-    with LocalPrefect(prefect_home=home, port=free_port(), log_dir=home / "logs") as local:
-        local.start_server()
-        local.ensure_work_pool()
-        local.deploy(["pipeline", "nightly-eval"])
-        local.start_worker()
+    home, port = tmp_path / "prefect", free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    serve = start_serve(home, port)
+    try:
+        started = wait_for_line(serve, "Prefect UI")
+        assert answers(port) and len(processes_with_home(home)) >= 2  # server and worker
+        # `prefect deploy`'s own "start a worker" hints are not repeated (serve starts the worker).
+        assert "worker start" not in started
+        assert "deployed: ingest-corpus/ingest-corpus, nightly-eval/nightly-eval, pipeline/pipeline" in started
+        # A second serve on the same port says what runs there, starts nothing and fails.
+        second = subprocess.run(
+            [sys.executable, "-m", "kernelbench_rl.cli", "serve", "--port", str(port), "--prefect-home",
+             str(tmp_path / "other")], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1, second.stderr + second.stdout
+        assert f"A Prefect server already answers on http://127.0.0.1:{port}" in second.stderr
+        assert "started by kernelbench-rl serve" in second.stderr and "worker pid" in second.stderr
+        assert not processes_with_home(tmp_path / "other")
+
         state = _trigger_and_wait(
-            local.api_url,
+            api_url,
             "pipeline/pipeline",
             {"run_id": "deploy-test", "db_path": str(db), "log_dir": str(tmp_path / "logs"),
              "train_steps": 1, "num_problems": 2, "eval_samples": 1},
             timeout_s=900,
         )
+        # The shipped nightly schedule, as it fires: its deployment's own parameters (no run named) plus
+        # this test's database; it must find the run the pipeline trained.
+        nightly = "NOT RUN"
+        if state == "COMPLETED":
+            nightly = _trigger_and_wait(api_url, "nightly-eval/nightly-eval",
+                                        {"db_path": str(db), "samples_per_problem": 1, "max_problems": 1}, timeout_s=600)
         worker_log = (home / "logs" / "worker.log").read_text(errors="replace")
+    finally:
+        # Ctrl-C: the terminal signals the whole foreground process group; everything serve started stops.
+        out = stop_and_check(serve, home, port, "SIGINT")
+    assert "stopped." in out
     assert state == "COMPLETED", worker_log[-4000:]
+    assert nightly == "COMPLETED", worker_log[-4000:]
     store = Store(db)
     assert store.fetchall("SELECT count(*) FROM problems")[0][0] > 0
     assert store.fetchall("SELECT count(*) FROM train_steps WHERE run_id = 'deploy-test'")[0][0] == 1
     assert store.fetchall("SELECT count(*) FROM rollouts WHERE run_id = 'deploy-test'")[0][0] > 0
     assert store.fetchall("SELECT count(*) FROM eval_reports WHERE run_id = 'deploy-test'")[0][0] > 0
+    # The pipeline's evaluation and the nightly one: two evaluations of the final checkpoint, both kept.
+    assert store.fetchall("SELECT count(DISTINCT eval_id) FROM eval_reports WHERE run_id = 'deploy-test' "
+                          "AND checkpoint <> 'base'")[0][0] == 2

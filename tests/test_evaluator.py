@@ -221,6 +221,36 @@ def test_identical_candidate_is_served_from_the_cache(tmp_path):
     assert again.candidate_sha256 == fresh.candidate_sha256
 
 
+def test_a_verdict_from_other_hardware_is_not_served(tmp_path):
+    """The cache key covers the device: a verdict recorded on another GPU is not this machine's."""
+    import platform
+
+    from kernelbench_rl.evaluation.result import EvalResult
+    from kernelbench_rl.problems import get_problem
+    from kernelbench_rl.store import Store
+
+    store = Store(tmp_path / "cache.duckdb")
+    wrong = CORRECT.replace("tl.maximum(x, 0.0)", "x * 0.5")
+    reference = get_problem("L1/19").sha256
+
+    def planted(hardware: str) -> EvalResult:  # a "correct" verdict for the wrong kernel, as if judged there
+        request = EvalRequest("L1/19", wrong, SETTINGS, problem_sha256=reference, hardware=hardware)
+        return EvalResult(problem_id="L1/19", candidate_sha256=request.candidate_sha256, backend="triton",
+                          precision="fp32", device_kind="cpu", format_ok=True, compiled=True, correct=True,
+                          settings_hash=request.verdict_hash, hardware=hardware)
+
+    store.record_evaluations([planted("NVIDIA H100 80GB HBM3 sm_9.0")])
+    with Evaluator(SETTINGS, store=store, static_checks=False) as ev:
+        judged = ev.evaluate([EvalRequest("L1/19", wrong, SETTINGS)])[0]
+    assert not judged.cached and not judged.correct and judged.error_category == ErrorCategory.MISMATCH
+    # The key does match on the hardware it was recorded for (here: this CPU's architecture).
+    store.record_evaluations([planted(f"cpu:{platform.machine()}")])
+    with Evaluator(SETTINGS, store=store, static_checks=False) as ev:
+        assert ev.device_identity() == f"cpu:{platform.machine()}"
+        served = ev.evaluate([EvalRequest("L1/19", wrong, SETTINGS)])[0]
+    assert served.cached
+
+
 def test_duplicates_in_one_batch_run_once(evaluator):
     results = evaluator.evaluate([EvalRequest("L1/19", CORRECT, SETTINGS)] * 3)
     assert [r.correct for r in results] == [True, True, True]

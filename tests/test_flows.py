@@ -122,8 +122,8 @@ def test_evaluate_checkpoint_flow_publishes_a_markdown_artifact(prefect_api: str
     assert table in artifact.data
     assert "data:image/png;base64," in artifact.data
     assert (tmp_path / "logs" / run_id).is_dir()
-    reports = Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")
-    assert [r[0] for r in reports] == [f"{run_id}|base|holdout|L1", f"{run_id}|base|holdout|all"]
+    reports = Store(db).fetchall("SELECT report_id, eval_id FROM eval_reports ORDER BY report_id")
+    assert [r[0] for r in reports] == [f"{run_id}|base|holdout|{level}|{r[1]}" for level, r in zip(("L1", "all"), reports)]
 
 
 def test_curriculum_flow_puts_retrieved_examples_in_the_prompts(prefect_api: str, tmp_path: Path) -> None:
@@ -153,3 +153,92 @@ def test_curriculum_flow_puts_retrieved_examples_in_the_prompts(prefect_api: str
     for row in prompts:
         [example] = retrieve(get_problem(row["problem_id"]), 1)
         assert example.kernel_code.strip() in row["text"], row["problem_id"]
+
+
+def test_nightly_eval_evaluates_the_run_with_the_newest_checkpoint(prefect_api: str, tmp_path: Path) -> None:
+    """The shipped schedule names no run: it evaluates the run with the newest checkpoint and says so."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.evaluate import nightly_eval
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.errors import UserError
+    from kernelbench_rl.training import run_training
+
+    db = tmp_path / "kb.duckdb"
+    assert "Nothing to evaluate" in nightly_eval(db_path=str(db))  # a fresh server before any training: no failure
+    # No run_id: the run is named by the hash of its config, which the nightly's db_path must not change.
+    cfg = load_config("default", [*TINY_EVAL_OVERRIDES, f"db_path={db}", f"log_dir={tmp_path / 'logs'}",
+                                  "policy.lora_rank=4", "training.steps=1", "training.batch_problems=1",
+                                  "sampling.group_size=2", "training.checkpoint_every=1", "problems.levels=[1]",
+                                  "problems.ids=[L1/19]", "curriculum.enabled=false"])
+    assert run_training(cfg, progress=False).finished
+    run_id = cfg.resolved_run_id()
+    # The run's own configuration is used (tiny policy, CPU), so no overrides are needed.
+    table = nightly_eval(db_path=str(db), samples_per_problem=1, max_problems=1)
+    assert "| metric | base (holdout) | step_000000 (holdout) |" in table
+
+    async def read() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_=f"nightly-{run_id}")))
+
+    artifact = asyncio.run(read())[0]
+    assert f"run `{run_id}`, checkpoint `step_000000` (step 0)" in artifact.data
+    assert "newest checkpoint" in artifact.data
+    history = Store(db).fetchall("SELECT DISTINCT eval_id FROM eval_reports WHERE run_id = ? "
+                                 "AND checkpoint = 'step_000000'", [run_id])
+    assert len(history) == 1  # (a second night adds its own rows: tests/test_deployment.py, test_checkpoint_eval.py)
+    with pytest.raises(UserError, match="no checkpoint"):
+        nightly_eval(run_ids=["never-trained"], db_path=str(db))
+
+
+def test_the_pipeline_keeps_an_index_the_user_built(prefect_api: str, tmp_path: Path) -> None:
+    """An index already beside the database (e.g. `index build --verified-only`) survives a pipeline run."""
+    from flows.index import build_index
+    from flows.ingest import ingest_corpus
+    from flows.pipeline import ensure_index
+    import os
+
+    from kernelbench_rl.rag.index import INDEX_FILE
+
+    db = str(tmp_path / "kb.duckdb")
+    index_dir = tmp_path / "rag_index"
+    ingest_corpus(db_path=db, sources=["solutions"], levels=[1])
+    users = build_index(db_path=db, index_dir=str(index_dir))
+    os.utime(index_dir / INDEX_FILE, ns=(1, 1))  # marks the user's file: a rebuild writes a new one
+    kept = ensure_index(db, str(index_dir), rebuild=False)
+    assert kept["kept"] is True and (index_dir / INDEX_FILE).stat().st_mtime_ns == 1
+    rebuilt = ensure_index(db, str(index_dir), rebuild=True)
+    assert rebuilt["kept"] is False and (index_dir / INDEX_FILE).stat().st_mtime_ns != 1
+    assert users["num_docs"] == rebuilt["num_docs"]
+
+
+def test_promotion_events_name_their_stages(prefect_api: str) -> None:
+    """A promotion reads in the UI's event feed without opening its JSON: the stages are in its name and resource."""
+    import json
+    import time
+    import urllib.request
+
+    from prefect import flow
+
+    from flows.curriculum import _emit_promotions
+
+    event = {"step": 3, "kind": "stage", "from_value": "format", "to_value": "compile", "reason": "format_rate 0.9"}
+
+    @flow(name="emit-promotion-test")
+    def emit() -> None:
+        _emit_promotions("evt-run", [event])
+
+    emit()
+    found: list = []
+    deadline = time.monotonic() + 30
+    while not found and time.monotonic() < deadline:
+        request = urllib.request.Request(
+            f"{prefect_api}/events/filter", method="POST", headers={"Content-Type": "application/json"},
+            data=json.dumps({"filter": {"event": {"prefix": ["kernelbench-rl.curriculum."]}}, "limit": 50}).encode())
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            found = [e for e in json.load(resp)["events"] if e["resource"]["prefect.resource.id"] == "kernelbench-rl.run.evt-run"]
+        time.sleep(0.5)
+    assert found, "the promotion event never reached the API"
+    assert found[0]["event"] == "kernelbench-rl.curriculum.stage-promoted.format-to-compile"
+    assert found[0]["resource"]["prefect.resource.name"] == "evt-run: stage format -> compile at step 3"

@@ -112,12 +112,14 @@ def test_eval_model_writes_a_report_that_sql_shows(chat_server, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| metric | openai:canned (train) |" in done.stdout and "retries" in done.stdout
     shown = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "sql", "--db", str(db),
-                            "SELECT report_id, checkpoint, samples_per_problem FROM eval_reports ORDER BY report_id"],
+                            "SELECT run_id || '|' || checkpoint || '|' || split || '|' || coalesce('L' || CAST(level AS VARCHAR), 'all') AS report, "
+                            "samples_per_problem FROM eval_reports ORDER BY report"],
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "api-eval|openai:canned|train|all" in shown.stdout and "api-eval|openai:canned|train|L1" in shown.stdout
     metrics = json.loads(Store(db).fetchall(
-        "SELECT metrics_json FROM eval_reports WHERE report_id = 'api-eval|openai:canned|train|all'")[0][0])
+        "SELECT metrics_json FROM eval_reports WHERE run_id = 'api-eval' AND checkpoint = 'openai:canned' "
+        "AND split = 'train' AND level IS NULL")[0][0])
     # two samples of L1/1: the bundled solution (correct) and prose without a kernel (a format failure)
     assert metrics["pass_at_k"]["pass@1"] == pytest.approx(1 / 2) and metrics["correct_rate"] == pytest.approx(1 / 2)
     assert metrics["compile_rate"] == pytest.approx(1 / 2)
@@ -141,14 +143,15 @@ def test_nightly_eval_flow_runs_an_openai_policy(prose_chat_server, tmp_path, mo
         from flows.evaluate import nightly_eval
 
         db = tmp_path / "kb.duckdb"
-        table = nightly_eval(run_id="nightly-api", overrides=[*CLI_OVERRIDES, "problems.holdout_fraction=0.05"],
-                             db_path=str(db), log_dir=str(tmp_path / "logs"), samples_per_problem=2, levels=[1],
+        table = nightly_eval(run_ids=["nightly-api"],
+                             overrides=[*CLI_OVERRIDES, "problems.holdout_fraction=0.05"],
+                             db_path=str(db), samples_per_problem=2,
                              policy="openai:canned", base_url=f"{prose_chat_server}/v1")
     assert "| metric | openai:canned (holdout) |" in table
-    ids = [r[0] for r in Store(db).fetchall("SELECT report_id FROM eval_reports ORDER BY report_id")]
-    assert ids == ["nightly-api|openai:canned|holdout|L1", "nightly-api|openai:canned|holdout|all"]
+    rows = Store(db).fetchall("SELECT run_id, checkpoint, split, level FROM eval_reports ORDER BY level NULLS LAST")
+    assert rows == [("nightly-api", "openai:canned", "holdout", 1), ("nightly-api", "openai:canned", "holdout", None)]
     metrics = json.loads(Store(db).fetchall(
-        "SELECT metrics_json FROM eval_reports WHERE report_id = 'nightly-api|openai:canned|holdout|all'")[0][0])
+        "SELECT metrics_json FROM eval_reports WHERE run_id = 'nightly-api' AND level IS NULL")[0][0])
     assert (metrics["num_problems"], metrics["correct_rate"], metrics["usage"]["requests"]) == (2, 0.0, 4)
 
 

@@ -214,7 +214,7 @@ def test_cli_ingest_build_retrieve_offline(tmp_path, corpus_paths, monkeypatch):
         outputs.append(result.output)
     assert "kernelbook" in outputs[1] and "too_long: 1" in outputs[1]
     assert "not_correct: 2" in outputs[2]
-    result = runner.invoke(app, ["retrieve", "--db", db, "--problem", "L1/23", "-k", "3", "--no-code"], catch_exceptions=False)
+    result = runner.invoke(app, ["retrieve", "--db", db, "--problem", "L1/23", "-n", "3", "--no-code"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "score" in result.output and "softmax" in result.output.lower().split("excluded")[0].replace("23_softmax (triton)", "")
     assert "sakana:L1/23" not in result.output and "kernelbook:9 " not in result.output

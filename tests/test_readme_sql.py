@@ -34,3 +34,17 @@ def test_readme_query_runs(tmp_path, sql):
     Store(db).init()
     result = CliRunner().invoke(app, ["sql", sql, "--db", str(db), "--json"])
     assert result.exit_code == 0, result.output
+
+
+def test_readme_queries_name_problems_the_smoke_run_trains():
+    """After `make run`, a README query about one problem returns its rows: the problem is one the smoke run trains."""
+    from flows.common import build_config
+    from kernelbench_rl.commands.pipeline import SMOKE_OVERRIDES, pipeline_arg_parser
+
+    defaults = pipeline_arg_parser().parse_args([])
+    cfg = build_config(defaults.config, SMOKE_OVERRIDES, run_id=defaults.run_id, db_path="unused.duckdb",
+                       log_dir="unused", train_steps=defaults.train_steps,
+                       levels=[int(x) for x in defaults.levels.split(",")], num_problems=defaults.num_problems)
+    named = {pid for sql in _readme_queries() for pid in re.findall(r"problem_id = '([^']+)'", sql)}
+    assert named, "the README has no per-problem query"
+    assert named <= set(cfg.problems.ids), (named, cfg.problems.ids)

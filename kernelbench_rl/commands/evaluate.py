@@ -15,7 +15,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.evaluation.result import EvalRequest, EvalResult, EvalSettings
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings
+
+# `eval`'s exit codes (README, "The evaluator"): scripts can tell a wrong kernel from a usage mistake.
+EXIT_CORRECT = 0
+EXIT_NOT_CORRECT = 1  # judged: format, static, compile, runtime, timeout, crash, mismatch, shape or dtype
+EXIT_USAGE = 2  # bad arguments, unknown problem, missing file (UserError)
+EXIT_NO_VERDICT = 4  # no verdict on the kernel: our infrastructure failed, or the problem is too large here
 
 _GENERATION_RE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
 
@@ -37,6 +43,10 @@ def _settings(device: str, backend: str, precision: str, timeout_s: float, size:
         raise UserError(f"--backend must be triton or cuda, not {backend!r}.")
     if precision not in ("fp32", "fp16", "bf16"):
         raise UserError(f"--precision must be fp32, fp16 or bf16, not {precision!r}.")
+    if not timeout_s > 0:
+        raise UserError(f"--timeout must be a positive number of seconds, not {timeout_s:g}.")
+    if size not in (None, "small", "real"):
+        raise UserError(f"--size must be small or real, not {size!r}.")
     from kernelbench_rl.evaluation.cluster_spec import parse_cluster
 
     if device == "cuda" and parse_cluster(cluster).kind != "dask":  # a remote cluster's GPUs are not ours to see
@@ -63,6 +73,23 @@ def _evaluator(settings: EvalSettings, cluster: str, **kwargs):
     from kernelbench_rl.evaluation.cluster import make_evaluator
 
     return make_evaluator(settings, cluster=cluster, **kwargs)
+
+
+def read_candidate(path: Path) -> tuple[str, str | None]:
+    """The file's text, and why it cannot be a candidate (None when it can): a kernel is UTF-8 Python source."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        # Keep a text stand-in (its sha256 names this file's contents) for the record.
+        return raw.decode("utf-8", errors="replace"), (
+            f"{path.name} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}), so it is no Python source")
+
+
+def exit_code_for(result: EvalResult) -> int:
+    if result.correct:
+        return EXIT_CORRECT
+    return EXIT_NO_VERDICT if result.error_category.is_ours else EXIT_NOT_CORRECT
 
 
 def _store(db: Path | None):
@@ -111,7 +138,10 @@ def eval_command(
     size: Annotated[Optional[str], typer.Option("--size", help="small or real (default: small on cpu, real on cuda).")] = None,
     cluster: ClusterOption = "local",
 ) -> None:
-    """Evaluate one kernel file against a problem: compile, correctness and (on a GPU) speed."""
+    """Evaluate one kernel file against a problem: compile, correctness and (on a GPU) speed.
+
+    Exit code: 0 correct, 1 judged not correct, 2 usage error, 4 no verdict (infrastructure, too large).
+    """
     if not kernel.is_file():
         raise UserError(f"No kernel file {kernel} exists; pass the path of a Python file that defines ModelNew.")
     from kernelbench_rl.problems import get_problem
@@ -119,16 +149,20 @@ def eval_command(
     settings = _settings(device, backend, precision, timeout_s, size, cluster)
     root = str(kernelbench_root) if kernelbench_root else None
     get_problem(problem, root)  # unknown ids fail here, before any worker starts
-    source = kernel.read_text()
+    source, unreadable = read_candidate(kernel)
     console = Console(stderr=as_json)
-    # --json keeps stdout for the one result object: no spinner.
-    progress = nullcontext() if as_json else console.status(f"evaluating {kernel.name} on {problem} ({device})")
-    with _evaluator(settings, cluster, store=_store(db), kernelbench_root=root) as ev, progress:
-        result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
+    if unreadable:  # a verdict of its own, without starting a worker
+        result = EvalResult.failure(EvalRequest(problem, source, settings), ErrorCategory.FORMAT, unreadable)
+    else:
+        # --json keeps stdout for the one result object: no spinner.
+        progress = nullcontext() if as_json else console.status(f"evaluating {kernel.name} on {problem} ({device})")
+        with _evaluator(settings, cluster, store=_store(db), kernelbench_root=root) as ev, progress:
+            result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
     if as_json:
         typer.echo(result.to_json())
     else:
         _summary(result, console)
+    raise typer.Exit(exit_code_for(result))
 
 
 def eval_dir_command(
@@ -156,26 +190,67 @@ def eval_dir_command(
             files.append((f"L{level}/{int(match.group(2))}", int(match.group(2)), int(match.group(3)), path))
     if not files:
         raise UserError(f"{directory} has no files named level_{level}_problem_<P>_sample_<S>_kernel.py.")
+    if batch < 1:
+        raise UserError(f"--batch must be at least 1, not {batch}.")
+    from kernelbench_rl.problems import get_problem
     from kernelbench_rl.store import Store
 
     settings = _settings(device, backend, precision, timeout_s, None, cluster)
     root = str(kernelbench_root) if kernelbench_root else None
-    results: dict[str, list[dict]] = defaultdict(list)
+    store = Store(db) if db else Store()
+    # Files that cannot be evaluated get a verdict of their own and the rest go on.
+    verdicts: dict[Path, EvalResult] = {}
+    runnable = []
+    known: dict[str, str | None] = {}
+    for pid, number, sample, path in files:
+        source, unreadable = read_candidate(path)
+        request = EvalRequest(pid, source, settings, request_id=path.name)
+        if pid not in known:
+            try:
+                get_problem(pid, root)
+                known[pid] = None
+            except UserError as exc:
+                known[pid] = str(exc)
+        if known[pid] is not None:
+            verdicts[path] = EvalResult.failure(request, ErrorCategory.UNKNOWN_PROBLEM, known[pid] or "")
+        elif unreadable:
+            verdicts[path] = EvalResult.failure(request, ErrorCategory.FORMAT, unreadable)
+        else:
+            runnable.append((request, path))
+    formats = [r for r in verdicts.values() if r.error_category is ErrorCategory.FORMAT]
+    if formats:
+        store.record_evaluations(formats)
     console = Console()
-    with _evaluator(settings, cluster, store=Store(db) if db else Store(), kernelbench_root=root) as ev:
-        with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-            task = bar.add_task("eval", total=len(files))
-            for start in range(0, len(files), max(1, batch)):
-                chunk = files[start: start + max(1, batch)]
-                requests = [EvalRequest(pid, path.read_text(), settings, request_id=path.name) for pid, _, _, path in chunk]
-                verdicts = ev.evaluate(requests, on_result=lambda _index, _result: bar.advance(task))
-                for (pid, number, sample, path), result in zip(chunk, verdicts):
-                    results[str(number)].append(_kernelbench_entry(sample, result))
+    if runnable:
+        with _evaluator(settings, cluster, store=store, kernelbench_root=root) as ev:
+            with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+                task = bar.add_task("eval", total=len(runnable))
+                for start in range(0, len(runnable), batch):
+                    chunk = runnable[start: start + batch]
+                    judged = ev.evaluate([request for request, _ in chunk], on_result=lambda _i, _r: bar.advance(task))
+                    verdicts.update({path: result for (_, path), result in zip(chunk, judged)})
+    results: dict[str, list[dict]] = defaultdict(list)
+    for pid, number, sample, path in files:
+        results[str(number)].append(_kernelbench_entry(sample, verdicts[path]))
     target = out or directory / "eval_results.json"
     ordered = {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in sorted(results.items(), key=lambda kv: int(kv[0]))}
     target.write_text(json.dumps(ordered, indent=2))
     correct = sum(e["correctness"] for v in ordered.values() for e in v)
     console.print(f"{correct}/{len(files)} correct; wrote {target}")
+    failed = [(path, verdicts[path]) for _, _, _, path in files if not verdicts[path].correct]
+    for path, result in failed[:FAILED_FILES_SHOWN]:
+        console.print(f"  {path.name}: {result.error_category.value}: {_first_line(result.error_message)}",
+                      markup=False, highlight=False)
+    if len(failed) > FAILED_FILES_SHOWN:
+        console.print(f"  ... and {len(failed) - FAILED_FILES_SHOWN} more not correct (see {target})", markup=False)
+
+
+FAILED_FILES_SHOWN = 20
+
+
+def _first_line(text: str, width: int = 160) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def _kernelbench_entry(sample: int, result: EvalResult) -> dict:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -33,6 +34,8 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
     parser.add_argument("--eval-max-problems", type=int, default=4, help="Held-out problems evaluated.")
     parser.add_argument("--no-index", action="store_true",
                         help="Skip the retrieval index (and so retrieval: prompts get the default one-shot example).")
+    parser.add_argument("--rebuild-index", action="store_true",
+                        help="Rebuild the retrieval index even if one is already beside the database (default: keep it).")
     parser.add_argument("--real", action="store_true",
                         help="Drop the smoke overrides (tiny local policy, CPU evaluator): use the config as written.")
     parser.add_argument("--cluster", default=None,
@@ -42,11 +45,56 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
     return parser
 
 
+def check_pipeline_inputs(
+    config: str, overrides: list[str], *, run_id: str, db_path: str, log_dir: str, train_steps: int,
+    levels: list[int], num_problems: int, eval_samples: int, eval_max_problems: int | None,
+) -> None:
+    """Every parameter and config key of a pipeline run, checked before any stage starts (UserError, one sentence)."""
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.errors import UserError
+
+    if not run_id or not run_id.strip():
+        raise UserError("The run id is empty; pass one, e.g. --run-id smoke.")
+    for name, value, least in (("--train-steps", train_steps, 0), ("--num-problems", num_problems, 0),
+                               ("--eval-samples", eval_samples, 1), ("--eval-max-problems", eval_max_problems or 0, 0)):
+        if value < least:
+            raise UserError(f"{name} must be at least {least}, not {value}.")
+    if not levels:
+        raise UserError("--levels names no level; pass e.g. --levels 1 or --levels 1,2.")
+    load_config(config, [*overrides, f"run_id={run_id}", f"db_path={db_path}", f"log_dir={log_dir}",
+                         f"training.steps={train_steps}", f"problems.levels=[{','.join(str(lv) for lv in levels)}]"])
+
+
+def parse_levels(text: str) -> list[int]:
+    from kernelbench_rl.errors import UserError
+
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"--levels must be comma-separated level numbers such as 1,2, not {text!r}.") from None
+
+
 PIPELINE_DESCRIPTION = (
     "Run the pipeline flow: ingest -> index -> curriculum training -> checkpoint evaluation. With no arguments "
     "it runs the embedded defaults (CPU, offline, the tiny local policy, Triton's CPU interpreter, Prefect's "
     "ephemeral API, runs/kernelbench_rl.duckdb); the same --run-id resumes a run."
 )
+
+
+# The smoke run's overrides (`make run`): tiny local policy, CPU evaluator, retrieval from the built index.
+SMOKE_OVERRIDES = [
+    "policy.backend=local", "policy.base_model=local:tiny", "sampling.group_size=4", "sampling.max_tokens=96",
+    "training.batch_problems=4", "training.learning_rate=0.001", "training.checkpoint_every=1",
+    "eval.device=cpu", "eval.size=small", "rag.enabled=true", "rag.k=1",
+]
+
+
+def pipeline_overrides(args: argparse.Namespace) -> list[str]:
+    """The config overrides a command line means: the smoke ones unless --real, then the user's."""
+    overrides = ([] if args.real else list(SMOKE_OVERRIDES)) + list(args.overrides)
+    if args.no_index:
+        overrides.append("rag.enabled=false")  # no index, so no retrieved examples in the prompts
+    return overrides
 
 
 def _launch(module: str, args: list[str]) -> None:
@@ -55,11 +103,21 @@ def _launch(module: str, args: list[str]) -> None:
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+    child = subprocess.Popen([sys.executable, "-m", module, *args], env=env)
+
+    def forward(signum, _frame) -> None:  # SIGTERM/SIGHUP to us reach the child, which stops what it started
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    # Ctrl-C reaches the child from the terminal itself; we wait for it to finish stopping.
+    previous = {signum: signal.signal(signum, handler) for signum, handler in
+                ((signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, forward), (signal.SIGHUP, forward))}
     try:
-        code = subprocess.call([sys.executable, "-m", module, *args], env=env)
-    except KeyboardInterrupt:
-        code = 130
-    raise typer.Exit(code)
+        code = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    raise typer.Exit(130 if code == -signal.SIGINT else code)
 
 
 def register(app: typer.Typer) -> None:
@@ -74,13 +132,30 @@ def register(app: typer.Typer) -> None:
         if "--help" in args or "-h" in args:
             typer.echo(pipeline_arg_parser(description=PIPELINE_DESCRIPTION).format_help())
             raise typer.Exit(0)
+        # Check every parameter and config key here, in a second, before Prefect and the stages start.
+        parsed = pipeline_arg_parser(description=PIPELINE_DESCRIPTION).parse_args(args)
+        check_pipeline_inputs(
+            parsed.config, pipeline_overrides(parsed), run_id=parsed.run_id, db_path=parsed.db_path,
+            log_dir=parsed.log_dir, train_steps=parsed.train_steps, levels=parse_levels(parsed.levels),
+            num_problems=parsed.num_problems, eval_samples=parsed.eval_samples,
+            eval_max_problems=parsed.eval_max_problems)
+        from kernelbench_rl import ownership
+
+        ownership.check_free(parsed.db_path, parsed.run_id)  # a second `make run` stops here, before Prefect
         _launch("flows.pipeline", args)
 
     @app.command("serve")
     def serve(
         port: Annotated[int, typer.Option(help="Port of the Prefect server and UI.")] = 4200,
         no_worker: Annotated[bool, typer.Option("--no-worker", help="Do not start a worker.")] = False,
+        prefect_home: Annotated[Optional[str], typer.Option(
+            "--prefect-home", help="PREFECT_HOME of the server (default: runs/prefect).", show_default=False)] = None,
     ) -> None:
-        """Start a local Prefect server (UI on localhost), deploy prefect.yaml and start a process worker."""
+        """Start a local Prefect server (UI on localhost), deploy prefect.yaml and start a process worker.
+
+        Ctrl-C or SIGTERM stops the worker and the server it started; if the port is already served,
+        it says what runs there and exits 1.
+        """
         args = ["--port", str(port)] + (["--no-worker"] if no_worker else [])
+        args += ["--prefect-home", prefect_home] if prefect_home else []
         _launch("deployments.serve", args)

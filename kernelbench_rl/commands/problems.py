@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.syntax import Syntax
 from rich.table import Table
 
 from kernelbench_rl.problems import get_problem, holdout_ids, load_problems, load_solution
@@ -65,19 +64,21 @@ def show_problem(
     small: Annotated[bool, typer.Option("--small", help="Show the source at its small (CPU) sizes.")] = False,
     solution: Annotated[bool, typer.Option("--solution", help="Also show our known-correct solution.")] = False,
 ) -> None:
-    """Print a problem's source (and optionally our solution)."""
+    """Print a problem's source (and optionally our solution), verbatim: `> x.py` gives a Python file."""
     problem = get_problem(problem_id, kernelbench_root)
-    console = Console()
-    console.print(f"[bold]{problem.id}[/bold] {problem.name}  ({problem.origin}: {problem.path or '-'})")
+    # Code goes out as it is, whatever the terminal (rich would cut lines at its width when piped);
+    # what is not code is a comment, so the output is Python as a whole.
+    typer.echo(f"# {problem.id} {problem.name}  ({problem.origin}: {problem.path or '-'})")
     if problem.small_sizes:
-        console.print(f"small sizes: {problem.small_sizes}")
-    console.print(Syntax(problem.source_for("small" if small else "real"), "python", line_numbers=False))
+        typer.echo(f"# small sizes: {problem.small_sizes}")
+    typer.echo(problem.source_for("small" if small else "real").rstrip("\n"))
     if solution:
         text = load_solution(problem) if problem.origin == "bundled" else None
         if text is None:
-            console.print("[yellow]no bundled solution for this problem[/yellow]")
+            typer.echo("# no bundled solution for this problem")
         else:
-            console.print(Syntax(text, "python"))
+            typer.echo(f"\n# --- our known-correct solution (ModelNew) for {problem.id} ---")
+            typer.echo(text.rstrip("\n"))
 
 
 def register(app: typer.Typer) -> None:

@@ -142,7 +142,7 @@ def build(
 
 def retrieve(
     problem: Annotated[str, typer.Option("--problem", "-p", help="Problem id, e.g. L1/19.")],
-    k: Annotated[int, typer.Option("-k", help="Number of examples.")] = 3,
+    k: Annotated[int, typer.Option("--examples", "-n", help="Number of examples (-k is eval's --kernel).")] = 3,
     backend: Annotated[str, typer.Option("--backend", help="triton or cuda.")] = "triton",
     char_budget: Annotated[int, typer.Option("--char-budget", help="Characters allowed per example.")] = 6000,
     show_code: Annotated[bool, typer.Option("--code/--no-code", help="Print the examples' code.")] = True,

@@ -67,10 +67,13 @@ def sql(
     if as_csv and as_json:
         raise UserError("Choose one of --csv and --json, not both.")
     path = db if db is not None else default_db_path()
+    if not query.strip():
+        raise UserError('The query is empty; pass one, e.g. kernelbench-rl sql "SELECT * FROM train_steps".')
     if not path.is_file():
         raise UserError(f"There is no database at {path}; pass --db or set KBRL_DB to an existing file.")
     try:
-        frame = Store(path, busy_timeout_s=busy_timeout).query(query, read_only=True)
+        # Locked down: the query reads this database and nothing else, and writes nothing anywhere.
+        frame = Store(path, busy_timeout_s=busy_timeout).query(query, locked_down=True)
     except duckdb.Error as exc:
         raise UserError(f"The query failed: {_one_sentence(exc)}") from exc
 

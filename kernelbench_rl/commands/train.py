@@ -18,12 +18,17 @@ def register(app: typer.Typer) -> None:
         cluster: str | None = typer.Option(None, "--cluster", help=(
             "Where kernels are evaluated (eval.cluster): local, dask-local or dask://HOST:PORT.")),
     ) -> None:
-        """Train (or resume: the same command continues from the last checkpoint)."""
+        """Train (or resume: the same command continues from the last checkpoint).
+
+        The run id is `run_id=NAME` if given, else a hash of the configuration (a changed key starts a new
+        run). One process owns a run at a time; a second one is told who holds it and exits with code 3.
+        """
         from kernelbench_rl.config import load_config
         from kernelbench_rl.training import run_training
-        from kernelbench_rl.training.loop import resolve_base_model
+        from kernelbench_rl.training.loop import describe_run_start, resolve_base_model
 
         cfg = load_config(config, list(overrides or []) + ([f"eval.cluster={cluster}"] if cluster else []))
+        typer.echo(describe_run_start(cfg))
         typer.echo(f"run {cfg.resolved_run_id()}: {cfg.env.mode} mode, policy {resolve_base_model(cfg)} "
                    f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
         summary = run_training(cfg, progress=progress, stop_after_steps=stop_after)

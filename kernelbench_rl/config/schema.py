@@ -1,7 +1,9 @@
 """The training configuration as dataclasses, loaded from YAML with dotted `key=value` overrides.
 
 Every field is typed; overrides are parsed as YAML scalars and then checked against the field's
-type, so `training.steps=abc` or `trainig.steps=3` fail with one sentence naming the key.
+type, so `training.steps=abc` or `trainig.steps=3` fail with one sentence naming the key. Ranges
+live beside the fields (`Annotated[float, Gt(0)]`) and are checked, for every section at once, by
+pydantic against the schema: a new section or key declares its own range and needs no code here.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from annotated_types import Ge, Gt, Le, Lt
 
 from kernelbench_rl.errors import UserError
 
@@ -29,43 +32,43 @@ DEFAULT_LOCAL_MODEL = "local:tiny"
 class PolicySection:
     backend: str = "auto"  # auto | tinker | local (auto: tinker when TINKER_API_KEY is set)
     base_model: str | None = None  # None: Qwen/Qwen3-8B on tinker, local:tiny locally
-    lora_rank: int = 32
+    lora_rank: Annotated[int, Ge(1)] = 32
     device: str = "auto"  # local backend only: auto | cpu | cuda
     seed: int = 0
 
 
 @dataclass
 class SamplingConfig:
-    group_size: int = 8
-    max_tokens: int = 4096
-    temperature: float = 1.0
-    top_p: float = 1.0
+    group_size: Annotated[int, Ge(1)] = 8
+    max_tokens: Annotated[int, Ge(1)] = 4096
+    temperature: Annotated[float, Ge(0)] = 1.0
+    top_p: Annotated[float, Gt(0), Le(1)] = 1.0
 
 
 @dataclass
 class TrainingConfig:
-    steps: int = 100
-    batch_problems: int = 8
-    learning_rate: float = 1e-5
+    steps: Annotated[int, Ge(0)] = 100
+    batch_problems: Annotated[int, Ge(1)] = 8
+    learning_rate: Annotated[float, Gt(0)] = 1e-5
     loss_fn: str = "importance_sampling"  # importance_sampling | ppo
-    checkpoint_every: int = 10
+    checkpoint_every: Annotated[int, Ge(1)] = 10
     seed: int = 0
-    infra_retries: int = 1  # extra evaluations of a sample whose evaluation failed for infra reasons
+    infra_retries: Annotated[int, Ge(0)] = 1  # extra evaluations of a sample whose evaluation failed for infra reasons
 
 
 @dataclass
 class RewardsConfig:
     preset: str = "curriculum"  # curriculum (follow the stage) | format | compile | correctness | speed | kernrl
-    gamma: float = 0.4  # discount over later turns (Kevin mode)
+    gamma: Annotated[float, Ge(0), Le(1)] = 0.4  # discount over later turns (Kevin mode)
     baseline: str = "loo"  # loo (leave-one-out) | group_mean
-    speedup_cap: float = 8.0  # the speed term saturates at this speedup
+    speedup_cap: Annotated[float, Gt(0)] = 8.0  # the speed term saturates at this speedup
 
 
 @dataclass
 class EnvConfig:
     mode: str = "single"  # single | kevin
-    turns: int = 4  # Kevin mode only
-    token_budget: int = 32768  # prompt + completion tokens allowed for one turn's context
+    turns: Annotated[int, Ge(1)] = 4  # Kevin mode only
+    token_budget: Annotated[int, Ge(1)] = 32768  # prompt + completion tokens allowed for one turn's context
     early_stop_on_correct: bool = False
     kernel_backend: str = "triton"  # triton | cuda
     instructions: str | None = None
@@ -77,18 +80,18 @@ class CurriculumConfig:
     stages: list[str] = field(default_factory=lambda: ["format", "compile", "correctness", "speed"])
     start_stage: str = "format"
     force_stage: str | None = None  # pins the stage: no automatic stage promotion
-    threshold: float = 0.8  # the stage's rate must stay above this ...
-    window: int = 5  # ... for this many consecutive steps
-    start_level: int = 1
+    threshold: Annotated[float, Ge(0), Le(1)] = 0.8  # the stage's rate must stay above this ...
+    window: Annotated[int, Ge(1)] = 5  # ... for this many consecutive steps
+    start_level: Annotated[int, Ge(1)] = 1
     promote_levels: bool = True
-    level_threshold: float = 0.5  # correct rate at the last stage that promotes the level
+    level_threshold: Annotated[float, Ge(0), Le(1)] = 0.5  # correct rate at the last stage that promotes the level
 
 
 @dataclass
 class ProblemsConfig:
-    levels: list[int] = field(default_factory=lambda: [1, 2, 3])
+    levels: list[Annotated[int, Ge(1)]] = field(default_factory=lambda: [1, 2, 3])
     ids: list[str] = field(default_factory=list)  # restrict to these ids (empty: all)
-    holdout_fraction: float = 0.2
+    holdout_fraction: Annotated[float, Ge(0), Lt(1)] = 0.2
     split_seed: int = 0
     kernelbench_root: str | None = None
 
@@ -98,8 +101,8 @@ class EvalConfig:
     device: str = "auto"  # auto (cuda when a GPU is visible) | cpu | cuda
     size: str = "auto"  # auto (real on cuda, small on cpu) | small | real
     precision: str = "fp32"
-    num_workers: int | None = None
-    timeout_s: float = 120.0
+    num_workers: Annotated[int, Ge(1)] | None = None
+    timeout_s: Annotated[float, Gt(0)] = 120.0
     correctness_trials: int = 3
     timing_trials: int = 50
     cluster: str = "local"  # local | dask-local | dask://HOST:PORT (where evaluations run; not part of the run id)
@@ -108,10 +111,10 @@ class EvalConfig:
 @dataclass
 class RagConfig:
     enabled: bool = False
-    k: int = 2
+    k: Annotated[int, Ge(1)] = 2
     index_dir: str | None = None  # None: $KBRL_RAG_INDEX, else rag_index/ beside the database
     model: str | None = None  # embedding model (None: the bundled MiniLM); must match the index
-    char_budget: int = 6000  # longest example shown, in characters
+    char_budget: Annotated[int, Ge(1)] = 6000  # longest example shown, in characters
 
 
 @dataclass
@@ -231,7 +234,33 @@ def _fill(cls: type, data: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
+def _check_ranges(config: TrainConfig) -> None:
+    """Every field's declared range (its `Annotated` constraints), for every section, via pydantic."""
+    import pydantic
+
+    try:
+        _schema_adapter().validate_python(config_to_dict(config))
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
+        message = error["msg"][:1].lower() + error["msg"][1:]
+        raise UserError(f"Config key {key} {message.replace('input should', 'should')}; got {error['input']!r}.") from None
+
+
+_ADAPTER: Any = None
+
+
+def _schema_adapter() -> Any:
+    global _ADAPTER
+    if _ADAPTER is None:
+        import pydantic
+
+        _ADAPTER = pydantic.TypeAdapter(TrainConfig)
+    return _ADAPTER
+
+
 def _validate(config: TrainConfig) -> None:
+    _check_ranges(config)
     flat = {k: v for k, v in _flatten(config_to_dict(config)).items()}
     for key, choices in _CHOICES.items():
         if flat[key] not in choices:

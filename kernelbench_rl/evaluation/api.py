@@ -11,6 +11,7 @@ hardware, size) are handed to the workers so a known baseline is never re-timed.
 from __future__ import annotations
 
 import dataclasses
+import platform
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -89,6 +90,7 @@ class Evaluator:
         # hardware, size): handed to every later request, with or without a store, so a new pool (or a
         # restarted worker) never re-times a known baseline. Another evaluator may be seeded from it.
         self.baselines: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
+        self._identity = ""
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -133,7 +135,7 @@ class Evaluator:
         (in completion order, from this thread): progress bars, or keeping what finished when a caller
         stops waiting early."""
         results: list[EvalResult | None] = [None] * len(requests)
-        requests = [self._with_problem_sha(r) for r in requests]
+        requests = [self._keyed(r) for r in requests]
         cached = self._cached([r.cache_key for r in requests])
         to_run: dict[str, _Pending] = {}
         duplicates: dict[int, str] = {}
@@ -206,11 +208,30 @@ class Evaluator:
         return [r for r in results if r is not None]
 
     # -- pieces ----------------------------------------------------------------------------
-    def _with_problem_sha(self, request: EvalRequest) -> EvalRequest:
-        """The request keyed to the reference it is judged against (an unknown id raises UserError)."""
-        if request.problem_sha256:
-            return request
-        return dataclasses.replace(request, problem_sha256=self.problem(request.problem_id).sha256)
+    def _keyed(self, request: EvalRequest) -> EvalRequest:
+        """The request keyed to the reference and the hardware it is judged on (an unknown id raises UserError)."""
+        changes: dict[str, str] = {}
+        if not request.problem_sha256:
+            changes["problem_sha256"] = self.problem(request.problem_id).sha256
+        if not request.hardware:
+            changes["hardware"] = self.device_identity()
+        return dataclasses.replace(request, **changes) if changes else request
+
+    def device_identity(self) -> str:
+        """What judges the verdicts: the CPU's architecture, or the GPU's name and compute capability.
+
+        On a GPU this waits for the workers (they name the device they hold); the CPU needs none.
+        """
+        if self._identity:
+            return self._identity
+        if self.settings.device != "cuda":
+            self._identity = f"cpu:{platform.machine()}"
+            return self._identity
+        infos = self.pool.wait_ready()
+        info = infos[0] if infos and infos[0] else {}
+        self._hardware = self._hardware or str(info.get("hardware", ""))
+        self._identity = f"{info.get('hardware', 'cuda')} sm_{info.get('arch', '?')}"
+        return self._identity
 
     def _pre_checks(self, request: EvalRequest) -> tuple[Problem, StaticReport | None, float] | EvalResult:
         """Problem lookup and the static policy; returns the problem, or the verdict when it ends here."""

@@ -38,16 +38,17 @@ class ErrorCategory(str, Enum):
     DTYPE = "dtype"  # ran, wrong output dtype
     INFRA = "infra"  # our fault (worker lost, GPU unavailable): retry, never a zero reward
     TOO_LARGE = "too_large"  # the problem does not fit this device even alone: no verdict, no reward, no retry
+    UNKNOWN_PROBLEM = "unknown_problem"  # the request names a problem that does not exist: no verdict, no reward
     OK = "ok"
 
     @property
     def is_kernel_fault(self) -> bool:
-        return self not in (ErrorCategory.OK, ErrorCategory.INFRA, ErrorCategory.TOO_LARGE)
+        return self not in (ErrorCategory.OK, ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM)
 
     @property
     def is_ours(self) -> bool:
         """No verdict on the kernel: nothing is learnt from it and it is never cached."""
-        return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE)
+        return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM)
 
 
 class Flag(str, Enum):
@@ -98,6 +99,9 @@ class EvalRequest:
     request_id: str = ""  # caller's label (e.g. run/step/sample); not part of the cache key
     # The problem's source (its sha256), filled in by the Evaluator: a verdict holds for one reference.
     problem_sha256: str = ""
+    # The device that judges it (name and compute capability, or the CPU's architecture), filled in by
+    # the Evaluator: a verdict on one GPU is not a verdict on another.
+    hardware: str = ""
 
     @property
     def candidate_sha256(self) -> str:
@@ -106,8 +110,8 @@ class EvalRequest:
     @property
     def verdict_hash(self) -> str:
         """What decides the verdict besides the problem id and the candidate: the settings, the
-        reference's source and the evaluator's version (stored as `EvalResult.settings_hash`)."""
-        raw = f"{self.settings.settings_hash()}|{self.problem_sha256}|{EVALUATOR_VERSION}"
+        reference's source, the hardware and the evaluator's version (stored as `EvalResult.settings_hash`)."""
+        raw = f"{self.settings.settings_hash()}|{self.problem_sha256}|{self.hardware}|{EVALUATOR_VERSION}"
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
     @property

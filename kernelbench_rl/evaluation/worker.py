@@ -1562,7 +1562,8 @@ def main(argv: list[str] | None = None) -> None:
     pool = ThreadPoolExecutor(max_workers=worker.in_flight)
     try:
         try:
-            emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "versions": worker.versions,
+            emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "arch": worker.arch,
+                  "versions": worker.versions,
                   "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
                   "same_uid_probe": same_uid_note[:200]})
         except (BrokenPipeError, OSError, ValueError):

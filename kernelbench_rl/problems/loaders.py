@@ -154,7 +154,10 @@ def load_hf_problems(
         if path.is_dir() and (path / "dataset_dict.json").exists():
             dsd = datasets.load_from_disk(str(path))
         else:
-            dsd = datasets.load_dataset(dataset, revision=revision, data_files=data_files)
+            from kernelbench_rl.hub import offline_unless_reachable
+
+            with offline_unless_reachable():  # an unreachable hub fails now, not after ~24 s of retries
+                dsd = datasets.load_dataset(dataset, revision=revision, data_files=data_files)
     except Exception as exc:
         raise UserError(
             f"Could not load the dataset {dataset} ({type(exc).__name__}); check the name or path, "

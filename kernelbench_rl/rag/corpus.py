@@ -104,14 +104,17 @@ def _open_splits(
     where = str(path) if path is not None else hub_id
     try:
         if path is None:
+            from kernelbench_rl.hub import offline_unless_reachable
+
             loaded = {}
-            for split in wanted:
-                try:
-                    loaded[split] = datasets.load_dataset(hub_id, revision=revision, split=split)
-                except ValueError as exc:  # unknown split name
-                    if "split" in str(exc).lower():
-                        continue
-                    raise
+            with offline_unless_reachable():  # an unreachable hub fails now, not after ~24 s of retries
+                for split in wanted:
+                    try:
+                        loaded[split] = datasets.load_dataset(hub_id, revision=revision, split=split)
+                    except ValueError as exc:  # unknown split name
+                        if "split" in str(exc).lower():
+                            continue
+                        raise
             return loaded
         local = Path(path).expanduser()
         if not local.exists():

@@ -89,9 +89,29 @@ def _weights_hash(folder: str) -> str:
 @functools.lru_cache(maxsize=2)
 def _load_model(target: str, device: str) -> tuple[Any, int]:
     """One loaded copy per (model, device) per process (loading costs seconds), with its native max length."""
+    import logging
+
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(target, device=device)
+    from transformers.utils import logging as hf_logging
+
+    # transformers logs a "LOAD REPORT" table (keys the checkpoint has and the model does not use, such
+    # as MiniLM's position ids), a tensor-parallel note and a progress bar on every load; none of it is
+    # something a user can act on, so a load is quiet (errors still show).
+    quiet = [logging.getLogger(name) for name in (
+        "transformers.modeling_utils", "transformers.utils.loading_report", "transformers.integrations.tensor_parallel")]
+    levels = [logger.level for logger in quiet]
+    bars = hf_logging.is_progress_bar_enabled()
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)
+    hf_logging.disable_progress_bar()
+    try:
+        model = SentenceTransformer(target, device=device)
+    finally:
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
+        if bars:
+            hf_logging.enable_progress_bar()
     return model, int(model.max_seq_length or 0)
 
 

@@ -165,6 +165,12 @@ def save_index(index: VectorIndex, folder: str | Path) -> Path:
     return out
 
 
+def index_exists(folder: str | Path) -> bool:
+    """Whether a saved index (vectors and metadata) is in the folder."""
+    root = Path(folder)
+    return (root / INDEX_FILE).is_file() and (root / META_FILE).is_file()
+
+
 def load_index(folder: str | Path, *, expected_model_id: str | None = None, expected_dimension: int | None = None) -> VectorIndex:
     """Load an index folder, refusing one built with another model or dimension."""
     import faiss

@@ -48,6 +48,16 @@ Migration = tuple[int, str, list[str]]
 OnConflict = Literal["replace", "ignore"]
 
 
+# A connection for SQL we did not write (`kernelbench-rl sql`): it reads the database it opened and
+# nothing else. No file, URL or extension is read or written, and the query cannot undo these settings.
+LOCKED_DOWN_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,
+}
+
+
 def default_db_path() -> Path:
     """The database file used when none is given: $KBRL_DB, else runs/kernelbench_rl.duckdb."""
     return Path(os.environ.get("KBRL_DB") or "runs/kernelbench_rl.duckdb")
@@ -232,14 +242,18 @@ class Store:
 
     # -- connections -----------------------------------------------------------------------
     @contextmanager
-    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(self, read_only: bool = False, locked_down: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """Take a turn on the file (retrying while another process holds it), yield a connection, close.
 
         Read-only turns never create the file and may overlap with other readers. A nested call in
-        the same thread reuses the open connection through a cursor.
+        the same thread reuses the open connection through a cursor. `locked_down` (implies read-only)
+        is for SQL from outside: it can read this database and no other file, URL or extension.
         """
         key = self._key
+        read_only = read_only or locked_down
         held = _open_connections().get(key)
+        if held is not None and locked_down:
+            raise RuntimeError(f"a locked-down connection to {self.path} cannot reuse an open one")
         if held is not None:
             outer, outer_read_only = held
             if outer_read_only and not read_only:
@@ -264,7 +278,7 @@ class Store:
             if not gate.acquire(deadline):
                 raise self._busy("another process")
             try:
-                con = self._open(read_only, deadline)
+                con = self._open(read_only, deadline, LOCKED_DOWN_CONFIG if locked_down else None)
                 try:
                     if not read_only and not self._migrated:
                         self._migrate(con)
@@ -280,12 +294,12 @@ class Store:
         finally:
             lock.release()
 
-    def _open(self, read_only: bool, deadline: float) -> duckdb.DuckDBPyConnection:
+    def _open(self, read_only: bool, deadline: float, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
         """duckdb.connect, retried while a process outside our turn-taking (a DuckDB CLI) holds the file."""
         delay = 0.01
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                return duckdb.connect(str(self.path), read_only=read_only, config=dict(config or {}))
             except duckdb.Error as exc:
                 if not _is_lock_conflict(exc):
                     raise
@@ -603,15 +617,17 @@ class Store:
 
     # -- reads -----------------------------------------------------------------------------
     def query(
-        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, read_only: bool = False
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, read_only: bool = False,
+        locked_down: bool = False,
     ) -> pl.DataFrame:
         """Run SQL and return a polars DataFrame (empty for a statement with no result).
 
-        read_only=True never creates or migrates the file and may overlap with other readers.
+        read_only=True never creates or migrates the file and may overlap with other readers;
+        locked_down=True (for SQL typed by a user) also forbids every other file, URL and extension.
         """
         import polars as pl
 
-        with self.connect(read_only=read_only) as con:
+        with self.connect(read_only=read_only, locked_down=locked_down) as con:
             relation = con.sql(sql, params=_params(params))
             return relation.pl() if relation is not None else pl.DataFrame()
 

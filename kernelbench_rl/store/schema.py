@@ -250,8 +250,44 @@ MIGRATIONS.append(
     )
 )
 
+# Version 4, not 3: issue 12's branch adds migration 3 (sft_steps). Versions apply by membership, not by
+# order of arrival, so a database that has 4 still gets 3 when that lands.
+MIGRATIONS.append(
+    (
+        4,
+        "evaluation history (one eval_reports row per evaluation), per-sample evaluation results, run owners",
+        [
+            "ALTER TABLE eval_reports ADD COLUMN IF NOT EXISTS eval_id VARCHAR",  # one checkpoint evaluation
+            """
+            CREATE TABLE IF NOT EXISTS eval_samples (
+                eval_id VARCHAR,           -- eval_reports.eval_id
+                run_id VARCHAR,
+                checkpoint VARCHAR,
+                split VARCHAR,
+                problem_id VARCHAR,
+                level INTEGER,
+                sample_index INTEGER,
+                turn INTEGER,              -- the turn whose verdict counts (the episode's best)
+                format_ok BOOLEAN,
+                compiled BOOLEAN,
+                correct BOOLEAN,
+                speedup DOUBLE,            -- counted speedups only
+                error_category VARCHAR,
+                error_message VARCHAR,
+                eval_key VARCHAR,          -- evaluations.eval_key (NULL when nothing was evaluated)
+                completion_sha256 VARCHAR, -- blobs.sha256
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (eval_id, problem_id, sample_index)
+            )
+            """,
+            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner_pid INTEGER",
+            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner_host VARCHAR",
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",
-    "baselines",
+    "baselines", "eval_samples",
 ]

@@ -9,7 +9,9 @@ correct rates, geometric-mean speedup) are computed per level and overall, writt
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,12 +20,17 @@ from kernelbench_rl.config.schema import TrainConfig
 from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.rewards.shaping import counts_as_correct
-from kernelbench_rl.metrics import BenchmarkSummary, SampleOutcome, summarize
+from kernelbench_rl.metrics import FAST_P_THRESHOLDS, BenchmarkSummary, SampleOutcome, summarize
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.store import Store
 from kernelbench_rl.training.rollouts import EvaluateFn, PromptRenderer, RolloutRunner
 
 BASE = "base"
+
+
+def new_eval_id() -> str:
+    """One checkpoint evaluation: sortable by time, unique across processes."""
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -35,13 +42,17 @@ class CheckpointReport:
     overall: BenchmarkSummary
     per_level: dict[int, BenchmarkSummary] = field(default_factory=dict)
     usage: dict[str, int] | None = None  # token usage of an API-served policy (evaluate_model)
+    # Each evaluation keeps its own rows (history): "how did checkpoint X score over time" is one query.
+    eval_id: str = field(default_factory=new_eval_id)
+    samples: list[dict[str, Any]] = field(default_factory=list)  # eval_samples rows
 
     def rows(self) -> list[dict[str, Any]]:
         """eval_reports rows: one per level and one for all levels (level NULL)."""
         out = []
         for level, summary in [(None, self.overall), *sorted(self.per_level.items())]:
             out.append({
-                "report_id": f"{self.run_id}|{self.label}|{self.split}|{'all' if level is None else f'L{level}'}",
+                "report_id": f"{self.run_id}|{self.label}|{self.split}|{'all' if level is None else f'L{level}'}|{self.eval_id}",
+                "eval_id": self.eval_id,
                 "run_id": self.run_id, "checkpoint": self.label, "split": self.split, "level": level,
                 "num_problems": summary.num_problems, "samples_per_problem": summary.samples_per_problem,
                 "metrics_json": json.dumps({**summary.to_dict(), **({"usage": self.usage} if self.usage and level is None else {})},
@@ -79,6 +90,45 @@ def resolve_checkpoint(store: Store, run_id: str, checkpoint: str | None) -> dic
     if not rows:
         raise UserError(f"Run {run_id!r} has no checkpoint named {checkpoint!r}; `kernelbench-rl sql \"SELECT * FROM checkpoints\"` lists them.")
     return rows[0]
+
+
+@dataclass
+class NightlyTarget:
+    """A run a nightly evaluation evaluates: its stored configuration, its newest checkpoint and why it was chosen."""
+
+    run_id: str
+    config: dict[str, Any]  # the run's own configuration, as it trained
+    checkpoint: str
+    step: int
+    reason: str
+
+
+def nightly_targets(store: Store, run_ids: Sequence[str] = ()) -> list[NightlyTarget]:
+    """The runs a nightly evaluation covers: those named, else the run with the newest checkpoint.
+
+    A named run without a checkpoint is a UserError; with no run named and none trained yet the list is empty.
+    """
+    if not store.exists() or "checkpoints" not in {r[0] for r in store.fetchall(
+            "SELECT table_name FROM information_schema.tables", read_only=True)}:
+        if run_ids:
+            raise UserError(f"The database {store.path} holds no runs yet, so run {run_ids[0]!r} cannot be evaluated.")
+        return []
+    latest = store.query(
+        "SELECT c.run_id, c.name, c.step, c.created_at, r.config_json FROM checkpoints c "
+        "JOIN runs r USING (run_id) "
+        "QUALIFY row_number() OVER (PARTITION BY c.run_id ORDER BY c.step DESC, c.created_at DESC) = 1 "
+        "ORDER BY c.created_at DESC", read_only=True).to_dicts()
+    by_run = {row["run_id"]: row for row in latest}
+    if run_ids:
+        missing = [run_id for run_id in run_ids if run_id not in by_run]
+        if missing:
+            known = ", ".join(sorted(by_run)) or "none"
+            raise UserError(f"Run {missing[0]!r} has no checkpoint in {store.path} (runs with one: {known}).")
+        chosen = [(by_run[run_id], "named in the run_ids parameter") for run_id in run_ids]
+    else:
+        chosen = [(latest[0], "the run with the newest checkpoint (no run_ids given)")] if latest else []
+    return [NightlyTarget(row["run_id"], json.loads(row["config_json"] or "{}"), str(row["name"]), int(row["step"]), why)
+            for row, why in chosen]
 
 
 def _sampling_client(config: TrainConfig, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
@@ -146,8 +196,15 @@ def evaluate_checkpoint(
             evaluator.__exit__(None, None, None)
 
     report = _report(run_id, label, split, problems, [group.envs for group in groups], samples_per_problem, ks)
-    store.upsert("eval_reports", report.rows())
+    _store_report(store, report, [env for group in groups for env in group.envs])
     return report
+
+
+def _store_report(store: Store, report: CheckpointReport, envs: Sequence[KernelEnv]) -> None:
+    """The report's rows and one eval_samples row per sample, in one turn on the file."""
+    with store.connect():
+        report.samples = sample_rows(store, report, envs)
+        store.write_batch({"eval_reports": report.rows(), "eval_samples": report.samples})
 
 
 def _report(run_id: str, label: str, split: str, problems: Sequence[Problem], groups: Sequence[Sequence[KernelEnv]],
@@ -205,8 +262,46 @@ def evaluate_model(
             evaluator.__exit__(None, None, None)
     report = _report(config.resolved_run_id(), chat.label, split, problems, groups, samples_per_problem, ks)
     report.usage = chat.usage.to_dict()
-    store.upsert("eval_reports", report.rows())
+    _store_report(store, report, [env for envs in groups for env in envs])
     return report
+
+
+def _best_turn(env: KernelEnv) -> Any:
+    """The turn whose verdict counts (the same order as `episode_outcome`), else the last turn."""
+    judged = [t for t in env.turns if t.result is not None]
+    if not judged:
+        return env.turns[-1] if env.turns else None
+    return max(judged, key=lambda t: (counts_as_correct(t.result), t.result.compiled,
+                                      t.result.speedup if t.result.speedup_counts else 0.0))
+
+
+def sample_rows(store: Store, report: CheckpointReport, envs: Sequence[KernelEnv]) -> list[dict[str, Any]]:
+    """One eval_samples row per sample: its verdict, why it failed, and where its completion and evaluation are."""
+    from kernelbench_rl.store.db import eval_key_for, sha256_text
+
+    turns = [_best_turn(env) for env in envs]
+    store.put_texts("completion", [t.completion for t in turns if t is not None])
+    rows = []
+    index_in_problem: dict[str, int] = {}
+    for env, turn, outcome in zip(envs, turns, report.outcomes, strict=True):
+        sample_index = index_in_problem.get(env.problem.id, 0)
+        index_in_problem[env.problem.id] = sample_index + 1
+        result = turn.result if turn is not None else None
+        eval_key = None
+        if result is not None and turn.code and result.settings_hash:
+            eval_key = eval_key_for(env.problem.id, sha256_text(turn.code), result.settings_hash)
+        rows.append({
+            "eval_id": report.eval_id, "run_id": report.run_id, "checkpoint": report.label, "split": report.split,
+            "problem_id": env.problem.id, "level": env.problem.level, "sample_index": sample_index,
+            "turn": turn.index if turn is not None else None,
+            "format_ok": bool(turn is not None and turn.format_ok), "compiled": outcome.compiled,
+            "correct": outcome.correct, "speedup": outcome.speedup,
+            "error_category": result.error_category.value if result is not None else "format",
+            "error_message": result.error_message if result is not None else "no kernel code was found",
+            "eval_key": eval_key,
+            "completion_sha256": sha256_text(turn.completion) if turn is not None else None,
+        })
+    return rows
 
 
 def episode_outcome(env: KernelEnv) -> SampleOutcome:
@@ -220,24 +315,42 @@ def episode_outcome(env: KernelEnv) -> SampleOutcome:
 
 
 def markdown_table(reports: Sequence[CheckpointReport]) -> str:
-    """Side-by-side table (e.g. base against a checkpoint), one column per report."""
+    """Side-by-side table (e.g. base against a checkpoint), one column per report.
+
+    Every metric has a row, overall and per level: pass@k, fast_p for each p (KernelBench's
+    thresholds), compile and correct rates, geometric-mean speedup. "-" is a figure that was not
+    measured (a CPU evaluation times nothing, so it has no fast_p or speedup).
+    """
     def fmt(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
 
-    keys = ["num_problems", "samples_per_problem", "compile_rate", "correct_rate"]
-    extra = sorted({k for r in reports for k in r.overall.pass_at_k}) + sorted({k for r in reports for k in r.overall.fast_p})
+    def summary_rows(prefix: str, pick) -> list[str]:
+        summaries = [pick(r) for r in reports]
+        rows = []
+        for key in ("compile_rate", "correct_rate"):
+            rows.append(f"| {prefix}{key} | " + " | ".join(
+                fmt(getattr(x, key)) if x is not None else "-" for x in summaries) + " |")
+        pass_keys = sorted({k for x in summaries if x is not None for k in x.pass_at_k}, key=lambda k: int(k.split("@")[1]))
+        for key in pass_keys:
+            rows.append(f"| {prefix}{key} | " + " | ".join(
+                fmt(x.pass_at_k.get(key)) if x is not None else "-" for x in summaries) + " |")
+        for p in FAST_P_THRESHOLDS:
+            key = f"fast_{p:g}"
+            rows.append(f"| {prefix}{key} | " + " | ".join(
+                fmt(x.fast_p.get(key)) if x is not None else "-" for x in summaries) + " |")
+        rows.append(f"| {prefix}geomean speedup | " + " | ".join(
+            fmt(x.geomean_speedup) if x is not None else "-" for x in summaries) + " |")
+        return rows
+
     header = "| metric | " + " | ".join(f"{r.label} ({r.split})" for r in reports) + " |"
     lines = [header, "|---|" + "---|" * len(reports)]
-    for key in keys:
-        lines.append(f"| {key} | " + " | ".join(str(getattr(r.overall, key)) if "num" in key or "samples" in key
-                                              else fmt(getattr(r.overall, key)) for r in reports) + " |")
-    for key in extra:
-        lines.append(f"| {key} | " + " | ".join(fmt(r.overall.pass_at_k.get(key, r.overall.fast_p.get(key)))
-                                              for r in reports) + " |")
-    lines.append("| geomean speedup | " + " | ".join(fmt(r.overall.geomean_speedup) for r in reports) + " |")
+    for key in ("num_problems", "samples_per_problem"):
+        lines.append(f"| {key} | " + " | ".join(str(getattr(r.overall, key)) for r in reports) + " |")
+    lines += summary_rows("", lambda r: r.overall)
     for level in sorted({lv for r in reports for lv in r.per_level}):
-        lines.append(f"| L{level} correct rate | " + " | ".join(
-            fmt(r.per_level[level].correct_rate) if level in r.per_level else "-" for r in reports) + " |")
+        lines.append(f"| L{level} num_problems | " + " | ".join(
+            str(r.per_level[level].num_problems) if level in r.per_level else "-" for r in reports) + " |")
+        lines += summary_rows(f"L{level} ", lambda r, level=level: r.per_level.get(level))
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -31,6 +32,7 @@ from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.problems import Problem, load_problems, split_problems
 from kernelbench_rl.store import Store
 from kernelbench_rl.store.db import eval_key_for
+from kernelbench_rl import ownership
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
 from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics
@@ -188,6 +190,19 @@ class TrainingRun:
         if self._started:
             return self
         cfg = self.config
+        # One process owns a run at a time; a second one is told who holds it (RunBusyError).
+        ownership.acquire(self.store.path, self.run_id)
+        try:
+            self._start()
+        except BaseException:
+            ownership.release(self.store.path, self.run_id)
+            raise
+        return self
+
+    def _start(self) -> None:
+        cfg = self.config
+        # Runs left "running" by an owner that died (SIGKILL, a lost machine) are marked interrupted.
+        self.interrupted = {row["run_id"]: row for row in ownership.mark_interrupted_runs(self.store)}
         self.problems = training_problems(cfg)
         self.spec = EnvSpec.from_config(cfg)
         self.curriculum = Curriculum.from_config(cfg.curriculum, [p.level for p in self.problems])
@@ -217,7 +232,6 @@ class TrainingRun:
         self._tb = TensorBoardLogger(self.log_dir / "tensorboard", purge_step=self.next_step if self.resumed_from_step is not None else None)
         self._write_run("running")
         self._started = True
-        return self
 
     def _make_evaluator(self) -> EvaluateFn:
         self._evaluator = open_evaluator(self.config, self.store, self.problems)
@@ -244,6 +258,7 @@ class TrainingRun:
         self.store.upsert("runs", [{
             "run_id": self.run_id, "kind": "train", "config_json": json.dumps(config_to_dict(self.config), sort_keys=True),
             "status": status, "stage": self.curriculum.stage, "level": self.curriculum.level, "last_step": last,
+            "owner_pid": os.getpid(), "owner_host": socket.gethostname(),
         }])
 
     # -- one step ------------------------------------------------------------------------------
@@ -402,8 +417,11 @@ class TrainingRun:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
-        self._write_run(status or ("finished" if self.finished else "stopped"))
-        self._started = False
+        try:
+            self._write_run(status or ("finished" if self.finished else "stopped"))
+        finally:
+            self._started = False
+            ownership.release(self.store.path, self.run_id)
 
     def __enter__(self) -> TrainingRun:
         return self.start()
@@ -427,6 +445,30 @@ def _loss_of(output: Any) -> float | None:
         if key in metrics:
             return float(metrics[key])
     return None
+
+
+def describe_run_start(config: TrainConfig, store: Store | None = None) -> str:
+    """One line: which run this command resumes or starts, and how run ids work."""
+    store = store or Store(config.db_path)
+    run_id = config.resolved_run_id()
+    ownership.mark_interrupted_runs(store)
+    rows = []
+    if store.exists():
+        try:
+            rows = store.query("SELECT run_id, status, last_step FROM runs ORDER BY updated_at DESC", read_only=True).to_dicts()
+        except Exception:  # noqa: BLE001 - no runs table yet
+            rows = []
+    mine = next((row for row in rows if row["run_id"] == run_id), None)
+    if mine is not None:
+        last = "no step done yet" if mine["last_step"] is None else f"last step {mine['last_step']}"
+        return f"resuming run {run_id} ({mine['status']}, {last})"
+    line = f"starting a new run {run_id}"
+    if not config.run_id:
+        others = ", ".join(row["run_id"] for row in rows[:5])
+        line += (" (its id is a hash of the configuration, so changing any key, training.steps included, starts "
+                 "a new run; pass run_id=NAME to name a run and the same run_id=NAME to resume it"
+                 + (f"; runs in this database: {others}" if others else "") + ")")
+    return line
 
 
 def run_training(
