@@ -13,7 +13,7 @@ from kernelbench_rl.errors import InfraError, UserError
 def eval_model_command(
     policy: Annotated[str, typer.Option("--policy", help="openai:MODEL, the model name the server knows.")],
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="The server's /v1 URL, e.g. http://127.0.0.1:8001/v1 (default: OpenAI's).")] = None,
-    samples: Annotated[int, typer.Option("--samples", "-k", help="Samples per problem.")] = 4,
+    samples: Annotated[int, typer.Option("--samples", help="Samples per problem (k of pass@k is at most this).")] = 4,
     split: Annotated[str, typer.Option("--split", help="holdout, train or all.")] = "holdout",
     max_problems: Annotated[Optional[int], typer.Option("--max-problems", help="Only the first N problems of the split.")] = None,
     config: Annotated[str, typer.Option("--config", "-c", help="YAML file, or a packaged config: default, raicl, kevin.")] = "default",
