@@ -1,4 +1,4 @@
-"""The pipeline flow: ingest -> index -> curriculum training -> checkpoint evaluation.
+"""The pipeline flow: ingest -> index -> SFT warm start -> curriculum training -> checkpoint evaluation.
 
 Its defaults are the embedded smoke run (`make run`): CPU, offline, the tiny local policy,
 Triton's CPU interpreter, the bundled embedding model over our own solutions, two curriculum
@@ -13,11 +13,13 @@ from pathlib import Path
 
 from prefect import flow
 
+from flows.common import build_config
 from flows.curriculum import curriculum
 from kernelbench_rl.commands.pipeline import pipeline_arg_parser
 from flows.evaluate import evaluate_checkpoint
 from flows.index import build_index
 from flows.ingest import ingest_corpus
+from tasks.training import publish_training_curves, sft_warm_start
 
 SMOKE_OVERRIDES = [
     "policy.backend=local", "policy.base_model=local:tiny", "sampling.group_size=4", "sampling.max_tokens=96",
@@ -50,13 +52,19 @@ def pipeline(
         index_dir = str(Path(db_path).parent / "rag_index")
         index = build_index(db_path=db_path, index_dir=index_dir)
         overrides = [*overrides, f"rag.index_dir={index_dir}"]  # training and evaluation retrieve from it
+    cfg = build_config(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir, train_steps=train_steps,
+                       levels=levels, num_problems=num_problems)
+    # The supervised warm start: RL then starts from its weights (resumes, or is skipped once done).
+    warm_start = sft_warm_start(cfg) if cfg.sft.enabled else None
     trained = curriculum(run_id=run_id, config=config, overrides=overrides, db_path=db_path, log_dir=log_dir,
                          train_steps=train_steps, levels=levels, num_problems=num_problems)
     table = evaluate_checkpoint(run_id=run_id, checkpoint="latest", compare_base=True, config=config,
                                 overrides=overrides, db_path=db_path, log_dir=log_dir,
                                 samples_per_problem=eval_samples, split="holdout", max_problems=eval_max_problems,
                                 levels=levels)
-    return {"ingested": ingested, "index": index, "trained": trained, "evaluation": table, "db_path": db_path}
+    summary = publish_training_curves(cfg)
+    return {"ingested": ingested, "index": index, "sft": warm_start, "trained": trained, "evaluation": table,
+            "summary": summary, "db_path": db_path}
 
 
 EXAMPLE_SQL = (
@@ -78,6 +86,8 @@ def main() -> None:
         build_rag_index=not args.no_index,
     )
     print("\n" + "=" * 72)
+    print(result["summary"])
+    print("=" * 72)
     print(f"Results are in {result['db_path']} (DuckDB) and {Path(args.log_dir).resolve() / args.run_id} "
           "(TensorBoard: tensorboard --logdir runs/logs).")
     print("Try:")
