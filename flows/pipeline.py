@@ -21,9 +21,15 @@ from flows.index import build_index
 from flows.ingest import ingest_corpus
 from tasks.training import publish_training_curves, sft_warm_start
 
+# The embedded default, sized to learn visibly on 2 CPU cores: four elementwise training problems whose
+# kernels fit in 400 tokens, an SFT warm start on their verified kernels (loss ~7 -> ~0.1 per token),
+# then RL whose samples are judged by the evaluator, with a curriculum quick enough to promote in a few steps.
 SMOKE_OVERRIDES = [
-    "policy.backend=local", "policy.base_model=local:tiny", "sampling.group_size=4", "sampling.max_tokens=96",
+    "policy.backend=local", "policy.base_model=local:tiny", "problems.ids=[L1/19,L1/20,L1/21,L1/25]",
+    "sampling.group_size=4", "sampling.max_tokens=400", "sampling.temperature=0.5",
+    "sft.steps=130", "sft.batch_size=4", "sft.max_examples=4", "sft.learning_rate=0.005", "sft.checkpoint_every=65",
     "training.batch_problems=4", "training.learning_rate=0.001", "training.checkpoint_every=1",
+    "curriculum.threshold=0.5", "curriculum.window=2",
     "eval.device=cpu", "eval.size=small", "rag.enabled=true", "rag.k=1",
 ]
 
@@ -37,13 +43,13 @@ def pipeline(
     log_dir: str = "runs/logs",
     corpus_sources: list[str] = ["solutions"],  # noqa: B006
     build_rag_index: bool = True,
-    train_steps: int = 2,
+    train_steps: int = 6,
     levels: list[int] = [1],  # noqa: B006
-    num_problems: int = 4,
+    num_problems: int = 0,
     eval_samples: int = 2,
     eval_max_problems: int = 4,
 ) -> dict:
-    """Ingest the corpus, build the index, train through the curriculum, evaluate the final checkpoint."""
+    """Ingest the corpus, build the index, warm-start the policy (SFT), train through the curriculum, evaluate the final checkpoint."""
     db_path = str(Path(db_path).resolve())
     log_dir = str(Path(log_dir).resolve())
     ingested = ingest_corpus(db_path=db_path, sources=corpus_sources, levels=levels)

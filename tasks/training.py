@@ -34,8 +34,20 @@ def sft_warm_start(config: Any) -> dict:
     from kernelbench_rl.training.loop import default_retriever
     from kernelbench_rl.training.sft import run_sft
 
+    from prefect import get_run_logger
+
+    logger = get_run_logger()
+
+    def log(result) -> None:
+        if result.step % 10 == 0 or result.checkpoint:
+            logger.info(f"sft step {result.step}: loss {result.loss:.4f}/token over {result.tokens} tokens"
+                        + (f", checkpoint {result.checkpoint}" if result.checkpoint else ""))
+
     retrieve = default_retriever(config) if config.rag.enabled else None
-    return asdict(run_sft(config, retrieve=retrieve))
+    summary = run_sft(config, retrieve=retrieve, on_step=log)
+    logger.info(f"sft: {summary.num_examples} examples, {summary.steps_run} steps run of {summary.total_steps}, "
+                f"loss {summary.first_loss} -> {summary.last_loss}; left out {summary.excluded}")
+    return asdict(summary)
 
 
 @task(name="publish-training-curves", cache_policy=NO_CACHE)

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from deployments.server import LocalPrefect, free_port
+from flows.pipeline import SMOKE_OVERRIDES
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,9 @@ def test_pipeline_deployment_runs_from_a_real_server(tmp_path):
             local.api_url,
             "pipeline/pipeline",
             {"run_id": "deploy-test", "db_path": str(db), "log_dir": str(tmp_path / "logs"),
-             "train_steps": 1, "num_problems": 2, "eval_samples": 1},
+             "train_steps": 1, "num_problems": 2, "eval_samples": 1,
+             # The deployment's mechanics, not the smoke run's length: no warm start, short samples.
+             "overrides": [*SMOKE_OVERRIDES, "sft.enabled=false", "sampling.max_tokens=96"]},
             timeout_s=900,
         )
         worker_log = (home / "logs" / "worker.log").read_text(errors="replace")

@@ -214,3 +214,25 @@ def test_loss_per_token_is_finite_and_positive(tmp_path):
     summary = run_sft(config, store=store, leak_reason=_no_leak)
     assert math.isfinite(summary.first_loss) and summary.first_loss > 0
     assert torch.get_num_threads() >= 1
+
+
+def test_a_short_default_run_after_sft_evaluates_sampled_kernels(tmp_path):
+    """Default config, one problem: SFT on its verified kernel, then one RL step whose *sampled* kernels
+    reach the evaluator (the tiny random model alone never writes a kernel block)."""
+    from kernelbench_rl.training import run_training
+
+    config = load_config("default", [
+        "run_id=short", f"db_path={tmp_path / 'db.duckdb'}", f"log_dir={tmp_path / 'logs'}", "policy.backend=local",
+        "policy.device=cpu", "problems.levels=[1]", "problems.ids=[L1/19]", "sampling.max_tokens=400",
+        "sampling.group_size=2", "training.batch_problems=1", "training.steps=1", "rag.enabled=false",
+        "sft.steps=60", "sft.batch_size=1", "sft.max_examples=1", "sft.learning_rate=0.005",
+        "eval.device=cpu", "eval.size=small", "eval.num_workers=1",
+    ])
+    store = _store_with_solutions(config)
+    sft = run_sft(config, store=store, leak_reason=_no_leak)
+    assert sft.last_loss < 0.2 * sft.first_loss
+    run_training(config, progress=False, store=store)
+    rollouts = store.query("SELECT format_ok, eval_key FROM rollouts WHERE run_id = 'short'").to_dicts()
+    assert len(rollouts) == 2
+    assert any(r["format_ok"] and r["eval_key"] for r in rollouts)
+    assert store.count("evaluations") > 0 and store.count("kernels") > 0

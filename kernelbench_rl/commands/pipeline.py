@@ -26,9 +26,10 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
     parser.add_argument("--db-path", default=os.environ.get("KBRL_DB", "runs/kernelbench_rl.duckdb"),
                         help="DuckDB file (default: $KBRL_DB, else runs/kernelbench_rl.duckdb).")
     parser.add_argument("--log-dir", default="runs/logs", help="TensorBoard logs and checkpoints go under here.")
-    parser.add_argument("--train-steps", type=int, default=2, help="Training steps of the curriculum stage.")
+    parser.add_argument("--train-steps", type=int, default=6, help="Training steps of the curriculum stage.")
     parser.add_argument("--levels", default="1", help="Comma-separated levels.")
-    parser.add_argument("--num-problems", type=int, default=4, help="Training problems (0: all of the train split).")
+    parser.add_argument("--num-problems", type=int, default=0,
+                        help="The first N training problems of the levels (0: the config's problems.ids, else all of the train split).")
     parser.add_argument("--eval-samples", type=int, default=2, help="Samples per held-out problem.")
     parser.add_argument("--eval-max-problems", type=int, default=4, help="Held-out problems evaluated.")
     parser.add_argument("--no-index", action="store_true",
@@ -40,7 +41,7 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
 
 
 PIPELINE_DESCRIPTION = (
-    "Run the pipeline flow: ingest -> index -> curriculum training -> checkpoint evaluation. With no arguments "
+    "Run the pipeline flow: ingest -> index -> SFT warm start -> curriculum training -> checkpoint evaluation. With no arguments "
     "it runs the embedded defaults (CPU, offline, the tiny local policy, Triton's CPU interpreter, Prefect's "
     "ephemeral API, runs/kernelbench_rl.duckdb); the same --run-id resumes a run."
 )
