@@ -6,7 +6,6 @@ import math
 
 import pytest
 import tinker
-import torch
 
 from kernelbench_rl.config import load_config
 from kernelbench_rl.errors import UserError
@@ -213,7 +212,6 @@ def test_loss_per_token_is_finite_and_positive(tmp_path):
     store = _store_with_solutions(config)
     summary = run_sft(config, store=store, leak_reason=_no_leak)
     assert math.isfinite(summary.first_loss) and summary.first_loss > 0
-    assert torch.get_num_threads() >= 1
 
 
 def test_a_short_default_run_after_sft_evaluates_sampled_kernels(tmp_path):
@@ -225,7 +223,7 @@ def test_a_short_default_run_after_sft_evaluates_sampled_kernels(tmp_path):
         "run_id=short", f"db_path={tmp_path / 'db.duckdb'}", f"log_dir={tmp_path / 'logs'}", "policy.backend=local",
         "policy.device=cpu", "problems.levels=[1]", "problems.ids=[L1/19]", "sampling.max_tokens=400",
         "sampling.group_size=2", "training.batch_problems=1", "training.steps=1", "rag.enabled=false",
-        "sft.steps=60", "sft.batch_size=1", "sft.max_examples=1", "sft.learning_rate=0.005",
+        "sampling.temperature=0.5", "sft.steps=100", "sft.batch_size=1", "sft.max_examples=1", "sft.learning_rate=0.005",
         "eval.device=cpu", "eval.size=small", "eval.num_workers=1",
     ])
     store = _store_with_solutions(config)
