@@ -1,8 +1,8 @@
-"""The pipeline flow: ingest -> index -> curriculum training -> checkpoint evaluation.
+"""The pipeline flow: ingest -> index -> SFT warm start -> curriculum training -> checkpoint evaluation.
 
 Its defaults are the embedded smoke run (`make run`): CPU, offline, the tiny local policy,
-Triton's CPU interpreter, the bundled embedding model over our own solutions, two curriculum
-steps on four level-1 problems and a checkpoint evaluation. A real run changes parameters
+Triton's CPU interpreter, the bundled embedding model over our own solutions, an SFT warm start,
+six curriculum steps on four level-1 problems and a checkpoint evaluation. A real run changes parameters
 (from the Prefect UI form, or `kernelbench-rl pipeline --config default --train-steps 200 ...`).
 Re-running with the same run_id resumes: every stage is idempotent through DuckDB keys.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from prefect import flow
 
+from flows.common import build_config
 from flows.curriculum import curriculum
 from kernelbench_rl.commands.pipeline import (
     SMOKE_OVERRIDES, check_pipeline_inputs, parse_levels, pipeline_arg_parser, pipeline_overrides,
@@ -24,6 +25,7 @@ from kernelbench_rl.commands.hints import command
 from kernelbench_rl.errors import UserError
 from kernelbench_rl import ownership
 from flows.ingest import ingest_corpus
+from tasks.training import publish_training_curves, sft_warm_start
 
 
 
@@ -36,15 +38,16 @@ def pipeline(
     log_dir: str = "runs/logs",
     corpus_sources: list[str] = ["solutions"],  # noqa: B006
     build_rag_index: bool = True,
-    train_steps: int = 2,
+    train_steps: int = 6,
     levels: list[int] = [1],  # noqa: B006
-    num_problems: int = 4,
+    num_problems: int = 0,
     eval_samples: int = 2,
     eval_max_problems: int = 4,
     cluster: str | None = None,
     rebuild_index: bool = False,
 ) -> dict:
-    """Ingest the corpus, build the index, train through the curriculum, evaluate the final checkpoint.
+    """Ingest the corpus, build the index, warm-start the policy (SFT), train through the curriculum,
+    evaluate the final checkpoint.
 
     An index already beside the database (e.g. one built with `index build --verified-only`) is kept
     unless `rebuild_index` is set.
@@ -97,13 +100,19 @@ def _stages(run_id: str, config: str, overrides: list[str], db_path: str, log_di
         index_dir = str(Path(db_path).parent / "rag_index")
         index = ensure_index(db_path, index_dir, rebuild_index)
         overrides = [*overrides, f"rag.index_dir={index_dir}"]  # training and evaluation retrieve from it
+    cfg = build_config(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir, train_steps=train_steps,
+                       levels=levels, num_problems=num_problems)
+    # The supervised warm start: RL then starts from its weights (resumes, or is skipped once done).
+    warm_start = sft_warm_start(cfg) if cfg.sft.enabled else None
     trained = curriculum(run_id=run_id, config=config, overrides=overrides, db_path=db_path, log_dir=log_dir,
                          train_steps=train_steps, levels=levels, num_problems=num_problems)
     table = evaluate_checkpoint(run_id=run_id, checkpoint="latest", compare_base=True, config=config,
                                 overrides=overrides, db_path=db_path, log_dir=log_dir,
                                 samples_per_problem=eval_samples, split="holdout", max_problems=eval_max_problems,
                                 levels=levels)
-    return {"ingested": ingested, "index": index, "trained": trained, "evaluation": table, "db_path": db_path}
+    summary = publish_training_curves(cfg)
+    return {"ingested": ingested, "index": index, "sft": warm_start, "trained": trained, "evaluation": table,
+            "summary": summary, "db_path": db_path}
 
 
 EXAMPLE_SQL = (
@@ -132,6 +141,8 @@ def main() -> None:
         build_rag_index=not args.no_index, cluster=args.cluster, rebuild_index=args.rebuild_index,
     )
     print("\n" + "=" * 72)
+    print(result["summary"])
+    print("=" * 72)
     print(f"Results are in {result['db_path']} (DuckDB) and {Path(args.log_dir).resolve() / args.run_id} "
           "(TensorBoard: tensorboard --logdir runs/logs).")
     cli = command("kernelbench-rl")  # .venv/bin is often not on PATH

@@ -9,7 +9,7 @@ runner = CliRunner()
 
 COMMANDS = [
     ["problems", "list"], ["problems", "show"], ["sql"], ["eval"], ["eval-dir"], ["corpus", "ingest"],
-    ["corpus", "verify"], ["index", "build"], ["retrieve"], ["train"], ["serve"],
+    ["corpus", "verify"], ["index", "build"], ["retrieve"], ["sft"], ["train"], ["serve"],
 ]
 
 

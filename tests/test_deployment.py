@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from deployments.server import free_port
+from kernelbench_rl.commands.pipeline import SMOKE_OVERRIDES
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,9 @@ def test_pipeline_deployment_runs_from_a_real_server(tmp_path):
             api_url,
             "pipeline/pipeline",
             {"run_id": "deploy-test", "db_path": str(db), "log_dir": str(tmp_path / "logs"),
-             "train_steps": 1, "num_problems": 2, "eval_samples": 1},
+             "train_steps": 1, "num_problems": 2, "eval_samples": 1,
+             # The deployment's mechanics, not the smoke run's length: no warm start, short samples.
+             "overrides": [*SMOKE_OVERRIDES, "sft.enabled=false", "sampling.max_tokens=96"]},
             timeout_s=900,
         )
         # The shipped nightly schedule, as it fires: its deployment's own parameters (no run named) plus

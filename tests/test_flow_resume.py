@@ -38,7 +38,7 @@ def _pipeline_cmd(tmp_path: Path) -> list[str]:
             "--db-path", str(tmp_path / "kb.duckdb"), "--log-dir", str(tmp_path / "logs"), "--no-index",
             "--num-problems", "3", "--eval-samples", "1", "--eval-max-problems", "1",
             f"sampling.group_size={GROUP_SIZE}", "sampling.max_tokens=32",
-            f"training.batch_problems={BATCH_PROBLEMS}", "rag.enabled=false"]
+            f"training.batch_problems={BATCH_PROBLEMS}", "rag.enabled=false", "sft.enabled=false"]
 
 
 def _env(tmp_path: Path, api_url: str) -> dict[str, str]:

@@ -27,9 +27,10 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
     parser.add_argument("--db-path", default=os.environ.get("KBRL_DB", "runs/kernelbench_rl.duckdb"),
                         help="DuckDB file (default: $KBRL_DB, else runs/kernelbench_rl.duckdb).")
     parser.add_argument("--log-dir", default="runs/logs", help="TensorBoard logs and checkpoints go under here.")
-    parser.add_argument("--train-steps", type=int, default=2, help="Training steps of the curriculum stage.")
+    parser.add_argument("--train-steps", type=int, default=6, help="Training steps of the curriculum stage.")
     parser.add_argument("--levels", default="1", help="Comma-separated levels.")
-    parser.add_argument("--num-problems", type=int, default=4, help="Training problems (0: all of the train split).")
+    parser.add_argument("--num-problems", type=int, default=0,
+                        help="The first N training problems of the levels (0: the config's problems.ids, else all of the train split).")
     parser.add_argument("--eval-samples", type=int, default=2, help="Samples per held-out problem.")
     parser.add_argument("--eval-max-problems", type=int, default=4, help="Held-out problems evaluated.")
     parser.add_argument("--no-index", action="store_true",
@@ -75,16 +76,21 @@ def parse_levels(text: str) -> list[int]:
 
 
 PIPELINE_DESCRIPTION = (
-    "Run the pipeline flow: ingest -> index -> curriculum training -> checkpoint evaluation. With no arguments "
+    "Run the pipeline flow: ingest -> index -> SFT warm start -> curriculum training -> checkpoint evaluation. With no arguments "
     "it runs the embedded defaults (CPU, offline, the tiny local policy, Triton's CPU interpreter, Prefect's "
     "ephemeral API, runs/kernelbench_rl.duckdb); the same --run-id resumes a run."
 )
 
 
-# The smoke run's overrides (`make run`): tiny local policy, CPU evaluator, retrieval from the built index.
+# The embedded default, sized to learn visibly on 2 CPU cores: four elementwise training problems whose
+# kernels fit in 400 tokens, an SFT warm start on their verified kernels (loss ~7 -> ~0.1 per token),
+# then RL whose samples are judged by the evaluator, with a curriculum quick enough to promote in a few steps.
 SMOKE_OVERRIDES = [
-    "policy.backend=local", "policy.base_model=local:tiny", "sampling.group_size=4", "sampling.max_tokens=96",
-    "training.batch_problems=4", "training.learning_rate=0.001", "training.checkpoint_every=1",
+    "policy.backend=local", "policy.base_model=local:tiny", "problems.ids=[L1/19,L1/20,L1/21,L1/25]",
+    "sampling.group_size=4", "sampling.max_tokens=400", "sampling.temperature=0.5",
+    "sft.steps=130", "sft.batch_size=4", "sft.max_examples=4", "sft.learning_rate=0.005", "sft.checkpoint_every=65",
+    "training.batch_problems=4", "training.learning_rate=0.0002", "training.checkpoint_every=1",
+    "curriculum.threshold=0.5", "curriculum.window=2",
     "eval.device=cpu", "eval.size=small", "rag.enabled=true", "rag.k=1",
 ]
 

@@ -118,6 +118,19 @@ class RagConfig:
 
 
 @dataclass
+class SftConfig:
+    """The supervised warm start before RL: cross-entropy on verified kernels, completion tokens only."""
+
+    enabled: bool = True
+    steps: int = 0  # optimizer steps; 0: epochs x examples / batch_size
+    epochs: float = 2.0
+    batch_size: int = 8  # examples per optimizer step
+    learning_rate: float = 1.0e-4
+    max_examples: int = 512  # the run's own training problems first, then the rest of the corpus
+    checkpoint_every: int = 50
+
+
+@dataclass
 class TrainConfig:
     run_id: str | None = None  # None: derived from the rest of the config, so re-running resumes
     db_path: str = "runs/kernelbench_rl.duckdb"
@@ -131,6 +144,7 @@ class TrainConfig:
     problems: ProblemsConfig = field(default_factory=ProblemsConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     rag: RagConfig = field(default_factory=RagConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
 
     def resolved_run_id(self) -> str:
         if self.run_id:
@@ -277,12 +291,16 @@ def _validate(config: TrainConfig) -> None:
         "sampling.group_size": config.sampling.group_size, "sampling.max_tokens": config.sampling.max_tokens,
         "training.batch_problems": config.training.batch_problems, "training.checkpoint_every": config.training.checkpoint_every,
         "env.turns": config.env.turns, "curriculum.window": config.curriculum.window,
+        "sft.batch_size": config.sft.batch_size, "sft.max_examples": config.sft.max_examples,
+        "sft.checkpoint_every": config.sft.checkpoint_every,
     }
     for key, value in positive.items():
         if value < 1:
             raise UserError(f"Config key {key} must be at least 1; got {value}.")
     if config.training.steps < 0:
         raise UserError("Config key training.steps must not be negative.")
+    if config.sft.steps < 0 or config.sft.epochs < 0:
+        raise UserError("Config keys sft.steps and sft.epochs must not be negative.")
     if not 0.0 <= config.rewards.gamma <= 1.0:
         raise UserError(f"Config key rewards.gamma must be in [0, 1]; got {config.rewards.gamma}.")
     from kernelbench_rl.evaluation.cluster_spec import parse_cluster

@@ -97,11 +97,10 @@ class Retriever:
         self.store = store
         self.near_duplicate_cosine = near_duplicate_cosine
         self.lexical_weight = lexical_weight
-        self.holdout_ids: set[tuple[int, int]] = {(p.level, p.number) for p in holdout_problems}
-        self.holdout_ids |= {parse_problem_id(i) for i in extra_holdout_ids}
-        self._holdout_vectors = self._embed_problems(holdout_problems)
-        self._holdout_fingerprints = {fp for p in holdout_problems if (fp := forward_fingerprint(p.source))}
-        self._fingerprints: dict[str, str | None] = {}
+        self.guard = HoldoutGuard(embedder, holdout_problems, store=store, extra_holdout_ids=extra_holdout_ids,
+                                  near_duplicate_cosine=near_duplicate_cosine)
+        self.holdout_ids = self.guard.holdout_ids
+        self._fingerprints = self.guard.fingerprints
         self._ops: dict[str, frozenset[str]] = {}
 
     @classmethod
@@ -131,21 +130,10 @@ class Retriever:
         wanted = set(index.meta.doc_sha256)
         docs = {d["sha256"]: d for d in read_corpus(store) if d["sha256"] in wanted}
         if holdout_problems is None:
-            problems = load_problems(kernelbench_root)
-            held = holdout_ids(problems, holdout_fraction, split_seed)
-            holdout_problems = [p for p in problems if p.id in held]
+            holdout_problems = split_holdout_problems(kernelbench_root, holdout_fraction, split_seed)
         extra = kernelbench_holdout_ids(holdout_fraction, split_seed) if kernelbench_universe else set()
         return cls(index, docs, embedder, holdout_problems=holdout_problems, near_duplicate_cosine=near_duplicate_cosine,
                    lexical_weight=lexical_weight, store=store, extra_holdout_ids=extra)
-
-    def _embed_problems(self, problems: Sequence[Problem]) -> np.ndarray:
-        if not problems:
-            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
-        texts = {code_sha256(p.source): p.source for p in problems}
-        if self.store is not None:
-            vectors, _ = embed_cached(self.store, self.embedder, texts)
-            return np.stack([vectors[s] for s in texts])
-        return self.embedder.embed_code(list(texts.values()))
 
     def exclusion_reason(
         self, doc: Mapping[str, Any], vector: np.ndarray, problem: Problem, problem_vector: np.ndarray,
@@ -159,19 +147,12 @@ class Retriever:
             return "same_problem"
         if task in self.holdout_ids:
             return "holdout_problem"
-        sha = doc["sha256"]
-        if sha not in self._fingerprints:
-            self._fingerprints[sha] = forward_fingerprint(doc.get("pytorch_code") or "")
-        fingerprint = self._fingerprints[sha]
+        fingerprint = self.guard.fingerprint(doc)
         if float(vector @ problem_vector) >= self.near_duplicate_cosine or (
             fingerprint is not None and fingerprint == problem_fingerprint
         ):
             return "near_duplicate_of_problem"
-        if len(self._holdout_vectors) and float((self._holdout_vectors @ vector).max()) >= self.near_duplicate_cosine:
-            return "near_duplicate_of_holdout"
-        if fingerprint is not None and fingerprint in self._holdout_fingerprints:
-            return "near_duplicate_of_holdout"
-        return None
+        return self.guard.leak_reason(doc, vector)
 
     def retrieve(
         self,
@@ -245,6 +226,77 @@ class Retriever:
             kernel_code=kernel_code, licence=doc.get("licence"), kb_level=doc.get("kb_level"),
             kb_task=doc.get("kb_task"), speedup=doc.get("speedup"), verified=doc.get("verified"), truncated=truncated,
         )
+
+
+class HoldoutGuard:
+    """The holdout half of the leak rules, for anything that shows corpus kernels to the policy.
+
+    Retrieval (per problem, beside its own same-problem rules) and the SFT warm start (a document
+    is trained on or not) both ask it: a document may not be shown if it solves a holdout problem
+    (its KernelBench level/task), or if its PyTorch side is a near-duplicate of a holdout reference
+    (cosine >= 0.95, or the same `__init__`/`forward` code).
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        holdout_problems: Sequence[Problem],
+        *,
+        store: Any = None,
+        extra_holdout_ids: Collection[str] = (),
+        near_duplicate_cosine: float = NEAR_DUPLICATE_COSINE,
+    ) -> None:
+        self.embedder = embedder
+        self.store = store
+        self.near_duplicate_cosine = near_duplicate_cosine
+        self.holdout_ids: set[tuple[int, int]] = {(p.level, p.number) for p in holdout_problems}
+        self.holdout_ids |= {parse_problem_id(i) for i in extra_holdout_ids}
+        self.holdout_vectors = self._embed_problems(holdout_problems)
+        self.holdout_fingerprints = {fp for p in holdout_problems if (fp := forward_fingerprint(p.source))}
+        self.fingerprints: dict[str, str | None] = {}
+
+    @classmethod
+    def for_split(
+        cls, store: Any, embedder: Embedder, *, kernelbench_root: str | None = None, holdout_fraction: float = 0.2,
+        split_seed: int = 0, kernelbench_universe: bool = True,
+    ) -> HoldoutGuard:
+        """The guard for the configured split, the way `Retriever.open` builds its own."""
+        extra = kernelbench_holdout_ids(holdout_fraction, split_seed) if kernelbench_universe else set()
+        return cls(embedder, split_holdout_problems(kernelbench_root, holdout_fraction, split_seed), store=store,
+                   extra_holdout_ids=extra)
+
+    def _embed_problems(self, problems: Sequence[Problem]) -> np.ndarray:
+        if not problems:
+            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
+        texts = {code_sha256(p.source): p.source for p in problems}
+        if self.store is not None:
+            vectors, _ = embed_cached(self.store, self.embedder, texts)
+            return np.stack([vectors[s] for s in texts])
+        return self.embedder.embed_code(list(texts.values()))
+
+    def fingerprint(self, doc: Mapping[str, Any]) -> str | None:
+        sha = doc["sha256"]
+        if sha not in self.fingerprints:
+            self.fingerprints[sha] = forward_fingerprint(doc.get("pytorch_code") or "")
+        return self.fingerprints[sha]
+
+    def leak_reason(self, doc: Mapping[str, Any], vector: np.ndarray) -> str | None:
+        """"holdout_problem", "near_duplicate_of_holdout", or None when the document may be shown."""
+        if (doc.get("kb_level"), doc.get("kb_task")) in self.holdout_ids:
+            return "holdout_problem"
+        if len(self.holdout_vectors) and float((self.holdout_vectors @ vector).max()) >= self.near_duplicate_cosine:
+            return "near_duplicate_of_holdout"
+        fingerprint = self.fingerprint(doc)
+        if fingerprint is not None and fingerprint in self.holdout_fingerprints:
+            return "near_duplicate_of_holdout"
+        return None
+
+
+def split_holdout_problems(kernelbench_root: str | None, holdout_fraction: float, split_seed: int) -> list[Problem]:
+    """The holdout problems of the problem set in use (`kernelbench_rl.problems.split`)."""
+    problems = load_problems(kernelbench_root)
+    held = holdout_ids(problems, holdout_fraction, split_seed)
+    return [p for p in problems if p.id in held]
 
 
 KERNELBENCH_TASKS_PER_LEVEL = {1: 100, 2: 100, 3: 50}

@@ -286,8 +286,33 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        3,
+        "sft_steps: the supervised warm start, one row per optimizer step (its checkpoint, when saved)",
+        [
+            """
+            CREATE TABLE IF NOT EXISTS sft_steps (
+                run_id VARCHAR,
+                step INTEGER,
+                loss DOUBLE,               -- mean cross-entropy per completion token
+                loss_sum DOUBLE,           -- summed over the batch's completion tokens (Tinker's loss)
+                tokens INTEGER,            -- completion tokens trained on (prompt tokens carry no loss)
+                examples INTEGER,          -- examples in the batch
+                learning_rate DOUBLE,
+                epoch DOUBLE,
+                state_path VARCHAR,        -- set on steps that saved a checkpoint (resume point)
+                sampler_path VARCHAR,
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (run_id, step)
+            )
+            """,
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",
-    "baselines", "eval_samples",
+    "baselines", "eval_samples", "sft_steps",
 ]

@@ -176,6 +176,7 @@ class TrainingRun:
         self.next_step = 0
         self.resumed_from_step: int | None = None
         self.checkpoint_step: int | None = None  # last step whose state is saved
+        self.warm_start_path: str | None = None  # the SFT state RL started from, if any
         self.last_result: StepResult | None = None
         self._started = False
         self._evaluator: Any = None
@@ -215,7 +216,13 @@ class TrainingRun:
             self.policy_backend = resolve_backend(policy)
             self._service = make_service_client(policy)
         checkpoint = self._last_checkpoint()
-        if checkpoint is None:
+        warm_start = self._sft_checkpoint() if checkpoint is None else None
+        if warm_start is not None:
+            # RL starts from the supervised warm start's final weights, with a fresh optimizer.
+            self.warm_start_path = warm_start["state_path"]
+            self.training_client = _result(self._service.create_training_client_from_state(warm_start["state_path"]))
+            self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
+        elif checkpoint is None:
             self.training_client = _result(self._service.create_lora_training_client(
                 base_model=self.base_model, rank=cfg.policy.lora_rank))
             self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
@@ -236,6 +243,14 @@ class TrainingRun:
     def _make_evaluator(self) -> EvaluateFn:
         self._evaluator = open_evaluator(self.config, self.store, self.problems)
         return self._evaluator.evaluate_responses
+
+    def _sft_checkpoint(self) -> dict[str, Any] | None:
+        """The run's finished warm start (kernelbench_rl.training.sft), when SFT is enabled and has run."""
+        if not self.config.sft.enabled:
+            return None
+        from kernelbench_rl.training.sft import last_sft_checkpoint
+
+        return last_sft_checkpoint(self.store, self.run_id)
 
     def _last_checkpoint(self) -> dict[str, Any] | None:
         frame = self.store.query(

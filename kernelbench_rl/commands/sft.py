@@ -1,0 +1,47 @@
+"""`kernelbench-rl sft`: the supervised warm start (cross-entropy on verified kernels) before RL."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this area's commands to the top-level app."""
+
+    @app.command("sft")
+    def sft(
+        config: str = typer.Option("default", "--config", "-c",
+                                   help="YAML file, or a packaged config: default, raicl, kevin."),
+        overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. sft.steps=40 sft.learning_rate=3e-3"),
+        stop_after: int | None = typer.Option(None, "--stop-after", help="Run at most this many steps now; re-run to resume."),
+    ) -> None:
+        """Warm-start the policy on the verified corpus (never a holdout problem's kernel); resumable.
+
+        `kernelbench-rl train` with the same config then starts RL from these weights.
+        """
+        from kernelbench_rl.config import load_config
+        from kernelbench_rl.training.loop import default_retriever, resolve_base_model
+        from kernelbench_rl.training.sft import SftStepResult, run_sft
+
+        cfg = load_config(config, list(overrides or []))
+        if not cfg.sft.enabled:
+            typer.echo("sft.enabled is false: nothing to do.")
+            raise typer.Exit(0)
+        typer.echo(f"run {cfg.resolved_run_id()}: SFT warm start of {resolve_base_model(cfg)} -> {cfg.db_path}")
+        retrieve = default_retriever(cfg) if cfg.rag.enabled else None
+
+        def show(result: SftStepResult) -> None:
+            mark = f" · checkpoint {result.checkpoint}" if result.checkpoint else ""
+            typer.echo(f"sft step {result.step}: loss {result.loss:.4f}/token over {result.tokens} tokens "
+                       f"({result.examples} examples, lr {result.learning_rate:.2e}){mark}")
+
+        summary = run_sft(cfg, retrieve=retrieve, stop_after_steps=stop_after, on_step=show)
+        resumed = f" (resumed after step {summary.resumed_from_step})" if summary.resumed_from_step is not None else ""
+        left = ", ".join(f"{k} {v}" for k, v in sorted(summary.excluded.items())) or "none"
+        typer.echo(f"run {summary.run_id}: {summary.num_examples} examples (left out: {left}); "
+                   f"{summary.steps_run} step(s) done{resumed} of {summary.total_steps}; loss "
+                   f"{_fmt(summary.first_loss)} -> {_fmt(summary.last_loss)}")
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"

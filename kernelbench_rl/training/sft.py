@@ -1,0 +1,416 @@
+"""The supervised warm start (SFT): teach the policy the answer format before RL.
+
+Real kernel-RL systems start from a model that already writes kernels in the expected shape
+(KernelLLM and AutoTriton fine-tune on verified PyTorch -> Triton pairs first). This stage does
+that with our own verified corpus:
+
+    examples = build_sft_examples(config, store, tokenizer, retrieve)   # leak-free, RL's own prompts
+    with SftRun(config, examples=...) as run:                          # resumes from its last checkpoint
+        while not run.finished:
+            run.step()                                                 # forward_backward + optim_step
+
+- **Data**: our own solutions and re-verified corpus rows of the run's kernel backend, never a
+  holdout problem's (the retrieval leak rules: `rag.retrieve.HoldoutGuard`). Each is rendered with
+  the same prompt the RL environment builds for its problem (template, retrieved examples), and
+  the completion is the kernel in a ```python block followed by the end-of-sequence token.
+- **Loss**: Tinker's `cross_entropy` (a sum over target tokens of -weight * logp) with weight 0 on
+  every prompt position and 1 on the completion, through `forward_backward` and `optim_step`, so
+  the same code trains on Tinker and on the local backend (transformers + peft).
+- **Rows**: one `sft_steps` row per optimizer step (loss per completion token, tokens, examples),
+  TensorBoard scalars under `<log_dir>/<run_id>/tensorboard/sft`. A checkpoint's paths ride on its
+  step's row; a killed run resumes from the newest one and re-does the steps after it, whose rows
+  replace themselves (natural key), so no step is ever counted twice.
+- RL (`TrainingRun`) starts from the final SFT weights of its run, with a fresh optimizer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import tinker
+import torch
+
+from kernelbench_rl.config.schema import TrainConfig
+from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.problems import Problem, load_problems, parse_problem_id
+from kernelbench_rl.store import Store
+
+# Corpus sources whose kernels are known correct without re-verification (our own, tested in CI).
+TRUSTED_SOURCES = ("solutions",)
+
+
+@dataclass
+class SftExample:
+    """One supervised example: a prompt exactly as RL renders it, and a verified kernel as the answer."""
+
+    problem_id: str
+    doc_sha256: str
+    source: str
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+
+    def datum(self) -> tinker.Datum:
+        """Inputs shifted right; loss weight 0 on prompt targets, 1 on completion targets."""
+        tokens_T = self.prompt_tokens + self.completion_tokens
+        weights_T = [0.0] * (len(self.prompt_tokens) - 1) + [1.0] * len(self.completion_tokens)
+        return tinker.Datum(
+            model_input=tinker.ModelInput.from_ints(tokens_T[:-1]),
+            loss_fn_inputs={
+                "target_tokens": tinker.TensorData.from_torch(torch.tensor(tokens_T[1:], dtype=torch.int64)),
+                "weights": tinker.TensorData.from_torch(torch.tensor(weights_T, dtype=torch.float32)),
+            },
+        )
+
+
+@dataclass
+class SftDataset:
+    examples: list[SftExample]
+    excluded: Counter[str] = field(default_factory=Counter)  # reason -> documents left out
+
+
+def completion_text(kernel_code: str) -> str:
+    """The answer an SFT example teaches: the kernel module in one fenced block (ANSWER_FORMAT)."""
+    return f"```python\n{kernel_code.rstrip()}\n```"
+
+
+def candidate_documents(store: Store, backend: str) -> list[dict[str, Any]]:
+    """Stored corpus documents SFT may train on before the leak rules: ours, or re-verified by our evaluator."""
+    from kernelbench_rl.rag.corpus import read_corpus
+
+    return [d for d in read_corpus(store, backend=backend) if d["source"] in TRUSTED_SOURCES or d.get("verified")]
+
+
+def leak_free_documents(
+    docs: Sequence[dict[str, Any]], leak_reason: Callable[[dict[str, Any]], str | None]
+) -> tuple[list[dict[str, Any]], Counter[str]]:
+    kept, excluded = [], Counter()
+    for doc in docs:
+        reason = leak_reason(doc)
+        if reason is None:
+            kept.append(doc)
+        else:
+            excluded[reason] += 1
+    return kept, excluded
+
+
+def default_leak_reason(
+    config: TrainConfig, store: Store, docs: Sequence[dict[str, Any]]
+) -> Callable[[dict[str, Any]], str | None]:
+    """The retrieval leak rules (holdout ids, near-duplicates of holdout references) over `docs`.
+
+    Embeddings come from the store's cache (the index build has made them) in one batch.
+    """
+    from kernelbench_rl.rag.embed import Embedder, embed_cached
+    from kernelbench_rl.rag.retrieve import HoldoutGuard
+
+    embedder = Embedder(config.rag.model)
+    guard = HoldoutGuard.for_split(store, embedder, kernelbench_root=config.problems.kernelbench_root,
+                                   holdout_fraction=config.problems.holdout_fraction,
+                                   split_seed=config.problems.split_seed)
+    vectors, _ = embed_cached(store, embedder, {d["sha256"]: d["pytorch_code"] for d in docs})
+
+    def reason(doc: dict[str, Any]) -> str | None:
+        return guard.leak_reason(doc, vectors[doc["sha256"]])
+
+    return reason
+
+
+def _problem_for(doc: dict[str, Any], by_task: dict[tuple[int, int], Problem]) -> Problem:
+    """The problem whose prompt the document answers: the set's own problem when the task is known."""
+    task = (doc.get("kb_level"), doc.get("kb_task"))
+    if task in by_task:
+        return by_task[task]  # type: ignore[index]
+    # A corpus row of no loaded problem: its PyTorch side is the module to optimise.
+    return Problem(level=int(doc.get("kb_level") or 0), number=int(doc.get("kb_task") or 0),
+                   name=str(doc.get("title") or doc.get("origin_id") or "corpus"), source=doc["pytorch_code"],
+                   origin="inline")
+
+
+def build_sft_examples(
+    config: TrainConfig,
+    store: Store,
+    tokenizer: Any,
+    *,
+    retrieve: Retriever | None = None,
+    training_ids: Sequence[str] = (),
+    leak_reason: Callable[[dict[str, Any]], str | None] | None = None,
+) -> SftDataset:
+    """Render the leak-free verified corpus through RL's prompts; the run's training problems come first.
+
+    A completion longer than `sampling.max_tokens` is left out: RL could never sample it whole.
+    """
+    from kernelbench_rl.training.rollouts import PromptRenderer
+
+    backend = config.env.kernel_backend
+    docs = candidate_documents(store, backend)
+    if leak_reason is None:
+        leak_reason = default_leak_reason(config, store, docs) if docs else (lambda doc: None)
+    docs, excluded = leak_free_documents(docs, leak_reason)
+    problems = load_problems(config.problems.kernelbench_root)
+    by_task = {(p.level, p.number): p for p in problems}
+    first = {parse_problem_id(pid) for pid in training_ids}
+    # The run's own problems first (by id), then the rest by sha256: the same order on every call.
+    docs.sort(key=lambda d: ((d.get("kb_level"), d.get("kb_task")) not in first, d["kb_level"] or 0,
+                             d["kb_task"] or 0, d["sha256"]))
+    renderer = PromptRenderer(tokenizer)
+    spec = EnvSpec.from_config(config)
+    k = config.rag.k if config.rag.enabled else 0
+    eos = getattr(tokenizer, "eos_token_id", None)
+    examples: list[SftExample] = []
+    for doc in docs:
+        if len(examples) >= config.sft.max_examples:
+            excluded["over_max_examples"] += 1
+            continue
+        problem = _problem_for(doc, by_task)
+        (builder,) = make_group_builders([problem], 1, spec, retrieve, k)
+        messages = builder()[0].next_messages()
+        prompt_tokens = renderer.encode_messages(messages)
+        completion_tokens = list(tokenizer.encode(completion_text(doc["kernel_code"]), add_special_tokens=False))
+        if eos is not None:
+            completion_tokens.append(int(eos))
+        if len(completion_tokens) > config.sampling.max_tokens:
+            excluded["longer_than_max_tokens"] += 1
+            continue
+        examples.append(SftExample(problem.id, doc["sha256"], doc["source"], prompt_tokens, completion_tokens))
+    return SftDataset(examples, excluded)
+
+
+def planned_steps(config: TrainConfig, num_examples: int) -> int:
+    """`sft.steps`, or enough steps for `sft.epochs` passes over the examples."""
+    if config.sft.steps > 0:
+        return config.sft.steps
+    return math.ceil(config.sft.epochs * num_examples / config.sft.batch_size) if num_examples else 0
+
+
+def batch_indices(num_examples: int, batch_size: int, step: int, seed: int) -> list[int]:
+    """Examples of one step: each epoch a fresh seeded shuffle, so a re-done step sees the same batch."""
+    out: list[int] = []
+    position = step * batch_size
+    while len(out) < min(batch_size, num_examples):
+        epoch, offset = divmod(position, num_examples)
+        order = list(range(num_examples))
+        random.Random(f"sft:{seed}:{epoch}").shuffle(order)
+        out.append(order[offset])
+        position += 1
+    return out
+
+
+def learning_rate_at(config: TrainConfig, step: int, total: int) -> float:
+    """Constant. (A linear decay to a tenth, tried on the embedded default, slowed it down: loss 1.25 by
+    step 58 where a constant rate had been near 0.8; schedules are a later refinement.)"""
+    return config.sft.learning_rate
+
+
+@dataclass
+class SftStepResult:
+    step: int
+    loss: float
+    tokens: int
+    examples: int
+    learning_rate: float
+    checkpoint: str | None = None
+
+
+@dataclass
+class SftSummary:
+    run_id: str
+    num_examples: int
+    excluded: dict[str, int]
+    total_steps: int
+    resumed_from_step: int | None
+    steps_run: int
+    first_loss: float | None
+    last_loss: float | None
+    final_state_path: str | None
+
+
+def _result(value: Any) -> Any:
+    return value.result() if hasattr(value, "result") and callable(value.result) else value
+
+
+class SftRun:
+    """The warm start of one run (the run id is RL's): builds on `start()`, advances one `step()` at a time."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        store: Store | None = None,
+        retrieve: Retriever | None = None,
+        service_client: Any | None = None,
+        leak_reason: Callable[[dict[str, Any]], str | None] | None = None,
+        on_step: Callable[[SftStepResult], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.run_id = config.resolved_run_id()
+        self.store = store or Store(config.db_path)
+        self.retrieve = retrieve
+        self._service = service_client
+        self._leak_reason = leak_reason
+        self.on_step = on_step
+        self.next_step = 0
+        self.total_steps = 0
+        self.resumed_from_step: int | None = None
+        self.dataset = SftDataset([])
+        self._datums: list[tinker.Datum] = []
+        self._tb: Any = None
+        self._started = False
+
+    @property
+    def finished(self) -> bool:
+        return self.next_step >= self.total_steps
+
+    def start(self) -> SftRun:
+        if self._started:
+            return self
+        from kernelbench_rl.training.loop import policy_config, resolve_base_model, training_problems
+
+        cfg = self.config
+        if self._service is None:
+            from kernelbench_rl.policy import make_service_client
+
+            self._service = make_service_client(policy_config(cfg))
+        checkpoint = last_sft_checkpoint(self.store, self.run_id)
+        if checkpoint is None:
+            self.training_client = _result(self._service.create_lora_training_client(
+                base_model=resolve_base_model(cfg), rank=cfg.policy.lora_rank))
+        else:
+            self.resumed_from_step = int(checkpoint["step"])
+            self.next_step = self.resumed_from_step + 1
+            self.training_client = _result(
+                self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
+        training_ids = [p.id for p in training_problems(cfg)]
+        self.dataset = build_sft_examples(cfg, self.store, self.training_client.get_tokenizer(), retrieve=self.retrieve,
+                                          training_ids=training_ids, leak_reason=self._leak_reason)
+        if not self.dataset.examples:
+            raise UserError("No SFT examples: ingest verified kernels first (kernelbench-rl corpus ingest --source "
+                            "solutions), or set sft.enabled=false.")
+        self._datums = [example.datum() for example in self.dataset.examples]
+        self.total_steps = planned_steps(cfg, len(self._datums))
+        from kernelbench_rl.training.metrics import TensorBoardLogger
+
+        self._tb = TensorBoardLogger(cfg.run_log_dir() / "tensorboard" / "sft",
+                                     purge_step=self.next_step if self.resumed_from_step is not None else None)
+        self._started = True
+        return self
+
+    def step(self) -> SftStepResult:
+        self.start()
+        if self.finished:
+            raise RuntimeError(f"the warm start of run {self.run_id} has already done its {self.total_steps} steps")
+        cfg = self.config
+        step = self.next_step
+        picked = batch_indices(len(self._datums), cfg.sft.batch_size, step, cfg.training.seed)
+        batch = [self._datums[i] for i in picked]
+        tokens = sum(len(self.dataset.examples[i].completion_tokens) for i in picked)
+        learning_rate = learning_rate_at(cfg, step, self.total_steps)
+        start = time.perf_counter()
+        fwd_bwd = self.training_client.forward_backward(batch, loss_fn="cross_entropy")
+        optim = self.training_client.optim_step(tinker.AdamParams(learning_rate=learning_rate))
+        output = _result(fwd_bwd)
+        _result(optim)
+        loss_sum = _loss_sum(output, batch)
+        seconds = time.perf_counter() - start
+        loss = loss_sum / max(tokens, 1)
+        epoch = (step + 1) * cfg.sft.batch_size / len(self._datums)
+        # TensorBoard before the row (as in RL): a resumed writer purges the steps it re-does.
+        self._tb.log(step, {"sft/loss": loss, "sft/tokens": float(tokens), "sft/learning_rate": learning_rate,
+                            "sft/epoch": epoch, "sft/step_s": seconds}, [])
+        row = {"run_id": self.run_id, "step": step, "loss": loss, "loss_sum": loss_sum, "tokens": tokens,
+               "examples": len(batch), "learning_rate": learning_rate, "epoch": epoch,
+               "state_path": None, "sampler_path": None}
+        checkpoint = None
+        if (step + 1) % cfg.sft.checkpoint_every == 0 or step + 1 == self.total_steps:
+            checkpoint = f"sft_{step:06d}"
+            row["state_path"] = _result(self.training_client.save_state(checkpoint, overwrite=True)).path
+            row["sampler_path"] = _result(self.training_client.save_weights_for_sampler(checkpoint)).path
+        # The row (with its checkpoint) last: resume trusts only checkpoints whose row landed.
+        self.store.upsert("sft_steps", [row])
+        self.next_step = step + 1
+        result = SftStepResult(step, loss, tokens, len(batch), learning_rate, checkpoint)
+        if self.on_step is not None:
+            self.on_step(result)
+        return result
+
+    def summary(self, steps_run: int) -> SftSummary:
+        rows = self.store.query("SELECT step, loss, state_path FROM sft_steps WHERE run_id = ? ORDER BY step",
+                                [self.run_id]).to_dicts()
+        final = last_sft_checkpoint(self.store, self.run_id)
+        return SftSummary(
+            run_id=self.run_id, num_examples=len(self.dataset.examples), excluded=dict(self.dataset.excluded),
+            total_steps=self.total_steps, resumed_from_step=self.resumed_from_step, steps_run=steps_run,
+            first_loss=rows[0]["loss"] if rows else None, last_loss=rows[-1]["loss"] if rows else None,
+            final_state_path=final["state_path"] if final and self.finished else None,
+        )
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        self._started = False
+
+    def __enter__(self) -> SftRun:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _loss_sum(output: Any, batch: Sequence[tinker.Datum]) -> float:
+    """The batch's summed loss: the service's metric when it reports one, else from per-token logprobs."""
+    metrics = getattr(output, "metrics", None) or {}
+    for key in ("loss:sum", "loss"):
+        if key in metrics:
+            return float(metrics[key])
+    total = 0.0
+    for datum, item in zip(batch, output.loss_fn_outputs, strict=True):
+        logp = item["logprobs"].to_torch().float().reshape(-1)
+        weights = datum.loss_fn_inputs["weights"].to_torch().float().reshape(-1)
+        total += float(-(weights * logp).sum())
+    return total
+
+
+def last_sft_checkpoint(store: Store, run_id: str) -> dict[str, Any] | None:
+    """The newest saved SFT state of a run: {step, state_path, sampler_path}, or None."""
+    rows = store.query(
+        "SELECT step, state_path, sampler_path FROM sft_steps WHERE run_id = ? AND state_path IS NOT NULL "
+        "ORDER BY step DESC LIMIT 1", [run_id]).to_dicts()
+    return rows[0] if rows else None
+
+
+def sft_done(store: Store, config: TrainConfig, num_examples: int | None = None) -> bool:
+    """Whether the run's warm start has saved its final step (cheap: no model is built)."""
+    checkpoint = last_sft_checkpoint(store, config.resolved_run_id())
+    if checkpoint is None:
+        return False
+    if config.sft.steps > 0:
+        return int(checkpoint["step"]) + 1 >= config.sft.steps
+    return num_examples is not None and int(checkpoint["step"]) + 1 >= planned_steps(config, num_examples)
+
+
+def run_sft(
+    config: TrainConfig,
+    *,
+    store: Store | None = None,
+    retrieve: Retriever | None = None,
+    service_client: Any | None = None,
+    leak_reason: Callable[[dict[str, Any]], str | None] | None = None,
+    stop_after_steps: int | None = None,
+    on_step: Callable[[SftStepResult], None] | None = None,
+) -> SftSummary:
+    """Run (or resume) the warm start of the configured run; `stop_after_steps` ends this call early."""
+    run = SftRun(config, store=store, retrieve=retrieve, service_client=service_client, leak_reason=leak_reason,
+                 on_step=on_step)
+    with run:
+        count = 0
+        while not run.finished and (stop_after_steps is None or count < stop_after_steps):
+            run.step()
+            count += 1
+        return run.summary(count)
