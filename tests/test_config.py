@@ -189,3 +189,13 @@ def test_pipeline_checks_its_inputs_before_any_stage(tmp_path, args, needle) -> 
     assert needle in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.duckdb").exists()  # no stage ran
+
+
+@pytest.mark.parametrize("override, key", [("sft.learning_rate=-0.1", "sft.learning_rate"),
+                                           ("sft.batch_size=0", "sft.batch_size"),
+                                           ("sft.checkpoint_every=0", "sft.checkpoint_every")])
+def test_the_warm_starts_ranges_are_checked_like_every_section(override: str, key: str) -> None:
+    from kernelbench_rl.config import load_config
+
+    with pytest.raises(UserError, match=key.replace(".", r"\.")):
+        load_config("default", [override])

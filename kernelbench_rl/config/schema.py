@@ -122,12 +122,12 @@ class SftConfig:
     """The supervised warm start before RL: cross-entropy on verified kernels, completion tokens only."""
 
     enabled: bool = True
-    steps: int = 0  # optimizer steps; 0: epochs x examples / batch_size
-    epochs: float = 2.0
-    batch_size: int = 8  # examples per optimizer step
-    learning_rate: float = 1.0e-4
-    max_examples: int = 512  # the run's own training problems first, then the rest of the corpus
-    checkpoint_every: int = 50
+    steps: Annotated[int, Ge(0)] = 0  # optimizer steps; 0: epochs x examples / batch_size
+    epochs: Annotated[float, Gt(0)] = 2.0
+    batch_size: Annotated[int, Ge(1)] = 8  # examples per optimizer step
+    learning_rate: Annotated[float, Gt(0)] = 1.0e-4
+    max_examples: Annotated[int, Ge(1)] = 512  # the run's own training problems first, then the rest of the corpus
+    checkpoint_every: Annotated[int, Ge(1)] = 50
 
 
 @dataclass
