@@ -19,6 +19,7 @@ from pathlib import Path
 
 from deployments.server import REPO_ROOT, LocalPrefect, port_in_use, server_answers
 from kernelbench_rl.commands.hints import command
+from kernelbench_rl.ownership import pid_alive
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -46,7 +47,7 @@ def what_runs_on(port: int) -> str | None:
     except (OSError, ValueError):
         state = {}
     if state:
-        if _alive(state.get("pid", 0)):
+        if pid_alive(state.get("pid", 0)):
             owner = (f" (started by kernelbench-rl serve, pid {state['pid']}: server pid {state.get('server_pid')}, "
                      f"worker pid {state.get('worker_pid') or 'none'}; stop it with Ctrl-C in its terminal or "
                      f"`kill {state['pid']}`)")
@@ -54,18 +55,6 @@ def what_runs_on(port: int) -> str | None:
         return (f"A Prefect server already answers on http://127.0.0.1:{port}{owner}; this serve starts nothing, "
                 f"so stop that one or pass --port with a free port.")
     return f"Port {port} is in use by another program{owner}; stop it or pass --port with a free port."
-
-
-def _alive(pid: int) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _deployed_names(output: str) -> list[str]:

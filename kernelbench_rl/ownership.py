@@ -50,7 +50,10 @@ def read_owner(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Is a process with this pid running (on this host)?"""
+    if not pid:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -113,7 +116,7 @@ def _try_lock(fd: int, path: Path) -> bool:
         except BlockingIOError:
             return False
     owner = read_owner(path)  # no flock: a live owner on this host holds it; anything else is stale
-    return not (owner and owner.get("host") == socket.gethostname() and _pid_alive(int(owner.get("pid", 0))))
+    return not (owner and owner.get("host") == socket.gethostname() and pid_alive(int(owner.get("pid", 0))))
 
 
 def release(db_path: str | os.PathLike[str], run_id: str) -> None:
