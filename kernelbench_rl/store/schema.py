@@ -250,8 +250,32 @@ MIGRATIONS.append(
     )
 )
 
-# Version 4, not 3: issue 12's branch adds migration 3 (sft_steps). Versions apply by membership, not by
-# order of arrival, so a database that has 4 still gets 3 when that lands.
+MIGRATIONS.append(
+    (
+        3,
+        "sft_steps: the supervised warm start, one row per optimizer step (its checkpoint, when saved)",
+        [
+            """
+            CREATE TABLE IF NOT EXISTS sft_steps (
+                run_id VARCHAR,
+                step INTEGER,
+                loss DOUBLE,               -- mean cross-entropy per completion token
+                loss_sum DOUBLE,           -- summed over the batch's completion tokens (Tinker's loss)
+                tokens INTEGER,            -- completion tokens trained on (prompt tokens carry no loss)
+                examples INTEGER,          -- examples in the batch
+                learning_rate DOUBLE,
+                epoch DOUBLE,
+                state_path VARCHAR,        -- set on steps that saved a checkpoint (resume point)
+                sampler_path VARCHAR,
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (run_id, step)
+            )
+            """,
+        ],
+    )
+)
+
+# Versions apply by membership, not by order of arrival: a database that got 4 before 3 existed still gets 3.
 MIGRATIONS.append(
     (
         4,
@@ -282,31 +306,6 @@ MIGRATIONS.append(
             """,
             "ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner_pid INTEGER",
             "ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner_host VARCHAR",
-        ],
-    )
-)
-
-MIGRATIONS.append(
-    (
-        3,
-        "sft_steps: the supervised warm start, one row per optimizer step (its checkpoint, when saved)",
-        [
-            """
-            CREATE TABLE IF NOT EXISTS sft_steps (
-                run_id VARCHAR,
-                step INTEGER,
-                loss DOUBLE,               -- mean cross-entropy per completion token
-                loss_sum DOUBLE,           -- summed over the batch's completion tokens (Tinker's loss)
-                tokens INTEGER,            -- completion tokens trained on (prompt tokens carry no loss)
-                examples INTEGER,          -- examples in the batch
-                learning_rate DOUBLE,
-                epoch DOUBLE,
-                state_path VARCHAR,        -- set on steps that saved a checkpoint (resume point)
-                sampler_path VARCHAR,
-                created_at TIMESTAMP DEFAULT now(),
-                PRIMARY KEY (run_id, step)
-            )
-            """,
         ],
     )
 )
