@@ -313,8 +313,8 @@ _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 # seccomp(2) itself, so the filter can carry SECCOMP_FILTER_FLAG_SPEC_ALLOW: on kernels whose speculative
 # store bypass mitigation is "seccomp" (the default before Linux 5.16), installing any filter through
 # prctl also turns that mitigation on for the process, and CPU-bound work (a launch-bound forward's
-# Python and dispatch) can run slower in the child than the same code in the worker. The child holds no secret worth that cost (its
-# environment is scrubbed); the filter's purpose is the forkserver socket, not speculation.
+# Python and dispatch) can run slower in the child than the same code in the worker. The child holds no
+# secret worth that cost (its environment is scrubbed); the filter is for the forkserver socket.
 _SECCOMP_NR = {"x86_64": 317, "aarch64": 277}
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_SPEC_ALLOW = 1 << 2

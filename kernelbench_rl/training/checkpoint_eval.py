@@ -8,6 +8,7 @@ correct rates, geometric-mean speedup) are computed per level and overall, writt
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Sequence
@@ -178,26 +179,32 @@ def evaluate_checkpoint(
     problems = evaluation_problems(config, split, max_problems)
     sampling_client = _sampling_client(config, ckpt, service_client)
 
-    evaluator = None
-    if evaluate_fn is None:
-        from kernelbench_rl.training.loop import open_evaluator
-
-        evaluator = open_evaluator(config, store, problems)
-        evaluate_fn = evaluator.evaluate_responses
-    try:
+    with _evaluating(config, store, problems, evaluate_fn) as evaluate_fn:
         spec = EnvSpec.from_config(config)
         runner = RolloutRunner(sampling_client, PromptRenderer(sampling_client.get_tokenizer()), evaluate_fn,
                                temperature=config.sampling.temperature, top_p=config.sampling.top_p)
         builders = make_group_builders(problems, samples_per_problem, spec, retrieve,
                                        config.rag.k if retrieve is not None else 0)
-        groups = runner.run(builders)
-    finally:
-        if evaluator is not None:
-            evaluator.__exit__(None, None, None)
+        groups = [group.envs for group in runner.run(builders)]
 
-    report = _report(run_id, label, split, problems, [group.envs for group in groups], samples_per_problem, ks)
-    _store_report(store, report, [env for group in groups for env in group.envs])
+    report = _report(run_id, label, split, problems, groups, samples_per_problem, ks)
+    _store_report(store, report, [env for envs in groups for env in envs])
     return report
+
+
+@contextlib.contextmanager
+def _evaluating(config: TrainConfig, store: Store, problems: Sequence[Problem], evaluate_fn: EvaluateFn | None):
+    """The caller's evaluate function, or one of a training-configured evaluator opened for the block."""
+    if evaluate_fn is not None:
+        yield evaluate_fn
+        return
+    from kernelbench_rl.training.loop import open_evaluator
+
+    evaluator = open_evaluator(config, store, problems)
+    try:
+        yield evaluator.evaluate_responses
+    finally:
+        evaluator.__exit__(None, None, None)
 
 
 def _store_report(store: Store, report: CheckpointReport, envs: Sequence[KernelEnv]) -> None:
@@ -246,20 +253,11 @@ def evaluate_model(
     store = store or Store(config.db_path)
     problems = evaluation_problems(config, split, max_problems)
     chat = OpenAIChatPolicy(policy_spec)
-    evaluator = None
-    if evaluate_fn is None:
-        from kernelbench_rl.training.loop import open_evaluator
-
-        evaluator = open_evaluator(config, store, problems)
-        evaluate_fn = evaluator.evaluate_responses
-    try:
+    with _evaluating(config, store, problems, evaluate_fn) as evaluate_fn:
         builders = make_group_builders(problems, samples_per_problem, EnvSpec.from_config(config), retrieve,
                                        config.rag.k if retrieve is not None else 0)
         groups = run_chat_episodes(builders, chat, evaluate_fn, temperature=config.sampling.temperature,
                                    top_p=config.sampling.top_p)
-    finally:
-        if evaluator is not None:
-            evaluator.__exit__(None, None, None)
     report = _report(config.resolved_run_id(), chat.label, split, problems, groups, samples_per_problem, ks)
     report.usage = chat.usage.to_dict()
     _store_report(store, report, [env for envs in groups for env in envs])

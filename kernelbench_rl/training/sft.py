@@ -41,6 +41,7 @@ from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builde
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.problems import Problem, load_problems, parse_problem_id
 from kernelbench_rl.store import Store
+from kernelbench_rl.training.loop import _result
 
 # Corpus sources whose kernels are known correct without re-verification (our own, tested in CI).
 TRUSTED_SOURCES = ("solutions",)
@@ -229,10 +230,6 @@ class SftSummary:
     first_loss: float | None
     last_loss: float | None
     final_state_path: str | None
-
-
-def _result(value: Any) -> Any:
-    return value.result() if hasattr(value, "result") and callable(value.result) else value
 
 
 class SftRun:
