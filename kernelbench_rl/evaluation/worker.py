@@ -450,7 +450,8 @@ class Worker:
         self.all_cores = set(cores)
         self.quiet_cores: set[int] = set()
         self.busy_cores: set[int] = set()
-        if self.device == "cuda" and len(cores) >= QUIET_CORES_MIN_CPUS:
+        # KBRL_EVAL_PIN_CORES=0 leaves every process on all cores (a diagnostic switch for timing studies).
+        if self.device == "cuda" and len(cores) >= QUIET_CORES_MIN_CPUS and os.environ.get("KBRL_EVAL_PIN_CORES", "1") != "0":
             self.quiet_cores, self.busy_cores = set(cores[-2:]), set(cores[:-2])
         for _ in range(max(0, config.warm_children)):
             self.warm.append(Child(self.ctx, self.device))
@@ -964,11 +965,11 @@ class Worker:
             time.sleep(0.05)
             free = torch.cuda.mem_get_info()[0]
         result.phase_seconds["free_wait"] = result.phase_seconds.get("free_wait", 0.0) + time.perf_counter() - t
-        result.versions["device_free_gb"] = f"{free / 2**30:.1f} (wanted {nbytes / 2**30:.1f})"
         if free < nbytes:
             gc.collect()
             torch.cuda.empty_cache()
             free = torch.cuda.mem_get_info()[0]
+        result.versions["device_free_gb"] = f"{free / 2**30:.1f} (wanted {nbytes / 2**30:.1f})"
         if free < nbytes:
             print(f"[kbrl-worker] {result.problem_id}: waited {time.perf_counter() - t:.1f} s for {nbytes / 2**30:.1f} GiB free, "
                   f"{free / 2**30:.1f} free; worker allocated {torch.cuda.memory_allocated() / 2**30:.1f} reserved "
