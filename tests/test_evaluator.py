@@ -264,6 +264,17 @@ def test_evaluate_responses_extracts_and_reports_format(evaluator):
     assert results[1].error_category == ErrorCategory.FORMAT and not results[1].format_ok
 
 
+def test_a_code_fence_that_is_not_a_kernel_module_is_judged_but_earns_no_format_credit(evaluator):
+    # A policy warm-started on kernels always opens a fence; the format stage must ask for more than that.
+    broken = "```python\n" + CORRECT.replace("class ModelNew", "class ModelNew(", 1) + "\n```\n"
+    no_model = "```python\nimport triton\n\ndef helper(x):\n    return x\n```\n"
+    results = evaluator.evaluate_responses(["L1/19", "L1/19"], [broken, no_model])
+    for result in results:
+        assert not result.format_ok and not result.correct
+        assert result.error_category != ErrorCategory.FORMAT  # evaluated: its verdict says what is wrong
+    assert results[0].error_category == ErrorCategory.COMPILE
+
+
 CUDA_RELU = r'''
 import torch
 import torch.nn as nn

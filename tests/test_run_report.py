@@ -35,9 +35,8 @@ def test_summary_tells_the_tables_story(tmp_path):
     assert "3 steps, loss per completion token 7.310 -> 0.031" in text
     lines = text.splitlines()
     step_lines = [line.split() for line in lines if line.strip()[:1].isdigit()]
-    # no rollouts in this store, so well-formed is unknown ("-")
-    assert step_lines == [["0", "format", "0.25", "-", "0.25", "0.12", "0.250"],
-                          ["1", "compile", "0.75", "-", "0.50", "0.25", "0.500"]]
+    assert step_lines == [["0", "format", "0.25", "0.25", "0.12", "0.250"],
+                          ["1", "compile", "0.75", "0.50", "0.25", "0.500"]]
     assert any("promotion at step 0: stage format -> compile" in line for line in lines)
     assert "base: pass@1 0.00" in text and "step_000001: pass@1 0.00" in text
     assert "honest" in text  # the one line that says why holdout stays at zero

@@ -179,7 +179,11 @@ class Evaluator:
         return [r for r in results if r is not None]
 
     def evaluate_responses(self, problem_ids: Sequence[str], responses: Sequence[str]) -> list[EvalResult]:
-        """Extract the kernel from each model response, then evaluate; no code -> ErrorCategory.FORMAT."""
+        """Extract the kernel from each model response, then evaluate; no code -> ErrorCategory.FORMAT.
+
+        `format_ok` is the extraction's: the block parses, defines ModelNew and uses the backend. Code that
+        misses that is still evaluated (its verdict says why it fails), but earns no format credit: a
+        code fence alone is not the answer format, and a policy warm-started on kernels writes one always."""
         from kernelbench_rl.evaluation.extract import extract_kernel
 
         if len(problem_ids) != len(responses):
@@ -188,6 +192,7 @@ class Evaluator:
         requests: list[EvalRequest] = []
         where: list[int] = []
         extract_s: list[float] = []
+        well_formed: list[bool] = []
         for index, (problem_id, response) in enumerate(zip(problem_ids, responses)):
             t = time.perf_counter()
             extraction = extract_kernel(response, backend=self.settings.backend)
@@ -201,8 +206,9 @@ class Evaluator:
             requests.append(EvalRequest(problem_id, extraction.code, self.settings))
             where.append(index)
             extract_s.append(seconds)
-        for index, seconds, result in zip(where, extract_s, self.evaluate(requests)):
-            result.format_ok = True
+            well_formed.append(bool(extraction.format_ok))
+        for index, seconds, ok, result in zip(where, extract_s, well_formed, self.evaluate(requests)):
+            result.format_ok = ok
             result.phase_seconds.setdefault("extract", seconds)
             results[index] = result
         return [r for r in results if r is not None]

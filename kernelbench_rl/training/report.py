@@ -24,13 +24,6 @@ def run_facts(store: Store, run_id: str) -> dict[str, Any]:
     steps = store.query(
         "SELECT step, stage, level, format_rate, compile_rate, correct_rate, reward_mean, num_samples "
         "FROM train_steps WHERE run_id = ? ORDER BY step", [run_id]).to_dicts()
-    # The stricter "well-formed" (the block parses, defines ModelNew, uses the backend): rollouts.format_ok.
-    # train_steps.format_rate counts any extracted code block; a syntax error there is a compile failure.
-    well_formed = dict(store.fetchall(
-        "SELECT step, avg(CASE WHEN format_ok THEN 1.0 ELSE 0.0 END) FROM rollouts WHERE run_id = ? GROUP BY step",
-        [run_id]))
-    for row in steps:
-        row["well_formed_rate"] = well_formed.get(row["step"])
     events = store.query(
         "SELECT step, kind, from_value, to_value, reason FROM curriculum_events WHERE run_id = ? ORDER BY step, kind",
         [run_id]).to_dicts()
@@ -66,14 +59,12 @@ def run_summary(store: Store, run_id: str) -> str:
                      f"{_fmt(facts['sft_first_loss'])} -> {_fmt(facts['sft_last_loss'])}")
     else:
         lines.append("  SFT warm start: none (sft.enabled=false or not run)")
-    lines.append("  RL step  stage        format  well-formed  compile  correct  reward")
+    lines.append("  RL step  stage        format  compile  correct  reward")
     for row in facts["rl_steps"]:
         lines.append(f"  {row['step']:>7}  {row['stage']:<11}  {_fmt(row['format_rate'], 2):>6}  "
-                     f"{_fmt(row['well_formed_rate'], 2):>11}  {_fmt(row['compile_rate'], 2):>7}  "
-                     f"{_fmt(row['correct_rate'], 2):>7}  {_fmt(row['reward_mean']):>6}")
+                     f"{_fmt(row['compile_rate'], 2):>7}  {_fmt(row['correct_rate'], 2):>7}  {_fmt(row['reward_mean']):>6}")
     if facts["rl_steps"]:
-        lines.append("  (format: a code block was extracted; well-formed: it also parses and defines ModelNew with "
-                     "a Triton kernel)")
+        lines.append("  (format: the answer's code block parses and defines ModelNew with a Triton kernel)")
     promotions = facts["promotions"]
     if promotions:
         for event in promotions:
