@@ -86,7 +86,6 @@ def probe_child(conn, root: str, problem_id: str, parts: list[str], trials: int)
             except RuntimeError as exc:  # same-uid mode insists on both; the probe wants one without the other
                 label = f"partial ({exc})"
         if "fraction" in parts:
-            free, total = torch.cuda.mem_get_info()
             torch.cuda.set_per_process_memory_fraction(0.5)
         numerics.apply()
         out = _time(module, trials)

@@ -100,7 +100,6 @@ class Retriever:
         self.guard = HoldoutGuard(embedder, holdout_problems, store=store, extra_holdout_ids=extra_holdout_ids,
                                   near_duplicate_cosine=near_duplicate_cosine)
         self.holdout_ids = self.guard.holdout_ids
-        self._fingerprints = self.guard.fingerprints
         self._ops: dict[str, frozenset[str]] = {}
 
     @classmethod

@@ -19,7 +19,7 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 def run_facts(store: Store, run_id: str) -> dict[str, Any]:
     """The figures the summary prints, as data (tests compare them with the tables)."""
-    sft = store.query("SELECT step, loss, tokens, examples FROM sft_steps WHERE run_id = ? ORDER BY step",
+    sft = store.query("SELECT step, loss FROM sft_steps WHERE run_id = ? ORDER BY step",
                       [run_id]).to_dicts()
     steps = store.query(
         "SELECT step, stage, level, format_rate, compile_rate, correct_rate, reward_mean, num_samples "
@@ -40,7 +40,7 @@ def run_facts(store: Store, run_id: str) -> dict[str, Any]:
         "sft_steps": len(sft),
         "sft_first_loss": sft[0]["loss"] if sft else None,
         "sft_last_loss": sft[-1]["loss"] if sft else None,
-        "sft_examples_max": max((r["examples"] for r in sft), default=0),
+        "sft_losses": [(r["step"], r["loss"]) for r in sft],
         "rl_steps": steps,
         "promotions": events,
         "holdout": [(r["checkpoint"], json.loads(r["metrics_json"] or "{}")) for r in reports],
@@ -94,12 +94,12 @@ def training_curves_plot(store: Store, run_id: str, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     facts = run_facts(store, run_id)
-    sft = store.query("SELECT step, loss FROM sft_steps WHERE run_id = ? ORDER BY step", [run_id]).to_dicts()
+    sft = facts["sft_losses"]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
     if sft:
-        left.plot([r["step"] for r in sft], [r["loss"] for r in sft], color="tab:blue")
+        left.plot([step for step, _ in sft], [loss for _, loss in sft], color="tab:blue")
         left.set_yscale("log")
         left.set_xlabel("SFT step")
         left.set_ylabel("cross-entropy per completion token")
