@@ -71,6 +71,7 @@ def probe_child(conn, root: str, problem_id: str, parts: list[str], trials: int)
             torch.cuda.init()
             torch.empty(1, device="cuda")
         if "profiler" in parts:
+            os.environ[child.PROFILER_WARMUP_ENV] = "attached"  # the warm-up as children ran it before the fix
             child._warm_profiler()
         module = _load(root, problem_id)  # before Landlock: the snapshot is outside the workdir
         label = ""

@@ -16,6 +16,8 @@
 #   bash bench/device_suite.sh kb-solutions      # <= 575 s: every bundled solution on KernelBench's problem of its id
 #   bash bench/device_suite.sh kb-harness        # <= 575 s: KernelBench's eval_kernel_against_ref, a process per
 #                                                # candidate, on a 14-problem sample, then ours on the same candidates
+#   bash bench/device_suite.sh kb-cupti IDS      # <= 575 s: identity on IDS under each profiler warm-up mode (CUPTI attached,
+#                                                # torn down, no warm-up), a third of the time each
 #   bash bench/device_suite.sh kb-child-probe [IDS]  # <= 575 s: a reference timed in the worker and in children missing one sandbox part each
 #   bash bench/device_suite.sh kb-selfcheck IDS|JSON  # <= 575 s: do these references agree with themselves?
 set -o pipefail
@@ -59,9 +61,21 @@ case "$MODE" in
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
       --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 260 )) --ours-budget-s 70 \
       --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness.json" 2>&1 | tee "$OUT/kb_harness.log" ;;
+  kb-cupti)
+    # The same identity candidates under each profiler warm-up mode (kernelbench_rl/evaluation/child.py):
+    # CUPTI left attached after the warm-up (the old way), detached before the candidate runs, no warm-up.
+    IDS=${ARG2:?give problem ids}
+    for MODE_W in ${CUPTI_MODES:-attached teardown off}; do
+      LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+      N_LEFT=$(( $(echo ${CUPTI_MODES:-attached teardown off} | wc -w) - $(echo "${DONE_W:-}" | wc -w) ))
+      SLICE=$(( LEFT / N_LEFT ))
+      KBRL_EVAL_PROFILER_WARMUP=$MODE_W timeout $SLICE python3 bench/kernelbench_sweep.py identity --kernelbench-root .kb \
+        --problems "$IDS" ${KB_ARGS:-} --budget-s $(( SLICE - 30 )) --out "$OUT/kb_cupti_${MODE_W}.json" 2>&1 | tee "$OUT/kb_cupti_${MODE_W}.log"
+      DONE_W="${DONE_W:-} $MODE_W"
+    done ;;
   kb-child-probe)
     # Which part of the child's set-up slows a reference forward against the worker (level-3 timing)?
-    timeout $KB_LEFT python3 bench/child_speed_probe.py --kernelbench-root .kb --problems "${ARG2:-L3/19,L3/35}" \
+    timeout $KB_LEFT python3 bench/child_speed_probe.py --kernelbench-root .kb --problems "${ARG2:-L3/19,L3/35}" ${PROBE_ARGS:-} \
       --out "$OUT/child_speed_probe.json" 2>&1 | tee "$OUT/child_speed_probe.log" ;;
   kb-selfcheck)
     if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi

@@ -57,6 +57,12 @@ IDENTITY_BAND = (0.95, 1.05)
 IDENTITY_OUTLIER_BAND = (0.8, 1.25)
 
 
+# What each result's JSON keeps of its `versions`: how it ran (transport, sandbox, profiler warm-up), how it was
+# timed (overlap, pairing), and what the profile saw.
+_KEPT_VERSIONS = ("transport", "sandbox", "timing_overlap", "profile_error", "timing", "timing_pairing_failed",
+                  "profiler_warmup", "top_kernels")
+
+
 class BadInput(Exception):
     """A one-sentence complaint about the command line; the script exits 2 with it."""
 
@@ -466,7 +472,7 @@ class OursRun:
             "latency_overhead_s": None if total is None else round(total - floor, 4),
             "latency_overhead_unqueued_s": None if total is None else round(total - floor - _queued_s(phases), 4),
             "finished_at_s": round(at, 2),
-            "versions": {k: v for k, v in res.versions.items() if k in ("transport", "sandbox", "timing_overlap", "profile_error")},
+            "versions": {k: v for k, v in res.versions.items() if k in _KEPT_VERSIONS},
         }
 
     def _progress(self, r: dict[str, Any], count: int) -> None:

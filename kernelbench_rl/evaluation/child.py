@@ -80,7 +80,7 @@ def child_main(conn: Connection, device: str) -> None:
             init_error = f"CUDA could not start in the sandbox: {short_error(exc)}"
         cuda_init_s = time.perf_counter() - t0
         if not init_error and not conn.poll(0):
-            _warm_profiler()  # CUPTI's first start costs seconds: pay it while idle, else after build
+            _warm_profiler()  # only in the "teardown" and "attached" modes
     try:
         job = wire.recv_json(conn)
     except (EOFError, OSError):
@@ -129,17 +129,50 @@ def _reuse_restored_builds() -> None:
 _PROFILER_WARM = [False]
 _PARENT = [0]  # the forkserver that forked this child (0 outside child_main: the current parent)
 
+# CUPTI stays attached to a process after a profiler session unless Kineto tears it down (TEARDOWN_CUPTI=1),
+# and while attached it slows every launch: launch-bound KernelBench models (level 3, L1/78) timed up to
+# 1.5x slower in children that had warmed the profiler than in the worker, which never profiles, and
+# identical code read 0.57-0.80 (H100, bench/README.md). Modes: "off" (default: no warm-up; the one
+# profile, after the timed trials, starts CUPTI, which cost 0.03-0.4 s there, as much as with a warm-up),
+# "teardown" (warm while idle, then detach before the candidate runs), "attached" (the old way, kept for
+# timing studies).
+PROFILER_WARMUP_ENV = "KBRL_EVAL_PROFILER_WARMUP"
+PROFILER_WARMUP_MODES = ("off", "teardown", "attached")
+_TEARDOWN_WAIT_S = 0.5
+
+
+def profiler_warmup_mode() -> str:
+    mode = os.environ.get(PROFILER_WARMUP_ENV, "off").strip().lower()
+    return mode if mode in PROFILER_WARMUP_MODES else "off"
+
+
+def _cupti_env(mode: str) -> None:
+    """Kineto reads TEARDOWN_CUPTI when a session stops and when the next one starts (its lazy re-init):
+    set before the warm-up and again after the sandbox replaces the environment."""
+    if mode == "teardown":
+        os.environ["TEARDOWN_CUPTI"] = "1"
+        os.environ.pop("DISABLE_CUPTI_LAZY_REINIT", None)
+
 
 def _warm_profiler() -> None:
-    if _PROFILER_WARM[0]:
+    mode = profiler_warmup_mode()
+    if _PROFILER_WARM[0] or mode == "off":
         return
     _PROFILER_WARM[0] = True
+    _cupti_env(mode)
     try:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]):
             torch.ones(1, device="cuda").add_(1)
             torch.cuda.synchronize()
+        if mode == "teardown":
+            # Kineto detaches on a background thread, in the exit callback of the next CUDA call after it
+            # subscribed: make those calls now, while idle, not during the candidate's first trials.
+            until = time.monotonic() + _TEARDOWN_WAIT_S
+            while time.monotonic() < until:
+                time.sleep(0.01)
+                torch.cuda.synchronize()
     except Exception:  # noqa: BLE001 - profiling is optional; the worker handles its absence
         pass
 
@@ -198,6 +231,7 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(job["env"])
+    _cupti_env(profiler_warmup_mode())  # (the mode variable travels: KBRL_EVAL_ is kept)
     # tempfile caches its directory on first use (the zygote or the profiler warm-up may have used it).
     tempfile.tempdir = workdir
     # Our own stdout/stderr go to files in the private dir, capped by RLIMIT_FSIZE.
@@ -285,7 +319,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     launches = _count_interpreter_launches() if device == "cpu" else None
     settings_before = numerics.snapshot()
     wire.send_json(conn, {"event": "started", "sandbox": confinement.label(), "cuda_init_s": cuda_init_s,
-                          "numerics": settings_before})
+                          "numerics": settings_before, "profiler_warmup": profiler_warmup_mode()})
 
     candidate_path = job["candidate_path"]
     t_compile = time.perf_counter()
@@ -327,7 +361,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 t = time.perf_counter()
                 model = runtime.build_model(model_cls, problem, int(command["seed"]), device, precision)
                 if device == "cuda":
-                    _warm_profiler()  # a no-op for a child that warmed while idle; else off the exclusive path
+                    _warm_profiler()  # (as above; a no-op if it warmed while idle)
                 wire.send_json(conn, {"event": "built", "seconds": time.perf_counter() - t})
                 if launches is not None:
                     launches.clear()  # count only what forward launches

@@ -1,0 +1,132 @@
+"""Timing fidelity rules that a CPU can check: when both sides are timed again side by side, how the
+candidate is held still meanwhile, and the profiler warm-up that must not leave CUPTI attached.
+
+What they buy on a GPU is measured in bench/ (bench/README.md, session 7): identical level-3 code read
+0.57-0.80 with CUPTI attached in the child, and 20 of 24 noisy level-3 problems within [0.95, 1.05] once
+paired.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kernelbench_rl.evaluation import child
+from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, pairing_wanted, stopped
+
+SMALL = 64 << 20
+
+
+class TestPairingWanted:
+    def test_steady_timings_keep_the_solo_baseline(self):
+        assert not pairing_wanted("auto", False, SMALL, [(10.0, 0.1), (10.2, 0.2)])
+
+    @pytest.mark.parametrize("side", [0, 1])
+    def test_either_side_spreading_past_the_bar_pairs(self, side):
+        timings = [(10.0, 0.1), (10.0, 0.1)]
+        timings[side] = (10.0, 10.0 * PAIRED_SPREAD * 1.2)
+        assert pairing_wanted("auto", False, SMALL, timings)
+
+    def test_a_spread_right_at_the_bar_does_not_pair(self):
+        assert not pairing_wanted("auto", False, SMALL, [(10.0, 10.0 * PAIRED_SPREAD), (10.0, 0.0)])
+
+    def test_big_or_heavy_plans_never_pair_a_second_child(self):
+        noisy = [(10.0, 5.0), (10.0, 5.0)]
+        assert not pairing_wanted("auto", True, SMALL, noisy)
+        assert not pairing_wanted("always", False, PAIRED_MAX_BYTES + 1, noisy)
+
+    def test_the_switch_overrides_in_both_directions(self):
+        assert pairing_wanted(" ALWAYS ", False, SMALL, [(10.0, 0.0), (10.0, 0.0)])
+        assert not pairing_wanted("off", False, SMALL, [(10.0, 5.0), (10.0, 5.0)])
+
+    def test_missing_figures_are_not_noise(self):
+        assert not pairing_wanted("auto", False, SMALL, [(None, None), (0.0, 1.0), (10.0, None)])
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+class TestStopped:
+    def _sleeper(self, new_session: bool) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=new_session)
+
+    @pytest.mark.parametrize("new_session", [True, False], ids=["group-leader", "plain-process"])
+    def test_the_process_is_stopped_inside_and_running_after(self, new_session):
+        proc = self._sleeper(new_session)
+        try:
+            time.sleep(0.2)
+            with stopped(proc.pid, settle_s=1.0):
+                assert _state(proc.pid) in ("T", "t")
+            deadline = time.monotonic() + 2
+            while _state(proc.pid) in ("T", "t") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert _state(proc.pid) not in ("T", "t")
+        finally:
+            proc.kill()
+            proc.wait()
+
+    def test_a_process_that_is_gone_is_no_error(self):
+        proc = self._sleeper(True)
+        proc.kill()
+        proc.wait()
+        with stopped(proc.pid, settle_s=0.05):
+            pass
+
+    def test_the_process_continues_when_the_block_raises(self):
+        proc = self._sleeper(True)
+        try:
+            time.sleep(0.2)
+            with pytest.raises(RuntimeError):
+                with stopped(proc.pid, settle_s=1.0):
+                    raise RuntimeError("timing failed")
+            deadline = time.monotonic() + 2
+            while _state(proc.pid) in ("T", "t") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert _state(proc.pid) not in ("T", "t")
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+class TestProfilerWarmup:
+    def test_default_is_no_warm_up(self, monkeypatch):
+        monkeypatch.delenv(child.PROFILER_WARMUP_ENV, raising=False)
+        assert child.profiler_warmup_mode() == "off"
+
+    @pytest.mark.parametrize("value,mode", [("attached", "attached"), (" Teardown ", "teardown"), ("bogus", "off")])
+    def test_the_switch(self, monkeypatch, value, mode):
+        monkeypatch.setenv(child.PROFILER_WARMUP_ENV, value)
+        assert child.profiler_warmup_mode() == mode
+
+    def test_off_never_starts_a_profiler(self, monkeypatch):
+        monkeypatch.delenv(child.PROFILER_WARMUP_ENV, raising=False)
+        monkeypatch.setattr(child, "_PROFILER_WARM", [False])
+        child._warm_profiler()
+        assert child._PROFILER_WARM == [False]
+
+    def test_teardown_asks_kineto_to_detach_and_allows_its_lazy_reinit(self, monkeypatch):
+        monkeypatch.setenv("DISABLE_CUPTI_LAZY_REINIT", "1")
+        monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+        child._cupti_env("teardown")
+        assert os.environ.get("TEARDOWN_CUPTI") == "1"
+        assert "DISABLE_CUPTI_LAZY_REINIT" not in os.environ
+
+    @pytest.mark.parametrize("mode", ["off", "attached"])
+    def test_other_modes_leave_kineto_alone(self, monkeypatch, mode):
+        monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+        child._cupti_env(mode)
+        assert "TEARDOWN_CUPTI" not in os.environ
+
+    def test_the_sandbox_keeps_the_switch_for_the_child(self):
+        from kernelbench_rl.evaluation import sandbox
+
+        env = sandbox.scrubbed_env({child.PROFILER_WARMUP_ENV: "teardown", "OPENAI_API_KEY": "x"})
+        assert env == {child.PROFILER_WARMUP_ENV: "teardown"}
+
