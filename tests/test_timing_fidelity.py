@@ -52,6 +52,13 @@ def _state(pid: int) -> str:
         return handle.read().rsplit(")", 1)[1].split()[0]
 
 
+def _resumes(pid: int, within_s: float = 2.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while _state(pid) in ("T", "t") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _state(pid) not in ("T", "t")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 class TestStopped:
     def _sleeper(self, new_session: bool) -> subprocess.Popen:
@@ -64,10 +71,7 @@ class TestStopped:
             time.sleep(0.2)
             with stopped(proc.pid, settle_s=1.0):
                 assert _state(proc.pid) in ("T", "t")
-            deadline = time.monotonic() + 2
-            while _state(proc.pid) in ("T", "t") and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert _state(proc.pid) not in ("T", "t")
+            assert _resumes(proc.pid)
         finally:
             proc.kill()
             proc.wait()
@@ -86,10 +90,7 @@ class TestStopped:
             with pytest.raises(RuntimeError):
                 with stopped(proc.pid, settle_s=1.0):
                     raise RuntimeError("timing failed")
-            deadline = time.monotonic() + 2
-            while _state(proc.pid) in ("T", "t") and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert _state(proc.pid) not in ("T", "t")
+            assert _resumes(proc.pid)
         finally:
             proc.kill()
             proc.wait()
