@@ -1179,7 +1179,9 @@ class Worker:
         t = time.perf_counter()
         known = payload.get("baseline")
         fresh = precision not in state.baselines and not (known and known.get("eager_ms"))
-        with self.quiet_gate.quiet():
+        # The candidate's child is stopped meanwhile: a thread of its own loading the device would inflate the
+        # baseline, and the first candidate's baseline is cached for every later one of its problem.
+        with self.quiet_gate.quiet(), stopped(child.pid) if fresh else contextlib.nullcontext():
             base = self.baseline(state, precision, settings, known)
         result.phase_seconds["baseline"] = time.perf_counter() - t
         result.baseline_ms = base["eager_ms"]
