@@ -575,6 +575,13 @@ class Worker:
                     pass
             return Child(self.ctx, self.device)
 
+    def _retire(self, child: Child, workdir: str) -> None:
+        """Kill a child that served a job; the reaper waits for it and removes its directory off this path."""
+        child.signal_kill()
+        with self.warm_lock:
+            self.running.discard(child)
+        self.reaping.put((child, workdir))
+
     def kill_running_children(self) -> None:
         self.stopping = True  # what the killed children's evaluations conclude is not a verdict
         with self.warm_lock:
@@ -784,12 +791,7 @@ class Worker:
                 child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
                                                           state.input_bytes + state.output_bytes)
             result.phase_seconds["child_start"] = time.perf_counter() - t
-            job = self._job(workdir, source, payload["problem_source"], settings)
-            if state.plan is not None:
-                job["device_memory_cap"] = footprints.enforced_cap_bytes(state.plan, self.total_memory)
-                job["device_memory_total"] = self.total_memory
-            # Tensors travel as files of the private dir: the file-size limit must admit them.
-            job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
+            job = self._job(workdir, source, payload["problem_source"], settings, state)
             build_key = self._restore_build(workdir, source, settings)
             job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
             t = time.perf_counter()
@@ -882,11 +884,9 @@ class Worker:
             compiling.close()
             t = time.perf_counter()
             if child is not None:
-                child.signal_kill()
-                with self.warm_lock:
-                    self.running.discard(child)
-            if child is not None or workdir:
-                self.reaping.put((child, workdir))
+                self._retire(child, workdir)
+            elif workdir:
+                self.reaping.put((None, workdir))
             result.phase_seconds["teardown"] = time.perf_counter() - t
         if result.error_category != ErrorCategory.OK:
             result.correct = False
@@ -897,7 +897,8 @@ class Worker:
         result.phase_seconds["worker_total"] = time.perf_counter() - t_start
         return result, baseline_out
 
-    def _job(self, workdir: str, source: str, problem_source: str, settings: EvalSettings) -> dict[str, Any]:
+    def _job(self, workdir: str, source: str, problem_source: str, settings: EvalSettings,
+             state: ProblemState) -> dict[str, Any]:
         candidate_path = os.path.join(workdir, "kernel.py")
         problem_path = os.path.join(workdir, "problem.py")
         with open(candidate_path, "w") as handle:
@@ -915,7 +916,7 @@ class Worker:
         if drop:
             for path in (workdir, candidate_path, problem_path):
                 os.chown(path, sandbox.UNPRIVILEGED_UID, sandbox.UNPRIVILEGED_UID)
-        return {
+        job = {
             "cmd": "job", "workdir": workdir, "candidate_path": candidate_path, "problem_path": problem_path,
             "device": self.device, "precision": settings.precision, "env": env, "drop_uid": drop,
             "landlock": self.config.landlock, "transport": self.transport, "block_unix_sockets": self.config.same_uid,
@@ -923,6 +924,12 @@ class Worker:
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
             "readable": [_PACKAGE_DIR, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
         }
+        if state.plan is not None:
+            job["device_memory_cap"] = footprints.enforced_cap_bytes(state.plan, self.total_memory)
+            job["device_memory_total"] = self.total_memory
+        # Tensors travel as files of the private dir: the file-size limit must admit them.
+        job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
+        return job
 
     def _restore_build(self, workdir: str, source: str, settings: EvalSettings) -> str:
         """CUDA extensions built before from the same source are copied in, so load_inline finds them built.
@@ -1223,16 +1230,14 @@ class Worker:
                                             f"timing the reference beside the kernel failed: {fault.message}") from None
                 calm = calm and calm_paired
             finally:
-                reference_child.signal_kill()
-                with self.warm_lock:
-                    self.running.discard(reference_child)
-                self.reaping.put((reference_child, reference_child.workdir))
+                self._retire(reference_child, reference_child.workdir)
             times = [by_index[i] for i in range(len(seeds))]
         if not calm:
             result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
         record = timing.TimingRecord(times_ms=times)
-        result.phase_seconds["timing_trials_gpu"] = (sum(solo.times_ms) + (sum(record.times_ms) + sum(paired_ms)
-                                                                          if paired_ms else 0.0)) / 1000.0  # the floor's share
+        # The floor's share of timing: the solo trials, and both sides of a side-by-side run.
+        result.phase_seconds["timing_trials_gpu"] = (sum(solo.times_ms) + sum(paired_ms)
+                                                     + (sum(record.times_ms) if paired_ms else 0.0)) / 1000.0
         result.runtime_ms = record.median_ms
         result.runtime_spread_ms = record.iqr_ms
         if paired_ms:
@@ -1330,10 +1335,8 @@ class Worker:
         self._pin(reference_child.pid, self.quiet_cores)  # where the candidate's child times
         try:
             # The problem's own source, its Model under the candidate's name: the child's usual path runs it.
-            job = self._job(workdir, payload["problem_source"] + "\n\nModelNew = Model\n", payload["problem_source"], settings)
-            if state.plan is not None:
-                job["device_memory_cap"] = footprints.enforced_cap_bytes(state.plan, self.total_memory)
-                job["device_memory_total"] = self.total_memory
+            job = self._job(workdir, payload["problem_source"] + "\n\nModelNew = Model\n", payload["problem_source"],
+                            settings, state)
             self._send(reference_child, job, "starting the reference's sandbox")
             self._expect(reference_child, {"started"}, START_TIMEOUT_S, "starting the reference's sandbox")
             self._expect(reference_child, {"loaded"}, deadline - time.monotonic(), "importing the reference")
@@ -1342,10 +1345,7 @@ class Worker:
             return reference_child
         except Exception as exc:  # noqa: BLE001 - ours (a Fault from its child, or an OSError): time solo
             result.versions["timing_pairing_failed"] = (exc.message if isinstance(exc, Fault) else repr(exc))[:200]
-        reference_child.signal_kill()
-        with self.warm_lock:
-            self.running.discard(reference_child)
-        self.reaping.put((reference_child, workdir))
+        self._retire(reference_child, workdir)
         return None
 
     def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
