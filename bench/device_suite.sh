@@ -16,6 +16,7 @@
 #   bash bench/device_suite.sh kb-solutions      # <= 575 s: every bundled solution on KernelBench's problem of its id
 #   bash bench/device_suite.sh kb-harness        # <= 575 s: KernelBench's eval_kernel_against_ref, a process per
 #                                                # candidate, on a 14-problem sample, then ours on the same candidates
+#                                                # (KB_ARGS="--problems L2/1,L2/9" for another sample)
 #   bash bench/device_suite.sh kb-cupti IDS      # <= 575 s: identity on IDS under each profiler warm-up mode (CUPTI attached,
 #                                                # torn down, no warm-up), a third of the time each
 #   bash bench/device_suite.sh kb-child-probe [IDS]  # <= 575 s: a reference timed in the worker and in children missing one sandbox part each
@@ -59,7 +60,7 @@ case "$MODE" in
     # KernelBench's side gets what is left minus 260 s; ours (two passes, each a pool start-up of ~20 s and at most
     # 70 s a level; the second told the first's baselines) the rest.
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
-      --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 260 )) --ours-budget-s 70 \
+      --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 260 )) --ours-budget-s 70 ${KB_ARGS:-} \
       --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness.json" 2>&1 | tee "$OUT/kb_harness.log" ;;
   kb-cupti)
     # The same identity candidates under each profiler warm-up mode (kernelbench_rl/evaluation/child.py):
