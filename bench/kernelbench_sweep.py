@@ -58,9 +58,9 @@ IDENTITY_OUTLIER_BAND = (0.8, 1.25)
 
 
 # What each result's JSON keeps of its `versions`: how it ran (transport, sandbox, profiler warm-up), how it was
-# timed (overlap, pairing), and what the profile saw.
+# timed (overlap, pairing, allocator and launch diagnostics), and what the profile saw.
 _KEPT_VERSIONS = ("transport", "sandbox", "timing_overlap", "profile_error", "timing", "timing_pairing_failed",
-                  "profiler_warmup", "top_kernels")
+                  "timing_diagnostics", "profiler_warmup", "top_kernels")
 
 
 class BadInput(Exception):

@@ -23,6 +23,7 @@ from kernelbench_rl.evaluation import checks, memory, timing
 from kernelbench_rl.evaluation.memory import GIB, MIB, Footprint
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import kernels
+from host_clock import HOST_CLOCK
 from kernelbench_rl.evaluation.worker import (
     LOADED_CONTEXT_BYTES, WARM_CONTEXT_BYTES, WITHIN_BUDGET_OOM, WORKER_OOM, Fault, QuietGate, SharedOrAlone, Worker,
     WorkerConfig, child_oom_fault, oom_not_the_candidates,
@@ -167,24 +168,6 @@ def test_too_large_is_no_verdict_on_the_kernel():
 
 
 # -- one buffer plan for baseline and candidate ------------------------------------------------------------
-class _Event:
-    def __init__(self, enable_timing: bool = False) -> None:
-        self.t = 0.0
-
-    def record(self) -> None:
-        self.t = time.perf_counter()
-
-    def elapsed_time(self, other: _Event) -> float:
-        return (other.t - self.t) * 1000.0
-
-    def synchronize(self) -> None:
-        pass
-
-
-CPU_CLOCK = timing.Clock(synchronize=lambda: None, event_cls=_Event, record=_Event.record, elapsed_time=_Event.elapsed_time,
-                         event_synchronize=_Event.synchronize, perf_counter=time.perf_counter)
-
-
 @pytest.mark.parametrize("fresh, most_alive", [(True, 2), (False, 1)])
 def test_the_buffer_plan_decides_how_many_input_sets_live_at_once(monkeypatch, fresh, most_alive):
     monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.empty(16))
@@ -201,7 +184,7 @@ def test_the_buffer_plan_decides_how_many_input_sets_live_at_once(monkeypatch, f
 
     seen: list[float] = []
     record = timing.time_forward(lambda x: seen.append(float(x[0])) or x * 2, inputs_for_seed, [1, 2, 3, 4], 0, "cpu",
-                                 CPU_CLOCK, keep={2}, fresh_buffers=fresh)
+                                 HOST_CLOCK, keep={2}, fresh_buffers=fresh)
     assert seen == [1.0, 2.0, 3.0, 4.0]  # new values every call, either way
     assert peak[0] == most_alive
     assert len(record.times_ms) == 4 and float(record.kept_outputs[2][0][0]) == 6.0

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from host_clock import HOST_CLOCK
 from kernelbench_rl.evaluation import child
 from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, pairing_wanted, stopped
 
@@ -131,3 +132,54 @@ class TestProfilerWarmup:
         env = sandbox.scrubbed_env({child.PROFILER_WARMUP_ENV: "teardown", "OPENAI_API_KEY": "x"})
         assert env == {child.PROFILER_WARMUP_ENV: "teardown"}
 
+
+
+# -- timing diagnostics: why two processes time the same code differently ----------------------------------
+def _busy(ms: float):
+    def forward(x):
+        end = time.perf_counter() + ms / 1000.0
+        while time.perf_counter() < end:
+            pass
+        return x
+    return forward
+
+
+def _sleepy(ms: float):
+    def forward(x):
+        time.sleep(ms / 1000.0)
+        return x
+    return forward
+
+
+@pytest.mark.parametrize("forward, cpu_bound", [(_busy(20.0), True), (_sleepy(20.0), False)])
+def test_launch_cpu_time_tells_host_work_from_waiting(monkeypatch, forward, cpu_bound):
+    import torch
+
+    from kernelbench_rl.evaluation import timing
+
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.empty(16))
+    record = timing.time_forward(forward, lambda seed: [torch.zeros(4)], [1, 2, 3, 4, 5], 1, "cpu", HOST_CLOCK)
+    diag = record.diagnostics()
+    assert diag["timed_calls"] == 5 and len(record.launch_cpu_ms) == 5
+    assert all(t >= 19.0 for t in record.times_ms)  # both take 20 ms of wall time
+    if cpu_bound:
+        assert diag["launch_cpu_median_ms"] > 10.0
+    else:
+        assert diag["launch_cpu_median_ms"] < 5.0
+    # Off a GPU there is no allocator to count: unknown, never zero.
+    assert diag["calls_reaching_malloc"] is None and diag["allocator_retries"] is None
+
+
+def test_diagnostics_merge_blocks_and_read_as_one_line():
+    from kernelbench_rl.evaluation import timing
+
+    blocks = [{"timed_calls": 20, "calls_reaching_malloc": 3, "allocator_retries": 1, "launch_cpu_median_ms": 0.4},
+              {"timed_calls": 20, "calls_reaching_malloc": 0, "allocator_retries": 0, "launch_cpu_median_ms": 0.6},
+              {"timed_calls": 20, "calls_reaching_malloc": 5, "allocator_retries": 2, "launch_cpu_median_ms": 0.5}]
+    merged = timing.merge_diagnostics(blocks)
+    assert merged == {"timed_calls": 60, "calls_reaching_malloc": 8, "allocator_retries": 3, "launch_cpu_median_ms": 0.5}
+    line = timing.describe_diagnostics({"kernel": merged, "reference": None})
+    assert line == ("kernel: 8/60 timed calls reached cudaMalloc (3 allocator retries), launch CPU 0.500 ms; "
+                    "reference: cached")
+    cpu_only = timing.merge_diagnostics([{"timed_calls": 5, "calls_reaching_malloc": None, "launch_cpu_median_ms": 2.0}])
+    assert timing.describe_diagnostics({"kernel": cpu_only}) == "kernel: launch CPU 2.000 ms"

@@ -406,7 +406,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 groups = {f"trial_{i}": record.kept_outputs[i] for i in indices}
                 keep_alive = wire.send_tensors(conn, "timed", groups, use_ipc, {
                     "times_ms": record.times_ms, "tampered": tampered, "seconds": time.perf_counter() - t,
-                    "numerics_changed": numerics.changed(settings_before),
+                    "numerics_changed": numerics.changed(settings_before), "diagnostics": record.diagnostics(),
                 }, spill_dir)
             elif cmd == "host_time":
                 seeds = [int(s) for s in command["seeds"]]

@@ -57,6 +57,11 @@ class Clock:
 class TimingRecord:
     times_ms: list[float] = field(default_factory=list)
     kept_outputs: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    # Why a timing may differ between two processes running the same code (see diagnostics()): the host's
+    # CPU time launching each forward, and, on a GPU, how many timed calls had to reach cudaMalloc.
+    launch_cpu_ms: list[float] = field(default_factory=list)
+    calls_reaching_malloc: int | None = None
+    allocator_retries: int | None = None
 
     @property
     def median_ms(self) -> float:
@@ -68,6 +73,66 @@ class TimingRecord:
             return 0.0
         q1, _, q3 = statistics.quantiles(self.times_ms, n=4)
         return float(q3 - q1)
+
+
+    def diagnostics(self) -> dict[str, Any]:
+        """A timed call that reaches cudaMalloc (the caching allocator had no free block: a memory cap near
+        the process's peak makes it release and re-allocate) pays for the allocation inside the events; a
+        launch-bound model's time follows the host's CPU time per launch. Both are recorded for each side."""
+        return {
+            "timed_calls": len(self.times_ms),
+            "calls_reaching_malloc": self.calls_reaching_malloc,
+            "allocator_retries": self.allocator_retries,
+            "launch_cpu_median_ms": round(statistics.median(self.launch_cpu_ms), 4) if self.launch_cpu_ms else None,
+        }
+
+
+def merge_diagnostics(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several blocks' diagnostics as one (counts summed; the launch median is the blocks' median)."""
+    def total(key: str) -> int | None:
+        values = [p.get(key) for p in parts if isinstance(p.get(key), int)]
+        return sum(values) if values else None
+    medians = [p["launch_cpu_median_ms"] for p in parts if isinstance(p.get("launch_cpu_median_ms"), (int, float))]
+    return {"timed_calls": total("timed_calls") or 0, "calls_reaching_malloc": total("calls_reaching_malloc"),
+            "allocator_retries": total("allocator_retries"),
+            "launch_cpu_median_ms": round(statistics.median(medians), 4) if medians else None}
+
+
+def describe_diagnostics(sides: dict[str, dict[str, Any] | None]) -> str:
+    """One line for a result's versions, e.g. "kernel: 0/100 timed calls reached cudaMalloc (0 allocator
+    retries), launch CPU 0.41 ms; reference: cached"."""
+    parts = []
+    for side, diag in sides.items():
+        if not diag:
+            parts.append(f"{side}: cached")
+            continue
+        text = f"{side}: "
+        if diag.get("calls_reaching_malloc") is not None:
+            text += (f"{diag['calls_reaching_malloc']}/{diag.get('timed_calls', 0)} timed calls reached cudaMalloc "
+                     f"({diag.get('allocator_retries') or 0} allocator retries), ")
+        launch = diag.get("launch_cpu_median_ms")
+        text += f"launch CPU {launch:.3f} ms" if isinstance(launch, (int, float)) else "launch CPU unknown"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _allocator_counts(device: torch.device | str) -> Callable[[], tuple[int, int]] | None:
+    """(cudaMalloc calls, failed-cudaMalloc retries) so far in this process, or None off a GPU."""
+    if torch.device(device).type != "cuda":
+        return None
+    read = torch.cuda.memory_stats_as_nested_dict  # captured now: a candidate's patch cannot feed it
+
+    def counts() -> tuple[int, int]:
+        stats = read(device)
+        return int(stats.get("num_device_alloc", 0)), int(stats.get("num_alloc_retries", 0))
+    try:
+        counts()
+    except Exception:  # noqa: BLE001 - a diagnostic: never a reason for a timing to fail
+        return None
+    return counts
+
+
+_thread_time = time.thread_time
 
 
 def l2_flush_buffer(device: torch.device | str) -> torch.Tensor:
@@ -94,6 +159,9 @@ def time_forward(
     keep = keep or set()
     record = TimingRecord()
     flush = l2_flush_buffer(device)
+    allocator = _allocator_counts(device)
+    if allocator is not None:
+        record.calls_reaching_malloc, record.allocator_retries = 0, 0
     start = clock.event_cls(enable_timing=True)
     end = clock.event_cls(enable_timing=True)
     previous: list[Any] | None = None
@@ -107,12 +175,20 @@ def time_forward(
             inputs = inputs_for_seed(seed)  # fresh_buffers: allocated while the previous set is alive
             flush.fill_(index)
             clock.synchronize()
+            before = allocator() if allocator is not None else None  # host-side, while the device is idle
             clock.record(start)
+            launch_start = _thread_time()
             output = model(*inputs)
+            launch_cpu = _thread_time() - launch_start
             clock.synchronize()
             clock.record(end)
             clock.event_synchronize(end)
             record.times_ms.append(float(clock.elapsed_time(start, end)))
+            record.launch_cpu_ms.append(launch_cpu * 1000.0)
+            if before is not None:
+                after = allocator()
+                record.calls_reaching_malloc += int(after[0] > before[0])
+                record.allocator_retries += after[1] - before[1]
             if index in keep:
                 record.kept_outputs[index] = [t.detach().clone() for t in flatten_outputs(output)]
             del output

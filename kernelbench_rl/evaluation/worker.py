@@ -688,7 +688,8 @@ class Worker:
                 model, lambda s: self.inputs(state, s, precision), seeds,
                 settings.warmup_trials, self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
             )
-            entry = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None}
+            entry = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None,
+                     "diagnostics": record.diagnostics()}  # kept in this worker only, never in the baseline cache
             if settings.measure_compile_baseline:
                 entry["compile_ms"] = self._compile_baseline(state, precision, settings)
             state.baselines[precision] = entry
@@ -1198,8 +1199,11 @@ class Worker:
         verify_trials = state.plan.verify_trials if state.plan is not None else 2
         verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
         paired_ms: list[float] = []
+        kernel_diagnostics: list[dict] = []
+        reference_diagnostics: list[dict] = []
         with self.quiet_gate.quiet() as calm:
-            times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline)
+            times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
+                                     diagnostics=kernel_diagnostics)
         solo = timing.TimingRecord(times_ms=times)
         # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
         # trials took most of its timeout must not time out for being timed twice).
@@ -1219,12 +1223,14 @@ class Worker:
                             if side == "kernel":
                                 block_seeds = [secrets.randbits(31) for _ in indices]
                                 block_times = self._time_block(child, state, settings, result, block_seeds,
-                                                               [0] if number == 0 else [], warmup, deadline, indices)
+                                                               [0] if number == 0 else [], warmup, deadline, indices,
+                                                               diagnostics=kernel_diagnostics)
                                 by_index.update(zip(indices, block_times))
                                 continue
                             try:
                                 with stopped(child.pid):
-                                    paired_ms += self._time_reference_block(reference_child, state, indices, warmup, deadline)
+                                    paired_ms += self._time_reference_block(reference_child, state, indices, warmup,
+                                                                            deadline, reference_diagnostics)
                             except Fault as fault:  # the reference's child: ours, retried, never the kernel's
                                 raise Fault(ErrorCategory.INFRA,
                                             f"timing the reference beside the kernel failed: {fault.message}") from None
@@ -1235,6 +1241,13 @@ class Worker:
         if not calm:
             result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
         record = timing.TimingRecord(times_ms=times)
+        solo_kernel = kernel_diagnostics[:1]
+        result.versions["timing_diagnostics"] = timing.describe_diagnostics({
+            "kernel": timing.merge_diagnostics(solo_kernel) if solo_kernel else None,
+            "reference": base.get("diagnostics"),
+            **({"kernel paired": timing.merge_diagnostics(kernel_diagnostics[1:]),
+                "reference paired": timing.merge_diagnostics(reference_diagnostics)} if paired_ms else {}),
+        })[:500]
         # The floor's share of timing: the solo trials, and both sides of a side-by-side run.
         result.phase_seconds["timing_trials_gpu"] = (sum(solo.times_ms) + sum(paired_ms)
                                                      + (sum(record.times_ms) if paired_ms else 0.0)) / 1000.0
@@ -1258,7 +1271,9 @@ class Worker:
                            "re-timing on the host clock")
                 host = self._expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
                 candidate_host = float(host.get("median_ms") or 0.0)
-                baseline_host = self.host_baseline(state, precision, settings)
+                # As for the first baseline: a thread of the candidate's own must not load the device meanwhile.
+                with stopped(child.pid) if precision not in state.host_baselines else contextlib.nullcontext():
+                    baseline_host = self.host_baseline(state, precision, settings)
             if candidate_host > 0 and not host.get("tampered"):
                 host_speedup = baseline_host / candidate_host
                 result.host_speedup = host_speedup
@@ -1292,9 +1307,10 @@ class Worker:
 
     def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                     seeds: list[int], verify: list[int], warmup: int, deadline: float,
-                    indices: list[int] | None = None) -> list[float]:
+                    indices: list[int] | None = None, diagnostics: list[dict] | None = None) -> list[float]:
         """The candidate's timed trials on `seeds`; the outputs of the trials at positions `verify` are checked
-        against the reference. `indices` number the trials in messages (default: their positions)."""
+        against the reference. `indices` number the trials in messages (default: their positions); the child's
+        timing diagnostics are appended to `diagnostics`."""
         self._send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
                            "fresh_buffers": self._fresh_buffers(state)}, "timing")
         header = self._expect(child, {"timed"}, deadline - time.monotonic(), "timing")
@@ -1306,6 +1322,8 @@ class Worker:
             result.flags.append(Flag.HACK.value)
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
         kept = self._receive(child, header, None, 0)
+        if diagnostics is not None and isinstance(header.get("diagnostics"), dict):
+            diagnostics.append(header["diagnostics"])
         for position in verify:
             with state.lock:
                 reference = self.reference_outputs(state, settings.precision, seeds[position], cache=False)  # one-off seeds
@@ -1349,7 +1367,7 @@ class Worker:
         return None
 
     def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
-                              deadline: float) -> list[float]:
+                              deadline: float, diagnostics: list[dict]) -> list[float]:
         seeds = [secrets.randbits(31) for _ in indices]
         self._send(reference_child, {"cmd": "time", "seeds": seeds, "verify": [], "warmup": warmup,
                                      "fresh_buffers": self._fresh_buffers(state)}, "timing the reference")
@@ -1358,6 +1376,8 @@ class Worker:
         times = header.get("times_ms")
         if not (isinstance(times, list) and len(times) == len(seeds)):
             raise Fault(ErrorCategory.INFRA, "the reference's timing run returned malformed figures")
+        if isinstance(header.get("diagnostics"), dict):
+            diagnostics.append(header["diagnostics"])
         return [float(x) for x in times]
 
     def _receive(self, child: Child, header: dict[str, Any], reference: list[torch.Tensor] | None,
