@@ -17,6 +17,7 @@
 #   bash bench/device_suite.sh kb-harness        # <= 575 s: KernelBench's eval_kernel_against_ref, a process per
 #                                                # candidate, on a 14-problem sample, then ours on the same candidates
 #                                                # (KB_ARGS="--problems L2/1,L2/9" for another sample)
+#   bash bench/device_suite.sh kb-finish         # <= 575 s: kb-solutions (<= 270 s), then kb-harness solutions with the rest
 #   bash bench/device_suite.sh kb-cupti IDS      # <= 575 s: identity on IDS under each profiler warm-up mode (CUPTI attached,
 #                                                # torn down, no warm-up), a third of the time each
 #   bash bench/device_suite.sh kb-child-probe [IDS]  # <= 575 s: a reference timed in the worker and in children missing one sandbox part each
@@ -62,6 +63,17 @@ case "$MODE" in
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
       --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 260 )) --ours-budget-s 70 ${KB_ARGS:-} \
       --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness.json" 2>&1 | tee "$OUT/kb_harness.log" ;;
+  kb-finish)
+    # Issue 11's last two checks in one call: every bundled solution on KernelBench's problem of its id (about
+    # 200 s on the H100), then KernelBench's own harness on our bundled solutions, ours beside it, with what is left: by default a
+    # sample its harness gets through in that time (at real size it spends 84-105 s on L1/19, 23 and 47 alone).
+    timeout 270 python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb --budget-s 250 \
+      --worker-logs "$OUT/kb_solutions_worker_logs.txt" --out "$OUT/kb_solutions.json" 2>&1 | tee "$OUT/kb_solutions.log"
+    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+    timeout $LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
+      --candidates solutions --budget-s $(( LEFT - 150 )) --ours-budget-s 50 \
+      ${KB_ARGS:---problems L1/19,L1/40,L1/1,L2/1,L2/12,L2/29,L2/40,L2/59,L2/76,L2/99} \
+      --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness_solutions.json" 2>&1 | tee "$OUT/kb_harness_solutions.log" ;;
   kb-cupti)
     # The same identity candidates under each profiler warm-up mode (kernelbench_rl/evaluation/child.py):
     # CUPTI left attached after the warm-up (the old way), detached before the candidate runs, no warm-up.
