@@ -46,6 +46,20 @@ case "$MODE" in
       || python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/kb_site') for w in glob.glob('.whl/*.whl')]; print('no pip: wheels unzipped into /tmp/kb_site')"
     KB_LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) )) ;;
 esac
+# kb_solutions LIMIT BUDGET: every bundled solution on KernelBench's problem of its id, launching none past BUDGET s.
+kb_solutions() {
+  timeout $1 python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb --budget-s $2 \
+    --worker-logs "$OUT/kb_solutions_worker_logs.txt" --out "$OUT/kb_solutions.json" 2>&1 | tee "$OUT/kb_solutions.log"
+}
+# kb_harness CANDIDATES LIMIT OURS_RESERVE OURS_BUDGET NAME [sweep flags]: KernelBench's harness with LIMIT - OURS_RESERVE s,
+# then ours (OURS_BUDGET s a level, a pass) on what it ran; files $OUT/NAME.{json,log}.
+kb_harness() {
+  local candidates=$1 limit=$2 reserve=$3 ours=$4 name=$5
+  shift 5
+  timeout $limit python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
+    --candidates "$candidates" --budget-s $(( limit - reserve )) --ours-budget-s $ours "$@" \
+    --worker-logs "$OUT/${name}_worker_logs.txt" --out "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log"
+}
 case "$MODE" in
   kb-identity)
     # ARG2: levels (1, 2, 3, "1,2"), or problem ids (L1/40,L1/41: the rest of a run its budget cut)
@@ -55,25 +69,18 @@ case "$MODE" in
       --budget-s $(( KB_LEFT - 40 )) --worker-logs "$OUT/kb_identity_L${TAG}_worker_logs.txt" \
       --out "$OUT/kb_identity_L${TAG}.json" 2>&1 | tee "$OUT/kb_identity_L${TAG}.log" ;;
   kb-solutions)
-    timeout $KB_LEFT python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb --budget-s $(( KB_LEFT - 40 )) \
-      --worker-logs "$OUT/kb_solutions_worker_logs.txt" --out "$OUT/kb_solutions.json" 2>&1 | tee "$OUT/kb_solutions.log" ;;
+    kb_solutions $KB_LEFT $(( KB_LEFT - 40 )) ;;
   kb-harness)
     # KernelBench's side gets what is left minus 260 s; ours (two passes, each a pool start-up of ~20 s and at most
     # 70 s a level; the second told the first's baselines) the rest.
-    timeout $KB_LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
-      --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 260 )) --ours-budget-s 70 ${KB_ARGS:-} \
-      --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness.json" 2>&1 | tee "$OUT/kb_harness.log" ;;
+    kb_harness "${ARG2:-identity}" $KB_LEFT 260 70 kb_harness ${KB_ARGS:-} ;;
   kb-finish)
     # Issue 11's last two checks in one call: every bundled solution on KernelBench's problem of its id (about
     # 200 s on the H100), then KernelBench's own harness on our bundled solutions, ours beside it, with what is left: by default a
     # sample its harness gets through in that time (at real size it spends 84-105 s on L1/19, 23 and 47 alone).
-    timeout 270 python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb --budget-s 250 \
-      --worker-logs "$OUT/kb_solutions_worker_logs.txt" --out "$OUT/kb_solutions.json" 2>&1 | tee "$OUT/kb_solutions.log"
-    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
-    timeout $LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
-      --candidates solutions --budget-s $(( LEFT - 150 )) --ours-budget-s 50 \
-      ${KB_ARGS:---problems L1/19,L1/40,L1/1,L2/1,L2/12,L2/29,L2/40,L2/59,L2/76,L2/99} \
-      --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness_solutions.json" 2>&1 | tee "$OUT/kb_harness_solutions.log" ;;
+    kb_solutions 270 250
+    kb_harness solutions $(( 575 - ( $(date +%s) - SUITE_START ) )) 150 50 kb_harness_solutions \
+      ${KB_ARGS:---problems L1/19,L1/40,L1/1,L2/1,L2/12,L2/29,L2/40,L2/59,L2/76,L2/99} ;;
   kb-cupti)
     # The same identity candidates under each profiler warm-up mode (kernelbench_rl/evaluation/child.py):
     # CUPTI left attached after the warm-up (the old way), detached before the candidate runs, no warm-up.

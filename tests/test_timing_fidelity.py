@@ -17,7 +17,7 @@ import pytest
 
 from host_clock import HOST_CLOCK
 from kernelbench_rl.evaluation import child
-from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, pairing_wanted, stopped
+from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
 
 SMALL = 64 << 20
 
@@ -48,16 +48,11 @@ class TestPairingWanted:
         assert not pairing_wanted("auto", False, SMALL, [(None, None), (0.0, 1.0), (10.0, None)])
 
 
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0]
-
-
 def _resumes(pid: int, within_s: float = 2.0) -> bool:
     deadline = time.monotonic() + within_s
-    while _state(pid) in ("T", "t") and time.monotonic() < deadline:
+    while _process_state(pid) in ("T", "t") and time.monotonic() < deadline:
         time.sleep(0.01)
-    return _state(pid) not in ("T", "t")
+    return _process_state(pid) not in ("T", "t")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -71,7 +66,7 @@ class TestStopped:
         try:
             time.sleep(0.2)
             with stopped(proc.pid, settle_s=1.0):
-                assert _state(proc.pid) in ("T", "t")
+                assert _process_state(proc.pid) in ("T", "t")
             assert _resumes(proc.pid)
         finally:
             proc.kill()

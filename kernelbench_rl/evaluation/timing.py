@@ -74,7 +74,6 @@ class TimingRecord:
         q1, _, q3 = statistics.quantiles(self.times_ms, n=4)
         return float(q3 - q1)
 
-
     def diagnostics(self) -> dict[str, Any]:
         """A timed call that reaches cudaMalloc (the caching allocator had no free block: a memory cap near
         the process's peak makes it release and re-allocate) pays for the allocation inside the events; a

@@ -1241,9 +1241,8 @@ class Worker:
         if not calm:
             result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
         record = timing.TimingRecord(times_ms=times)
-        solo_kernel = kernel_diagnostics[:1]
         result.versions["timing_diagnostics"] = timing.describe_diagnostics({
-            "kernel": timing.merge_diagnostics(solo_kernel) if solo_kernel else None,
+            "kernel": kernel_diagnostics[0] if kernel_diagnostics else None,
             "reference": base.get("diagnostics"),
             **({"kernel paired": timing.merge_diagnostics(kernel_diagnostics[1:]),
                 "reference paired": timing.merge_diagnostics(reference_diagnostics)} if paired_ms else {}),
