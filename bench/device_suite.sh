@@ -18,6 +18,7 @@
 #                                                # candidate, on a 14-problem sample, then ours on the same candidates
 #                                                # (KB_ARGS="--problems L2/1,L2/9" for another sample)
 #   bash bench/device_suite.sh kb-finish         # <= 575 s: kb-solutions (<= 270 s), then kb-harness solutions with the rest
+#   bash bench/device_suite.sh compare-cost      # <= 575 s: the output comparison's cost (fused vs torch vs floor), then the red team
 #   bash bench/device_suite.sh kb-cupti IDS      # <= 575 s: identity on IDS under each profiler warm-up mode (CUPTI attached,
 #                                                # torn down, no warm-up), a third of the time each
 #   bash bench/device_suite.sh kb-child-probe [IDS]  # <= 575 s: a reference timed in the worker and in children missing one sandbox part each
@@ -142,6 +143,12 @@ case "$MODE" in
     # 16-candidate batch with a worker SIGKILLed in the middle: about 400 s in all.
     timeout $LEFT python3 bench/eval_scaling.py --workers ${SCALING_WORKERS:-2} --window-s ${SCALING_WINDOW:-100} \
       ${SCALING_ARGS:---kill-check --kill-limit 16} --out-dir "$OUT" 2>&1 | tee -a "$OUT/eval_scaling.log" ;;
+  compare-cost)
+    # The correctness comparison alone: fused one-pass kernel vs torch ops vs the copy floor, after checking both judge alike;
+    # then the red team (the comparison is on its path) with what is left.
+    timeout 150 python3 bench/compare_cost.py --out "$OUT/compare_cost.json" 2>&1 | tee "$OUT/compare_cost.log"
+    timeout $(( 575 - ( $(date +%s) - SUITE_START ) )) python3 bench/gpu_redteam.py ${REDTEAM_ARGS:---concurrent 6} \
+      --out "$OUT/redteam_gpu.json" 2>&1 | tee "$OUT/redteam.log" ;;
   redteam)
     timeout ${REDTEAM_BUDGET:-560} python3 bench/gpu_redteam.py ${REDTEAM_ARGS:---naive} --out "$OUT/redteam_gpu.json" 2>&1 | tee "$OUT/redteam.log" ;;
   same-mix)

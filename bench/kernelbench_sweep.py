@@ -828,7 +828,9 @@ def kb_settings(args: argparse.Namespace) -> dict[str, Any]:
             "measure_performance": True, "timing_method": "cuda_event", "precision": "torch.float32",
             "backend": "cuda (identity: exec'd source)" if args.candidates == "identity" else "triton (tempfile import)",
             "check_for_excessive_speedup": "default (True): it also times the reference, 100 more calls per candidate",
-            "device": "torch.device('cuda:0')", "timeout_s": args.timeout, "process": "fresh python per candidate"}
+            "device": "torch.device('cuda:0')", "timeout_s": args.timeout, "process": "fresh python per candidate",
+            "numerics": ("TF32 off in cuBLAS and cuDNN, set before eval_kernel_against_ref (--kb-exact-fp32, as ours runs)"
+                         if getattr(args, "kb_exact_fp32", False) else "torch's defaults (cuDNN's TF32 on), as its scripts run")}
 
 
 def run_kb_candidate(cand: SweepCandidate, reference: str, src_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -838,14 +840,15 @@ def run_kb_candidate(cand: SweepCandidate, reference: str, src_dir: Path, args: 
     with tempfile.TemporaryDirectory(prefix="kb_sweep_") as work:
         spec = {"original_src": reference, "custom_src": cand.source, "seed": KB_SEED,
                 "num_correct_trials": args.correctness_trials, "num_perf_trials": args.timing_trials,
-                "backend": "cuda" if cand.kind == "identity" else "triton", "build_dir": str(Path(work) / "build")}
+                "backend": "cuda" if cand.kind == "identity" else "triton", "build_dir": str(Path(work) / "build"),
+                "exact_fp32": bool(getattr(args, "kb_exact_fp32", False))}
         (Path(work) / "spec.json").write_text(json.dumps(spec))
         found, wall, tail, timed_out = run_child([str(Path(__file__).resolve()), "--kb-child", str(Path(work) / "spec.json")],
                                                  kb_child_env(src_dir, args.kb_site), work, args.timeout)
     record["wall_s"] = round(wall, 3)
     record["timed_out"] = timed_out
     if found is not None:
-        for key in ("compiled", "correctness", "runtime_ms", "ref_runtime_ms", "error", "phase_seconds", "metadata"):
+        for key in ("compiled", "correctness", "runtime_ms", "ref_runtime_ms", "error", "phase_seconds", "metadata", "numerics"):
             if key in found:
                 record[key] = found[key]
     elif timed_out:
@@ -986,6 +989,13 @@ def kb_child(spec_path: str) -> None:
         print(KB_RESULT_PREFIX + json.dumps(out), flush=True)
         return
     out["phase_seconds"]["import"] = round(time.perf_counter() - t, 3)
+    if spec.get("exact_fp32"):
+        # Its reference and candidate share this process, so both lose TF32: separates a verdict that differs from
+        # ours only by numerics setting from one that differs by judgement.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    out["numerics"] = {"cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                       "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}
     if spec.get("import_only"):
         import inspect
 
@@ -1327,6 +1337,10 @@ def build_parser() -> argparse.ArgumentParser:
     harness.add_argument("--kb-site", default=os.environ.get("KB_SITE"),
                          help="a folder with KernelBench's pydantic (pip install --target), put on its processes' path "
                               "only (default: $KB_SITE)")
+    harness.add_argument("--kb-exact-fp32", action="store_true",
+                         help="turn TF32 off in cuBLAS and cuDNN in KernelBench's processes before its harness runs, as "
+                              "ours runs fp32 problems; by default its processes keep torch's defaults (cuDNN's TF32 on), "
+                              "so a conv solution exact in fp32 can fail its 1e-4 tolerance against a TF32 reference")
     harness.add_argument("--check-imports", action="store_true",
                          help="only check that KernelBench's eval.py imports (works on the CPU), then exit")
     selfcheck = sub.add_parser(

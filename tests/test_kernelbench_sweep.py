@@ -243,6 +243,21 @@ def test_kb_harness_imports_kernelbench_eval_with_stand_ins(kb_root):
     assert "KernelBench's eval.py imports" in proc.stdout
 
 
+@pytest.mark.parametrize("exact", [False, True])
+def test_kb_child_numerics_default_or_exact_fp32(kb_root, tmp_path, exact):
+    """--kb-exact-fp32 turns TF32 off in KernelBench's process (its reference and candidate share it); by default
+    its process keeps torch's defaults, cuDNN's TF32 on, as its own scripts run."""
+    if importlib.util.find_spec("pydantic") is None:
+        pytest.skip("pydantic is not installed here (KernelBench's eval.py needs it)")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"import_only": True, "exact_fp32": exact}))
+    found, _wall, tail, _timed_out = sweep.run_child([str(SCRIPT), "--kb-child", str(spec)],
+                                                     sweep.kb_child_env(sweep.kb_source_dir(kb_root), None), str(tmp_path), 120.0)
+    assert found is not None and not found["error"], tail
+    assert found["numerics"]["cudnn_allow_tf32"] is (not exact)
+    assert found["numerics"]["cuda_matmul_allow_tf32"] is False
+
+
 def test_harness_summary_per_level_from_records(capsys):
     """The kb-harness figures from synthetic records (the mode itself needs a GPU)."""
     def kb(label, level, correct, runtime, wall, error=""):
