@@ -29,15 +29,16 @@ SIZES = [("L1/19 output, 4096x393216 fp32", (4096, 393216), torch.float32),
          ("64M fp16", (1 << 26,), torch.float16)]
 
 
-def adversarial_pairs(device: str) -> list[tuple[str, torch.Tensor, torch.Tensor, float, float]]:
+def adversarial_pairs(device: str, size: int = 1 << 20) -> list[tuple[str, torch.Tensor, torch.Tensor, float, float]]:
+    """(case, reference, candidate, atol, rtol); the CPU tests run them at a small size on Triton's interpreter."""
     gen = torch.Generator(device=device).manual_seed(0)
-    base = torch.randn(1 << 20, generator=gen, device=device)
+    base = torch.randn(size, generator=gen, device=device)
     cases = []
     cases.append(("equal", base, base.clone(), 1e-4, 1e-4))
     cases.append(("small noise", base, base + 1e-6 * torch.randn(base.shape, generator=gen, device=device), 1e-4, 1e-4))
     off = base.clone()
-    off[::1000] += 1e-3
-    cases.append(("1 in 1000 off", base, off, 1e-4, 1e-4))
+    off[::100] += 1e-3
+    cases.append(("1 in 100 off", base, off, 1e-4, 1e-4))
     edge = base.clone()
     edge += (1e-4 + 1e-4 * base.abs()) * 0.999
     cases.append(("just inside the tolerance", base, edge, 1e-4, 1e-4))
@@ -45,27 +46,35 @@ def adversarial_pairs(device: str) -> list[tuple[str, torch.Tensor, torch.Tensor
     edge2 += (1e-4 + 1e-4 * base.abs()) * 1.01
     cases.append(("just outside the tolerance", base, edge2, 1e-4, 1e-4))
     ref_nan = base.clone()
-    ref_nan[5::777] = float("nan")
-    ref_nan[7::999] = float("inf")
+    ref_nan[5::77] = float("nan")
+    ref_nan[7::99] = float("inf")
     got_same = ref_nan.clone()
     cases.append(("NaN/Inf where the reference has them", ref_nan, got_same, 1e-4, 1e-4))
     got_nan = base.clone()
-    got_nan[123] = float("nan")
+    got_nan[size // 3] = float("nan")
     cases.append(("NaN where the reference is finite", base, got_nan, 1e-4, 1e-4))
     got_inf = base.clone()
-    got_inf[456] = float("-inf")
+    got_inf[size // 2] = float("-inf")
     cases.append(("-Inf where the reference is finite", base, got_inf, 1e-4, 1e-4))
     got_fin = ref_nan.clone()
     got_fin[7] = 0.0
     cases.append(("finite where the reference is Inf", ref_nan, got_fin, 1e-4, 1e-4))
     cases.append(("zeros", base, torch.zeros_like(base), 1e-4, 1e-4))
-    odd = torch.randn(1000003, generator=gen, device=device)
+    odd = torch.randn(size + 3, generator=gen, device=device)
     cases.append(("odd length", odd, odd + 2e-4, 1e-4, 1e-4))
     for dtype in (torch.float16, torch.bfloat16):
         b = base.to(dtype)
         noisy = (base + 3e-3 * torch.randn(base.shape, generator=gen, device=device)).to(dtype)
         cases.append((f"{str(dtype)[6:]} noise", b, noisy, 1e-2, 1e-2))
     return cases
+
+
+def judged_alike(fused: tuple, plain: tuple) -> bool:
+    """Same count outside tolerance and same non-finite verdict; where finite, the same max error and scale
+    (the torch path stops at the first non-finite chunk, so its figures there are partial)."""
+    if fused[0] != plain[0] or fused[3] != plain[3]:
+        return False
+    return bool(fused[3]) or (abs(fused[1] - plain[1]) <= 1e-7 * max(1.0, plain[1]) and fused[2] == plain[2])
 
 
 def time_call(fn, repeats: int) -> float:
@@ -94,8 +103,7 @@ def main() -> int:
     for name, ref, got, atol, rtol in adversarial_pairs(device):
         fused = checks._compare_floating(ref, got, atol, rtol)
         plain = checks._compare_floating_torch(ref, got, atol, rtol)
-        same = (fused[0] == plain[0] and fused[3] == plain[3]
-                and (fused[3] or (abs(fused[1] - plain[1]) <= 1e-7 * max(1.0, plain[1]) and fused[2] == plain[2])))
+        same = judged_alike(fused, plain)
         agreement.append({"case": name, "fused": list(fused), "torch": list(plain), "same": bool(same)})
         print(f"{'same' if same else 'DIFFERENT':9s} {name:40s} fused {fused}  torch {plain}", flush=True)
     rows = []

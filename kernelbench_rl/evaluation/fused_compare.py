@@ -12,6 +12,7 @@ elements. Used only for fp32/fp16/bf16 CUDA tensors; everything else takes the t
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,9 @@ def _build():
     import triton
     import triton.language as tl
 
+    # n stays specialised: knowing it divisible by 16 lets the loads vectorise (6.1 ms against 4.9 ms on a 6 GiB
+    # output without it, H100), at the cost of a second compile per dtype for lengths that are not. Each partial
+    # result has its own allocation so the pointers' alignment never adds a variant.
     @triton.jit
     def compare_blocks(ref_ptr, got_ptr, n, atol, rtol, bad_ptr, err_ptr, scale_ptr, nonfinite_ptr, nan_ptr,
                        BLOCK_SIZE: tl.constexpr):
@@ -82,12 +86,14 @@ def compare(ref: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> F
     n = ref_flat.numel()
     blocks = (n + BLOCK - 1) // BLOCK
     device = ref_flat.device
-    counts = torch.empty((3, blocks), dtype=torch.int32, device=device)
-    maxima = torch.empty((2, blocks), dtype=torch.float32, device=device)
-    with torch.cuda.device(device):
-        _kernel[(blocks,)](ref_flat, got_flat, n, float(atol), float(rtol), counts[0], maxima[0], maxima[1],
-                           counts[1], counts[2], BLOCK_SIZE=BLOCK, num_warps=8)
-    totals = counts.sum(dim=1, dtype=torch.int64).tolist()
-    peaks = maxima.amax(dim=1).tolist()
+    bad, nonfinite, nan = (torch.empty(blocks, dtype=torch.int32, device=device) for _ in range(3))
+    err, scale = (torch.empty(blocks, dtype=torch.float32, device=device) for _ in range(2))
+    # On the CPU only under TRITON_INTERPRET=1 (the tests' way of checking these semantics without a GPU).
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        _kernel[(blocks,)](ref_flat, got_flat, n, float(atol), float(rtol), bad, err, scale, nonfinite, nan,
+                           BLOCK_SIZE=BLOCK, num_warps=8)
+    totals = torch.stack([bad.sum(dtype=torch.int64), nonfinite.sum(dtype=torch.int64),
+                          nan.sum(dtype=torch.int64)]).tolist()
+    peaks = torch.stack([err.amax(), scale.amax()]).tolist()
     return FusedFigures(bad=int(totals[0]), max_abs_err=float(peaks[0]), scale=float(peaks[1]),
                         nonfinite=int(totals[1]), nan=int(totals[2]))
