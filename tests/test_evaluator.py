@@ -98,6 +98,11 @@ def test_correct_candidate_records_its_sandbox(evaluator):
     if sandbox.landlock_abi() > 0:
         assert "landlock" in result.versions["sandbox"]
     assert {"child_start", "compile", "correctness"} <= set(result.phase_seconds)
+    # the correctness phase split by where it went; the parts lie inside it
+    parts = [result.phase_seconds[k] for k in ("correctness_reference", "correctness_child", "correctness_compare",
+                                               "correctness_input_check")]
+    assert all(v >= 0 for v in parts) and parts[1] > 0 and parts[2] > 0
+    assert sum(parts) <= result.phase_seconds["correctness"] + 1e-6
 
 
 @pytest.mark.parametrize(

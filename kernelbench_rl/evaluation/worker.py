@@ -1106,6 +1106,12 @@ class Worker:
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
             raise self._death(child, phase) from None
 
+    def _lap(self, mark: float) -> float:
+        """Seconds since mark, once this thread's queued GPU work is done (so it counts where it was issued)."""
+        if self.device == "cuda":
+            torch.cuda.current_stream().synchronize()
+        return time.perf_counter() - mark
+
     @staticmethod
     def _fresh_buffers(state: ProblemState) -> bool:
         """The timing buffer plan, the same for the baseline and the candidate."""
@@ -1132,13 +1138,20 @@ class Worker:
         result.trials_total = len(seeds)
         worst = 0.0
         cpu_launches: dict[str, int] = {}
+        # Where the correctness phase goes (worker's reference outputs, the child's round trip, the comparison,
+        # the input check): they sum to about `correctness` and say which part a slow one spends.
+        parts = dict.fromkeys(("correctness_reference", "correctness_child", "correctness_compare",
+                               "correctness_input_check"), 0.0)
         # One round trip per seed, on purpose: with CUDA IPC a hand-off is a JSON header and a handle
         # (milliseconds), and checking seed by seed keeps only one seed's outputs alive in either process
         # (level-1 outputs reach GiBs) and stops at the first wrong seed. Batching all seeds would save
         # a few milliseconds and cost memory; it paid only while tensors crossed through files.
         for position, seed in enumerate(seeds):
+            mark = time.perf_counter()
             with state.lock:
                 reference = self.reference_outputs(state, precision, seed)
+            parts["correctness_reference"] += self._lap(mark)
+            mark = time.perf_counter()
             poison = (state.plan.poison_bytes if state.plan is not None
                       else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
             # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
@@ -1148,6 +1161,8 @@ class Worker:
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
             self._numerics_unchanged(header, result)
             received = self._receive(child, header, reference, state.input_bytes)
+            parts["correctness_child"] += self._lap(mark)
+            mark = time.perf_counter()
             if isinstance(header.get("seconds"), (int, float)):
                 result.phase_seconds["correctness_forward"] = (
                     result.phase_seconds.get("correctness_forward", 0.0) + float(header["seconds"]))
@@ -1156,15 +1171,18 @@ class Worker:
                     if isinstance(count, int):
                         cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
             outcome = checks.compare_outputs(reference, received.get("outputs", []), settings.atol, settings.rtol)
+            parts["correctness_compare"] += self._lap(mark)
             if outcome.max_abs_err is not None:
                 worst = max(worst, outcome.max_abs_err)
                 result.max_abs_err = worst
             if not outcome.ok:
                 raise Fault(outcome.category, outcome.message)
             if check_inputs:
+                mark = time.perf_counter()
                 pristine = runtime.tensor_inputs(self.inputs(state, seed, precision))
                 mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                 del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
+                parts["correctness_input_check"] += self._lap(mark)
                 if mutated:
                     result.flags.append(Flag.INPUT_MUTATED.value)
                     raise Fault(ErrorCategory.MISMATCH, mutated)
@@ -1172,6 +1190,7 @@ class Worker:
             result.trials_passed += 1
         result.correct = True
         result.phase_seconds["correctness"] = time.perf_counter() - t
+        result.phase_seconds.update(parts)
         if self.device != "cuda" and settings.backend == "triton":
             names = kernels.triton_kernel_names(payload["candidate_source"])
             if not any(kernels.is_own_kernel(name, names) for name, count in cpu_launches.items() if count > 0):
