@@ -830,7 +830,7 @@ def kb_settings(args: argparse.Namespace) -> dict[str, Any]:
             "check_for_excessive_speedup": "default (True): it also times the reference, 100 more calls per candidate",
             "device": "torch.device('cuda:0')", "timeout_s": args.timeout, "process": "fresh python per candidate",
             "numerics": ("TF32 off in cuBLAS and cuDNN, set before eval_kernel_against_ref (--kb-exact-fp32, as ours runs)"
-                         if getattr(args, "kb_exact_fp32", False) else "torch's defaults (cuDNN's TF32 on), as its scripts run")}
+                         if args.kb_exact_fp32 else "torch's defaults (cuDNN's TF32 on), as its scripts run")}
 
 
 def run_kb_candidate(cand: SweepCandidate, reference: str, src_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -841,7 +841,7 @@ def run_kb_candidate(cand: SweepCandidate, reference: str, src_dir: Path, args: 
         spec = {"original_src": reference, "custom_src": cand.source, "seed": KB_SEED,
                 "num_correct_trials": args.correctness_trials, "num_perf_trials": args.timing_trials,
                 "backend": "cuda" if cand.kind == "identity" else "triton", "build_dir": str(Path(work) / "build"),
-                "exact_fp32": bool(getattr(args, "kb_exact_fp32", False))}
+                "exact_fp32": args.kb_exact_fp32}
         (Path(work) / "spec.json").write_text(json.dumps(spec))
         found, wall, tail, timed_out = run_child([str(Path(__file__).resolve()), "--kb-child", str(Path(work) / "spec.json")],
                                                  kb_child_env(src_dir, args.kb_site), work, args.timeout)

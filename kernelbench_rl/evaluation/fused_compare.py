@@ -77,12 +77,8 @@ def compare(ref: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> F
     global _kernel
     if _kernel is None:
         _kernel = _build()
-    ref_flat = ref.reshape(-1)
-    got_flat = got.reshape(-1)
-    if not ref_flat.is_contiguous():
-        ref_flat = ref_flat.contiguous()
-    if not got_flat.is_contiguous():
-        got_flat = got_flat.contiguous()
+    ref_flat = ref.reshape(-1).contiguous()  # no copy unless a strided view needs one
+    got_flat = got.reshape(-1).contiguous()
     n = ref_flat.numel()
     blocks = (n + BLOCK - 1) // BLOCK
     device = ref_flat.device

@@ -1106,12 +1106,6 @@ class Worker:
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
             raise self._death(child, phase) from None
 
-    def _lap(self, mark: float) -> float:
-        """Seconds since mark, once this thread's queued GPU work is done (so it counts where it was issued)."""
-        if self.device == "cuda":
-            torch.cuda.current_stream().synchronize()
-        return time.perf_counter() - mark
-
     @staticmethod
     def _fresh_buffers(state: ProblemState) -> bool:
         """The timing buffer plan, the same for the baseline and the candidate."""
@@ -1139,7 +1133,8 @@ class Worker:
         worst = 0.0
         cpu_launches: dict[str, int] = {}
         # Where the correctness phase goes (worker's reference outputs, the child's round trip, the comparison,
-        # the input check): they sum to about `correctness` and say which part a slow one spends.
+        # the input check): host wall time, no added syncs, so the reference's GPU work still overlaps the
+        # child's and is counted in whichever part waits for it.
         parts = dict.fromkeys(("correctness_reference", "correctness_child", "correctness_compare",
                                "correctness_input_check"), 0.0)
         # One round trip per seed, on purpose: with CUDA IPC a hand-off is a JSON header and a handle
@@ -1150,7 +1145,7 @@ class Worker:
             mark = time.perf_counter()
             with state.lock:
                 reference = self.reference_outputs(state, precision, seed)
-            parts["correctness_reference"] += self._lap(mark)
+            parts["correctness_reference"] += time.perf_counter() - mark
             mark = time.perf_counter()
             poison = (state.plan.poison_bytes if state.plan is not None
                       else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
@@ -1161,7 +1156,7 @@ class Worker:
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
             self._numerics_unchanged(header, result)
             received = self._receive(child, header, reference, state.input_bytes)
-            parts["correctness_child"] += self._lap(mark)
+            parts["correctness_child"] += time.perf_counter() - mark
             mark = time.perf_counter()
             if isinstance(header.get("seconds"), (int, float)):
                 result.phase_seconds["correctness_forward"] = (
@@ -1171,7 +1166,7 @@ class Worker:
                     if isinstance(count, int):
                         cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
             outcome = checks.compare_outputs(reference, received.get("outputs", []), settings.atol, settings.rtol)
-            parts["correctness_compare"] += self._lap(mark)
+            parts["correctness_compare"] += time.perf_counter() - mark
             if outcome.max_abs_err is not None:
                 worst = max(worst, outcome.max_abs_err)
                 result.max_abs_err = worst
@@ -1182,7 +1177,7 @@ class Worker:
                 pristine = runtime.tensor_inputs(self.inputs(state, seed, precision))
                 mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                 del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
-                parts["correctness_input_check"] += self._lap(mark)
+                parts["correctness_input_check"] += time.perf_counter() - mark
                 if mutated:
                     result.flags.append(Flag.INPUT_MUTATED.value)
                     raise Fault(ErrorCategory.MISMATCH, mutated)
