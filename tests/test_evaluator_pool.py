@@ -310,6 +310,21 @@ def test_when_the_orchestrator_dies_its_worker_kills_a_running_candidate_at_once
     assert not still_alive_after(family, 30)  # far below the candidate's 300 s timeout
 
 
+def test_once_the_worker_is_stopping_no_candidate_starts():
+    """The orchestrator died before a job took its child (CI caught this: the job started its hung candidate
+    after the sweep of running children, and it lived on): no child starts once the worker is stopping."""
+    from kernelbench_rl.evaluation.worker import Worker, WorkerConfig, WorkerStopping
+
+    worker = Worker(WorkerConfig(device="cpu", warm_children=1))
+    try:
+        worker.kill_running_children()
+        with pytest.raises(WorkerStopping):
+            worker.take_child()
+        assert not worker.running
+    finally:
+        worker.shutdown()
+
+
 def _wait_for_a_running_child(worker_pid: int) -> None:
     """Until the worker has its forkserver, a pre-started child and the job's child, and a little more
     (the job's child is then asleep inside forward)."""

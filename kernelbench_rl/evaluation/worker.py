@@ -97,6 +97,10 @@ class ChildGone(Exception):
     """The child died or stopped answering."""
 
 
+class WorkerStopping(Exception):
+    """The orchestrator is gone; no new child may start."""
+
+
 class Child:
     """One forked sandbox process and its message pipe."""
 
@@ -533,6 +537,10 @@ class Worker:
     # -- children --------------------------------------------------------------------------
     def take_child(self) -> Child:
         with self.warm_lock:
+            if self.stopping:
+                # The orchestrator is gone: a child started now would run its candidate with nobody to stop it
+                # (kill_running_children has already swept `running`).
+                raise WorkerStopping("the evaluation worker is stopping")
             child = None
             while self.warm:
                 candidate = self.warm.popleft()
@@ -583,8 +591,9 @@ class Worker:
         self.reaping.put((child, workdir))
 
     def kill_running_children(self) -> None:
-        self.stopping = True  # what the killed children's evaluations conclude is not a verdict
         with self.warm_lock:
+            # Set under the lock take_child holds: every child is either in `running` now or never started.
+            self.stopping = True  # what the killed children's evaluations conclude is not a verdict
             running = list(self.running)
         for child in running:
             child.kill()
