@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from kernelbench_rl.evaluation import checks, fused_compare
@@ -79,3 +80,33 @@ def test_cpu_outputs_never_take_the_fused_path():
     ref = torch.randn(10)
     assert not fused_compare.usable(ref, ref.clone())
     assert not fused_compare.usable(ref.double(), ref.double())
+
+
+def test_the_workers_warm_up_builds_both_length_variants_and_never_raises(monkeypatch):
+    """The worker warms the kernel before its first candidate (its Triton cache starts empty): both
+    specialisations a real output can need, and a kernel that cannot build leaves the torch path in place."""
+    monkeypatch.setattr(checks, "_fused_broken", False)
+    monkeypatch.setattr(fused_compare, "usable", lambda ref, got: True)
+    lengths = []
+
+    def record(ref, got, atol, rtol):
+        lengths.append(ref.numel())
+        return fused_compare.FusedFigures(bad=0, max_abs_err=0.0, scale=0.0, nonfinite=0, nan=0)
+
+    monkeypatch.setattr(fused_compare, "compare", record)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *_a: None)
+    assert not checks.warm_up_comparison("cpu").startswith("failed")
+    assert {n % 16 == 0 for n in lengths} == {True, False}
+
+    def no_triton(*_a, **_k):
+        raise ImportError("No module named 'triton'")
+
+    monkeypatch.setattr(fused_compare, "compare", no_triton)
+    assert checks.warm_up_comparison("cpu").startswith("torch")
+    assert checks._fused_broken
+
+
+def test_a_warm_up_on_a_device_that_is_not_there_is_reported_not_raised():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is there")
+    assert checks.warm_up_comparison("cuda").startswith("failed")

@@ -274,7 +274,7 @@ def test_harness_summary_per_level_from_records(capsys):
     kb_records = [kb("L1/19/identity", 1, True, 2.0, 10.0), kb("L1/23/identity", 1, True, 1.0, 20.0),
                   kb("L2/1/identity", 2, False, None, 15.0, "correctness_issue: Output mismatch"),
                   kb("L2/9/identity", 2, True, 4.0, 15.0)]
-    ours_records = [ours("L1/19/identity", 1, True, 2.2), ours("L1/23/identity", 1, True, 1.0),
+    ours_records = [{**ours("L1/19/identity", 1, True, 2.2), "baseline_gpu_s": 0.5}, ours("L1/23/identity", 1, True, 1.0),
                     ours("L2/1/identity", 2, True, 3.0), ours("L2/9/identity", 2, False, None, "mismatch")]
     groups = [{"name": "L1", "wall_s": 3.0}, {"name": "L2", "wall_s": 6.0}]
     summary = sweep.summarise_harness(kb_records, ours_records, groups)
@@ -283,6 +283,8 @@ def test_harness_summary_per_level_from_records(capsys):
     assert l1["throughput_ratio_ours_over_kb"] == pytest.approx(10.0)
     assert l1["agreement"]["both_correct"] == 2 and l1["runtime_ratio_ours_over_kb"]["median"] == pytest.approx(1.05)
     assert l1["ours"]["overhead_per_candidate_s"] == pytest.approx(0.5)  # 3 s / 2 - floor 1 s
+    # no overhead at all: 30 s of KernelBench over 1 + 0.5 + 1 s of GPU (one baseline timed cold)
+    assert l1["floor_with_baselines_s"] == pytest.approx(2.5) and l1["ratio_ceiling"] == pytest.approx(12.0)
     assert [d["label"] for d in l2["agreement"]["disagree"]] == ["L2/1/identity", "L2/9/identity"]
     assert total["kb"]["candidates"] == 4 and total["ours"]["wall_s"] == pytest.approx(9.0)
     data = {"candidates": "identity", "kb": {"budget_cut": False}, "ours": {"pool_startup_s": 12.0},

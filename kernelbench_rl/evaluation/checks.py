@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +61,24 @@ def _compare_floating(ref: torch.Tensor, got: torch.Tensor, atol: float,
                 return 0, figures.max_abs_err, figures.scale, "NaN" if figures.nan else "Inf"
             return figures.bad, figures.max_abs_err, figures.scale, ""
     return _compare_floating_torch(ref, got, atol, rtol)
+
+
+def warm_up_comparison(device: str | torch.device) -> str:
+    """Build the fused comparison for fp32 (lengths divisible by 16 and not) before any evaluation needs it.
+
+    The worker's Triton cache starts empty (its HOME is private), so otherwise the first candidate of every
+    worker pays the JIT, up to a second, inside its correctness phase while it holds the device. Returns
+    what happened, for the worker's `versions`."""
+    t0 = time.perf_counter()
+    try:
+        for n in (4096, 4097):
+            ref = torch.zeros(n, device=device)
+            compare_outputs([ref], [ref.clone()], 1e-4, 1e-4)
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # noqa: BLE001 - the first evaluation will fall back or fail on its own
+        return f"failed: {type(exc).__name__}: {exc}"[:200]
+    path = "fused" if torch.device(device).type == "cuda" and not _fused_broken else "torch"
+    return f"{path}, {time.perf_counter() - t0:.2f} s"
 
 
 def _cuda_error(exc: BaseException) -> bool:

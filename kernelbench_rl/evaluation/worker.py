@@ -510,6 +510,8 @@ class Worker:
         # KBRL_EVAL_PIN_CORES=0 leaves every process on all cores (a diagnostic switch for timing studies).
         if self.device == "cuda" and len(cores) >= QUIET_CORES_MIN_CPUS and os.environ.get("KBRL_EVAL_PIN_CORES", "1") != "0":
             self.quiet_cores, self.busy_cores = set(cores[-2:]), set(cores[:-2])
+        if self.device == "cuda":
+            self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda")
         for _ in range(max(0, config.warm_children)):
             self.warm.append(Child(self.ctx, self.device))
 
