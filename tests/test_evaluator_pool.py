@@ -325,6 +325,35 @@ def test_once_the_worker_is_stopping_no_candidate_starts():
         worker.shutdown()
 
 
+_WEDGED_STOP_SCRIPT = """
+import threading
+from kernelbench_rl.evaluation import worker as w
+worker = w.Worker(w.WorkerConfig(device="cpu", warm_children=1))
+child = worker.take_child()
+print(child.pid, worker.warm[0].pid, flush=True)
+worker.warm_lock.acquire()  # a stop that hangs: kill_running_children waits on this lock for ever
+timer = threading.Timer(1.0, w._abandon, args=(worker,))
+timer.daemon = True
+timer.start()
+worker.kill_running_children()
+print("unreachable", flush=True)
+"""
+
+
+def test_a_worker_whose_stop_hangs_kills_its_children_and_exits_anyway():
+    """The last resort after STOP_GRACE_S: whatever wedged the orderly stop, no child outlives it."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _WEDGED_STOP_SCRIPT], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "unreachable" not in proc.stdout
+    assert "did not stop" in proc.stderr and "kill_running_children" in proc.stderr  # where it hung, for the log
+    pids = {int(p) for p in proc.stdout.split()[:2]}
+    assert not still_alive_after(pids, 10)
+
+
 def _wait_for_a_running_child(worker_pid: int) -> None:
     """Until the worker has its forkserver, a pre-started child and the job's child, and a little more
     (the job's child is then asleep inside forward)."""

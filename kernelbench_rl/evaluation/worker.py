@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import faulthandler
 import gc
 import itertools
 import json
@@ -50,6 +51,9 @@ LOW_KERNEL_SHARE = 0.5
 TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
 HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
 START_TIMEOUT_S = 60.0
+# Once told to stop (or orphaned), the worker has this long to wind down before it kills what it knows of and
+# exits regardless: nothing it could still finish has anyone waiting for it.
+STOP_GRACE_S = float(os.environ.get("KBRL_EVAL_STOP_GRACE_S", "15"))
 # GPU memory per child: a pre-started one holds a bare CUDA context, one serving an evaluation also cuBLAS's
 # and cuDNN's handles and workspaces (H100, torch 2.11: 526 and 722 MiB, bench/context_probe.py).
 WARM_CONTEXT_BYTES = 560 << 20
@@ -1784,9 +1788,30 @@ def main(argv: list[str] | None = None) -> None:
         # Asked to stop, or the orchestrator is gone (stdin closed): nobody waits for these results (the
         # pool answers them "infra"), and a running candidate (a hang, a memory hoard) would otherwise hold
         # the device until its timeout, or for good once the pool kills this process.
+        last_resort = threading.Timer(STOP_GRACE_S, _abandon, args=(worker,))
+        last_resort.daemon = True
+        last_resort.start()
         worker.kill_running_children()
         pool.shutdown(wait=True, cancel_futures=True)
         worker.shutdown()
+        last_resort.cancel()
+
+
+def _abandon(worker: Worker) -> None:
+    """The orderly stop hung (CI once saw an orphaned worker alive 30 s after its running child was killed):
+    say where each thread stood, kill every child known, exit. The forkserver exits when this process does,
+    and takes any child missed here with it (each child's parent-death signal)."""
+    print(f"the worker did not stop within {STOP_GRACE_S:.0f} s; its threads were:", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    for _ in range(3):  # the collections may change under us: no lock is taken here, as one may be what hangs
+        try:
+            children = [*worker.running, *worker.warm]
+            break
+        except RuntimeError:
+            children = []
+    for child in children:
+        child.signal_kill()
+    os._exit(0)
 
 
 if __name__ == "__main__":
