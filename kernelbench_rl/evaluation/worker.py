@@ -1788,21 +1788,24 @@ def main(argv: list[str] | None = None) -> None:
         # Asked to stop, or the orchestrator is gone (stdin closed): nobody waits for these results (the
         # pool answers them "infra"), and a running candidate (a hang, a memory hoard) would otherwise hold
         # the device until its timeout, or for good once the pool kills this process.
+        # Never cancelled: it also bounds the interpreter's exit (multiprocessing joins its children then).
         last_resort = threading.Timer(STOP_GRACE_S, _abandon, args=(worker,))
         last_resort.daemon = True
         last_resort.start()
         worker.kill_running_children()
         pool.shutdown(wait=True, cancel_futures=True)
         worker.shutdown()
-        last_resort.cancel()
 
 
 def _abandon(worker: Worker) -> None:
     """The orderly stop hung (CI once saw an orphaned worker alive 30 s after its running child was killed):
     say where each thread stood, kill every child known, exit. The forkserver exits when this process does,
     and takes any child missed here with it (each child's parent-death signal)."""
-    print(f"the worker did not stop within {STOP_GRACE_S:.0f} s; its threads were:", file=sys.stderr, flush=True)
-    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    try:
+        print(f"the worker did not stop within {STOP_GRACE_S:.0f} s; its threads were:", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    except (OSError, ValueError, AttributeError):
+        pass  # no log to write to: still kill and exit
     for _ in range(3):  # the collections may change under us: no lock is taken here, as one may be what hangs
         try:
             children = [*worker.running, *worker.warm]
