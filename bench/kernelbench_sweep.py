@@ -461,9 +461,7 @@ class OursRun:
         calls = s.correctness_trials + s.warmup_trials + s.timing_trials
         gpu_s = (res.runtime_ms or 0.0) * calls / 1000.0 if res.correct else 0.0
         floor = _compile_s(phases) + gpu_s + (s.timeout_s if res.error_category.value == "timeout" else 0.0)
-        # The reference's own calls when its baseline was timed in this evaluation (cold): GPU time any
-        # evaluator that reports a speedup must spend too (KernelBench's harness times its reference as well).
-        baseline_gpu_s = (res.baseline_ms or 0.0) * calls / 1000.0 if phases.get("baseline", 0.0) > 0 else 0.0
+        baseline_gpu_s = baseline_gpu_seconds(res.baseline_ms, phases, calls)
         total = phases.get("worker_total")
         return {
             "label": cand.label, "problem_id": cand.problem_id, "level": cand.level, "name": cand.name, "kind": cand.kind,
@@ -494,6 +492,23 @@ class OursRun:
                              "timeout_s": self.settings.timeout_s, "backend": self.settings.backend,
                              "precision": self.settings.precision},
                 "groups": self.groups}
+
+
+def baseline_gpu_seconds(baseline_ms: float | None, phases: dict[str, float], calls: int) -> float:
+    """The reference's own calls when its baseline was timed in this evaluation (cold): GPU time any evaluator
+    that reports a speedup must spend too (KernelBench's harness times its reference as well). The worker
+    records a `baseline` phase either way; a known baseline is a lookup, while timing one takes at least
+    its calls' GPU time, so a phase under half of that was not a timing."""
+    gpu_s = (baseline_ms or 0.0) * calls / 1000.0
+    return gpu_s if gpu_s > 0 and phases.get("baseline", 0.0) >= 0.5 * gpu_s else 0.0
+
+
+def ratio_ceiling(kb_wall: float, kb_count: int, ours: list[dict[str, Any]]) -> tuple[float, float | None]:
+    """(the GPU floor of our work, baselines timed cold included; the throughput ratio over KernelBench's side
+    that an evaluator with no overhead at all would reach on it)."""
+    floor = sum(r["floor_s"] + r.get("baseline_gpu_s", 0.0) for r in ours)
+    ceiling = kb_wall / floor * len(ours) / kb_count if floor and ours and kb_count else None
+    return floor, ceiling
 
 
 def overhead_figures(records: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
@@ -819,10 +834,37 @@ def summarise_cached(summary: dict[str, Any], records: list[dict[str, Any]], gro
         walls = [g["wall_s"] or 0.0 for g in groups] if level == "all" else [g["wall_s"] or 0.0 for g in groups if g["name"] == level]
         wall = sum(walls) if walls else None
         rate = 60.0 * len(chosen) / wall if wall and chosen else None
+        _floor, ceiling = ratio_ceiling(figures["kb"]["wall_s"], figures["kb"]["candidates"], chosen)
         out[level] = {"candidates": len(chosen), "correct": sum(1 for r in chosen if r["correct"]), "wall_s": _round(wall, 2),
                       "per_min": _round(rate, 2), "throughput_ratio_ours_over_kb": _round(rate / kb_rate, 2) if rate and kb_rate else None,
+                      "ratio_ceiling": _round(ceiling, 2),
                       "baseline_s": _round(sum(r["phase_seconds"].get("baseline", 0.0) for r in chosen), 2)}
     return out
+
+
+def run_resummarise(args: argparse.Namespace) -> int:
+    """A kb-harness run's summary recomputed from its records, with the figures added since it was written."""
+    try:
+        data = json.loads(Path(args.json).read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"Cannot read {args.json} as a kb-harness JSON: {exc}") from None
+    if data.get("mode") != "kb-harness" or not data.get("ours"):
+        raise BadInput(f"{args.json} is not a kb-harness run with our side in it (mode {data.get('mode')!r}).")
+    settings = data["ours"]["settings"]
+    calls = settings["correctness_trials"] + settings["warmup_trials"] + settings["timing_trials"]
+    runs = data["per_candidate"]
+    for record in [*runs["ours"], *runs.get("ours_baselines_cached", [])]:
+        record.setdefault("baseline_gpu_s", round(baseline_gpu_seconds(record["baseline_ms"], record["phase_seconds"], calls), 4))
+    summary = summarise_harness(runs["kb"], runs["ours"], data["ours"]["groups"])
+    if data.get("ours_baselines_cached"):
+        summary["baselines_cached"] = summarise_cached(summary, runs["ours_baselines_cached"],
+                                                       data["ours_baselines_cached"]["groups"])
+    data["summary"] = summary
+    print_harness(data)
+    if args.out:
+        Path(args.out).write_text(json.dumps(data, indent=1))
+        say(f"wrote {args.out}")
+    return 0
 
 
 def kb_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -895,8 +937,7 @@ def summarise_harness(kb: list[dict[str, Any]], ours: list[dict[str, Any]], grou
                 disagree.append({"label": r["label"], "kb_correct": r["correctness"], "kb_error": first_line(r["error"]),
                                  "ours": o["category"], "ours_message": o["message"]})
         ratios = [v for _, v in runtime_ratios]
-        # What a zero-overhead evaluator doing our work (baselines timed where ours timed them) would reach.
-        gpu_floor = sum(r["floor_s"] + r.get("baseline_gpu_s", 0.0) for r in ours_l)
+        gpu_floor, ceiling = ratio_ceiling(kb_wall, len(kb_l), ours_l)
         per_level["all" if level is None else f"L{level}"] = {
             "kb": {"candidates": len(kb_l), "wall_s": round(kb_wall, 2), "per_min": _round(kb_rate, 2),
                    "wall_per_candidate_s": _round(kb_wall / len(kb_l)), "correct": sum(1 for r in kb_l if r["correctness"])},
@@ -904,7 +945,7 @@ def summarise_harness(kb: list[dict[str, Any]], ours: list[dict[str, Any]], grou
                      "correct": sum(1 for r in ours_l if r["correct"]), **overhead_figures(ours_l, ours_wall)},
             "throughput_ratio_ours_over_kb": _round(ours_rate / kb_rate, 2) if ours_rate and kb_rate else None,
             "floor_with_baselines_s": _round(gpu_floor, 2),
-            "ratio_ceiling": _round(kb_wall / gpu_floor * len(ours_l) / len(kb_l), 2) if gpu_floor and ours_l else None,
+            "ratio_ceiling": _round(ceiling, 2),
             "agreement": {"both_correct": len(both_correct), "both_wrong": len(both_wrong), "disagree": disagree},
             "runtime_ratio_ours_over_kb": ({"candidates": len(ratios), "median": _round(statistics.median(ratios)),
                                             "min": _round(min(ratios)), "max": _round(max(ratios)),
@@ -938,7 +979,8 @@ def print_harness(data: dict[str, Any]) -> None:
             say(f"   disagree {d['label']}: KB correct={d['kb_correct']} {d['kb_error'][:60]} | ours {d['ours']} {d['ours_message'][:60]}")
     for level, s in data["summary"].get("baselines_cached", {}).items():
         say(f"{level:6s} baselines cached (a fresh pool told the first pass's baselines): {s['candidates']} candidates, "
-            f"{s['correct']} correct, wall {_fmt(s['wall_s'])} s, {_fmt(s['per_min'])}/min, ratio {_fmt(s['throughput_ratio_ours_over_kb'])}")
+            f"{s['correct']} correct, wall {_fmt(s['wall_s'])} s, {_fmt(s['per_min'])}/min, ratio {_fmt(s['throughput_ratio_ours_over_kb'])}, "
+            f"ceiling {_fmt(s.get('ratio_ceiling'))}")
     say("ratio = our candidates/min over KernelBench's; rt = our median runtime over KernelBench's mean, on candidates "
         "both judged correct; our overhead per candidate = our wall per candidate - mean floor; ceiling = the ratio "
         "with no overhead at all: KernelBench's wall over the GPU floor of our work, the baselines' timed calls included")
@@ -1351,6 +1393,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "so a conv solution exact in fp32 can fail its 1e-4 tolerance against a TF32 reference")
     harness.add_argument("--check-imports", action="store_true",
                          help="only check that KernelBench's eval.py imports (works on the CPU), then exit")
+    resummarise = sub.add_parser(
+        "resummarise", help="recompute and print a kb-harness JSON's summary from its records (figures added since "
+                            "it was written included, such as the ratio ceiling); no GPU needed")
+    resummarise.add_argument("json", help="a kb-harness run's JSON (e.g. bench/results/kb_harness_fused_s9_h100.json)")
+    resummarise.add_argument("--out", default=None, help="also write the JSON with the recomputed summary here")
     selfcheck = sub.add_parser(
         "selfcheck", parents=[common],
         help="does a problem's reference agree with itself? (names failures that are the problem's own)",
@@ -1381,6 +1428,12 @@ def main(argv: list[str] | None = None) -> int:
         selfcheck_child(argv[1])
         return 0
     args = build_parser().parse_args(argv)
+    if args.mode == "resummarise":
+        try:
+            return run_resummarise(args)
+        except BadInput as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
     args.script_start = time.perf_counter()
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -311,8 +311,8 @@ def test_when_the_orchestrator_dies_its_worker_kills_a_running_candidate_at_once
 
 
 def test_once_the_worker_is_stopping_no_candidate_starts():
-    """The orchestrator died before a job took its child (CI caught this: the job started its hung candidate
-    after the sweep of running children, and it lived on): no child starts once the worker is stopping."""
+    """The orchestrator died before a job took its child: that child would start its candidate after the sweep of
+    running children, with nobody left to stop it. No child starts once the worker is stopping."""
     from kernelbench_rl.evaluation.worker import Worker, WorkerConfig, WorkerStopping
 
     worker = Worker(WorkerConfig(device="cpu", warm_children=1))

@@ -292,3 +292,33 @@ def test_harness_summary_per_level_from_records(capsys):
     sweep.print_harness(data)
     printed = capsys.readouterr().out
     assert "disagree L2/1/identity" in printed and "L1" in printed
+
+
+def test_a_kb_harness_json_is_resummarised_with_its_ratio_ceiling(tmp_path, capsys):
+    """Figures added after a run (the ceiling) come from its records; a known baseline's lookup is no timing."""
+    settings = {"correctness_trials": 5, "warmup_trials": 3, "timing_trials": 92}  # 100 calls
+
+    def ours(label, baseline_phase_s):
+        return {"label": label, "problem_id": label.rsplit("/", 1)[0], "level": 1, "name": "x", "kind": "identity",
+                "category": "ok", "correct": True, "message": "", "runtime_ms": 10.0, "baseline_ms": 10.0,
+                "speedup": 1.0, "flags": [], "floor_s": 1.0, "latency_overhead_s": 0.5,
+                "latency_overhead_unqueued_s": 0.4, "phase_seconds": {"baseline": baseline_phase_s}}
+
+    kb = [{"label": "L1/19/identity", "problem_id": "L1/19", "level": 1, "name": "x", "compiled": True, "correctness": True,
+           "runtime_ms": 10.0, "ref_runtime_ms": 10.0, "error": "", "wall_s": 40.0, "phase_seconds": {}}]
+    data = {"mode": "kb-harness", "candidates": "identity", "kb": {"budget_cut": False},
+            "ours": {"pool_startup_s": 12.0, "settings": settings, "groups": [{"name": "L1", "wall_s": 4.0}]},
+            "ours_baselines_cached": {"groups": [{"name": "L1", "wall_s": 2.0}]}, "floor_definition": "floor",
+            "per_candidate": {"kb": kb, "ours": [ours("L1/19/identity", 1.2)],
+                              "ours_baselines_cached": [ours("L1/19/identity", 0.0002)]}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data))
+    out = tmp_path / "again.json"
+    assert sweep.main(["resummarise", str(path), "--out", str(out)]) == 0
+    summary = json.loads(out.read_text())["summary"]
+    # cold: 40 s of KernelBench over 1 s floor + 1 s of baseline calls; known: over the 1 s floor alone
+    assert summary["per_level"]["L1"]["ratio_ceiling"] == pytest.approx(20.0)
+    assert summary["baselines_cached"]["L1"]["ratio_ceiling"] == pytest.approx(40.0)
+    assert "ceiling 40.00" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("{}")
+    assert sweep.main(["resummarise", str(tmp_path / "bad.json")]) == 2
