@@ -94,6 +94,9 @@ class ProblemsConfig:
     holdout_fraction: Annotated[float, Ge(0), Lt(1)] = 0.2
     split_seed: int = 0
     kernelbench_root: str | None = None
+    # The problem audit (`kernelbench-rl problems audit`): training leaves out problems whose inputs cannot tell a
+    # right kernel from a wrong one, and the evaluator gets the widened inputs the audit chose.
+    audit: bool = True
 
 
 @dataclass
@@ -104,6 +107,8 @@ class EvalConfig:
     num_workers: Annotated[int, Ge(1)] | None = None
     timeout_s: Annotated[float, Gt(0)] = 120.0
     correctness_trials: int = 3
+    # Extra widened seeds where a trivial candidate passes a problem's own inputs (0: never widen).
+    discriminating_trials: Annotated[int, Ge(0)] = 2
     timing_trials: int = 50
     cluster: str = "local"  # local | dask-local | dask://HOST:PORT (where evaluations run; not part of the run id)
 

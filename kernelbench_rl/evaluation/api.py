@@ -73,12 +73,16 @@ class Evaluator:
         in_flight: int | None = None,
         static_checks: bool = True,
         worker_args: Sequence[str] = (),
+        input_variants: Mapping[str, dict[str, Any]] | None = None,
     ) -> None:
         self.settings = settings or EvalSettings()
         self.num_workers = num_workers
         self.store = store
         self.kernelbench_root = kernelbench_root
         self.problems = dict(problems or {})
+        # Widened inputs the problem audit chose for problems whose own inputs another problem's reference passes
+        # (problems/audit.py); the worker finds the trivial-candidate cases by itself.
+        self.input_variants = dict(input_variants or {})
         self.parallel_compiles, self.in_flight, self.warm_children = pool_shape(
             self.settings.device, num_workers, parallel_compiles, in_flight, warm_children)
         self.static_checks = static_checks
@@ -299,6 +303,7 @@ class Evaluator:
                 "settings": dataclasses.asdict(request.settings),
                 "problem_source": item.problem.source_for(request.settings.size),
                 "baseline": self._baseline_for(item.problem, request.settings),
+                "input_variant": self.input_variants.get(request.problem_id),
             }
             item.future = pool.submit(payload, request.settings.timeout_s)
         baselines = []

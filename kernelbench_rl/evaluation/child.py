@@ -349,8 +349,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     spill_dir = job["workdir"] if job.get("transport") == "file" else None
     keep_alive: list[torch.Tensor] = []
 
-    def inputs_for_seed(seed: int) -> list[Any]:
-        return runtime.make_inputs(problem, seed, device, precision)
+    def inputs_for_seed(seed: int, variant: dict[str, Any] | None = None) -> list[Any]:
+        return runtime.make_inputs(problem, seed, device, precision, variant)
 
     while True:
         command = wire.recv_json(conn)
@@ -378,7 +378,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                     torch.cuda.empty_cache()  # hand the warm-up's buffers back while others compile
                 wire.send_json(conn, {"event": "warmed"})
             elif cmd == "check":
-                inputs = inputs_for_seed(int(command["seed"]))
+                inputs = inputs_for_seed(int(command["seed"]), command.get("variant"))
                 if device == "cuda":
                     _poison_allocator(int(command.get("poison_bytes", 64 << 20)))
                 t = time.perf_counter()

@@ -60,6 +60,9 @@ class Flag(str, Enum):
     LOW_KERNEL_SHARE = "low_kernel_share"  # the candidate's kernels carry little of the GPU time
     HACK = "hack"  # any detected reward hack: reward is zero
     NO_SPEEDUP_ON_CPU = "no_speedup_on_cpu"
+    # A trivial candidate (the input returned, zeros, a constant, another seed's output) passes this problem's
+    # inputs and no widened inputs tell it apart: the verdict cannot separate right from wrong (problems audit).
+    UNDISCRIMINATING = "undiscriminating"
 
 
 @dataclass
@@ -71,6 +74,8 @@ class EvalSettings:
     device: DeviceKind = "cpu"
     size: Literal["real", "small"] = "small"
     correctness_trials: int = 3  # hidden seeds per evaluation
+    # Widened seeds added where a trivial candidate passes the problem's own inputs (discrimination.py).
+    discriminating_trials: int = 2
     timing_trials: int = 50
     warmup_trials: int = 3
     timeout_s: float = 120.0

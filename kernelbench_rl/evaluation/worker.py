@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import checks, kernels, numerics, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation import checks, discrimination, kernels, numerics, runtime, sandbox, timing, wire
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
@@ -160,7 +160,9 @@ class ProblemState:
     # not in the device queue, and find it done.
     sizing: threading.Lock = field(default_factory=threading.Lock)
     models: dict[str, torch.nn.Module] = field(default_factory=dict)
-    refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed) -> outputs
+    refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed, variant) -> outputs
+    # Per precision: which trivial candidates pass the problem's own inputs, and the widened inputs chosen.
+    discriminations: dict[str, discrimination.Discrimination] = field(default_factory=dict)
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     host_baselines: dict[str, float] = field(default_factory=dict)
     mutates_inputs: bool = False
@@ -653,22 +655,25 @@ class Worker:
                     state.param_bytes = max(state.param_bytes, torch.cuda.memory_allocated() - before)
         return state.models[precision]
 
-    def inputs(self, state: ProblemState, seed: int, precision: str) -> list[Any]:
+    def inputs(self, state: ProblemState, seed: int, precision: str,
+               variant: discrimination.Variant | None = None) -> list[Any]:
         # get_inputs() draws from torch's global generator: one thread at a time, or seeds interleave.
         with self.rng_lock:
-            return runtime.make_inputs(state.module, seed, self.device, precision)
+            return runtime.make_inputs(state.module, seed, self.device, precision, variant)
 
-    def reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool = True) -> list[torch.Tensor]:
+    def reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool = True,
+                          variant: discrimination.Variant | None = None) -> list[torch.Tensor]:
         with self.rng_lock:  # the reference forward may draw random numbers too (dropout)
-            return self._reference_outputs(state, precision, seed, cache)
+            return self._reference_outputs(state, precision, seed, cache, variant)
 
-    def _reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool) -> list[torch.Tensor]:
-        key = (precision, seed)
+    def _reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool,
+                           variant: discrimination.Variant | None = None) -> list[torch.Tensor]:
+        key = (precision, seed, discrimination.variant_key(variant))
         if key in state.refs:
             state.refs.move_to_end(key)
             return state.refs[key]
         model = self.reference_model(state, precision)
-        inputs = self.inputs(state, seed, precision)
+        inputs = self.inputs(state, seed, precision, variant)
         state.input_bytes = max(state.input_bytes, sum(t.numel() * t.element_size() for t in runtime.tensor_inputs(inputs)))
         # Whether the reference itself writes its inputs is learnt once, when the problem is sized.
         pristine = runtime.clone_inputs(runtime.tensor_inputs(inputs)) if not state.sized else None
@@ -779,18 +784,23 @@ class Worker:
         try:
             state = self.problem_state(payload["problem_id"], payload["problem_source"])
             t = time.perf_counter()
-            if not state.sized:
+            if self._unsized(state, settings.precision):
                 # The first request of a problem sizes it on the device (one reference forward: parameters,
-                # inputs, outputs, the forward's peak), alone in device memory, going before queued candidates;
-                # the others wait here, not in the device queue, and find it done.
+                # inputs, outputs, the forward's peak) and tries trivial candidates on its inputs, alone in
+                # device memory, going before queued candidates; the others wait here, not in the device
+                # queue, and find it done.
                 with state.sizing:
-                    if not state.sized:
+                    if self._unsized(state, settings.precision):
                         with self._device_section(DeviceQueue.URGENT), self._memory_for_sizing():
                             if self.memory is not None:
                                 self._wait_for_free(int(0.75 * self.memory.capacity), result)
                             result.phase_seconds["reference_wait"] = time.perf_counter() - t
                             with state.lock:
-                                self._size(state, settings.precision)
+                                if not state.sized:
+                                    self._size(state, settings.precision)
+                                mark = time.perf_counter()
+                                self._discriminate(state, settings, payload.get("input_variant"))
+                                result.phase_seconds["discrimination"] = time.perf_counter() - mark
                     else:  # sized by the request this one waited for
                         result.phase_seconds["reference_wait"] = time.perf_counter() - t
             state.last_used = time.monotonic()
@@ -1078,6 +1088,31 @@ class Worker:
                 state.too_large = footprints.too_large_message(state.plan, self.alone_capacity, self.total_memory)
         self._release_worker_memory()
 
+    @staticmethod
+    def _unsized(state: ProblemState, precision: str) -> bool:
+        return not state.sized or (not state.too_large and precision not in state.discriminations)
+
+    def _discriminate(self, state: ProblemState, settings: EvalSettings,
+                      given: discrimination.Variant | None = None) -> None:
+        """Which trivial candidates pass the problem's own inputs, and the widened inputs that tell them apart
+        (discrimination.py). Runs beside the sizing forward, alone in device memory."""
+        precision = settings.precision
+        if state.too_large or precision in state.discriminations:
+            return
+
+        def run(seed: int, variant: discrimination.Variant | None) -> tuple[list[Any], list[torch.Tensor]]:
+            outputs = self.reference_outputs(state, precision, seed, cache=variant is None, variant=variant)
+            return self.inputs(state, seed, precision, variant), outputs
+
+        try:
+            found = discrimination.discriminate(run, state.seed_pool[:2], settings.atol, settings.rtol, given)
+        except torch.OutOfMemoryError as exc:  # the trivial candidates' buffers: judge on the problem's own inputs
+            traceback.clear_frames(exc.__traceback__)
+            found = discrimination.Discrimination(audited=False, reason=f"out of device memory ({str(exc)[:120]})")
+        finally:
+            self._release_worker_memory(force=True)
+        state.discriminations[precision] = found
+
     def _release_worker_memory(self, force: bool = False) -> None:
         """Hand the worker's cached-but-free device memory back (its caching allocator keeps what the last
         baseline or comparison freed, GiBs at level-1 sizes) and drop the models and outputs of the
@@ -1144,7 +1179,13 @@ class Worker:
         precision = settings.precision
         t = time.perf_counter()
         seeds = random.sample(state.seed_pool, min(settings.correctness_trials, len(state.seed_pool)))
-        result.trials_total = len(seeds)
+        found = state.discriminations.get(precision) or discrimination.Discrimination(audited=False, reason="not sized")
+        widened_seeds = random.sample(state.seed_pool, min(settings.discriminating_trials, len(state.seed_pool)))
+        plan = list(discrimination.correctness_plan(seeds, widened_seeds, found.variant))
+        result.trials_total = len(plan)
+        result.versions["inputs"] = found.summary()[:400]
+        if found.audited and not found.discriminating:
+            result.flags.append(Flag.UNDISCRIMINATING.value)
         worst = 0.0
         cpu_launches: dict[str, int] = {}
         # Where the correctness phase goes (worker's reference outputs, the child's round trip, the comparison,
@@ -1156,18 +1197,18 @@ class Worker:
         # (milliseconds), and checking seed by seed keeps only one seed's outputs alive in either process
         # (level-1 outputs reach GiBs) and stops at the first wrong seed. Batching all seeds would save
         # a few milliseconds and cost memory; it paid only while tensors crossed through files.
-        for position, seed in enumerate(seeds):
+        for position, (seed, variant) in enumerate(plan):
             mark = time.perf_counter()
             with state.lock:
-                reference = self.reference_outputs(state, precision, seed)
+                reference = self.reference_outputs(state, precision, seed, variant=variant)
             parts["correctness_reference"] += time.perf_counter() - mark
             mark = time.perf_counter()
             poison = (state.plan.poison_bytes if state.plan is not None
                       else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
             # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
             check_inputs = position == 0 and not state.mutates_inputs
-            self._send(child, {"cmd": "check", "seed": seed, "poison_bytes": poison, "return_inputs": check_inputs},
-                       "running forward")
+            self._send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
+                               "return_inputs": check_inputs}, "running forward")
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
             self._numerics_unchanged(header, result)
             received = self._receive(child, header, reference, state.input_bytes)
@@ -1189,7 +1230,7 @@ class Worker:
                 raise Fault(outcome.category, outcome.message)
             if check_inputs:
                 mark = time.perf_counter()
-                pristine = runtime.tensor_inputs(self.inputs(state, seed, precision))
+                pristine = runtime.tensor_inputs(self.inputs(state, seed, precision, variant))
                 mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                 del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
                 parts["correctness_input_check"] += time.perf_counter() - mark
