@@ -23,6 +23,8 @@
 #                                                # torn down, no warm-up), a third of the time each
 #   bash bench/device_suite.sh kb-child-probe [IDS]  # <= 575 s: a reference timed in the worker and in children missing one sandbox part each
 #   bash bench/device_suite.sh kb-selfcheck IDS|JSON  # <= 575 s: do these references agree with themselves?
+#   bash bench/device_suite.sh kb-audit [LEVELS]  # <= 575 s: the problem audit (trivial candidates, widened inputs, other
+#                                                # problems' references) at real size on the GPU, levels 1-3 by default
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
@@ -98,6 +100,9 @@ case "$MODE" in
     # Which part of the child's set-up slows a reference forward against the worker (level-3 timing)?
     timeout $KB_LEFT python3 bench/child_speed_probe.py --kernelbench-root .kb --problems "${ARG2:-L3/19,L3/35}" ${PROBE_ARGS:-} \
       --out "$OUT/child_speed_probe.json" 2>&1 | tee "$OUT/child_speed_probe.log" ;;
+  kb-audit)
+    timeout $KB_LEFT python3 bench/problem_audit.py --kernelbench-root .kb --size real --device cuda ${ARG2:+--levels $ARG2} \
+      ${AUDIT_ARGS:-} --out "$OUT/kb_audit_real.json" 2>&1 | tee "$OUT/kb_audit_real.log" ;;
   kb-selfcheck)
     if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py selfcheck --kernelbench-root .kb "${SELECT[@]}" ${KB_SELFCHECK_ARGS:-} \
