@@ -459,7 +459,8 @@ class OursRun:
         s = self.settings
         phases = {k: round(float(v), 4) for k, v in dict(res.phase_seconds).items()}
         calls = s.correctness_trials + s.warmup_trials + s.timing_trials
-        gpu_s = (res.runtime_ms or 0.0) * calls / 1000.0 if res.correct else 0.0
+        # widened seeds (where a problem's own inputs cannot tell right from wrong) are correctness calls too
+        gpu_s = (res.runtime_ms or 0.0) * (calls - s.correctness_trials + res.trials_total) / 1000.0 if res.correct else 0.0
         floor = _compile_s(phases) + gpu_s + (s.timeout_s if res.error_category.value == "timeout" else 0.0)
         baseline_gpu_s = baseline_gpu_seconds(res.baseline_ms, phases, calls)
         total = phases.get("worker_total")
