@@ -10,7 +10,8 @@ import torch
 
 from kernelbench_rl.evaluation import discrimination
 from kernelbench_rl.evaluation.api import Evaluator
-from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, Flag
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
+from kernelbench_rl.problems import Problem
 from kernelbench_rl.problems import get_problem, load_solution
 
 SETTINGS = EvalSettings(device="cpu", timeout_s=60)
@@ -93,7 +94,7 @@ def test_a_relu_kernel_is_not_a_leaky_relu_and_the_real_solutions_still_pass(eva
     assert relu.trials_total == SETTINGS.correctness_trials + SETTINGS.discriminating_trials == relu.trials_passed
     for (problem, _), result in zip(pairs[2:], solutions):
         assert result.correct, (problem, result.error_message)
-        assert Flag.UNDISCRIMINATING.value not in result.flags
+        assert result.versions["inputs"].startswith("widened")
 
 
 def test_problems_whose_own_inputs_discriminate_keep_them_alone(evaluator):
@@ -108,6 +109,39 @@ def test_without_discriminating_trials_the_copy_kernel_would_pass(evaluator):
     """The widened seeds are what catches it (so the test above can fail): with none, the copy passes ReLU."""
     (result,) = judge(evaluator, [("L1/19", COPY_KERNEL)], discriminating_trials=0)
     assert result.correct
+
+
+DEGENERATE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x - x.max(dim=1, keepdim=True)[0] * 0 - x  # zeros, whatever the inputs (as L2/80's max minus mean)
+
+
+def get_inputs():
+    return [torch.rand(16, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+ZEROS = HEAD + TOKEN_LAUNCH + "        return torch.zeros_like(x)\n"
+
+
+def test_a_problem_whose_every_input_set_zeros_pass_gets_no_verdict():
+    """KernelBench's L2/80 computes zeros whatever its inputs: a zeros kernel must earn nothing there, and neither
+    can an honest one (no verdict, like a problem too large for the device), never 'correct'."""
+    problem = Problem(level=1, number=9001, name="9001_Zeros", source=DEGENERATE, origin="inline")
+    with Evaluator(SETTINGS, static_checks=False, parallel_compiles=1, problems={problem.id: problem}) as ev:
+        zeros, honest = ev.evaluate([EvalRequest(problem.id, ZEROS, SETTINGS), EvalRequest(problem.id, COPY_KERNEL, SETTINGS)])
+    for result in (zeros, honest):
+        assert result.error_category == ErrorCategory.UNDISCRIMINATING and not result.correct, result.error_message
+        assert result.error_category.is_ours and "zeros" in result.error_message
 
 
 # -- the mechanism, without the sandbox ------------------------------------------------------------------------

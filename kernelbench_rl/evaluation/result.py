@@ -39,16 +39,25 @@ class ErrorCategory(str, Enum):
     INFRA = "infra"  # our fault (worker lost, GPU unavailable): retry, never a zero reward
     TOO_LARGE = "too_large"  # the problem does not fit this device even alone: no verdict, no reward, no retry
     UNKNOWN_PROBLEM = "unknown_problem"  # the request names a problem that does not exist: no verdict, no reward
+    # A trivial candidate (zeros, a constant, another seed's output) passes every input set the problem allows
+    # (evaluation/discrimination.py): its verdicts cannot tell right from wrong, so none is given.
+    UNDISCRIMINATING = "undiscriminating"
     OK = "ok"
 
     @property
     def is_kernel_fault(self) -> bool:
-        return self not in (ErrorCategory.OK, ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM)
+        return self != ErrorCategory.OK and not self.is_ours
 
     @property
     def is_ours(self) -> bool:
         """No verdict on the kernel: nothing is learnt from it and it is never cached."""
-        return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM)
+        return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM,
+                        ErrorCategory.UNDISCRIMINATING)
+
+
+def categories_without_verdict() -> list[str]:
+    """The values of the categories that say nothing of the kernel (for queries that must leave them out)."""
+    return [category.value for category in ErrorCategory if category.is_ours]
 
 
 class Flag(str, Enum):
@@ -60,9 +69,6 @@ class Flag(str, Enum):
     LOW_KERNEL_SHARE = "low_kernel_share"  # the candidate's kernels carry little of the GPU time
     HACK = "hack"  # any detected reward hack: reward is zero
     NO_SPEEDUP_ON_CPU = "no_speedup_on_cpu"
-    # A trivial candidate (the input returned, zeros, a constant, another seed's output) passes this problem's
-    # inputs and no widened inputs tell it apart: the verdict cannot separate right from wrong (problems audit).
-    UNDISCRIMINATING = "undiscriminating"
 
 
 @dataclass

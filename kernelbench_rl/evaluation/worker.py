@@ -1185,7 +1185,7 @@ class Worker:
         result.trials_total = len(plan)
         result.versions["inputs"] = found.summary()[:400]
         if found.audited and not found.discriminating:
-            result.flags.append(Flag.UNDISCRIMINATING.value)
+            raise Fault(ErrorCategory.UNDISCRIMINATING, "no verdict: " + found.summary().removeprefix("UNDISCRIMINATING: "))
         worst = 0.0
         cpu_launches: dict[str, int] = {}
         # Where the correctness phase goes (worker's reference outputs, the child's round trip, the comparison,
