@@ -65,9 +65,19 @@ def show_problem(
     kernelbench_root: RootOption = None,
     small: Annotated[bool, typer.Option("--small", help="Show the source at its small (CPU) sizes.")] = False,
     solution: Annotated[bool, typer.Option("--solution", help="Also show our known-correct solution.")] = False,
+    floor: Annotated[bool, typer.Option("--floor", help="Print the problem's physical floor at its real size instead: "
+                                        "bytes moved, FLOPs, the floor time on a GPU and which bound dominates.")] = False,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="With --floor: H100 (SXM), 'H100 PCIe', H200, A100, L40S or "
+                                               "B200 (default: this machine's GPU, else H100).")] = None,
+    precision: Annotated[str, typer.Option("--precision", help="With --floor: fp32, fp16 or bf16.")] = "fp32",
+    as_json: Annotated[bool, typer.Option("--json", help="With --floor: print JSON.")] = False,
 ) -> None:
-    """Print a problem's source (and optionally our solution), verbatim: `> x.py` gives a Python file."""
+    """Print a problem's source (and optionally our solution), verbatim: `> x.py` gives a Python file; with --floor,
+    its speed of light instead."""
     problem = get_problem(problem_id, kernelbench_root)
+    if floor:
+        _show_floor(problem, gpu, precision, as_json)
+        return
     # Code goes out as it is, whatever the terminal (rich would cut lines at its width when piped);
     # what is not code is a comment, so the output is Python as a whole.
     typer.echo(f"# {problem.id} {problem.name}  ({problem.origin}: {problem.path or '-'})")
@@ -81,6 +91,38 @@ def show_problem(
         else:
             typer.echo(f"\n# --- our known-correct solution (ModelNew) for {problem.id} ---")
             typer.echo(text.rstrip("\n"))
+
+
+def _show_floor(problem, gpu: str | None, precision: str, as_json: bool) -> None:
+    from kernelbench_rl.errors import UserError
+    from kernelbench_rl.evaluation.runtime import PRECISION_DTYPES
+    from kernelbench_rl.problems.floor import gpu_peaks, source_floor
+
+    if precision not in PRECISION_DTYPES:
+        raise UserError(f"--precision must be one of {', '.join(PRECISION_DTYPES)}, not {precision!r}.")
+    if gpu is None:
+        import torch
+
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "H100"
+    try:
+        gpu_peaks(gpu)
+    except KeyError as exc:
+        raise UserError(str(exc).strip("'\"") + ".") from None
+    try:
+        result = source_floor(problem.source, precision, gpu, problem.id)
+    except Exception as exc:  # noqa: BLE001 - the problem cannot run on the meta device: say so
+        raise UserError(f"The floor of {problem.id} cannot be computed on the meta device: {type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    data = {"problem_id": problem.id, "name": problem.name, **result.as_dict()}
+    if as_json:
+        typer.echo(json.dumps(data, indent=1))
+        return
+    typer.echo(f"{problem.id} {problem.name} on {result.gpu}, {precision} (real sizes)")
+    typer.echo(f"  bytes   {result.bytes:.4g} (read {result.bytes_read:.4g} incl. weights {result.weight_bytes:.4g}, "
+               f"written {result.bytes_written:.4g})")
+    typer.echo(f"  FLOPs   {result.flops:.4g}" + (f" (not counted: {', '.join(result.uncounted_ops)})" if result.uncounted_ops else ""))
+    typer.echo(f"  floor   {result.floor_ms:.4g} ms, {result.bound}-bound (memory {result.memory_ms:.4g} ms, "
+               f"compute {result.compute_ms:.4g} ms at the {result.arithmetic} peak)")
 
 
 _STATUS_STYLE = {"ok": "green", "widened": "cyan", "fails": "red", "unavailable": "yellow"}

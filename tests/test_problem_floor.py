@@ -1,0 +1,112 @@
+"""The physical floor of a problem: bytes and FLOPs counted by hand for elementwise, reduction, matmul, conv and
+attention problems, the GPU peak table, and `problems show --floor`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kernelbench_rl.problems import get_problem
+from kernelbench_rl.problems.floor import GPU_PEAKS, gpu_peaks, sol_fraction, source_floor
+
+H100 = GPU_PEAKS["H100 SXM"]
+
+_TEMPLATE = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+{init}
+    def forward(self, {args}):
+        return {expr}
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def floor_of(expr: str, inputs: str, args: str = "x", init: str = "", precision: str = "fp32", gpu: str = "H100"):
+    return source_floor(_TEMPLATE.format(expr=expr, inputs=inputs, args=args, init=init), precision, gpu)
+
+
+def test_elementwise_reads_and_writes_once_and_is_memory_bound():
+    f = floor_of("torch.relu(x)", "torch.rand(4096, 393216)")
+    n = 4096 * 393216 * 4
+    assert (f.bytes_read, f.bytes_written, f.bytes, f.flops) == (n, n, 2 * n, 0)
+    assert f.bound == "memory" and f.uncounted_ops == ["relu"]
+    assert f.floor_ms == pytest.approx((2 * n - H100.l2_bytes) / 3.35e12 * 1e3)
+    assert 3.8 <= f.floor_ms <= 4.3
+
+
+def test_a_reduction_writes_only_its_result_and_small_writes_may_stay_in_l2():
+    f = floor_of("x.sum(dim=1)", "torch.rand(1024, 8192)")
+    assert f.bytes_read == 1024 * 8192 * 4 and f.bytes_written == 1024 * 4
+    assert f.dram_bytes == f.bytes_read  # 4 KiB of output fits the L2
+
+
+def test_matmul_is_compute_bound_at_two_m_n_k_flops_on_the_tf32_peak_for_fp32():
+    m, k, n = 4096, 8192, 2048
+    f = floor_of("torch.matmul(a, b)", f"torch.rand({m}, {k}), torch.rand({k}, {n})", args="a, b")
+    assert f.flops == 2 * m * n * k
+    assert f.bytes == (m * k + k * n + m * n) * 4
+    assert f.bound == "compute" and f.arithmetic == "tf32"
+    assert f.compute_ms == pytest.approx(2 * m * n * k / H100.flops_per_s["tf32"] * 1e3)
+    half = floor_of("torch.matmul(a, b)", f"torch.rand({m}, {k}), torch.rand({k}, {n})", args="a, b", precision="bf16")
+    assert half.bytes == f.bytes // 2 and half.arithmetic == "bf16"
+    assert half.compute_ms == pytest.approx(f.compute_ms / 2, rel=1e-3)
+
+
+def test_conv_counts_its_weights_and_two_flops_per_multiply_add():
+    f = floor_of("self.conv(x)", "torch.rand(8, 16, 64, 64)",
+                 init="        self.conv = nn.Conv2d(16, 32, 3, bias=False)\n")
+    out_hw = 62 * 62
+    assert f.flops == 2 * 8 * 32 * out_hw * 16 * 3 * 3
+    assert f.weight_bytes == 32 * 16 * 3 * 3 * 4
+    assert f.bytes_read == 8 * 16 * 64 * 64 * 4 + f.weight_bytes
+    assert f.bytes_written == 8 * 32 * out_hw * 4
+
+
+def test_attention_counts_both_products():
+    b, h, s, d = 4, 8, 1024, 64
+    f = floor_of("F.scaled_dot_product_attention(q, k, v)", ", ".join([f"torch.rand({b}, {h}, {s}, {d})"] * 3),
+                 args="q, k, v")
+    assert f.flops == 2 * (2 * b * h * s * s * d)  # Q K^T and P V
+    assert f.bytes == 4 * b * h * s * d * 4
+
+
+def test_the_peak_table_knows_devices_by_the_names_torch_reports():
+    assert gpu_peaks("NVIDIA H100 80GB HBM3").name == "H100 SXM"
+    assert gpu_peaks("NVIDIA H100 PCIe").name == "H100 PCIe"
+    assert gpu_peaks("NVIDIA H200").dram_bytes_per_s == pytest.approx(4.8e12)
+    assert gpu_peaks("NVIDIA A100-SXM4-80GB").name == "A100"
+    for peaks in GPU_PEAKS.values():
+        assert peaks.source and peaks.flops_per_s["fp32"] < peaks.flops_per_s.get("tf32", float("inf"))
+    with pytest.raises(KeyError, match="no peak figures"):
+        gpu_peaks("V100")
+    assert sol_fraction(3.8, 4.0) == pytest.approx(0.95) and sol_fraction(None, 4.0) is None
+
+
+def test_problems_show_floor_prints_json_for_relu_at_real_size():
+    done = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "problems", "show", "L1/19", "--floor", "--gpu",
+                           "H100", "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    problem = get_problem("L1/19")
+    assert data["problem_id"] == "L1/19" and data["bound"] == "memory" and data["gpu"] == "H100 SXM"
+    elements = 4096 * 393216  # the bundled ReLU keeps KernelBench's real size
+    assert "batch_size = 4096" in problem.source and data["bytes"] == 2 * 4 * elements == 12884901888
+    assert 3.8 <= data["floor_ms"] <= 4.3
+    bad = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "problems", "show", "L1/19", "--floor", "--gpu",
+                          "V100"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no peak figures for GPU 'V100'" in bad.stderr and "Traceback" not in bad.stderr
