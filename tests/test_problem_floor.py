@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kernelbench_rl.problems import get_problem
-from kernelbench_rl.problems.floor import GPU_PEAKS, gpu_peaks, sol_fraction, source_floor
+from kernelbench_rl.evaluation.floor import GPU_PEAKS, gpu_peaks, sol_fraction, source_floor
 
 H100 = GPU_PEAKS["H100 SXM"]
 
@@ -110,3 +110,46 @@ def test_problems_show_floor_prints_json_for_relu_at_real_size():
     bad = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "problems", "show", "L1/19", "--floor", "--gpu",
                           "V100"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no peak figures for GPU 'V100'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _relu_floor():
+    return floor_of("torch.relu(x)", "torch.rand(4096, 393216)")
+
+
+def test_a_time_under_the_floor_is_flagged_only_past_the_margin():
+    from kernelbench_rl.evaluation.floor import BELOW_FLOOR_MARGIN, speed_of_light
+
+    f = _relu_floor()
+    honest = speed_of_light(f, 4.3, 4.4)
+    assert not honest["below_floor"] and honest["sol_fraction"] == pytest.approx(f.floor_ms / 4.3)
+    assert honest["achieved_bytes_per_s"] == pytest.approx(f.dram_bytes / 4.3e-3)
+    assert honest["reference_sol_fraction"] == pytest.approx(f.floor_ms / 4.4)
+    within_the_peaks_error = speed_of_light(f, f.floor_ms * (1 - BELOW_FLOOR_MARGIN / 2), 4.4)
+    assert not within_the_peaks_error["below_floor"]
+    half_the_work = speed_of_light(f, f.floor_ms / 2, 4.4)  # a kernel that skips half of it
+    assert half_the_work["below_floor"] and half_the_work["sol_fraction"] == pytest.approx(2.0)
+
+
+def test_a_result_under_the_floor_earns_no_speed_reward_and_its_figures_reach_duckdb(tmp_path):
+    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.evaluation.result import EvalResult, Flag
+    from kernelbench_rl.rewards.shaping import score
+    from kernelbench_rl.store import Store
+
+    def timed(runtime_ms: float) -> EvalResult:
+        sol = speed_of_light(_relu_floor(), runtime_ms, 4.4)
+        flags = [Flag.BELOW_SPEED_OF_LIGHT.value] if sol["below_floor"] else []
+        return EvalResult(problem_id="L1/19", candidate_sha256=f"k{runtime_ms}", backend="triton", precision="fp32",
+                          device_kind="cuda", format_ok=True, compiled=True, correct=True, runtime_ms=runtime_ms,
+                          baseline_ms=4.4, speedup=4.4 / runtime_ms, flags=flags, speed_of_light=sol, settings_hash="s")
+
+    honest, skipping = timed(4.0), timed(1.9)
+    assert honest.speedup_counts and not skipping.speedup_counts
+    assert score(honest, "speed").components["speed"] > 0
+    assert score(skipping, "speed").components["faster"] == 0 and score(skipping, "speed").components["speed"] == 0
+    store = Store(tmp_path / "x.duckdb")
+    store.record_evaluations([honest, skipping])
+    rows = store.fetchall("SELECT round(sol_fraction, 3), bound, floor_ms > 3.8 FROM evaluations ORDER BY sol_fraction",
+                          read_only=True)
+    assert rows == [(round(3.8306 / 4.0, 3), "memory", True), (round(3.8306 / 1.9, 3), "memory", True)]
+    assert EvalResult.from_json(skipping.to_json()).sol_fraction == pytest.approx(3.8306 / 1.9, rel=1e-3)

@@ -69,6 +69,8 @@ class Flag(str, Enum):
     LOW_KERNEL_SHARE = "low_kernel_share"  # the candidate's kernels carry little of the GPU time
     HACK = "hack"  # any detected reward hack: reward is zero
     NO_SPEEDUP_ON_CPU = "no_speedup_on_cpu"
+    # Timed faster than the problem's physical floor allows (evaluation/floor.py): work was skipped; no speed reward.
+    BELOW_SPEED_OF_LIGHT = "below_speed_of_light"
 
 
 @dataclass
@@ -171,6 +173,12 @@ class EvalResult:
     cached: bool = False  # served from the evaluation cache
     kernel_share: float | None = None  # GPU: share of the forward's GPU time in the candidate's own kernels
     host_speedup: float | None = None  # GPU: host-clock re-timing of an excessive speedup
+    # GPU: the problem's floor and how close the candidate and the reference came (evaluation/floor.py speed_of_light)
+    speed_of_light: dict[str, Any] | None = None
+
+    @property
+    def sol_fraction(self) -> float | None:
+        return (self.speed_of_light or {}).get("sol_fraction")
 
     @property
     def is_hack(self) -> bool:
@@ -185,6 +193,8 @@ class EvalResult:
     def speedup_counts(self) -> bool:
         """A speedup earns reward only if it is not flagged excessive without re-verification."""
         if self.speedup is None or not self.correct or self.is_hack:
+            return False
+        if Flag.BELOW_SPEED_OF_LIGHT.value in self.flags:
             return False
         return not self.unverified_speedup
 

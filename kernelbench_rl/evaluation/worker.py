@@ -43,6 +43,7 @@ from kernelbench_rl.evaluation import checks, discrimination, kernels, numerics,
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
+from kernelbench_rl.evaluation import floor as floors
 
 SEED_POOL_SIZE = 16
 # Children may read our package (they run its code), never the rest of the checkout around it.
@@ -173,6 +174,7 @@ class ProblemState:
     sized: bool = False
     plan: footprints.MemoryPlan | None = None  # on the GPU, from the sizing run
     too_large: str = ""  # why no evaluation of this problem fits this device ('' when it does)
+    floors: dict[str, Any] = field(default_factory=dict)  # precision -> its physical floor on this GPU, or why none
     last_used: float = 0.0
 
     def footprint(self) -> footprints.Footprint:
@@ -1332,6 +1334,7 @@ class Worker:
         result.phase_seconds["timing"] = time.perf_counter() - t
         if result.runtime_ms > 0:
             result.speedup = result.baseline_ms / result.runtime_ms
+        self._against_the_floor(state, precision, result)
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
             host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
@@ -1373,6 +1376,25 @@ class Worker:
             return {"eager_ms": base["eager_ms"], "eager_spread_ms": base.get("eager_spread_ms"),
                     "compile_ms": base.get("compile_ms")}
         return None
+
+    def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:
+        """The speed of light of the problem on this GPU (once per problem and precision, on the meta device), the
+        candidate's and the reference's share of it, and the flag for a time under it."""
+        if precision not in state.floors:
+            try:
+                state.floors[precision] = floors.problem_floor(state.module, precision, self.hardware)
+            except Exception as exc:  # noqa: BLE001 - an unknown GPU, or a problem the meta device cannot run
+                state.floors[precision] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        floor = state.floors[precision]
+        if isinstance(floor, str):
+            result.versions["speed_of_light"] = f"no floor: {floor}"
+            return
+        result.speed_of_light = floors.speed_of_light(floor, result.runtime_ms, result.baseline_ms)
+        if result.speed_of_light["below_floor"]:
+            result.flags.append(Flag.BELOW_SPEED_OF_LIGHT.value)
+            result.versions["speed_of_light"] = (
+                f"timed at {result.runtime_ms:.4g} ms, under the floor of {floor.floor_ms:.4g} ms on {floor.gpu} "
+                f"({floor.bound}-bound: {floor.dram_bytes:.4g} bytes, {floor.flops:.4g} FLOPs): work was skipped")
 
     def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                     seeds: list[int], verify: list[int], warmup: int, deadline: float,

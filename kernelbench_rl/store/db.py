@@ -578,6 +578,10 @@ class Store:
                     "runtime_ms": result.runtime_ms,
                     "baseline_ms": result.baseline_ms,
                     "speedup": result.speedup,
+                    "floor_ms": (result.speed_of_light or {}).get("floor_ms"),
+                    "sol_fraction": (result.speed_of_light or {}).get("sol_fraction"),
+                    "reference_sol_fraction": (result.speed_of_light or {}).get("reference_sol_fraction"),
+                    "bound": (result.speed_of_light or {}).get("bound"),
                     "flags": list(result.flags),
                     "result_json": stored.to_json(),
                 }

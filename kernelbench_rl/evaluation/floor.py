@@ -190,3 +190,27 @@ def sol_fraction(floor_ms: float | None, measured_ms: float | None) -> float | N
     if not floor_ms or not measured_ms or measured_ms <= 0:
         return None
     return floor_ms / measured_ms
+
+
+# A time under the floor by more than this share is impossible: the datasheet peaks are rounded and boost clocks
+# vary by a few percent, never by 10% (and a kernel that skips half its work reads 2x under the floor).
+BELOW_FLOOR_MARGIN = 0.10
+
+
+def speed_of_light(floor: Floor, runtime_ms: float | None, reference_ms: float | None) -> dict[str, Any]:
+    """What a timed result says against the floor: the fraction of the speed of light reached by the candidate and by
+    the reference, the bandwidth and FLOP/s they achieved, and whether the candidate's time is impossible."""
+    def achieved(ms: float | None) -> dict[str, float | None]:
+        if not ms or ms <= 0:
+            return {"sol_fraction": None, "bytes_per_s": None, "flops_per_s": None}
+        return {"sol_fraction": sol_fraction(floor.floor_ms, ms), "bytes_per_s": floor.dram_bytes / (ms / 1e3),
+                "flops_per_s": floor.flops / (ms / 1e3)}
+
+    candidate, reference = achieved(runtime_ms), achieved(reference_ms)
+    below = bool(runtime_ms and runtime_ms > 0 and runtime_ms < floor.floor_ms * (1 - BELOW_FLOOR_MARGIN))
+    return {"gpu": floor.gpu, "floor_ms": floor.floor_ms, "bound": floor.bound, "bytes": floor.bytes,
+            "dram_bytes": floor.dram_bytes, "flops": floor.flops, "arithmetic": floor.arithmetic,
+            "sol_fraction": candidate["sol_fraction"], "achieved_bytes_per_s": candidate["bytes_per_s"],
+            "achieved_flops_per_s": candidate["flops_per_s"], "reference_sol_fraction": reference["sol_fraction"],
+            "reference_bytes_per_s": reference["bytes_per_s"], "reference_flops_per_s": reference["flops_per_s"],
+            "below_floor": below}
