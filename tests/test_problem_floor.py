@@ -153,3 +153,26 @@ def test_a_result_under_the_floor_earns_no_speed_reward_and_its_figures_reach_du
                           read_only=True)
     assert rows == [(round(3.8306 / 4.0, 3), "memory", True), (round(3.8306 / 1.9, 3), "memory", True)]
     assert EvalResult.from_json(skipping.to_json()).sol_fraction == pytest.approx(3.8306 / 1.9, rel=1e-3)
+
+
+def test_the_profile_and_the_speed_of_light_reach_the_refinement_feedback_only_when_asked():
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.envs.feedback import refinement_feedback
+    from kernelbench_rl.envs.kernel_env import EnvSpec
+    from kernelbench_rl.evaluation import kernels
+    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.evaluation.result import EvalResult
+
+    profile = kernels.profile_rows([["add_kernel", 1, 610.0], ["relu_kernel", 1, 390.0], ["memset", 2, 3.0]])
+    assert [row[0] for row in profile] == ["add_kernel", "relu_kernel", "memset"]
+    result = EvalResult(problem_id="L1/19", candidate_sha256="k", backend="triton", precision="fp32", device_kind="cuda",
+                        format_ok=True, compiled=True, correct=True, trials_passed=3, trials_total=3, runtime_ms=4.3,
+                        baseline_ms=4.4, speedup=4.4 / 4.3, profile=profile,
+                        speed_of_light=speed_of_light(_relu_floor(), 4.3, 4.4))
+    plain = refinement_feedback("code", "", result)
+    assert "Speed of light" not in plain and "GPU kernels" not in plain
+    shown = refinement_feedback("code", "", result, profile=True)
+    assert "GPU kernels per forward (4 launches): add_kernel 61%, 0.610 ms x1; relu_kernel 39%" in shown
+    assert "Speed of light: 0.89 of the memory-bound floor (3.83 ms on H100 SXM: 12.8 GB, 0 GFLOP)" in shown
+    assert not EnvSpec.from_config(load_config("kevin")).feedback_profile
+    assert EnvSpec.from_config(load_config("kevin", ["env.feedback.profile=true"])).feedback_profile

@@ -65,6 +65,13 @@ class RewardsConfig:
 
 
 @dataclass
+class FeedbackConfig:
+    """What a refinement turn (Kevin mode, the env server's feedback) is told beyond the verdict."""
+
+    profile: bool = False  # GPU: the kernels of one profiled forward and the speed-of-light line
+
+
+@dataclass
 class EnvConfig:
     mode: str = "single"  # single | kevin
     turns: Annotated[int, Ge(1)] = 4  # Kevin mode only
@@ -72,6 +79,7 @@ class EnvConfig:
     early_stop_on_correct: bool = False
     kernel_backend: str = "triton"  # triton | cuda
     instructions: str | None = None
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
 
 
 @dataclass

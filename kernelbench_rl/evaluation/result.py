@@ -175,6 +175,8 @@ class EvalResult:
     host_speedup: float | None = None  # GPU: host-clock re-timing of an excessive speedup
     # GPU: the problem's floor and how close the candidate and the reference came (evaluation/floor.py speed_of_light)
     speed_of_light: dict[str, Any] | None = None
+    # GPU: one profiled forward, [kernel name, launches, device microseconds] by time, at most PROFILE_ROWS rows
+    profile: list[list[Any]] | None = None
 
     @property
     def sol_fraction(self) -> float | None:

@@ -1360,6 +1360,7 @@ class Worker:
             launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
             result.kernel_share = share
             result.versions["top_kernels"] = kernels.top_kernels(profiled["kernels"])
+            result.profile = kernels.profile_rows(profiled["kernels"])
             if launches == 0:
                 result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
             elif share < LOW_KERNEL_SHARE:

@@ -276,7 +276,7 @@ class KernelEnvService:
             "metadata": {"episode_id": episode.episode_id, "end_reason": env.end_reason},
         }
         if result is not None:
-            feedback = Feedback.from_result(result)
+            feedback = Feedback.from_result(result, profile=env.spec.feedback_profile)
             fields.update({
                 "format_ok": bool(result.format_ok), "compiled": bool(result.compiled), "correct": bool(result.correct),
                 "speedup": result.speedup if result.speedup_counts else None,
