@@ -176,3 +176,9 @@ def test_the_profile_and_the_speed_of_light_reach_the_refinement_feedback_only_w
     assert "Speed of light: 0.89 of the memory-bound floor (3.83 ms on H100 SXM: 12.8 GB, 0 GFLOP)" in shown
     assert not EnvSpec.from_config(load_config("kevin")).feedback_profile
     assert EnvSpec.from_config(load_config("kevin", ["env.feedback.profile=true"])).feedback_profile
+
+
+def test_profile_needs_a_gpu_and_says_so_in_one_sentence():
+    done = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "profile", "-p", "L1/19", "-k",
+                           "KernelBench/solutions/level1/19_ReLU.py"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no CUDA GPU is visible" in done.stderr and "Traceback" not in done.stderr
