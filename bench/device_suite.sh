@@ -25,6 +25,9 @@
 #   bash bench/device_suite.sh kb-selfcheck IDS|JSON  # <= 575 s: do these references agree with themselves?
 #   bash bench/device_suite.sh kb-audit [LEVELS]  # <= 575 s: the problem audit (trivial candidates, widened inputs, other
 #                                                # problems' references) at real size on the GPU, levels 1-3 by default
+#   bash bench/device_suite.sh kb-floor          # <= 575 s: the real-size audit (~60 s), the floor check alone against a
+#                                                # half-work kernel (~60 s), every reference against its floor (~150 s),
+#                                                # then the bundled solutions with their speed of light (what is left)
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
@@ -103,6 +106,14 @@ case "$MODE" in
   kb-audit)
     timeout $KB_LEFT python3 bench/problem_audit.py --kernelbench-root .kb --size real --device cuda ${ARG2:+--levels $ARG2} \
       ${AUDIT_ARGS:-} --out "$OUT/kb_audit_real.json" 2>&1 | tee "$OUT/kb_audit_real.log" ;;
+  kb-floor)
+    timeout 150 python3 bench/problem_audit.py --kernelbench-root .kb --size real --device cuda \
+      --out "$OUT/kb_audit_real.json" 2>&1 | tee "$OUT/kb_audit_real.log"
+    timeout 150 python3 bench/floor_check.py --out "$OUT/floor_check.json" 2>&1 | tee "$OUT/floor_check.log"
+    timeout 240 python3 bench/sol_references.py --kernelbench-root .kb --budget-s 200 \
+      --out "$OUT/sol_references.json" 2>&1 | tee "$OUT/sol_references.log"
+    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+    kb_solutions $LEFT $(( LEFT - 40 )) ;;
   kb-selfcheck)
     if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py selfcheck --kernelbench-root .kb "${SELECT[@]}" ${KB_SELFCHECK_ARGS:-} \

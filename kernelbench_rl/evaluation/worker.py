@@ -81,6 +81,10 @@ FREE_WAIT_S = 30.0
 PAIRED_SPREAD = 0.05
 PAIRED_BLOCKS = 5
 PAIRED_MAX_BYTES = 4 << 30  # the reference's child sits beside the candidate's: small problems only
+# Diagnostics for showing that one defence holds alone (bench/floor_check.py): "0" turns off the check of timed
+# calls' outputs, or fresh input buffers for every timed call. Never off in a real evaluation.
+VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
+FRESH_TIMING_BUFFERS = os.environ.get("KBRL_EVAL_FRESH_BUFFERS", "1") != "0"
 
 
 @dataclass
@@ -1161,7 +1165,7 @@ class Worker:
     @staticmethod
     def _fresh_buffers(state: ProblemState) -> bool:
         """The timing buffer plan, the same for the baseline and the candidate."""
-        return state.plan.fresh_buffers if state.plan is not None else True
+        return FRESH_TIMING_BUFFERS and (state.plan.fresh_buffers if state.plan is not None else True)
 
     @staticmethod
     def _numerics_unchanged(header: dict[str, Any], result: EvalResult) -> None:
@@ -1268,7 +1272,7 @@ class Worker:
         result.baseline_compile_ms = base.get("compile_ms")
         t = time.perf_counter()
         seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-        verify_trials = state.plan.verify_trials if state.plan is not None else 2
+        verify_trials = (state.plan.verify_trials if state.plan is not None else 2) if VERIFY_TIMED_OUTPUTS else 0
         verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
         paired_ms: list[float] = []
         kernel_diagnostics: list[dict] = []
@@ -1295,7 +1299,7 @@ class Worker:
                             if side == "kernel":
                                 block_seeds = [secrets.randbits(31) for _ in indices]
                                 block_times = self._time_block(child, state, settings, result, block_seeds,
-                                                               [0] if number == 0 else [], warmup, deadline, indices,
+                                                               [0] if number == 0 and VERIFY_TIMED_OUTPUTS else [], warmup, deadline, indices,
                                                                diagnostics=kernel_diagnostics)
                                 by_index.update(zip(indices, block_times))
                                 continue
