@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import numerics, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation import interpreter, numerics, runtime, sandbox, timing, wire
 from kernelbench_rl.evaluation.outputs import ForeignOutput, input_aliases, plain_outputs
 
 _COMPILE_EXCEPTIONS = {
@@ -321,6 +321,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         _send_error(conn, "infra", short_error(exc))
         return
     launches = _count_interpreter_launches() if device == "cpu" else None
+    if device == "cpu":
+        interpreter.install()
     settings_before = numerics.snapshot()
     wire.send_json(conn, {"event": "started", "sandbox": confinement.label(), "cuda_init_s": cuda_init_s,
                           "numerics": settings_before, "profiler_warmup": profiler_warmup_mode()})
@@ -343,8 +345,9 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     except CandidateFault as fault:
         _send_error(conn, fault.category, fault.message)
         return
-    except BaseException as exc:  # noqa: BLE001 - any failure to import is the candidate's
-        _send_error(conn, "compile", short_error(exc, candidate_path))
+    except BaseException as exc:  # noqa: BLE001 - any failure to import is the candidate's (or the interpreter's)
+        unsupported = interpreter.unsupported_reason(exc) if device == "cpu" else ""
+        _send_error(conn, "unsupported" if unsupported else "compile", unsupported or short_error(exc, candidate_path))
         return
     wire.send_json(conn, {"event": "loaded", "compile_s": time.perf_counter() - t_compile})
 
@@ -440,6 +443,10 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
             _send_error(conn, "runtime", fault.message, hack=fault.hack)
             return
         except BaseException as exc:  # noqa: BLE001 - the candidate's fault, reported as a result
+            unsupported = interpreter.unsupported_reason(exc) if device == "cpu" else ""
+            if unsupported:  # a limit of the CPU interpreter, not the kernel's fault
+                _send_error(conn, "unsupported", unsupported[:MAX_MESSAGE_CHARS])
+                return
             category = classify(exc, during_import=False)
             if isinstance(exc, MemoryError) or "out of memory" in str(exc):
                 category = "runtime"
