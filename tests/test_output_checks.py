@@ -18,6 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from host_clock import HOST_CLOCK  # noqa: E402
+from test_evaluator import candidate as relu_candidate  # noqa: E402 - its HEAD: a ReLU kernel and relu_into(x, out)
 
 from kernelbench_rl.evaluation import outputs, timing  # noqa: E402
 from kernelbench_rl.evaluation.api import Evaluator  # noqa: E402
@@ -55,6 +56,24 @@ def test_plain_tensors_tuples_lists_and_scalars_are_accepted():
     assert outputs.plain_outputs(x)[0] is x
     flat = outputs.plain_outputs((x, [y, 2.5]))
     assert flat[0] is x and flat[1] is y and float(flat[2]) == 2.5
+    values, indices = outputs.plain_outputs(torch.max(torch.randn(3, 4), dim=1))  # a torch.return_types tuple
+    assert values.shape == indices.shape == (3,)
+
+
+def test_a_tuple_subclass_is_walked_without_running_its_own_methods():
+    class Sneaky(tuple):
+        calls = 0
+
+        def __iter__(self):
+            Sneaky.calls += 1
+            return super().__iter__()
+
+        def __getitem__(self, index):
+            Sneaky.calls += 1
+            return super().__getitem__(index)
+
+    x = torch.ones(2)
+    assert outputs.plain_outputs(Sneaky((x, x)))[1] is x and Sneaky.calls == 0
 
 
 @pytest.mark.parametrize("wrap", [lambda t: t, lambda t: (torch.ones(1), t), lambda t: [[t]]], ids=["bare", "tuple", "nested"])
@@ -131,33 +150,10 @@ def test_timing_records_the_aliasing_of_its_calls():
 
 # -- through the evaluator -------------------------------------------------------------------------
 
-TOKEN_HEAD = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
+# A one-element launch of test_evaluator's ReLU kernel, then what `returned` says.
+def token_launch_then(returned: str) -> str:
+    return relu_candidate(f"token = torch.empty(1)\nrelu_kernel[(1,)](x, token, 1, BLOCK=16)\nreturn {returned}")
 
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
-
-
-def relu(x):
-    out = torch.empty_like(x)
-    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
-    return out
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        token = torch.empty(1, device=x.device)
-        relu_kernel[(1,)](x, token, 1, BLOCK=16)
-        return {returned}
-'''
 
 # A reference that returns a view of its input (output 0) beside a new tensor (output 1).
 VIEW_REFERENCE = '''
@@ -230,11 +226,11 @@ class ModelNew(nn.Module):
 
 CASES: dict[str, tuple[str, str]] = {
     "lazy_subclass": ("L1/19", (HACKS_DIR / "lazy_tensor_subclass.py").read_text()),
-    "return_x": ("L1/19", TOKEN_HEAD.format(returned="x")),
-    "return_view_as": ("L1/19", TOKEN_HEAD.format(returned="x.view_as(x)")),
-    "return_reshape": ("L1/19", TOKEN_HEAD.format(returned="x.reshape(x.shape)")),
-    "view_where_the_reference_views": ("L1/9101", TOKEN_HEAD.format(returned="x.view(-1), relu(x)")),
-    "input_where_the_reference_is_new": ("L1/9101", TOKEN_HEAD.format(returned="x.view(-1), x")),
+    "return_x": ("L1/19", token_launch_then("x")),
+    "return_view_as": ("L1/19", token_launch_then("x.view_as(x)")),
+    "return_reshape": ("L1/19", token_launch_then("x.reshape(x.shape)")),
+    "view_where_the_reference_views": ("L1/9101", token_launch_then("x.view(-1), relu_into(x, torch.empty_like(x))")),
+    "input_where_the_reference_is_new": ("L1/9101", token_launch_then("x.view(-1), x")),
     "autotuned": ("L1/19", AUTOTUNED_RELU),
     "libdevice_erf": ("L1/26", LIBDEVICE_GELU.format(function="erf")),
     "libdevice_ilogb": ("L1/26", LIBDEVICE_GELU.format(function="ilogb")),

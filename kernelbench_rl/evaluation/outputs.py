@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-_PLAIN_SCALARS = (int, float, bool)
 _MAX_DEPTH = 8
 _NAME_CHARS = 80
 
@@ -39,16 +38,19 @@ def _is_tensor_subclass(cls: type) -> bool:
 
 
 def plain_outputs(value: Any, _depth: int = 0) -> list[torch.Tensor]:
-    """The flattened outputs (tuples and lists, exactly those types, are walked), each exactly a torch.Tensor;
-    raises ForeignOutput naming the first other class found."""
+    """The flattened outputs (tuples and lists walked), each exactly a torch.Tensor; raises ForeignOutput naming
+    the first other class found."""
     kind = type(value)
     if kind is torch.Tensor:
         return [value]
-    if kind in _PLAIN_SCALARS:
+    if kind is int or kind is float or kind is bool:  # (identity: `in` would call a metaclass's __eq__)
         return [torch.tensor(value)]
-    if (kind is tuple or kind is list) and _depth < _MAX_DEPTH:
+    # Tuple and list subclasses (torch.return_types, named tuples) are walked by the base type's own iterator,
+    # so an overridden __iter__ or __getitem__ never runs; issubclass reads the class's C-level MRO.
+    walk = tuple.__iter__ if issubclass(kind, tuple) else list.__iter__ if issubclass(kind, list) else None
+    if walk is not None and _depth < _MAX_DEPTH:
         flat: list[torch.Tensor] = []
-        for item in value:
+        for item in walk(value):
             flat.extend(plain_outputs(item, _depth + 1))
         return flat
     name = _class_name(kind)
