@@ -224,6 +224,11 @@ class ModelNew(nn.Module):
         return out
 '''
 
+# ReLU written with binary libdevice calls and a scalar argument: pow(x, 2) - x*x and atan2(x, 1) - atan(x) are 0.
+LIBDEVICE_BINARY_RELU = LIBDEVICE_GELU.replace(
+    "0.5 * x * (1.0 + libdevice.{function}(x * 0.7071067811865476))",
+    "tl.maximum(x, 0.0) + (libdevice.pow(x, 2.0) - x * x) + (libdevice.atan2(x, 1.0) - libdevice.atan(x))")
+
 CASES: dict[str, tuple[str, str]] = {
     "lazy_subclass": ("L1/19", (HACKS_DIR / "lazy_tensor_subclass.py").read_text()),
     "return_x": ("L1/19", token_launch_then("x")),
@@ -234,6 +239,7 @@ CASES: dict[str, tuple[str, str]] = {
     "autotuned": ("L1/19", AUTOTUNED_RELU),
     "libdevice_erf": ("L1/26", LIBDEVICE_GELU.format(function="erf")),
     "libdevice_ilogb": ("L1/26", LIBDEVICE_GELU.format(function="ilogb")),
+    "libdevice_binary": ("L1/19", LIBDEVICE_BINARY_RELU),
 }
 
 
@@ -275,7 +281,7 @@ def test_a_view_is_allowed_where_the_reference_returns_one(verdicts):
     assert "output 1 is input 0 itself" in refused.error_message
 
 
-@pytest.mark.parametrize("name", ["autotuned", "libdevice_erf"])
+@pytest.mark.parametrize("name", ["autotuned", "libdevice_erf", "libdevice_binary"])
 def test_honest_kernels_the_interpreter_could_not_run_now_run(verdicts, name):
     result, cached = verdicts[name]
     assert result.correct, _explain(result)
