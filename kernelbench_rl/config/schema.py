@@ -118,6 +118,8 @@ class EvalConfig:
     # Extra widened seeds where a trivial candidate passes a problem's own inputs (0: never widen).
     discriminating_trials: Annotated[int, Ge(0)] = 2
     timing_trials: int = 50
+    # fp16/bf16/fp8 arithmetic or autocast in an fp32 problem: warn (the tolerance decides) | reject (static error)
+    precision_policy: str = "warn"
     cluster: str = "local"  # local | dask-local | dask://HOST:PORT (where evaluations run; not part of the run id)
 
 
@@ -165,6 +167,8 @@ class TrainConfig:
         payload = config_to_dict(self)
         payload.pop("run_id", None)
         payload["eval"].pop("cluster", None)  # the same run, resumed on other hardware, keeps its id
+        if payload["eval"].get("precision_policy") == "warn":
+            payload["eval"].pop("precision_policy")  # the default: runs configured before the key keep their id
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
         return f"train-{digest}"
 
@@ -183,6 +187,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "eval.device": ("auto", "cpu", "cuda"),
     "eval.size": ("auto", "small", "real"),
     "eval.precision": ("fp32", "fp16", "bf16"),
+    "eval.precision_policy": ("warn", "reject"),
 }
 _STAGES = ("format", "compile", "correctness", "speed")
 

@@ -35,9 +35,11 @@ class _Pending:
     static_s: float = 0.0
 
 
-def _static_check(source: str, backend: str, reference_source: str, precision: str) -> StaticReport | None:
+def _static_check(source: str, backend: str, reference_source: str, precision: str,
+                  precision_policy: str = "warn") -> StaticReport | None:
     try:
-        return check_static(source, backend, reference_source=reference_source, precision=precision)
+        return check_static(source, backend, reference_source=reference_source, precision=precision,
+                            precision_policy=precision_policy)
     except RecursionError:  # a pathological source: the runtime checks still apply
         return None
 
@@ -254,7 +256,9 @@ class Evaluator:
         if not self.static_checks:
             return problem, None, 0.0
         t = time.perf_counter()
-        report = _static_check(request.candidate_source, request.settings.backend, problem.source, request.settings.precision)
+        settings = request.settings
+        report = _static_check(request.candidate_source, settings.backend, problem.source, settings.precision,
+                               settings.precision_policy)
         seconds = time.perf_counter() - t
         if report is None or report.ok:
             return problem, report, seconds

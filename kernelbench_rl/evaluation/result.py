@@ -16,10 +16,12 @@ from typing import Any, Literal
 RESULT_SCHEMA_VERSION = 1
 # Part of every verdict's cache key: bump it when a change to the evaluator can change a verdict or a
 # timing, so verdicts from before it are never served again.
-EVALUATOR_VERSION = "2026.11.2-kb-parity"
+EVALUATOR_VERSION = "2026.11.3-plain-outputs"
 
 Backend = Literal["triton", "cuda"]
 Precision = Literal["fp32", "fp16", "bf16"]
+PrecisionPolicy = Literal["warn", "reject"]
+PRECISION_POLICIES: tuple[str, ...] = ("warn", "reject")
 DeviceKind = Literal["cpu", "cuda"]
 
 # KernelBench's tolerances (atol = rtol) per precision.
@@ -42,6 +44,9 @@ class ErrorCategory(str, Enum):
     # A trivial candidate (zeros, a constant, another seed's output) passes every input set the problem allows
     # (evaluation/discrimination.py): its verdicts cannot tell right from wrong, so none is given.
     UNDISCRIMINATING = "undiscriminating"
+    # Triton's CPU interpreter lacks what the kernel uses (an extern libdevice call, the GPU driver): it may
+    # well be right on a GPU, so no verdict.
+    UNSUPPORTED = "unsupported"
     OK = "ok"
 
     @property
@@ -52,7 +57,7 @@ class ErrorCategory(str, Enum):
     def is_ours(self) -> bool:
         """No verdict on the kernel: nothing is learnt from it and it is never cached."""
         return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM,
-                        ErrorCategory.UNDISCRIMINATING)
+                        ErrorCategory.UNDISCRIMINATING, ErrorCategory.UNSUPPORTED)
 
 
 def categories_without_verdict() -> list[str]:
@@ -90,6 +95,9 @@ class EvalSettings:
     excessive_speedup_threshold: float = 10.0
     measure_compile_baseline: bool = False
     memory_limit_mb: int = 16384  # address-space limit of the sandbox (CPU side)
+    # fp16/bf16/fp8 or autocast inside an fp32 problem: a static warning ("warn", the tolerance decides) or
+    # a static error ("reject").
+    precision_policy: PrecisionPolicy = "warn"
 
     @property
     def atol(self) -> float:

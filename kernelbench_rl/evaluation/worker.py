@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import checks, discrimination, kernels, numerics, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation import checks, discrimination, kernels, numerics, outputs, runtime, sandbox, timing, wire
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
@@ -171,6 +171,8 @@ class ProblemState:
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     host_baselines: dict[str, float] = field(default_factory=dict)
     mutates_inputs: bool = False
+    # Per output, the input the reference returns itself or a view of (None: a new tensor); learnt with the above.
+    output_aliases: list[int | None] = field(default_factory=list)
     input_bytes: int = 0
     output_bytes: int = 0
     param_bytes: int = 0
@@ -430,10 +432,11 @@ def child_oom_fault(message: str, oom: dict[str, Any]) -> Fault:
 class Fault(Exception):
     """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
 
-    def __init__(self, category: ErrorCategory, message: str) -> None:
+    def __init__(self, category: ErrorCategory, message: str, flags: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.category = category
         self.message = message
+        self.flags = flags
 
 
 class Worker:
@@ -687,22 +690,24 @@ class Worker:
             torch.cuda.reset_peak_memory_stats()
             before_forward = torch.cuda.memory_allocated()
         with torch.no_grad():
-            outputs = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
+            results = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
         if self.device == "cuda":
             state.forward_bytes = max(state.forward_bytes, torch.cuda.max_memory_allocated() - before_forward)
         if pristine is not None and checks.inputs_unmodified(pristine, runtime.tensor_inputs(inputs)):
             state.mutates_inputs = True  # the reference itself writes its inputs: skip that check
+        if pristine is not None:  # (learnt once, like the above: where a candidate may return an input too)
+            state.output_aliases = outputs.input_aliases(results, inputs)
         del pristine, inputs
-        size = sum(t.numel() * t.element_size() for t in outputs)
+        size = sum(t.numel() * t.element_size() for t in results)
         state.output_bytes = max(state.output_bytes, size)
         # One problem's outputs may take a quarter of the cache at most (a 6 GiB output is recomputed).
         if cache and size <= self.config.ref_cache_bytes // 4:
-            state.refs[key] = outputs
+            state.refs[key] = results
             self.ref_bytes += size
             while self.ref_bytes > self.config.ref_cache_bytes and len(state.refs) > 1:
                 _, evicted = state.refs.popitem(last=False)
                 self.ref_bytes -= sum(t.numel() * t.element_size() for t in evicted)
-        return outputs
+        return results
 
     def baseline(self, state: ProblemState, precision: str, settings: EvalSettings, known: dict | None) -> dict[str, float]:
         if known and known.get("eager_ms"):
@@ -890,6 +895,7 @@ class Worker:
             traceback.clear_frames(fault.__traceback__)  # its frames' references and inputs go now, not at a gc
             result.error_category = fault.category
             result.error_message = fault.message
+            result.flags += [flag for flag in fault.flags if flag not in result.flags]
             if fault.category == ErrorCategory.COMPILE:
                 result.compiled = False
         except torch.OutOfMemoryError as exc:
@@ -1175,6 +1181,17 @@ class Worker:
             raise Fault(ErrorCategory.RUNTIME, "the kernel changed the numerics settings the reference runs under: "
                         + ", ".join(map(str, changed))[:300])
 
+    @staticmethod
+    def _aliasing_allowed(reported: Any, state: ProblemState, when: str = "", flags: tuple[str, ...] = ()) -> None:
+        """An output that is an input or a view of one, where the reference returns a new tensor, is a mismatch
+        whatever its values (returning the input is right wherever the operation leaves the inputs unchanged)."""
+        for got in reported if isinstance(reported, list) else [reported]:
+            if not outputs.well_formed_aliases(got):
+                raise Fault(ErrorCategory.RUNTIME, "the kernel's process reported malformed output aliasing")
+            fault = outputs.alias_fault(got, state.output_aliases)
+            if fault:
+                raise Fault(ErrorCategory.MISMATCH, when + fault, flags)
+
     def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
         # anyway, so children run concurrently.
@@ -1217,6 +1234,7 @@ class Worker:
                                "return_inputs": check_inputs}, "running forward")
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
             self._numerics_unchanged(header, result)
+            self._aliasing_allowed([header.get("aliases")], state)
             received = self._receive(child, header, reference, state.input_bytes)
             parts["correctness_child"] += time.perf_counter() - mark
             mark = time.perf_counter()
@@ -1417,6 +1435,8 @@ class Worker:
         if header.get("tampered"):
             result.flags.append(Flag.HACK.value)
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
+        # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
+        self._aliasing_allowed(header.get("aliases"), state, "during timing, ", (Flag.HACK.value,))
         kept = self._receive(child, header, None, 0)
         if diagnostics is not None and isinstance(header.get("diagnostics"), dict):
             diagnostics.append(header["diagnostics"])
@@ -1520,8 +1540,8 @@ class Worker:
                     if category == "infra" and phase == "starting the sandbox":
                         # Before the candidate's code was imported: the sandbox itself could not start.
                         raise Fault(ErrorCategory.INFRA, f"the sandbox could not start: {text}"[:500])
-                    category = category if category in ("compile", "runtime") else "runtime"
-                    raise Fault(ErrorCategory(category), text)
+                    category = category if category in ("compile", "runtime", "unsupported") else "runtime"
+                    raise Fault(ErrorCategory(category), text, (Flag.HACK.value,) if message.get("hack") is True else ())
                 raise Fault(ErrorCategory.RUNTIME, f"unexpected message {event!r} while {phase}")
             if limit_mb and child.rss_mb() > limit_mb:
                 child.kill()

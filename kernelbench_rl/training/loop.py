@@ -93,7 +93,8 @@ def eval_settings(config: TrainConfig) -> EvalSettings:
     return EvalSettings(backend=config.env.kernel_backend, precision=ev.precision, device=device,  # type: ignore[arg-type]
                         size=size, correctness_trials=ev.correctness_trials,  # type: ignore[arg-type]
                         discriminating_trials=ev.discriminating_trials,
-                        timing_trials=ev.timing_trials, timeout_s=ev.timeout_s)
+                        timing_trials=ev.timing_trials, timeout_s=ev.timeout_s,
+                        precision_policy=ev.precision_policy)  # type: ignore[arg-type]
 
 
 def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem]) -> Any:
