@@ -1182,8 +1182,11 @@ def problems_from_json(path: str) -> list[str]:
         records = records.get("ours")
     if not isinstance(records, list):
         raise BadInput(f"{path} is not a JSON written by this script's identity or solutions mode (no per_candidate list).")
+    from kernelbench_rl.evaluation.result import categories_without_verdict
+
+    ours = set(categories_without_verdict())  # no verdict on the kernel: nothing for a self-check to explain
     return list(dict.fromkeys(r["problem_id"] for r in records if isinstance(r, dict) and not r.get("correct")
-                              and r.get("category") not in ("infra", "too_large")))
+                              and r.get("category") not in ours))
 
 
 def selfcheck_problem(problem: Any, args: argparse.Namespace) -> dict[str, Any]:
