@@ -25,6 +25,8 @@
 #   bash bench/device_suite.sh kb-selfcheck IDS|JSON  # <= 575 s: do these references agree with themselves?
 #   bash bench/device_suite.sh kb-audit [LEVELS]  # <= 575 s: the problem audit (trivial candidates, widened inputs, other
 #                                                # problems' references) at real size on the GPU, levels 1-3 by default
+#   bash bench/device_suite.sh kb-defences       # <= 575 s: the red team, both layers (<= 330 s), identity on a sample whose
+#                                                # inputs get widened or no verdict, then `profile` on a two-kernel solution
 #   bash bench/device_suite.sh kb-floor          # <= 575 s: the real-size audit (~60 s), the floor check alone against a
 #                                                # half-work kernel (~60 s), every reference against its floor (~150 s),
 #                                                # then the bundled solutions with their speed of light (what is left)
@@ -106,6 +108,19 @@ case "$MODE" in
   kb-audit)
     timeout $KB_LEFT python3 bench/problem_audit.py --kernelbench-root .kb --size real --device cuda ${ARG2:+--levels $ARG2} \
       ${AUDIT_ARGS:-} --out "$OUT/kb_audit_real.json" 2>&1 | tee "$OUT/kb_audit_real.log" ;;
+  kb-defences)
+    REDTEAM_BUDGET=${REDTEAM_BUDGET:-330} bash "$0" redteam >/dev/null 2>&1
+    tail -8 "$OUT/redteam.log"
+    timeout 150 python3 bench/kernelbench_sweep.py identity --kernelbench-root .kb --budget-s 130 \
+      --problems ${DEFENCE_IDS:-L1/19,L1/20,L1/31,L1/32,L1/99,L1/21,L2/9,L2/42,L2/65,L2/80,L2/1,L3/3,L3/35,L3/1} \
+      --out "$OUT/kb_identity_defences.json" 2>&1 | grep -v "^  \[" | tee "$OUT/kb_identity_defences.log" | tail -25
+    if python3 -c "import typer, rich" 2>/dev/null; then
+      timeout 90 python3 -c "from pathlib import Path; from kernelbench_rl.commands.profile import profile_command as p; \
+p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32', Path('.kb'), 300.0, 12)" 2>&1 \
+        | tee "$OUT/profile_L1_94.log"
+    else
+      echo "typer/rich are not installed here: profile's printing not run" | tee "$OUT/profile_L1_94.log"
+    fi ;;
   kb-floor)
     timeout 150 python3 bench/problem_audit.py --kernelbench-root .kb --size real --device cuda \
       --out "$OUT/kb_audit_real.json" 2>&1 | tee "$OUT/kb_audit_real.log"
