@@ -182,3 +182,23 @@ def test_profile_needs_a_gpu_and_says_so_in_one_sentence():
     done = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "profile", "-p", "L1/19", "-k",
                            "KernelBench/solutions/level1/19_ReLU.py"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "no CUDA GPU is visible" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_roofline_plot_draws_a_runs_best_kernels(tmp_path):
+    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.evaluation.result import EvalResult
+    from kernelbench_rl.evaluation.roofline import best_timed, roofline_plot
+
+    matmul = floor_of("torch.matmul(a, b)", "torch.rand(4096, 4096), torch.rand(4096, 4096)", args="a, b")
+
+    def result(problem: str, floor, ms: float, correct: bool = True) -> EvalResult:
+        return EvalResult(problem_id=problem, candidate_sha256=f"{problem}{ms}", backend="triton", precision="fp32",
+                          device_kind="cuda", correct=correct, runtime_ms=ms, speed_of_light=speed_of_light(floor, ms, ms))
+
+    results = [result("L1/19", _relu_floor(), 4.4), result("L1/19", _relu_floor(), 5.0),
+               result("L1/1", matmul, 0.5), result("L1/1", matmul, 0.3, correct=False)]
+    best = best_timed(results)
+    assert best["L1/19"].runtime_ms == 4.4 and best["L1/1"].runtime_ms == 0.5  # wrong kernels never count
+    png = roofline_plot(results, tmp_path / "roofline.png")
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
+    assert roofline_plot([], tmp_path / "empty.png").stat().st_size > 0  # CPU runs: a note, not an error
