@@ -202,3 +202,16 @@ def test_the_roofline_plot_draws_a_runs_best_kernels(tmp_path):
     png = roofline_plot(results, tmp_path / "roofline.png")
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
     assert roofline_plot([], tmp_path / "empty.png").stat().st_size > 0  # CPU runs: a note, not an error
+
+
+def test_eval_dir_entries_carry_the_speed_of_light_when_timed():
+    from kernelbench_rl.commands.evaluate import _kernelbench_entry
+    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.evaluation.result import EvalResult
+
+    timed = EvalResult(problem_id="L1/19", candidate_sha256="k", backend="triton", precision="fp32", device_kind="cuda",
+                       correct=True, runtime_ms=4.4, baseline_ms=4.4, speed_of_light=speed_of_light(_relu_floor(), 4.4, 4.4))
+    entry = _kernelbench_entry(0, timed)["metadata"]
+    assert entry["bound"] == "memory" and entry["sol_fraction"] == pytest.approx(3.8306 / 4.4, rel=1e-3)
+    untimed = EvalResult(problem_id="L1/19", candidate_sha256="k", backend="triton", precision="fp32", device_kind="cpu")
+    assert "sol_fraction" not in _kernelbench_entry(0, untimed)["metadata"]

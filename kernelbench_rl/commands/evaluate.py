@@ -261,6 +261,10 @@ def _kernelbench_entry(sample: int, result: EvalResult) -> dict:
         "flags": result.flags, "max_abs_err": result.max_abs_err, "speedup": result.speedup,
         "baseline_ms": result.baseline_ms, "correctness_trials": f"({result.trials_passed} / {result.trials_total})",
     }
+    if result.speed_of_light:  # GPU: the problem's floor and the share of it reached (evaluation/floor.py)
+        sol = result.speed_of_light
+        metadata.update(sol_fraction=sol.get("sol_fraction"), reference_sol_fraction=sol.get("reference_sol_fraction"),
+                        floor_ms=sol.get("floor_ms"), bound=sol.get("bound"))
     if result.error_message:
         metadata["error"] = result.error_message
     stats = {}
