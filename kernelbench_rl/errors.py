@@ -19,6 +19,15 @@ class StoreBusyError(UserError):
 class InfraError(Exception):
     """Our infrastructure failed (worker lost, GPU unavailable, service unreachable): retry, never a zero reward."""
 
+    exit_code = 3
+
+
+class NoVerdictError(InfraError):
+    """Nothing was judged: every sample came back without a verdict on its kernel (the CLI's exit code 4, as `eval`'s
+    for one kernel without a verdict)."""
+
+    exit_code = 4
+
 
 def is_infra_failure(exc: BaseException | None) -> bool:
     """Whether an exception is worth an orchestrator retry (infrastructure), not a bug or bad input."""

@@ -36,6 +36,9 @@ class SampleOutcome:
     compiled: bool
     correct: bool
     speedup: float | None  # only counted when correct and verified; None on CPU
+    # False when the sample got no verdict on its kernel (infra, too large, the model server failing): it is left
+    # out of every rate instead of counting as wrong.
+    judged: bool = True
 
 
 def fast_p(best_speedups: Sequence[float | None], p: float) -> float:
@@ -61,13 +64,19 @@ class BenchmarkSummary:
     pass_at_k: dict[str, float] = field(default_factory=dict)
     fast_p: dict[str, float] = field(default_factory=dict)  # only when speedups were measured
     geomean_speedup: float | None = None  # over correct samples with a measured speedup
+    unjudged_samples: int = 0  # samples with no verdict on their kernel, left out of every figure above
+    problems_without_verdict: int = 0  # problems none of whose samples was judged (left out of num_problems)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def summarize(outcomes: Sequence[SampleOutcome], ks: Sequence[int] = (1, 5, 10)) -> BenchmarkSummary:
-    """Summarise samples of several problems (any number of samples per problem)."""
+    """Summarise samples of several problems (any number of samples per problem). Samples without a verdict on
+    their kernel are counted apart and left out: pass@k of a problem uses its judged samples only."""
+    unjudged = [o for o in outcomes if not o.judged]
+    unjudged_problems = {o.problem_id for o in unjudged}
+    outcomes = [o for o in outcomes if o.judged]
     by_problem: dict[str, list[SampleOutcome]] = {}
     for outcome in outcomes:
         by_problem.setdefault(outcome.problem_id, []).append(outcome)
@@ -91,4 +100,6 @@ def summarize(outcomes: Sequence[SampleOutcome], ks: Sequence[int] = (1, 5, 10))
         pass_at_k=pass_k,
         fast_p={f"fast_{p:g}": fast_p(best, p) for p in FAST_P_THRESHOLDS} if speedups_measured else {},
         geomean_speedup=geometric_mean(o.speedup for o in outcomes if o.correct and o.speedup is not None),
+        unjudged_samples=len(unjudged),
+        problems_without_verdict=len(unjudged_problems - set(by_problem)),
     )

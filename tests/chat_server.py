@@ -2,7 +2,8 @@
 
     uvicorn tests.chat_server:app --port PORT      (tests start it in a subprocess)
 
-It finds the bundled problem whose source is in the prompt and answers that problem's n-th
+With CHAT_SERVER_FAIL_PROBLEMS set, requests about those problems always fail (503). It finds the bundled
+problem whose source is in the prompt and answers that problem's n-th
 request with ANSWERS[n % 3]: the bundled solution (correct), prose with no code (a format
 failure), or another problem's solution (compiles, wrong values). The first request overall gets
 a 429 (Retry-After: 0) and the second a reply slower than the client's timeout; neither advances
@@ -25,6 +26,8 @@ from kernelbench_rl.problems.loaders import load_solution
 
 SLOW_S = float(os.environ.get("CHAT_SERVER_SLOW_S", "3.0"))
 ONLY_PROSE = os.environ.get("CHAT_SERVER_ONLY_PROSE") == "1"  # every answer without a kernel: no evaluation cost
+# Requests about these problems (comma-separated ids, or "all") always fail with a 503: a server that stays down
+FAILING = set(filter(None, os.environ.get("CHAT_SERVER_FAIL_PROBLEMS", "").split(",")))
 WORK_S = 0.2  # every reply takes a little while, so concurrent requests overlap
 PROBLEMS = load_problems(levels=[1])
 WRONG_SOURCE = load_solution(next(p for p in PROBLEMS if p.id == "L1/21"))
@@ -68,6 +71,9 @@ async def chat(request: Request) -> JSONResponse:
     problem = next((p for p in PROBLEMS if p.source.strip() in prompt), None)
     if problem is None:
         return JSONResponse({"error": {"message": "no bundled problem in the prompt"}}, status_code=400)
+    if "all" in FAILING or problem.id in FAILING:
+        stats["failed"] += 1
+        return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
     if number == 2:
         stats["slow"] += 1
         await asyncio.sleep(SLOW_S)  # the client has given up by now; this reply is never read

@@ -129,6 +129,7 @@ def _expected(level: int | None) -> dict:
         "fast_p": {f"fast_{p:g}": sum(best[lv] > p for lv in levels) / len(levels)
                    for p in (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)},
         "geomean_speedup": math.prod(speedups) ** (1 / len(speedups)),
+        "unjudged_samples": 0, "problems_without_verdict": 0,
     }
 
 

@@ -50,3 +50,16 @@ def test_summary_per_problem_best_and_geomean():
 def test_cpu_summary_claims_no_speedups():
     summary = summarize([SampleOutcome("L1/1", True, True, None)], ks=(1,))
     assert summary.fast_p == {} and summary.geomean_speedup is None
+
+
+def test_samples_without_a_verdict_are_left_out_and_counted_never_wrong():
+    from kernelbench_rl.metrics import SampleOutcome, summarize
+
+    outcomes = [SampleOutcome("L1/1", True, True, None), SampleOutcome("L1/1", False, False, None, judged=False),
+                SampleOutcome("L1/2", False, False, None, judged=False), SampleOutcome("L1/2", False, False, None, judged=False)]
+    summary = summarize(outcomes, ks=(1,))
+    assert summary.correct_rate == 1.0 and summary.compile_rate == 1.0  # the infra samples are not counted wrong
+    assert summary.num_problems == 1 and summary.pass_at_k == {"pass@1": 1.0}  # pass@1 over L1/1's judged sample
+    assert (summary.unjudged_samples, summary.problems_without_verdict) == (3, 1)
+    nothing = summarize([SampleOutcome("L1/2", False, False, None, judged=False)], ks=(1,))
+    assert nothing.num_problems == 0 and nothing.correct_rate == 0.0 and nothing.unjudged_samples == 1

@@ -36,9 +36,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_chat_server(log: Path, only_prose: bool = False) -> tuple[subprocess.Popen, str]:
+def start_chat_server(log: Path, only_prose: bool = False, failing: str = "") -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CHAT_SERVER_SLOW_S": "3", "CHAT_SERVER_ONLY_PROSE": "1" if only_prose else "0"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CHAT_SERVER_SLOW_S": "3", "CHAT_SERVER_ONLY_PROSE": "1" if only_prose else "0",
+           "CHAT_SERVER_FAIL_PROBLEMS": failing}
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", str(REPO / "tests"), "chat_server:app",
                              "--port", str(port), "--log-level", "warning"],
                             cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -166,3 +167,74 @@ def test_an_unreachable_server_is_an_infra_error_after_the_retries(monkeypatch):
     with pytest.raises(InfraError, match="still failed after 2 retries"):
         policy.complete([{"role": "user", "content": "hi"}], max_tokens=8)
     assert waits == [0.01, 0.02] and policy.usage.retries == 2 and policy.usage.requests == 0
+
+
+def _eval_model(url: str, db: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "eval-model", "--policy", "openai:canned",
+                           "--base-url", f"{url}/v1", "--samples", "2", "--split", "train", "--db", str(db),
+                           "--run-id", "api-eval", "--timeout", "1.5", "--retries", "2", *extra, *CLI_OVERRIDES],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+
+
+def test_a_request_that_keeps_failing_is_that_samples_infra_verdict_and_the_rest_is_judged(tmp_path):
+    """One problem's requests always fail: its samples get no verdict (left out of every rate, counted), the other
+    problem's are judged, and every sample's row is in DuckDB."""
+    proc, url = start_chat_server(tmp_path / "chat.log", failing="L1/1")
+    try:
+        db = tmp_path / "kb.duckdb"
+        done = _eval_model(url, db, "--max-problems", "2")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| unjudged_samples | 2 |" in done.stdout
+    metrics = json.loads(Store(db).fetchall("SELECT metrics_json FROM eval_reports WHERE level IS NULL")[0][0])
+    assert metrics["unjudged_samples"] == 2 and metrics["problems_without_verdict"] == 1
+    assert metrics["num_problems"] == 1  # L1/1 is left out, not scored as wrong
+    rows = Store(db).fetchall("SELECT problem_id, error_category, error_message FROM eval_samples ORDER BY problem_id, sample_index")
+    assert len(rows) == 4 and [r[1] for r in rows[:2]] == ["infra", "infra"]
+    assert "still failed after 2 retries" in rows[0][2] and "pending" not in {r[1] for r in rows}
+
+
+def test_a_report_with_nothing_judged_fails_in_one_sentence_and_keeps_its_rows(tmp_path):
+    proc, url = start_chat_server(tmp_path / "chat.log", failing="all")
+    try:
+        db = tmp_path / "kb.duckdb"
+        done = _eval_model(url, db, "--max-problems", "1")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]  # no verdict, as `eval`'s
+    assert "No sample of openai:canned was judged: all 2 got no verdict" in done.stderr and "Traceback" not in done.stderr
+    assert Store(db).fetchall("SELECT count(*), min(error_category) FROM eval_samples") == [(2, "infra")]
+
+
+def test_answers_are_recorded_as_they_arrive(tmp_path):
+    """Each answer's text and a pending row reach DuckDB before its evaluation, so a run killed mid-way keeps them."""
+    from kernelbench_rl.training.checkpoint_eval import _AnswerRecorder
+
+    problem = get_problem("L1/19")
+    (group,) = make_group_builders([problem], 1, EnvSpec(), None, 0)
+    (env,) = group()
+    env.add_completion("prompt", [1], "some answer", [2], [], "stop")
+    store = Store(tmp_path / "kb.duckdb")
+    _AnswerRecorder(store, "r", "openai:m", "holdout", "e1")(env, 0)
+    assert store.fetchall("SELECT error_category, sample_index FROM eval_samples") == [("pending", 0)]
+    assert store.fetchall("SELECT count(*) FROM blobs WHERE text = 'some answer'") == [(1,)]
+
+
+@pytest.mark.parametrize("command", [["eval-model", "--policy", "openai:m", "--base-url", "http://127.0.0.1:9/v1"],
+                                     ["env", "serve", "--port", "18999"], ["train"]])
+def test_a_cuda_evaluator_without_a_gpu_is_refused_at_start(command, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", *command, "eval.device=cuda",
+                           f"db_path={tmp_path / 'kb.duckdb'}"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, (done.stdout[-1000:], done.stderr[-1000:])
+    assert "eval.device=cuda needs a CUDA GPU, and none is visible; use eval.device=cpu." in done.stderr
+    assert not (tmp_path / "kb.duckdb").exists()  # nothing started, nothing written

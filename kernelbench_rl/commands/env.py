@@ -42,6 +42,9 @@ def serve(
     if db is not None:
         extra.append(f"db_path={db}")
     cfg = load_config(config, extra)
+    from kernelbench_rl.commands.evaluate import require_config_gpu
+
+    require_config_gpu(cfg)
     import uvicorn
 
     from kernelbench_rl.integrations.openenv_env import build_service

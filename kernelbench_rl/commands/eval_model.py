@@ -36,14 +36,21 @@ def eval_model_command(
     if run_id is not None:
         extra.append(f"run_id={run_id}")
     cfg = load_config(config, extra)
+    from kernelbench_rl.commands.evaluate import require_config_gpu
+
+    require_config_gpu(cfg)
     try:
         report = evaluate_model(cfg, policy, base_url=base_url, samples_per_problem=samples, split=split,
                                 max_problems=max_problems, ks=sorted({1, 5, 10, samples}), concurrency=concurrency,
                                 max_retries=retries, timeout_s=timeout_s)
-    except InfraError as exc:  # the model server kept failing: ours to retry later, not a traceback
+    except InfraError as exc:  # ours, not the model's: retry later, never a traceback (exit codes: README)
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(3) from None
+        raise typer.Exit(exc.exit_code) from None
     typer.echo(markdown_table([report]))
+    if report.overall.unjudged_samples:
+        typer.secho(f"partial: {report.overall.unjudged_samples} sample(s) got no verdict on their kernel (eval_samples "
+                    f"rows of eval_id {report.eval_id} say why); they are left out of every rate above.", err=True,
+                    fg=typer.colors.YELLOW)
     usage = report.usage or {}
     typer.echo(f"{usage.get('requests', 0)} requests, {usage.get('prompt_tokens', 0)} prompt + "
                f"{usage.get('completion_tokens', 0)} completion tokens, {usage.get('retries', 0)} retries; "

@@ -47,19 +47,31 @@ def _settings(device: str, backend: str, precision: str, timeout_s: float, size:
         raise UserError(f"--timeout must be a positive number of seconds, not {timeout_s:g}.")
     if size not in (None, "small", "real"):
         raise UserError(f"--size must be small or real, not {size!r}.")
-    from kernelbench_rl.evaluation.cluster_spec import parse_cluster
-
-    if device == "cuda" and parse_cluster(cluster).kind != "dask":  # a remote cluster's GPUs are not ours to see
-        try:
-            import torch
-
-            available = torch.cuda.is_available()
-        except Exception:  # noqa: BLE001
-            available = False
-        if not available:
-            raise UserError("--device cuda needs a CUDA GPU, and none is visible; use --device cpu.")
+    require_visible_gpu(device, cluster, "--device cuda", "--device cpu")
     chosen = size or ("small" if device == "cpu" else "real")
     return EvalSettings(backend=backend, precision=precision, device=device, size=chosen, timeout_s=timeout_s)  # type: ignore[arg-type]
+
+
+def require_visible_gpu(device: str, cluster: str, asked: str = "eval.device=cuda", instead: str = "eval.device=cpu") -> None:
+    """Evaluating on CUDA where no GPU is visible is refused at start, in one sentence: every sample would come back
+    without a verdict. A Dask cluster's GPUs are not this machine's to see."""
+    from kernelbench_rl.evaluation.cluster_spec import parse_cluster
+
+    if device != "cuda" or parse_cluster(cluster).kind == "dask":
+        return
+    try:
+        import torch
+
+        available = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        available = False
+    if not available:
+        raise UserError(f"{asked} needs a CUDA GPU, and none is visible; use {instead}.")
+
+
+def require_config_gpu(config) -> None:
+    """`require_visible_gpu` for a run's configuration (`eval.device`; auto picks the CPU where no GPU is seen)."""
+    require_visible_gpu(config.eval.device, config.eval.cluster)
 
 
 def _evaluator(settings: EvalSettings, cluster: str, **kwargs):

@@ -27,7 +27,10 @@ def register(app: typer.Typer) -> None:
         from kernelbench_rl.training import run_training
         from kernelbench_rl.training.loop import describe_run_start, resolve_base_model
 
+        from kernelbench_rl.commands.evaluate import require_config_gpu
+
         cfg = load_config(config, list(overrides or []) + ([f"eval.cluster={cluster}"] if cluster else []))
+        require_config_gpu(cfg)
         typer.echo(describe_run_start(cfg))
         typer.echo(f"run {cfg.resolved_run_id()}: {cfg.env.mode} mode, policy {resolve_base_model(cfg)} "
                    f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {cfg.run_log_dir()}")

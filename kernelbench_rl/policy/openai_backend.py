@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 from kernelbench_rl.envs.kernel_env import EnvGroupBuilder, KernelEnv
 from kernelbench_rl.envs.text import messages_to_text
 from kernelbench_rl.errors import InfraError, UserError
-from kernelbench_rl.evaluation.result import EvalResult
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 
 OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
 POLICY_PREFIX = "openai:"
@@ -165,25 +165,53 @@ class OpenAIChatPolicy:
         return ChatAnswer(text, str(getattr(choice, "finish_reason", "") or ""), prompt_tokens, completion_tokens)
 
 
+def request_failed(env: KernelEnv, error: str) -> EvalResult:
+    """The verdict of a sample whose request still failed after its retries: ours (infra), never the model's zero."""
+    return EvalResult(problem_id=env.problem.id, candidate_sha256="", backend=env.spec.kernel_backend, precision="",
+                      device_kind="", error_category=ErrorCategory.INFRA, error_message=error[:500])
+
+
 def run_chat_episodes(builders: Sequence[EnvGroupBuilder], policy: OpenAIChatPolicy,
                       evaluate: Callable[[list[str], list[str]], list[EvalResult]], *,
-                      temperature: float = 1.0, top_p: float = 1.0) -> list[list[KernelEnv]]:
-    """Every group's environments to their end, turn by turn: sample all active ones at once
-    (bounded by the policy's concurrency), evaluate the turn in one evaluator call, repeat."""
+                      temperature: float = 1.0, top_p: float = 1.0,
+                      on_answer: Callable[[KernelEnv, int], None] | None = None) -> list[list[KernelEnv]]:
+    """Every group's environments to their end, turn by turn: sample all active ones at once (bounded by the
+    policy's concurrency), evaluate the turn in one evaluator call, repeat. `on_answer(env, sample_index)` (the
+    sample's index among its problem's, in the groups' order) runs as each answer
+    arrives (the caller records it: nothing paid for is lost if the run dies later); a request that still fails
+    after its retries ends that sample with an `infra` verdict and the others go on."""
     groups = [builder() for builder in builders]
+    sample_index: dict[int, int] = {}
+    seen: dict[str, int] = {}
+    for env in (env for group in groups for env in group):
+        sample_index[id(env)] = seen.get(env.problem.id, 0)
+        seen[env.problem.id] = sample_index[id(env)] + 1
     workers = max(1, policy.spec.concurrency)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kbrl-openai") as pool:
         while True:
             active = [env for group in groups for env in group if not env.done]
             if not active:
                 break
-            prompts = [env.next_messages() for env in active]
-            answers = list(pool.map(lambda m: policy.complete(m, max_tokens=active[0].spec.max_tokens,
-                                                              temperature=temperature, top_p=top_p), prompts))
-            for env, messages, answer in zip(active, prompts, answers, strict=True):
-                env.add_completion(messages_to_text(messages), [0] * answer.prompt_tokens, answer.text,
-                                   [0] * answer.completion_tokens, [], answer.finish_reason)
-            results = evaluate([env.problem.id for env in active], [env.turns[-1].completion for env in active])
-            for env, result in zip(active, results, strict=True):
-                env.add_result(result)
+            prompts = {id(env): env.next_messages() for env in active}
+            futures = {pool.submit(policy.complete, prompts[id(env)], max_tokens=env.spec.max_tokens,
+                                   temperature=temperature, top_p=top_p): env for env in active}
+            answered = []
+            for future in as_completed(futures):
+                env = futures[future]
+                try:
+                    answer = future.result()
+                except InfraError as exc:
+                    env.add_completion(messages_to_text(prompts[id(env)]), [], "", [], [], "error")
+                    env.add_result(request_failed(env, str(exc)))
+                else:
+                    env.add_completion(messages_to_text(prompts[id(env)]), [0] * answer.prompt_tokens, answer.text,
+                                       [0] * answer.completion_tokens, [], answer.finish_reason)
+                    answered.append(env)
+                if on_answer is not None:
+                    on_answer(env, sample_index[id(env)])
+            answered.sort(key=active.index)  # the evaluator batch in a stable order
+            if answered:
+                results = evaluate([env.problem.id for env in answered], [env.turns[-1].completion for env in answered])
+                for env, result in zip(answered, results, strict=True):
+                    env.add_result(result)
     return groups

@@ -19,7 +19,7 @@ from typing import Any
 
 from kernelbench_rl.config.schema import TrainConfig
 from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv, Retriever, make_group_builders
-from kernelbench_rl.errors import UserError
+from kernelbench_rl.errors import InfraError, NoVerdictError, UserError
 from kernelbench_rl.rewards.shaping import counts_as_correct
 from kernelbench_rl.metrics import FAST_P_THRESHOLDS, BenchmarkSummary, SampleOutcome, summarize
 from kernelbench_rl.problems import Problem
@@ -189,6 +189,7 @@ def evaluate_checkpoint(
 
     report = _report(run_id, label, split, problems, groups, samples_per_problem, ks)
     _store_report(store, report, [env for envs in groups for env in envs])
+    require_a_verdict(report, groups)
     return report
 
 
@@ -201,6 +202,14 @@ def _evaluating(config: TrainConfig, store: Store, problems: Sequence[Problem], 
     from kernelbench_rl.training.loop import open_evaluator
 
     evaluator = open_evaluator(config, store, problems)
+    if config.eval.cluster not in ("", "local"):
+        # A cluster that does not answer is found before the first model request is paid for.
+        try:
+            evaluator.start()
+        except Exception as exc:  # noqa: BLE001 - any failure to reach it: one sentence, nothing sampled
+            evaluator.__exit__(None, None, None)
+            raise InfraError(f"The evaluation cluster eval.cluster={config.eval.cluster} cannot be reached "
+                             f"({type(exc).__name__}: {str(exc)[:160]}); start it, or set eval.cluster=local.") from None
     try:
         yield evaluator.evaluate_responses
     finally:
@@ -253,15 +262,54 @@ def evaluate_model(
     store = store or Store(config.db_path)
     problems = evaluation_problems(config, split, max_problems)
     chat = OpenAIChatPolicy(policy_spec)
+    run_id, eval_id = config.resolved_run_id(), new_eval_id()
     with _evaluating(config, store, problems, evaluate_fn) as evaluate_fn:
         builders = make_group_builders(problems, samples_per_problem, EnvSpec.from_config(config), retrieve,
                                        config.rag.k if retrieve is not None else 0)
+        recorder = _AnswerRecorder(store, run_id, chat.label, split, eval_id)
         groups = run_chat_episodes(builders, chat, evaluate_fn, temperature=config.sampling.temperature,
-                                   top_p=config.sampling.top_p)
-    report = _report(config.resolved_run_id(), chat.label, split, problems, groups, samples_per_problem, ks)
+                                   top_p=config.sampling.top_p, on_answer=recorder)
+    report = _report(run_id, chat.label, split, problems, groups, samples_per_problem, ks)
+    report.eval_id = eval_id
     report.usage = chat.usage.to_dict()
     _store_report(store, report, [env for envs in groups for env in envs])
+    require_a_verdict(report, groups)
     return report
+
+
+class _AnswerRecorder:
+    """Each model answer into DuckDB as it arrives (its text, and an eval_samples row marked `pending` until the
+    report replaces it with the verdict): a run that dies mid-way keeps every answer it paid for."""
+
+    def __init__(self, store: Store, run_id: str, label: str, split: str, eval_id: str) -> None:
+        self.store, self.run_id, self.label, self.split, self.eval_id = store, run_id, label, split, eval_id
+
+    def __call__(self, env: KernelEnv, sample_index: int) -> None:
+        from kernelbench_rl.store.db import sha256_text
+
+        turn = env.turns[-1]
+        result = turn.result
+        with self.store.connect():
+            self.store.put_texts("completion", [turn.completion])
+            self.store.upsert("eval_samples", [{
+                "eval_id": self.eval_id, "run_id": self.run_id, "checkpoint": self.label, "split": self.split,
+                "problem_id": env.problem.id, "level": env.problem.level, "sample_index": sample_index,
+                "turn": turn.index, "format_ok": bool(turn.format_ok), "compiled": False, "correct": False,
+                "speedup": None, "error_category": result.error_category.value if result is not None else "pending",
+                "error_message": result.error_message if result is not None else "answer recorded, not judged yet",
+                "eval_key": None, "completion_sha256": sha256_text(turn.completion)}])
+
+
+def require_a_verdict(report: CheckpointReport, groups: Sequence[Sequence[KernelEnv]]) -> None:
+    """A report none of whose samples was judged scores nothing: it is an error (ours), never a row of zeros. Its
+    rows stay recorded, marked by their categories."""
+    if report.overall.num_problems or not report.overall.unjudged_samples:
+        return
+    reasons = [t.result.error_message for envs in groups for env in envs for t in env.turns
+               if t.result is not None and t.result.error_category.is_ours]
+    raise NoVerdictError(f"No sample of {report.label} was judged: all {report.overall.unjudged_samples} got no verdict on "
+                     f"their kernel (first: {(reasons[0] if reasons else 'unknown')[:200]}); eval_id {report.eval_id} "
+                     "keeps their rows. Fix the cause and run the evaluation again.")
 
 
 def _best_turn(env: KernelEnv) -> Any:
@@ -308,8 +356,10 @@ def episode_outcome(env: KernelEnv) -> SampleOutcome:
     best = max(results, key=lambda r: (counts_as_correct(r), r.compiled,
                                        r.speedup if r.speedup_counts else 0.0), default=None)
     correct = best is not None and counts_as_correct(best)
+    # Every turn without a verdict on its kernel (a sample with no kernel at all is the model's: judged).
+    judged = not results or not all(r.error_category.is_ours for r in results)
     return SampleOutcome(problem_id=env.problem.id, compiled=bool(best and best.compiled), correct=correct,
-                         speedup=best.speedup if (correct and best.speedup_counts) else None)
+                         speedup=best.speedup if (correct and best.speedup_counts) else None, judged=judged)
 
 
 def markdown_table(reports: Sequence[CheckpointReport]) -> str:
@@ -342,7 +392,7 @@ def markdown_table(reports: Sequence[CheckpointReport]) -> str:
 
     header = "| metric | " + " | ".join(f"{r.label} ({r.split})" for r in reports) + " |"
     lines = [header, "|---|" + "---|" * len(reports)]
-    for key in ("num_problems", "samples_per_problem"):
+    for key in ("num_problems", "samples_per_problem", "unjudged_samples"):
         lines.append(f"| {key} | " + " | ".join(str(getattr(r.overall, key)) for r in reports) + " |")
     lines += summary_rows("", lambda r: r.overall)
     for level in sorted({lv for r in reports for lv in r.per_level}):
