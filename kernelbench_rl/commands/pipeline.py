@@ -1,6 +1,6 @@
 """`kernelbench-rl pipeline` and `kernelbench-rl serve`: launchers for the Prefect side.
 
-The library never imports Prefect, so these run the flow modules as subprocesses; the flows
+The library never imports Prefect, so these run the flow modules in a fresh interpreter (exec); the flows
 themselves live in flows/ and deployments/.
 """
 
@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
@@ -103,27 +101,20 @@ def pipeline_overrides(args: argparse.Namespace) -> list[str]:
     return overrides
 
 
-def _launch(module: str, args: list[str]) -> None:
+def _launch(module: str, args: list[str]) -> NoReturn:
+    """Become `python -m module args`: the flow module takes this process's place (exec).
+
+    So the pid a supervisor, `make` or a terminal holds is the process that handles SIGINT and SIGTERM and
+    stops what it started; a launcher in between would have to guess whether a signal already reached it.
+    """
     env = dict(os.environ)
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
-    child = subprocess.Popen([sys.executable, "-m", module, *args], env=env)
-
-    def forward(signum, _frame) -> None:  # SIGTERM/SIGHUP to us reach the child, which stops what it started
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    # Ctrl-C reaches the child from the terminal itself; we wait for it to finish stopping.
-    previous = {signum: signal.signal(signum, handler) for signum, handler in
-                ((signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, forward), (signal.SIGHUP, forward))}
-    try:
-        code = child.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    raise typer.Exit(130 if code == -signal.SIGINT else code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", module, *args], env)
 
 
 def register(app: typer.Typer) -> None:
@@ -159,7 +150,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start a local Prefect server (UI on localhost), deploy prefect.yaml and start a process worker.
 
-        Ctrl-C or SIGTERM stops the worker and the server it started; if the port is already served,
+        Ctrl-C, or SIGINT or SIGTERM to its pid, stops the worker and the server it started; if the port is already served,
         it says what runs there and exits 1.
         """
         args = ["--port", str(port)] + (["--no-worker"] if no_worker else [])
