@@ -72,6 +72,8 @@ class EnvConfig:
     early_stop_on_correct: bool = False
     kernel_backend: str = "triton"  # triton | cuda
     instructions: str | None = None
+    # `env serve` only: an episode with no request for this long is closed (a client that crashed or walked away).
+    idle_timeout_s: Annotated[float, Gt(0)] = 1800.0
 
 
 @dataclass
@@ -152,6 +154,7 @@ class TrainConfig:
         payload = config_to_dict(self)
         payload.pop("run_id", None)
         payload["eval"].pop("cluster", None)  # the same run, resumed on other hardware, keeps its id
+        payload["env"].pop("idle_timeout_s", None)  # a setting of the env server, not of training
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
         return f"train-{digest}"
 
