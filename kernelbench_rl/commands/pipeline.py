@@ -30,7 +30,8 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
     parser.add_argument("--num-problems", type=int, default=0,
                         help="The first N training problems of the levels (0: the config's problems.ids, else all of the train split).")
     parser.add_argument("--eval-samples", type=int, default=2, help="Samples per held-out problem.")
-    parser.add_argument("--eval-max-problems", type=int, default=4, help="Held-out problems evaluated.")
+    parser.add_argument("--eval-max-problems", type=int, default=4,
+                        help="Held-out problems evaluated (at least 1; a number past the holdout set's size takes all of it).")
     parser.add_argument("--no-index", action="store_true",
                         help="Skip the retrieval index (and so retrieval: prompts get the default one-shot example).")
     parser.add_argument("--rebuild-index", action="store_true",
@@ -49,15 +50,17 @@ def check_pipeline_inputs(
     levels: list[int], num_problems: int, eval_samples: int, eval_max_problems: int | None,
 ) -> None:
     """Every parameter and config key of a pipeline run, checked before any stage starts (UserError, one sentence)."""
+    from kernelbench_rl.commands.options import check_max_problems
     from kernelbench_rl.config import load_config
     from kernelbench_rl.errors import UserError
 
     if not run_id or not run_id.strip():
         raise UserError("The run id is empty; pass one, e.g. --run-id smoke.")
     for name, value, least in (("--train-steps", train_steps, 0), ("--num-problems", num_problems, 0),
-                               ("--eval-samples", eval_samples, 1), ("--eval-max-problems", eval_max_problems or 0, 0)):
+                               ("--eval-samples", eval_samples, 1)):
         if value < least:
             raise UserError(f"{name} must be at least {least}, not {value}.")
+    check_max_problems(eval_max_problems, "--eval-max-problems")
     if not levels:
         raise UserError("--levels names no level; pass e.g. --levels 1 or --levels 1,2.")
     load_config(config, [*overrides, f"run_id={run_id}", f"db_path={db_path}", f"log_dir={log_dir}",
