@@ -40,3 +40,19 @@ def test_the_evaluation_flows_refuse_it_too(tmp_path: Path, flow_name: str) -> N
     with pytest.raises(UserError, match="max_problems must be at least 1"):
         flow.fn(db_path=str(tmp_path / "kb.duckdb"), max_problems=0)
     assert not (tmp_path / "kb.duckdb").exists()
+
+
+@pytest.mark.parametrize("flag", ["-k", "--top-k", "-n", "--examples"])
+def test_retrieve_takes_top_k_by_its_name_and_by_its_old_one(flag: str) -> None:
+    import typer.main
+
+    from kernelbench_rl.cli import app
+
+    retrieve = typer.main.get_command(app).commands["retrieve"]
+    context = retrieve.make_context("retrieve", ["--problem", "L1/19", flag, "5"])
+    assert context.params["k"] == 5
+
+
+def test_retrieve_refuses_a_top_k_below_one(tmp_path: Path) -> None:
+    proc = cli("retrieve", "--problem", "L1/19", "-k", "0", "--db", str(tmp_path / "kb.duckdb"), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: --top-k must be at least 1, not 0."
