@@ -23,6 +23,13 @@
 #                                                # torn down, no warm-up), a third of the time each
 #   bash bench/device_suite.sh kb-child-probe [IDS]  # <= 575 s: a reference timed in the worker and in children missing one sandbox part each
 #   bash bench/device_suite.sh kb-selfcheck IDS|JSON  # <= 575 s: do these references agree with themselves?
+#   bash bench/device_suite.sh kb-audit [LEVELS]  # <= 575 s: the problem audit (trivial candidates, widened inputs, other
+#                                                # problems' references) at real size on the GPU, levels 1-3 by default
+#   bash bench/device_suite.sh kb-defences       # <= 575 s: the red team, both layers (<= 330 s), identity on a sample whose
+#                                                # inputs get widened or no verdict, then `profile` on a two-kernel solution
+#   bash bench/device_suite.sh kb-floor          # <= 575 s: the real-size audit (~60 s), the floor check alone against a
+#                                                # half-work kernel (~60 s), every reference against its floor (~150 s),
+#                                                # then the bundled solutions with their speed of light (what is left)
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
@@ -98,6 +105,30 @@ case "$MODE" in
     # Which part of the child's set-up slows a reference forward against the worker (level-3 timing)?
     timeout $KB_LEFT python3 bench/child_speed_probe.py --kernelbench-root .kb --problems "${ARG2:-L3/19,L3/35}" ${PROBE_ARGS:-} \
       --out "$OUT/child_speed_probe.json" 2>&1 | tee "$OUT/child_speed_probe.log" ;;
+  kb-audit)
+    timeout $KB_LEFT python3 bench/problem_audit.py --kernelbench-root .kb --size real --device cuda ${ARG2:+--levels $ARG2} \
+      ${AUDIT_ARGS:-} --out "$OUT/kb_audit_real.json" 2>&1 | tee "$OUT/kb_audit_real.log" ;;
+  kb-defences)
+    REDTEAM_BUDGET=${REDTEAM_BUDGET:-330} bash "$0" redteam >/dev/null 2>&1
+    tail -8 "$OUT/redteam.log"
+    timeout 150 python3 bench/kernelbench_sweep.py identity --kernelbench-root .kb --budget-s 130 \
+      --problems ${DEFENCE_IDS:-L1/19,L1/20,L1/31,L1/32,L1/99,L1/21,L2/9,L2/42,L2/65,L2/80,L2/1,L3/3,L3/35,L3/1} \
+      --out "$OUT/kb_identity_defences.json" 2>&1 | grep -v "^  \[" | tee "$OUT/kb_identity_defences.log" | tail -25
+    if python3 -c "import typer, rich" 2>/dev/null; then
+      timeout 90 python3 -c "from pathlib import Path; from kernelbench_rl.commands.profile import profile_command as p; \
+p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32', Path('.kb'), 300.0, 12)" 2>&1 \
+        | tee "$OUT/profile_L1_94.log"
+    else
+      echo "typer/rich are not installed here: profile's printing not run" | tee "$OUT/profile_L1_94.log"
+    fi ;;
+  kb-floor)
+    timeout 150 python3 bench/problem_audit.py --kernelbench-root .kb --size real --device cuda \
+      --out "$OUT/kb_audit_real.json" 2>&1 | tee "$OUT/kb_audit_real.log"
+    timeout 150 python3 bench/floor_check.py --out "$OUT/floor_check.json" 2>&1 | tee "$OUT/floor_check.log"
+    timeout 240 python3 bench/sol_references.py --kernelbench-root .kb --budget-s 200 \
+      --out "$OUT/sol_references.json" 2>&1 | tee "$OUT/sol_references.log"
+    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+    kb_solutions $LEFT $(( LEFT - 40 )) ;;
   kb-selfcheck)
     if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py selfcheck --kernelbench-root .kb "${SELECT[@]}" ${KB_SELFCHECK_ARGS:-} \

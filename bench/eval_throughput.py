@@ -302,7 +302,8 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
     calls = settings.correctness_trials + settings.warmup_trials + settings.timing_trials
     for cand, res, at in zip(candidates, results, ended_at):
         phases = dict(res.phase_seconds)
-        gpu_trials_s = (res.runtime_ms or 0.0) * calls / 1000.0 if res.correct else 0.0
+        own_calls = calls - settings.correctness_trials + res.trials_total  # widened seeds included
+        gpu_trials_s = (res.runtime_ms or 0.0) * own_calls / 1000.0 if res.correct else 0.0
         floor = _compile_s(phases) + gpu_trials_s
         if res.error_category.value == "timeout":
             floor += settings.timeout_s  # waiting out a hang is part of any harness's floor

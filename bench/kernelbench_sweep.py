@@ -459,7 +459,8 @@ class OursRun:
         s = self.settings
         phases = {k: round(float(v), 4) for k, v in dict(res.phase_seconds).items()}
         calls = s.correctness_trials + s.warmup_trials + s.timing_trials
-        gpu_s = (res.runtime_ms or 0.0) * calls / 1000.0 if res.correct else 0.0
+        # widened seeds (where a problem's own inputs cannot tell right from wrong) are correctness calls too
+        gpu_s = (res.runtime_ms or 0.0) * (calls - s.correctness_trials + res.trials_total) / 1000.0 if res.correct else 0.0
         floor = _compile_s(phases) + gpu_s + (s.timeout_s if res.error_category.value == "timeout" else 0.0)
         baseline_gpu_s = baseline_gpu_seconds(res.baseline_ms, phases, calls)
         total = phases.get("worker_total")
@@ -469,6 +470,10 @@ class OursRun:
             "trials_passed": res.trials_passed, "trials_total": res.trials_total, "max_abs_err": res.max_abs_err,
             "runtime_ms": res.runtime_ms, "runtime_spread_ms": res.runtime_spread_ms, "baseline_ms": res.baseline_ms,
             "speedup": res.speedup, "flags": list(res.flags), "cached": bool(res.cached), "kernel_share": res.kernel_share,
+            "sol_fraction": _round((res.speed_of_light or {}).get("sol_fraction"), 4),
+            "reference_sol_fraction": _round((res.speed_of_light or {}).get("reference_sol_fraction"), 4),
+            "bound": (res.speed_of_light or {}).get("bound"), "floor_ms": _round((res.speed_of_light or {}).get("floor_ms"), 5),
+            "inputs": res.versions.get("inputs", ""),
             "phase_seconds": phases, "floor_s": round(floor, 4), "baseline_gpu_s": round(baseline_gpu_s, 4),
             "latency_overhead_s": None if total is None else round(total - floor, 4),
             "latency_overhead_unqueued_s": None if total is None else round(total - floor - _queued_s(phases), 4),
@@ -602,10 +607,30 @@ def summarise_sweep(records: list[dict[str, Any]], group: dict[str, Any], planne
                         if not r["correct"]],
         "flags": {f: sum(1 for r in records if f in r["flags"]) for f in sorted({f for r in records for f in r["flags"]})},
         "speedup": speedup_distribution(records),
+        "speed_of_light": sol_distribution(records),
+        "widened_inputs": sorted(r["problem_id"] for r in records if r.get("inputs", "").startswith("widened")),
         "overhead": overhead_figures(records, wall),
         "floor_definition": _floor_definition(),
         "skipped": len(skipped),
     }
+
+
+def sol_distribution(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per level: the share of the speed of light the candidates reached (floor / runtime, evaluation/floor.py), and
+    any above 1 (a time under the physical floor: the floor is wrong there, or work was skipped)."""
+    out: dict[str, Any] = {}
+    for level in sorted({r["level"] for r in records}):
+        pairs = [(r["label"], r["sol_fraction"], r.get("bound")) for r in records
+                 if r["level"] == level and r.get("sol_fraction") is not None]
+        if not pairs:
+            continue
+        values = sorted(v for _, v, _ in pairs)
+        out[f"L{level}"] = {
+            "count": len(values), "median": _round(statistics.median(values), 3), "min": _round(values[0], 3),
+            "p90": _round(values[int(0.9 * (len(values) - 1))], 3), "max": _round(values[-1], 3),
+            "memory_bound": sum(1 for _, _, b in pairs if b == "memory"),
+            "above_1": [{"label": lab, "sol_fraction": _round(v, 3)} for lab, v, _ in pairs if v > 1.0]}
+    return out
 
 
 def _floor_definition() -> str:
@@ -640,6 +665,12 @@ def print_sweep(data: dict[str, Any]) -> None:
                     say(f"  {r['label']:22s} {r['speedup']:6.2f}x  ({r['runtime_ms']:.3f} ms vs {r['baseline_ms']:.3f} ms)")
     else:
         say(sp.get("note", "no speedups"))
+    for level, d in s.get("speed_of_light", {}).items():
+        say(f"speed of light {level}: {d['count']} timed ({d['memory_bound']} memory-bound), median {d['median']}, "
+            f"p90 {d['p90']}, range {d['min']}-{d['max']}; above 1: "
+            + (", ".join(f"{x['label']} {x['sol_fraction']}" for x in d["above_1"]) or "none"))
+    if s.get("widened_inputs"):
+        say(f"widened inputs: {', '.join(s['widened_inputs'])}")
     if s["flags"]:
         say(f"flags: {s['flags']}")
     if s["not_finished"]:
@@ -1151,8 +1182,11 @@ def problems_from_json(path: str) -> list[str]:
         records = records.get("ours")
     if not isinstance(records, list):
         raise BadInput(f"{path} is not a JSON written by this script's identity or solutions mode (no per_candidate list).")
+    from kernelbench_rl.evaluation.result import categories_without_verdict
+
+    ours = set(categories_without_verdict())  # no verdict on the kernel: nothing for a self-check to explain
     return list(dict.fromkeys(r["problem_id"] for r in records if isinstance(r, dict) and not r.get("correct")
-                              and r.get("category") not in ("infra", "too_large")))
+                              and r.get("category") not in ours))
 
 
 def selfcheck_problem(problem: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from kernelbench_rl.commands import env, evaluate, pipeline, problems, rag, sft, sql, train
+from kernelbench_rl.commands import env, evaluate, pipeline, problems, profile, rag, sft, sql, train
 from kernelbench_rl.commands import eval_model
 from kernelbench_rl.errors import UserError
 
@@ -18,7 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (problems, sql, evaluate, rag, sft, train, pipeline):
+for module in (problems, sql, evaluate, profile, rag, sft, train, pipeline):
     module.register(app)
 for module in (env, eval_model):  # interoperability (issue 14)
     module.register(app)

@@ -66,6 +66,18 @@ def test_run_id_is_stable_and_follows_the_config() -> None:
     assert load_config("default", ["run_id=mine"]).resolved_run_id() == "mine"
 
 
+def test_precision_policy_reaches_the_evaluator_and_a_bad_value_is_one_sentence() -> None:
+    from kernelbench_rl.training.loop import eval_settings
+
+    default = load_config("default")
+    assert default.eval.precision_policy == "warn" and eval_settings(default).precision_policy == "warn"
+    strict = load_config("default", ["eval.precision_policy=reject"])
+    assert eval_settings(strict).precision_policy == "reject"
+    assert strict.resolved_run_id() != default.resolved_run_id()
+    with pytest.raises(UserError, match=r"^Config key eval\.precision_policy must be one of warn, reject; got 'strict'\.$"):
+        load_config("default", ["eval.precision_policy=strict"])
+
+
 def test_default_model_by_backend(monkeypatch) -> None:
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     assert resolve_base_model(load_config("default")) == "local:tiny"

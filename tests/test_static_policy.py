@@ -188,6 +188,36 @@ HACKS: list[tuple[str, str, str, str]] = [
     ("importlib", model("return launch(a)", extra="import importlib"), "triton", "dynamic_code"),
     ("computed_getattr", model("name = 'mat' + 'mul'; launch(a); return getattr(torch, name)(a, a)"), "triton", "dynamic_code"),
     ("pickle", model("return launch(a)", extra="import pickle"), "triton", "dynamic_code"),
+    # a tensor method named at run time, the work in PyTorch beside a token launch
+    ("operator_methodcaller", model("out = launch(a); operator.methodcaller('clamp_min' + '_', 0.0)(out); return out",
+                                    extra="import operator"), "triton", "dynamic_code"),
+    ("from_operator_import_methodcaller", model("out = launch(a); mc('relu_')(out); return out",
+                                                extra="from operator import methodcaller as mc"), "triton", "dynamic_code"),
+    ("operator_attrgetter", model("out = launch(a); return op.attrgetter('sig' + 'moid')(out)()",
+                                  extra="import operator as op"), "triton", "dynamic_code"),
+    # outputs that are torch.Tensor subclasses (their work deferred until the output is read)
+    ("subclass_torch_tensor", model("return launch(a)", extra="class Lazy(torch.Tensor):\n    pass\n"), "triton",
+     "tensor_subclass"),
+    ("subclass_imported_tensor", model("return launch(a)", extra="from torch import Tensor as Base\n\n"
+                                       "class Lazy(Base):\n    pass\n"), "triton", "tensor_subclass"),
+    ("subclass_module_alias", model("return launch(a)", extra="T = torch.Tensor\n\nclass Lazy(T):\n    pass\n"),
+     "triton", "tensor_subclass"),
+    ("subclass_of_subclass", model("return launch(a)", extra="class P(nn.Parameter):\n    pass\n\n"
+                                   "class Q(P):\n    pass\n"), "triton", "tensor_subclass"),
+    ("subclass_inside_forward", model("T = torch.Tensor; return launch(a)") + "\n\nclass Lazy(T):\n    pass\n",
+     "triton", "tensor_subclass"),
+    ("as_subclass", model("return launch(a).as_subclass(Lazy)", extra="Lazy = object\n"), "triton", "tensor_subclass"),
+    ("make_subclass", model("return torch.Tensor._make_subclass(Lazy, launch(a))", extra="Lazy = object\n"), "triton",
+     "tensor_subclass"),
+    ("make_wrapper_subclass", model("return getattr(torch.Tensor, '_make_wrapper_subclass')(Lazy, a.shape)",
+                                    extra="Lazy = object\n"), "triton", "tensor_subclass"),
+    ("class_built_by_type", model("Lazy = type('Lazy', (torch.Tensor,), {}); return launch(a)"), "triton", "tensor_subclass"),
+    ("torch_function_hook", model("return launch(a)", extra="class Mode:\n    @classmethod\n"
+                                  "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+                                  "        return func(*args, **(kwargs or {}))\n"), "triton", "torch_function_override"),
+    ("torch_dispatch_assigned", model("return launch(a)", extra="class Mode:\n    pass\n\n"
+                                      "Mode.__torch_dispatch__ = classmethod(lambda *args: None)\n"), "triton",
+     "torch_function_override"),
     # warnings
     ("cuda_graph", model("g = torch.cuda.CUDAGraph(); return launch(a)"), "triton", "cuda_graphs"),
     ("unused_second_kernel", model("return launch(a)", extra="@triton.jit\ndef spare_kernel(x_ptr):\n    pass\n"), "triton", "unused_kernel"),
@@ -276,6 +306,10 @@ LEGIT: list[tuple[str, str, str]] = [
         "\n\nif __name__ == '__main__':\n    from reference import Model\n    x = torch.randn(4)\n"
         "    print(torch.allclose(ModelNew()(x), Model()(x)))\n"), "triton"),
     ("tricky_file", TRITON_TRICKY, "triton"),
+    ("tensor_type_checks_and_operator_reduce", model(
+        "assert isinstance(a, torch.Tensor) and type(a) is Tensor; n = functools.reduce(operator.mul, a.shape, 1); "
+        "return launch(a)", extra="import functools\nimport operator\nfrom torch import Tensor\n\n\n"
+                                 "def numel(x: Tensor) -> int:\n    return x.numel()\n"), "triton"),
     ("cuda_kernelbench_style", CUDA_ADD, "cuda"),
     ("cuda_lazy_compile", CUDA_LAZY, "cuda"),
     ("cuda_pybind_forward_function", CUDA_PYBIND, "cuda"),
@@ -375,6 +409,39 @@ def test_precision_rule_only_applies_to_fp32_problems():
     source = model("return launch(a.half())")
     assert "precision_downgrade" in fired_rules(check_static(source, "triton", precision="fp32"))
     assert "precision_downgrade" not in fired_rules(check_static(source, "triton", precision="fp16"))
+
+
+def test_precision_policy_reject_makes_the_precision_warning_an_error():
+    source = model("return launch(a.half())")
+    warned = check_static(source, "triton", precision="fp32")
+    rejected = check_static(source, "triton", precision="fp32", precision_policy="reject")
+    assert warned.ok and any(w.startswith("precision_downgrade: ") for w in warned.warnings)
+    assert any(e.startswith("precision_downgrade: ") for e in rejected.errors)
+    assert not is_hack(rejected)  # a policy, not a detected hack
+    assert check_static(source, "triton", precision="fp16", precision_policy="reject").ok
+    with pytest.raises(ValueError, match="precision_policy"):
+        check_static(source, "triton", precision_policy="strict")
+
+
+def test_precision_policy_is_part_of_the_verdict_cache_key():
+    from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
+
+    warn = EvalRequest("L1/19", "x", EvalSettings())
+    reject = EvalRequest("L1/19", "x", EvalSettings(precision_policy="reject"))
+    assert warn.settings.precision_policy == "warn"
+    assert warn.cache_key != reject.cache_key
+
+
+def test_the_evaluator_rejects_lower_precision_statically_under_the_reject_policy():
+    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
+
+    settings = EvalSettings(device="cpu", precision_policy="reject")
+    with Evaluator(settings, store=None) as evaluator:  # rejected before any worker starts
+        (result,) = evaluator.evaluate([EvalRequest("L1/19", model("return launch(a.half())"), settings)])
+        assert evaluator._pool is None
+    assert result.error_category == ErrorCategory.STATIC
+    assert result.error_message.startswith("precision_downgrade: ")
 
 
 def test_syntax_error_is_reported_not_raised():

@@ -140,7 +140,8 @@ def eval_command(
 ) -> None:
     """Evaluate one kernel file against a problem: compile, correctness and (on a GPU) speed.
 
-    Exit code: 0 correct, 1 judged not correct, 2 usage error, 4 no verdict (infrastructure, too large).
+    Exit code: 0 correct, 1 judged not correct, 2 usage error, 4 no verdict (infrastructure, too large,
+    inputs that cannot discriminate, unsupported by the CPU interpreter).
     """
     if not kernel.is_file():
         raise UserError(f"No kernel file {kernel} exists; pass the path of a Python file that defines ModelNew.")
@@ -260,6 +261,10 @@ def _kernelbench_entry(sample: int, result: EvalResult) -> dict:
         "flags": result.flags, "max_abs_err": result.max_abs_err, "speedup": result.speedup,
         "baseline_ms": result.baseline_ms, "correctness_trials": f"({result.trials_passed} / {result.trials_total})",
     }
+    if result.speed_of_light:  # GPU: the problem's floor and the share of it reached (evaluation/floor.py)
+        sol = result.speed_of_light
+        metadata.update(sol_fraction=sol.get("sol_fraction"), reference_sol_fraction=sol.get("reference_sol_fraction"),
+                        floor_ms=sol.get("floor_ms"), bound=sol.get("bound"))
     if result.error_message:
         metadata["error"] = result.error_message
     stats = {}

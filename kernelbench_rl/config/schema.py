@@ -65,6 +65,13 @@ class RewardsConfig:
 
 
 @dataclass
+class FeedbackConfig:
+    """What a refinement turn (Kevin mode, the env server's feedback) is told beyond the verdict."""
+
+    profile: bool = False  # GPU: the kernels of one profiled forward and the speed-of-light line
+
+
+@dataclass
 class EnvConfig:
     mode: str = "single"  # single | kevin
     turns: Annotated[int, Ge(1)] = 4  # Kevin mode only
@@ -74,6 +81,7 @@ class EnvConfig:
     instructions: str | None = None
     # `env serve` only: an episode with no request for this long is closed (a client that crashed or walked away).
     idle_timeout_s: Annotated[float, Gt(0)] = 1800.0
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
 
 
 @dataclass
@@ -96,6 +104,9 @@ class ProblemsConfig:
     holdout_fraction: Annotated[float, Ge(0), Lt(1)] = 0.2
     split_seed: int = 0
     kernelbench_root: str | None = None
+    # The problem audit (`kernelbench-rl problems audit`): training leaves out problems whose inputs cannot tell a
+    # right kernel from a wrong one, and the evaluator gets the widened inputs the audit chose.
+    audit: bool = True
 
 
 @dataclass
@@ -106,7 +117,11 @@ class EvalConfig:
     num_workers: Annotated[int, Ge(1)] | None = None
     timeout_s: Annotated[float, Gt(0)] = 120.0
     correctness_trials: int = 3
+    # Extra widened seeds where a trivial candidate passes a problem's own inputs (0: never widen).
+    discriminating_trials: Annotated[int, Ge(0)] = 2
     timing_trials: int = 50
+    # fp16/bf16/fp8 arithmetic or autocast in an fp32 problem: warn (the tolerance decides) | reject (static error)
+    precision_policy: str = "warn"
     cluster: str = "local"  # local | dask-local | dask://HOST:PORT (where evaluations run; not part of the run id)
 
 
@@ -155,6 +170,8 @@ class TrainConfig:
         payload.pop("run_id", None)
         payload["eval"].pop("cluster", None)  # the same run, resumed on other hardware, keeps its id
         payload["env"].pop("idle_timeout_s", None)  # a setting of the env server, not of training
+        if payload["eval"].get("precision_policy") == "warn":
+            payload["eval"].pop("precision_policy")  # the default: runs configured before the key keep their id
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
         return f"train-{digest}"
 
@@ -173,6 +190,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "eval.device": ("auto", "cpu", "cuda"),
     "eval.size": ("auto", "small", "real"),
     "eval.precision": ("fp32", "fp16", "bf16"),
+    "eval.precision_policy": ("warn", "reject"),
 }
 _STAGES = ("format", "compile", "correctness", "speed")
 

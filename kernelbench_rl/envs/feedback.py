@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kernelbench_rl.evaluation import kernels
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 
 MAX_ERROR_CHARS = 400
@@ -26,6 +27,8 @@ HINTS: dict[str, str] = {
     ErrorCategory.DTYPE.value: "The output dtype is wrong: return the reference's dtype.",
     ErrorCategory.INFRA.value: "The evaluation failed on our side; resubmit the same kernel or improve it.",
     ErrorCategory.TOO_LARGE.value: "This problem does not fit this GPU's memory; no verdict on your kernel.",
+    ErrorCategory.UNSUPPORTED.value: "Triton's CPU interpreter cannot run what this kernel uses; no verdict on your kernel.",
+    ErrorCategory.UNDISCRIMINATING.value: "This problem's inputs cannot tell a right kernel from a wrong one; no verdict on your kernel.",
     ErrorCategory.OK.value: "Correct. Make it faster: fuse operations, tune block sizes, reduce memory traffic.",
 }
 
@@ -57,11 +60,13 @@ class Feedback:
     trials_total: int
     speedup: float | None
     hint: str
+    profile: str = ""  # the profile's lines (evaluation/kernels.profile_text), when asked for and measured
 
     @classmethod
-    def from_result(cls, result: EvalResult) -> Feedback:
+    def from_result(cls, result: EvalResult, profile: bool = False) -> Feedback:
         category = result.error_category.value
         return cls(
+            profile=kernels.profile_text(result.profile or [], result.speed_of_light) if profile else "",
             category=category,
             error_line=clean_error_line(result.error_message) if category != ErrorCategory.OK.value else "",
             trials_passed=result.trials_passed,
@@ -78,12 +83,15 @@ class Feedback:
             lines.append(f"Correctness trials passed: {self.trials_passed}/{self.trials_total}")
         if self.speedup is not None:
             lines.append(f"Speedup over PyTorch eager: {self.speedup:.2f}x")
+        if self.profile:
+            lines.append(self.profile)
         if self.hint:
             lines.append(f"Hint: {self.hint}")
         return "\n".join(lines)
 
 
-def refinement_feedback(previous_kernel: str | None, previous_response: str, result: EvalResult, max_chars: int = 6000) -> str:
+def refinement_feedback(previous_kernel: str | None, previous_response: str, result: EvalResult, max_chars: int = 6000,
+                        profile: bool = False) -> str:
     """The text a refinement turn sees about the previous turn: its kernel, then the feedback."""
     if previous_kernel:
         shown = previous_kernel if len(previous_kernel) <= max_chars else previous_kernel[:max_chars] + "\n# … (truncated)"
@@ -91,4 +99,4 @@ def refinement_feedback(previous_kernel: str | None, previous_response: str, res
     else:
         excerpt = previous_response.strip()[:1000] or "(empty)"
         attempt = f"Your previous answer contained no usable code block. It began:\n{excerpt}"
-    return f"{attempt}\n\n{Feedback.from_result(result).render()}"
+    return f"{attempt}\n\n{Feedback.from_result(result, profile=profile).render()}"

@@ -37,6 +37,7 @@ class EnvSpec:
     early_stop_on_correct: bool = False
     kernel_backend: str = "triton"
     instructions: str | None = None
+    feedback_profile: bool = False  # refinement feedback carries the profile and the speed-of-light line
 
     @classmethod
     def from_config(cls, config: Any) -> EnvSpec:
@@ -48,6 +49,7 @@ class EnvSpec:
             early_stop_on_correct=env.early_stop_on_correct,
             kernel_backend=env.kernel_backend,
             instructions=env.instructions,
+            feedback_profile=env.feedback.profile,
         )
 
 
@@ -93,7 +95,8 @@ class KernelEnv:
         if self.turns:
             last = self.turns[-1]
             assert last.result is not None, "the previous turn has not been evaluated"
-            feedback = refinement_feedback(last.code, strip_reasoning(last.completion), last.result)
+            feedback = refinement_feedback(last.code, strip_reasoning(last.completion), last.result,
+                                           profile=self.spec.feedback_profile)
         return build_messages(self.problem, self.spec.kernel_backend, examples=self.examples,
                               instructions=self.spec.instructions, feedback=feedback)
 

@@ -35,9 +35,11 @@ class _Pending:
     static_s: float = 0.0
 
 
-def _static_check(source: str, backend: str, reference_source: str, precision: str) -> StaticReport | None:
+def _static_check(source: str, backend: str, reference_source: str, precision: str,
+                  precision_policy: str = "warn") -> StaticReport | None:
     try:
-        return check_static(source, backend, reference_source=reference_source, precision=precision)
+        return check_static(source, backend, reference_source=reference_source, precision=precision,
+                            precision_policy=precision_policy)
     except RecursionError:  # a pathological source: the runtime checks still apply
         return None
 
@@ -73,12 +75,16 @@ class Evaluator:
         in_flight: int | None = None,
         static_checks: bool = True,
         worker_args: Sequence[str] = (),
+        input_variants: Mapping[str, dict[str, Any]] | None = None,
     ) -> None:
         self.settings = settings or EvalSettings()
         self.num_workers = num_workers
         self.store = store
         self.kernelbench_root = kernelbench_root
         self.problems = dict(problems or {})
+        # Widened inputs the problem audit chose for problems whose own inputs another problem's reference passes
+        # (problems/audit.py); the worker finds the trivial-candidate cases by itself.
+        self.input_variants = dict(input_variants or {})
         self.parallel_compiles, self.in_flight, self.warm_children = pool_shape(
             self.settings.device, num_workers, parallel_compiles, in_flight, warm_children)
         self.static_checks = static_checks
@@ -250,7 +256,9 @@ class Evaluator:
         if not self.static_checks:
             return problem, None, 0.0
         t = time.perf_counter()
-        report = _static_check(request.candidate_source, request.settings.backend, problem.source, request.settings.precision)
+        settings = request.settings
+        report = _static_check(request.candidate_source, settings.backend, problem.source, settings.precision,
+                               settings.precision_policy)
         seconds = time.perf_counter() - t
         if report is None or report.ok:
             return problem, report, seconds
@@ -299,6 +307,7 @@ class Evaluator:
                 "settings": dataclasses.asdict(request.settings),
                 "problem_source": item.problem.source_for(request.settings.size),
                 "baseline": self._baseline_for(item.problem, request.settings),
+                "input_variant": self.input_variants.get(request.problem_id),
             }
             item.future = pool.submit(payload, request.settings.timeout_s)
         baselines = []

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import numerics, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation import interpreter, numerics, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation.outputs import ForeignOutput, input_aliases, plain_outputs
 
 _COMPILE_EXCEPTIONS = {
     "CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct", "OutOfResources",
@@ -265,8 +266,11 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
     return confinement
 
 
-def _send_error(conn: Connection, category: str, message: str, device_oom: dict[str, int] | None = None) -> None:
+def _send_error(conn: Connection, category: str, message: str, device_oom: dict[str, int] | None = None,
+                hack: bool = False) -> None:
     payload: dict[str, Any] = {"event": "error", "category": category, "message": message}
+    if hack:
+        payload["hack"] = True
     if device_oom is not None:
         payload["device_oom"] = device_oom
     wire.send_json(conn, payload)
@@ -317,6 +321,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         _send_error(conn, "infra", short_error(exc))
         return
     launches = _count_interpreter_launches() if device == "cpu" else None
+    if device == "cpu":
+        interpreter.install()
     settings_before = numerics.snapshot()
     wire.send_json(conn, {"event": "started", "sandbox": confinement.label(), "cuda_init_s": cuda_init_s,
                           "numerics": settings_before, "profiler_warmup": profiler_warmup_mode()})
@@ -339,8 +345,9 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     except CandidateFault as fault:
         _send_error(conn, fault.category, fault.message)
         return
-    except BaseException as exc:  # noqa: BLE001 - any failure to import is the candidate's
-        _send_error(conn, "compile", short_error(exc, candidate_path))
+    except BaseException as exc:  # noqa: BLE001 - any failure to import is the candidate's (or the interpreter's)
+        unsupported = interpreter.unsupported_reason(exc) if device == "cpu" else ""
+        _send_error(conn, "unsupported" if unsupported else "compile", unsupported or short_error(exc, candidate_path))
         return
     wire.send_json(conn, {"event": "loaded", "compile_s": time.perf_counter() - t_compile})
 
@@ -349,8 +356,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     spill_dir = job["workdir"] if job.get("transport") == "file" else None
     keep_alive: list[torch.Tensor] = []
 
-    def inputs_for_seed(seed: int) -> list[Any]:
-        return runtime.make_inputs(problem, seed, device, precision)
+    def inputs_for_seed(seed: int, variant: dict[str, Any] | None = None) -> list[Any]:
+        return runtime.make_inputs(problem, seed, device, precision, variant)
 
     while True:
         command = wire.recv_json(conn)
@@ -378,7 +385,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                     torch.cuda.empty_cache()  # hand the warm-up's buffers back while others compile
                 wire.send_json(conn, {"event": "warmed"})
             elif cmd == "check":
-                inputs = inputs_for_seed(int(command["seed"]))
+                inputs = inputs_for_seed(int(command["seed"]), command.get("variant"))
                 if device == "cuda":
                     _poison_allocator(int(command.get("poison_bytes", 64 << 20)))
                 t = time.perf_counter()
@@ -387,12 +394,13 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 if device == "cuda":
                     torch.cuda.synchronize()
                 seconds = time.perf_counter() - t
-                outputs = wire.flatten_outputs(output)
+                outputs = plain_outputs(output)  # the raw object first: nothing has read it yet
                 keep_alive = wire.send_tensors(
                     conn, "checked",
                     {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs) if command.get("return_inputs") else []},
                     use_ipc, {"seconds": seconds, "launches": dict(launches) if launches is not None else None,
-                              "numerics_changed": numerics.changed(settings_before)}, spill_dir,
+                              "numerics_changed": numerics.changed(settings_before),
+                              "aliases": input_aliases(outputs, inputs)}, spill_dir,
                 )
                 del output, outputs, inputs
             elif cmd == "time":
@@ -407,6 +415,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 keep_alive = wire.send_tensors(conn, "timed", groups, use_ipc, {
                     "times_ms": record.times_ms, "tampered": tampered, "seconds": time.perf_counter() - t,
                     "numerics_changed": numerics.changed(settings_before), "diagnostics": record.diagnostics(),
+                    "aliases": record.alias_patterns,
                 }, spill_dir)
             elif cmd == "host_time":
                 seeds = [int(s) for s in command["seeds"]]
@@ -430,7 +439,14 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         except CandidateFault as fault:
             _send_error(conn, fault.category, fault.message)
             return
+        except ForeignOutput as fault:
+            _send_error(conn, "runtime", fault.message, hack=fault.hack)
+            return
         except BaseException as exc:  # noqa: BLE001 - the candidate's fault, reported as a result
+            unsupported = interpreter.unsupported_reason(exc) if device == "cpu" else ""
+            if unsupported:  # a limit of the CPU interpreter, not the kernel's fault
+                _send_error(conn, "unsupported", unsupported[:MAX_MESSAGE_CHARS])
+                return
             category = classify(exc, during_import=False)
             if isinstance(exc, MemoryError) or "out of memory" in str(exc):
                 category = "runtime"

@@ -79,6 +79,40 @@ def kernel_share(kernels: list[list], names: set[str]) -> tuple[int, float, floa
     return own_launches, own_us, share
 
 
+PROFILE_ROWS = 12
+
+
+def profile_rows(kernels: list[list], count: int = PROFILE_ROWS) -> list[list]:
+    """The profile's rows with the most GPU time first, at most `count` (names cut to 160 characters)."""
+    rows = [[str(r[0])[:160], int(r[1]), round(float(r[2]), 3)] for r in kernels
+            if isinstance(r, list) and len(r) == 3 and isinstance(r[0], str)]
+    rows.sort(key=lambda row: -row[2])
+    return rows[:count]
+
+
+def profile_text(rows: list[list], speed_of_light: dict | None, own_names: set[str] | None = None,
+                 count: int = 4, width: int = 60) -> str:
+    """A profile in a few lines a model can read: kernels per forward with their share of GPU time, and the
+    speed-of-light line."""
+    lines = []
+    total = sum(float(r[2]) for r in rows) or 0.0
+    if rows:
+        launches = sum(int(r[1]) for r in rows)
+        parts = []
+        for name, calls, us in rows[:count]:
+            mark = " (yours)" if own_names is not None and is_own_kernel(name, own_names) else ""
+            share = f"{float(us) / total:.0%}" if total else "?"
+            parts.append(f"{name[:width]}{mark} {share}, {float(us) / 1000:.3f} ms x{int(calls)}")
+        more = f"; {len(rows) - count} more" if len(rows) > count else ""
+        lines.append(f"GPU kernels per forward ({launches} launches): " + "; ".join(parts) + more)
+    if speed_of_light and speed_of_light.get("sol_fraction") is not None:
+        sol = speed_of_light
+        lines.append(f"Speed of light: {sol['sol_fraction']:.2f} of the {sol['bound']}-bound floor "
+                     f"({sol['floor_ms']:.3g} ms on {sol['gpu']}: {sol['dram_bytes'] / 1e9:.3g} GB, "
+                     f"{sol['flops'] / 1e9:.3g} GFLOP)")
+    return "\n".join(lines)
+
+
 def top_kernels(kernels: list[list], count: int = 3, width: int = 90) -> str:
     """The kernels that took the most GPU time in a profile, named briefly (which algorithm a library
     picked is what tells two runs of the same code apart)."""

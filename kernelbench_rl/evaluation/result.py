@@ -16,10 +16,12 @@ from typing import Any, Literal
 RESULT_SCHEMA_VERSION = 1
 # Part of every verdict's cache key: bump it when a change to the evaluator can change a verdict or a
 # timing, so verdicts from before it are never served again.
-EVALUATOR_VERSION = "2026.11.2-kb-parity"
+EVALUATOR_VERSION = "2026.11.3-plain-outputs"
 
 Backend = Literal["triton", "cuda"]
 Precision = Literal["fp32", "fp16", "bf16"]
+PrecisionPolicy = Literal["warn", "reject"]
+PRECISION_POLICIES: tuple[str, ...] = ("warn", "reject")
 DeviceKind = Literal["cpu", "cuda"]
 
 # KernelBench's tolerances (atol = rtol) per precision.
@@ -39,16 +41,28 @@ class ErrorCategory(str, Enum):
     INFRA = "infra"  # our fault (worker lost, GPU unavailable): retry, never a zero reward
     TOO_LARGE = "too_large"  # the problem does not fit this device even alone: no verdict, no reward, no retry
     UNKNOWN_PROBLEM = "unknown_problem"  # the request names a problem that does not exist: no verdict, no reward
+    # A trivial candidate (zeros, a constant, another seed's output) passes every input set the problem allows
+    # (evaluation/discrimination.py): its verdicts cannot tell right from wrong, so none is given.
+    UNDISCRIMINATING = "undiscriminating"
+    # Triton's CPU interpreter lacks what the kernel uses (an extern libdevice call, the GPU driver): it may
+    # well be right on a GPU, so no verdict.
+    UNSUPPORTED = "unsupported"
     OK = "ok"
 
     @property
     def is_kernel_fault(self) -> bool:
-        return self not in (ErrorCategory.OK, ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM)
+        return self != ErrorCategory.OK and not self.is_ours
 
     @property
     def is_ours(self) -> bool:
         """No verdict on the kernel: nothing is learnt from it and it is never cached."""
-        return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM)
+        return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM,
+                        ErrorCategory.UNDISCRIMINATING, ErrorCategory.UNSUPPORTED)
+
+
+def categories_without_verdict() -> list[str]:
+    """The values of the categories that say nothing of the kernel (for queries that must leave them out)."""
+    return [category.value for category in ErrorCategory if category.is_ours]
 
 
 class Flag(str, Enum):
@@ -60,6 +74,8 @@ class Flag(str, Enum):
     LOW_KERNEL_SHARE = "low_kernel_share"  # the candidate's kernels carry little of the GPU time
     HACK = "hack"  # any detected reward hack: reward is zero
     NO_SPEEDUP_ON_CPU = "no_speedup_on_cpu"
+    # Timed faster than the problem's physical floor allows (evaluation/floor.py): work was skipped; no speed reward.
+    BELOW_SPEED_OF_LIGHT = "below_speed_of_light"
 
 
 @dataclass
@@ -71,12 +87,17 @@ class EvalSettings:
     device: DeviceKind = "cpu"
     size: Literal["real", "small"] = "small"
     correctness_trials: int = 3  # hidden seeds per evaluation
+    # Widened seeds added where a trivial candidate passes the problem's own inputs (discrimination.py).
+    discriminating_trials: int = 2
     timing_trials: int = 50
     warmup_trials: int = 3
     timeout_s: float = 120.0
     excessive_speedup_threshold: float = 10.0
     measure_compile_baseline: bool = False
     memory_limit_mb: int = 16384  # address-space limit of the sandbox (CPU side)
+    # fp16/bf16/fp8 or autocast inside an fp32 problem: a static warning ("warn", the tolerance decides) or
+    # a static error ("reject").
+    precision_policy: PrecisionPolicy = "warn"
 
     @property
     def atol(self) -> float:
@@ -160,6 +181,14 @@ class EvalResult:
     cached: bool = False  # served from the evaluation cache
     kernel_share: float | None = None  # GPU: share of the forward's GPU time in the candidate's own kernels
     host_speedup: float | None = None  # GPU: host-clock re-timing of an excessive speedup
+    # GPU: the problem's floor and how close the candidate and the reference came (evaluation/floor.py speed_of_light)
+    speed_of_light: dict[str, Any] | None = None
+    # GPU: one profiled forward, [kernel name, launches, device microseconds] by time, at most PROFILE_ROWS rows
+    profile: list[list[Any]] | None = None
+
+    @property
+    def sol_fraction(self) -> float | None:
+        return (self.speed_of_light or {}).get("sol_fraction")
 
     @property
     def is_hack(self) -> bool:
@@ -174,6 +203,8 @@ class EvalResult:
     def speedup_counts(self) -> bool:
         """A speedup earns reward only if it is not flagged excessive without re-verification."""
         if self.speedup is None or not self.correct or self.is_hack:
+            return False
+        if Flag.BELOW_SPEED_OF_LIGHT.value in self.flags:
             return False
         return not self.unverified_speedup
 

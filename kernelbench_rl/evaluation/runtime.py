@@ -70,12 +70,30 @@ def cast_floating(value: Any, dtype: torch.dtype) -> Any:
     return value
 
 
-def make_inputs(module: types.ModuleType, seed: int, device: str, precision: str) -> list[Any]:
+def make_inputs(module: types.ModuleType, seed: int, device: str, precision: str,
+                variant: dict[str, Any] | None = None) -> list[Any]:
+    """The problem's inputs for `seed`; with a `variant` (discrimination.py), widened the same way on both sides."""
     dtype = PRECISION_DTYPES[precision]
     seed_everything(seed)
     with _device_scope(device):
         inputs = list(module.get_inputs())
-    return [cast_floating(x.to(device) if isinstance(x, torch.Tensor) else x, dtype) for x in inputs]
+    inputs = [cast_floating(x.to(device) if isinstance(x, torch.Tensor) else x, dtype) for x in inputs]
+    return apply_variant(inputs, variant)
+
+
+def apply_variant(inputs: list[Any], variant: dict[str, Any] | None) -> list[Any]:
+    """Widened inputs (discrimination.py): some floating inputs mapped by x -> x * scale + shift, in place (inputs
+    are made fresh for every seed). {"name": ..., "affine": [[input index, scale, shift], ...]}."""
+    if not variant:
+        return inputs
+    for index, scale, shift in variant["affine"]:
+        tensor = inputs[int(index)]
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            raise ValueError(f"input variant {variant['name']!r} maps input {index}, which is not a floating tensor")
+        tensor.mul_(float(scale))
+        if shift:
+            tensor.add_(float(shift))
+    return inputs
 
 
 def build_model(cls: type, problem: types.ModuleType, seed: int, device: str, precision: str) -> torch.nn.Module:

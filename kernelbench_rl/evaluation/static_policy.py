@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kernelbench_rl.evaluation.result import StaticReport
+from kernelbench_rl.evaluation import static_tensor_rules
+from kernelbench_rl.evaluation.result import PRECISION_POLICIES, StaticReport
 
 Severity = Literal["error", "warning"]
 MAX_MESSAGES_PER_RULE = 3
@@ -159,7 +160,9 @@ FILE_READ_METHODS = frozenset({"read_text", "read_bytes", "iterdir", "glob", "rg
 DYNAMIC_CODE_MODULES = ("importlib", "runpy", "marshal", "pickle", "dill", "cloudpickle", "code", "codeop",
                         "zipimport", "pkgutil")
 DYNAMIC_CODE_NAMES = ("types.FunctionType", "types.CodeType", "types.LambdaType", "types.ModuleType",
-                      "pickle.loads", "marshal.loads")
+                      "pickle.loads", "marshal.loads",
+                      # Calls or reads a method or attribute by a name built at run time, like a computed getattr.
+                      "operator.methodcaller", "operator.attrgetter", "_operator.methodcaller", "_operator.attrgetter")
 DYNAMIC_BUILTINS = frozenset({"exec", "eval", "compile", "__import__"})
 TIMER_NAMES = ("time", "timeit", "torch.cuda.Event", "torch.Event", "torch.cuda.Event.elapsed_time",
                "triton.testing")
@@ -1763,8 +1766,13 @@ RULES: list[Rule] = [
          "compiled with load_inline and called from forward.", _backend_not_used),
     Rule("library_call", "error", "No cuBLAS/cuDNN or ATen compute inside CUDA source; no triton.ops library kernels.",
          _library_call),
-    Rule("dynamic_code", "error", "No exec/eval/compile/__import__/importlib/pickle or computed getattr on modules.",
-         _dynamic_code),
+    Rule("dynamic_code", "error", "No exec/eval/compile/__import__/importlib/pickle, computed getattr on modules or "
+         "operator.methodcaller/attrgetter.", _dynamic_code),
+    Rule("tensor_subclass", "error", "No torch.Tensor subclasses (any spelling), as_subclass, _make_subclass, "
+         "_make_wrapper_subclass or classes built at run time: outputs must be plain tensors.",
+         static_tensor_rules.tensor_subclass),
+    Rule("torch_function_override", "error", "No __torch_function__ or __torch_dispatch__ (work deferred until an "
+         "output is read, past the timer).", static_tensor_rules.torch_function_override),
     Rule("cuda_graphs", "warning", "CUDA graph replay: allowed only if it recomputes from the fresh inputs.", _cuda_graphs),
     Rule("unused_kernel", "warning", "A kernel that is defined but never launched (a decoy or dead code).", _unused_kernel),
     Rule("memoisation", "warning", "No caching of outputs keyed by data_ptr/_version (inputs are fresh every call).",
@@ -1781,12 +1789,17 @@ RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
 HACK_RULES: frozenset[str] = frozenset({
     "torch_compute", "try_fallback", "reference_reuse", "concurrency", "cuda_streams", "monkey_patching",
     "introspection", "process_control", "file_write", "torch_compile", "backend_not_used", "library_call",
-    "dynamic_code", "tensor_operators", "foreign_import",
+    "dynamic_code", "tensor_operators", "foreign_import", "tensor_subclass", "torch_function_override",
 })
 
 
-def check_static(source: str, backend: str, *, reference_source: str | None = None, precision: str = "fp32") -> StaticReport:
-    """Run every rule on a candidate module; errors and warnings are "rule_name: message" lines."""
+def check_static(source: str, backend: str, *, reference_source: str | None = None, precision: str = "fp32",
+                 precision_policy: str = "warn") -> StaticReport:
+    """Run every rule on a candidate module; errors and warnings are "rule_name: message" lines.
+
+    `precision_policy="reject"` makes precision_downgrade (fp16/bf16/fp8 in an fp32 problem) an error."""
+    if precision_policy not in PRECISION_POLICIES:
+        raise ValueError(f"precision_policy must be one of {', '.join(PRECISION_POLICIES)}, not {precision_policy!r}")
     report = StaticReport()
     if len(source) > MAX_SOURCE_CHARS:
         report.errors.append(f"structure: the module is {len(source)} characters; keep it under {MAX_SOURCE_CHARS}")
@@ -1816,7 +1829,8 @@ def check_static(source: str, backend: str, *, reference_source: str | None = No
         if len(messages) > MAX_MESSAGES_PER_RULE:
             extra = len(messages) - MAX_MESSAGES_PER_RULE
             messages = messages[:MAX_MESSAGES_PER_RULE] + [f"... and {extra} more"]
-        target = report.errors if rule.severity == "error" else report.warnings
+        severity = "error" if rule.name == "precision_downgrade" and precision_policy == "reject" else rule.severity
+        target = report.errors if severity == "error" else report.warnings
         target.extend(f"{rule.name}: {m}" for m in messages)
     return report
 

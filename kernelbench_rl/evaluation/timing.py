@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation.wire import flatten_outputs
+from kernelbench_rl.evaluation.outputs import input_aliases, plain_outputs
 
 
 @dataclass
@@ -60,6 +60,9 @@ class TimingRecord:
     # Why a timing may differ between two processes running the same code (see diagnostics()): the host's
     # CPU time launching each forward, and, on a GPU, how many timed calls had to reach cudaMalloc.
     launch_cpu_ms: list[float] = field(default_factory=list)
+    # The distinct per-output aliasing (outputs.input_aliases) of the timed calls: a kernel that returns its
+    # input only when timed shows here, since its verified outputs may still hold the right values.
+    alias_patterns: list[list[int | None]] = field(default_factory=list)
     calls_reaching_malloc: int | None = None
     allocator_retries: int | None = None
 
@@ -182,6 +185,11 @@ def time_forward(
             clock.synchronize()
             clock.record(end)
             clock.event_synchronize(end)
+            # Before anything reads the output: a tensor subclass could run its work when first touched.
+            outputs = plain_outputs(output)
+            aliases = input_aliases(outputs, inputs)
+            if aliases not in record.alias_patterns:
+                record.alias_patterns.append(aliases)
             record.times_ms.append(float(clock.elapsed_time(start, end)))
             record.launch_cpu_ms.append(launch_cpu * 1000.0)
             if before is not None:
@@ -189,8 +197,8 @@ def time_forward(
                 record.calls_reaching_malloc += int(after[0] > before[0])
                 record.allocator_retries += after[1] - before[1]
             if index in keep:
-                record.kept_outputs[index] = [t.detach().clone() for t in flatten_outputs(output)]
-            del output
+                record.kept_outputs[index] = [t.detach().clone() for t in outputs]
+            del output, outputs
             previous = inputs
             del inputs
     del previous, flush
@@ -217,7 +225,9 @@ def host_time_forward(
             flush.fill_(index)
             clock.synchronize()
             begin = clock.perf_counter()
-            model(*inputs)
+            output = model(*inputs)
             clock.synchronize()
             times.append((clock.perf_counter() - begin) * 1000.0)
+            plain_outputs(output)  # (as in time_forward: no lazy tensor subclass)
+            del output
     return float(statistics.median(times))

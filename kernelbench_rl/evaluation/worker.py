@@ -39,10 +39,13 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import checks, kernels, numerics, runtime, sandbox, tempdirs, timing, wire
+from kernelbench_rl.evaluation import (
+    checks, discrimination, kernels, numerics, outputs, runtime, sandbox, tempdirs, timing, wire,
+)
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
+from kernelbench_rl.evaluation import floor as floors
 
 SEED_POOL_SIZE = 16
 # Children may read our package (they run its code), never the rest of the checkout around it.
@@ -80,6 +83,10 @@ FREE_WAIT_S = 30.0
 PAIRED_SPREAD = 0.05
 PAIRED_BLOCKS = 5
 PAIRED_MAX_BYTES = 4 << 30  # the reference's child sits beside the candidate's: small problems only
+# Diagnostics for showing that one defence holds alone (bench/floor_check.py): "0" turns off the check of timed
+# calls' outputs, or fresh input buffers for every timed call. Never off in a real evaluation.
+VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
+FRESH_TIMING_BUFFERS = os.environ.get("KBRL_EVAL_FRESH_BUFFERS", "1") != "0"
 
 
 @dataclass
@@ -160,10 +167,14 @@ class ProblemState:
     # not in the device queue, and find it done.
     sizing: threading.Lock = field(default_factory=threading.Lock)
     models: dict[str, torch.nn.Module] = field(default_factory=dict)
-    refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed) -> outputs
+    refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed, variant) -> outputs
+    # Per precision: which trivial candidates pass the problem's own inputs, and the widened inputs chosen.
+    discriminations: dict[str, discrimination.Discrimination] = field(default_factory=dict)
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     host_baselines: dict[str, float] = field(default_factory=dict)
     mutates_inputs: bool = False
+    # Per output, the input the reference returns itself or a view of (None: a new tensor); learnt with the above.
+    output_aliases: list[int | None] = field(default_factory=list)
     input_bytes: int = 0
     output_bytes: int = 0
     param_bytes: int = 0
@@ -171,6 +182,7 @@ class ProblemState:
     sized: bool = False
     plan: footprints.MemoryPlan | None = None  # on the GPU, from the sizing run
     too_large: str = ""  # why no evaluation of this problem fits this device ('' when it does)
+    floors: dict[str, Any] = field(default_factory=dict)  # precision -> its physical floor on this GPU, or why none
     last_used: float = 0.0
 
     def footprint(self) -> footprints.Footprint:
@@ -422,10 +434,11 @@ def child_oom_fault(message: str, oom: dict[str, Any]) -> Fault:
 class Fault(Exception):
     """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
 
-    def __init__(self, category: ErrorCategory, message: str) -> None:
+    def __init__(self, category: ErrorCategory, message: str, flags: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.category = category
         self.message = message
+        self.flags = flags
 
 
 class Worker:
@@ -653,22 +666,25 @@ class Worker:
                     state.param_bytes = max(state.param_bytes, torch.cuda.memory_allocated() - before)
         return state.models[precision]
 
-    def inputs(self, state: ProblemState, seed: int, precision: str) -> list[Any]:
+    def inputs(self, state: ProblemState, seed: int, precision: str,
+               variant: discrimination.Variant | None = None) -> list[Any]:
         # get_inputs() draws from torch's global generator: one thread at a time, or seeds interleave.
         with self.rng_lock:
-            return runtime.make_inputs(state.module, seed, self.device, precision)
+            return runtime.make_inputs(state.module, seed, self.device, precision, variant)
 
-    def reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool = True) -> list[torch.Tensor]:
+    def reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool = True,
+                          variant: discrimination.Variant | None = None) -> list[torch.Tensor]:
         with self.rng_lock:  # the reference forward may draw random numbers too (dropout)
-            return self._reference_outputs(state, precision, seed, cache)
+            return self._reference_outputs(state, precision, seed, cache, variant)
 
-    def _reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool) -> list[torch.Tensor]:
-        key = (precision, seed)
+    def _reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool,
+                           variant: discrimination.Variant | None = None) -> list[torch.Tensor]:
+        key = (precision, seed, discrimination.variant_key(variant))
         if key in state.refs:
             state.refs.move_to_end(key)
             return state.refs[key]
         model = self.reference_model(state, precision)
-        inputs = self.inputs(state, seed, precision)
+        inputs = self.inputs(state, seed, precision, variant)
         state.input_bytes = max(state.input_bytes, sum(t.numel() * t.element_size() for t in runtime.tensor_inputs(inputs)))
         # Whether the reference itself writes its inputs is learnt once, when the problem is sized.
         pristine = runtime.clone_inputs(runtime.tensor_inputs(inputs)) if not state.sized else None
@@ -676,22 +692,24 @@ class Worker:
             torch.cuda.reset_peak_memory_stats()
             before_forward = torch.cuda.memory_allocated()
         with torch.no_grad():
-            outputs = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
+            results = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
         if self.device == "cuda":
             state.forward_bytes = max(state.forward_bytes, torch.cuda.max_memory_allocated() - before_forward)
         if pristine is not None and checks.inputs_unmodified(pristine, runtime.tensor_inputs(inputs)):
             state.mutates_inputs = True  # the reference itself writes its inputs: skip that check
+        if pristine is not None:  # (learnt once, like the above: where a candidate may return an input too)
+            state.output_aliases = outputs.input_aliases(results, inputs)
         del pristine, inputs
-        size = sum(t.numel() * t.element_size() for t in outputs)
+        size = sum(t.numel() * t.element_size() for t in results)
         state.output_bytes = max(state.output_bytes, size)
         # One problem's outputs may take a quarter of the cache at most (a 6 GiB output is recomputed).
         if cache and size <= self.config.ref_cache_bytes // 4:
-            state.refs[key] = outputs
+            state.refs[key] = results
             self.ref_bytes += size
             while self.ref_bytes > self.config.ref_cache_bytes and len(state.refs) > 1:
                 _, evicted = state.refs.popitem(last=False)
                 self.ref_bytes -= sum(t.numel() * t.element_size() for t in evicted)
-        return outputs
+        return results
 
     def baseline(self, state: ProblemState, precision: str, settings: EvalSettings, known: dict | None) -> dict[str, float]:
         if known and known.get("eager_ms"):
@@ -779,18 +797,23 @@ class Worker:
         try:
             state = self.problem_state(payload["problem_id"], payload["problem_source"])
             t = time.perf_counter()
-            if not state.sized:
+            if self._unsized(state, settings.precision):
                 # The first request of a problem sizes it on the device (one reference forward: parameters,
-                # inputs, outputs, the forward's peak), alone in device memory, going before queued candidates;
-                # the others wait here, not in the device queue, and find it done.
+                # inputs, outputs, the forward's peak) and tries trivial candidates on its inputs, alone in
+                # device memory, going before queued candidates; the others wait here, not in the device
+                # queue, and find it done.
                 with state.sizing:
-                    if not state.sized:
+                    if self._unsized(state, settings.precision):
                         with self._device_section(DeviceQueue.URGENT), self._memory_for_sizing():
                             if self.memory is not None:
                                 self._wait_for_free(int(0.75 * self.memory.capacity), result)
                             result.phase_seconds["reference_wait"] = time.perf_counter() - t
                             with state.lock:
-                                self._size(state, settings.precision)
+                                if not state.sized:
+                                    self._size(state, settings.precision)
+                                mark = time.perf_counter()
+                                self._discriminate(state, settings, payload.get("input_variant"))
+                                result.phase_seconds["discrimination"] = time.perf_counter() - mark
                     else:  # sized by the request this one waited for
                         result.phase_seconds["reference_wait"] = time.perf_counter() - t
             state.last_used = time.monotonic()
@@ -874,6 +897,7 @@ class Worker:
             traceback.clear_frames(fault.__traceback__)  # its frames' references and inputs go now, not at a gc
             result.error_category = fault.category
             result.error_message = fault.message
+            result.flags += [flag for flag in fault.flags if flag not in result.flags]
             if fault.category == ErrorCategory.COMPILE:
                 result.compiled = False
         except torch.OutOfMemoryError as exc:
@@ -1078,6 +1102,31 @@ class Worker:
                 state.too_large = footprints.too_large_message(state.plan, self.alone_capacity, self.total_memory)
         self._release_worker_memory()
 
+    @staticmethod
+    def _unsized(state: ProblemState, precision: str) -> bool:
+        return not state.sized or (not state.too_large and precision not in state.discriminations)
+
+    def _discriminate(self, state: ProblemState, settings: EvalSettings,
+                      given: discrimination.Variant | None = None) -> None:
+        """Which trivial candidates pass the problem's own inputs, and the widened inputs that tell them apart
+        (discrimination.py). Runs beside the sizing forward, alone in device memory."""
+        precision = settings.precision
+        if state.too_large or precision in state.discriminations:
+            return
+
+        def run(seed: int, variant: discrimination.Variant | None) -> tuple[list[Any], list[torch.Tensor]]:
+            outputs = self.reference_outputs(state, precision, seed, cache=variant is None, variant=variant)
+            return self.inputs(state, seed, precision, variant), outputs
+
+        try:
+            found = discrimination.discriminate(run, state.seed_pool[:2], settings.atol, settings.rtol, given)
+        except torch.OutOfMemoryError as exc:  # the trivial candidates' buffers: judge on the problem's own inputs
+            traceback.clear_frames(exc.__traceback__)
+            found = discrimination.Discrimination(audited=False, reason=f"out of device memory ({str(exc)[:120]})")
+        finally:
+            self._release_worker_memory(force=True)
+        state.discriminations[precision] = found
+
     def _release_worker_memory(self, force: bool = False) -> None:
         """Hand the worker's cached-but-free device memory back (its caching allocator keeps what the last
         baseline or comparison freed, GiBs at level-1 sizes) and drop the models and outputs of the
@@ -1124,7 +1173,7 @@ class Worker:
     @staticmethod
     def _fresh_buffers(state: ProblemState) -> bool:
         """The timing buffer plan, the same for the baseline and the candidate."""
-        return state.plan.fresh_buffers if state.plan is not None else True
+        return FRESH_TIMING_BUFFERS and (state.plan.fresh_buffers if state.plan is not None else True)
 
     @staticmethod
     def _numerics_unchanged(header: dict[str, Any], result: EvalResult) -> None:
@@ -1133,6 +1182,17 @@ class Worker:
             result.flags.append(Flag.HACK.value)
             raise Fault(ErrorCategory.RUNTIME, "the kernel changed the numerics settings the reference runs under: "
                         + ", ".join(map(str, changed))[:300])
+
+    @staticmethod
+    def _aliasing_allowed(reported: Any, state: ProblemState, when: str = "", flags: tuple[str, ...] = ()) -> None:
+        """An output that is an input or a view of one, where the reference returns a new tensor, is a mismatch
+        whatever its values (returning the input is right wherever the operation leaves the inputs unchanged)."""
+        for got in reported if isinstance(reported, list) else [reported]:
+            if not outputs.well_formed_aliases(got):
+                raise Fault(ErrorCategory.RUNTIME, "the kernel's process reported malformed output aliasing")
+            fault = outputs.alias_fault(got, state.output_aliases)
+            if fault:
+                raise Fault(ErrorCategory.MISMATCH, when + fault, flags)
 
     def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
@@ -1144,7 +1204,13 @@ class Worker:
         precision = settings.precision
         t = time.perf_counter()
         seeds = random.sample(state.seed_pool, min(settings.correctness_trials, len(state.seed_pool)))
-        result.trials_total = len(seeds)
+        found = state.discriminations.get(precision) or discrimination.Discrimination(audited=False, reason="not sized")
+        widened_seeds = random.sample(state.seed_pool, min(settings.discriminating_trials, len(state.seed_pool)))
+        plan = list(discrimination.correctness_plan(seeds, widened_seeds, found.variant))
+        result.trials_total = len(plan)
+        result.versions["inputs"] = found.summary()[:400]
+        if found.audited and not found.discriminating:
+            raise Fault(ErrorCategory.UNDISCRIMINATING, "no verdict: " + found.summary().removeprefix("UNDISCRIMINATING: "))
         worst = 0.0
         cpu_launches: dict[str, int] = {}
         # Where the correctness phase goes (worker's reference outputs, the child's round trip, the comparison,
@@ -1156,20 +1222,21 @@ class Worker:
         # (milliseconds), and checking seed by seed keeps only one seed's outputs alive in either process
         # (level-1 outputs reach GiBs) and stops at the first wrong seed. Batching all seeds would save
         # a few milliseconds and cost memory; it paid only while tensors crossed through files.
-        for position, seed in enumerate(seeds):
+        for position, (seed, variant) in enumerate(plan):
             mark = time.perf_counter()
             with state.lock:
-                reference = self.reference_outputs(state, precision, seed)
+                reference = self.reference_outputs(state, precision, seed, variant=variant)
             parts["correctness_reference"] += time.perf_counter() - mark
             mark = time.perf_counter()
             poison = (state.plan.poison_bytes if state.plan is not None
                       else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
             # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
             check_inputs = position == 0 and not state.mutates_inputs
-            self._send(child, {"cmd": "check", "seed": seed, "poison_bytes": poison, "return_inputs": check_inputs},
-                       "running forward")
+            self._send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
+                               "return_inputs": check_inputs}, "running forward")
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
             self._numerics_unchanged(header, result)
+            self._aliasing_allowed([header.get("aliases")], state)
             received = self._receive(child, header, reference, state.input_bytes)
             parts["correctness_child"] += time.perf_counter() - mark
             mark = time.perf_counter()
@@ -1189,7 +1256,7 @@ class Worker:
                 raise Fault(outcome.category, outcome.message)
             if check_inputs:
                 mark = time.perf_counter()
-                pristine = runtime.tensor_inputs(self.inputs(state, seed, precision))
+                pristine = runtime.tensor_inputs(self.inputs(state, seed, precision, variant))
                 mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                 del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
                 parts["correctness_input_check"] += time.perf_counter() - mark
@@ -1225,7 +1292,7 @@ class Worker:
         result.baseline_compile_ms = base.get("compile_ms")
         t = time.perf_counter()
         seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-        verify_trials = state.plan.verify_trials if state.plan is not None else 2
+        verify_trials = (state.plan.verify_trials if state.plan is not None else 2) if VERIFY_TIMED_OUTPUTS else 0
         verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
         paired_ms: list[float] = []
         kernel_diagnostics: list[dict] = []
@@ -1252,7 +1319,7 @@ class Worker:
                             if side == "kernel":
                                 block_seeds = [secrets.randbits(31) for _ in indices]
                                 block_times = self._time_block(child, state, settings, result, block_seeds,
-                                                               [0] if number == 0 else [], warmup, deadline, indices,
+                                                               [0] if number == 0 and VERIFY_TIMED_OUTPUTS else [], warmup, deadline, indices,
                                                                diagnostics=kernel_diagnostics)
                                 by_index.update(zip(indices, block_times))
                                 continue
@@ -1291,6 +1358,7 @@ class Worker:
         result.phase_seconds["timing"] = time.perf_counter() - t
         if result.runtime_ms > 0:
             result.speedup = result.baseline_ms / result.runtime_ms
+        self._against_the_floor(state, precision, result)
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
             host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
@@ -1316,6 +1384,7 @@ class Worker:
             launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
             result.kernel_share = share
             result.versions["top_kernels"] = kernels.top_kernels(profiled["kernels"])
+            result.profile = kernels.profile_rows(profiled["kernels"])
             if launches == 0:
                 result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
             elif share < LOW_KERNEL_SHARE:
@@ -1333,6 +1402,25 @@ class Worker:
                     "compile_ms": base.get("compile_ms")}
         return None
 
+    def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:
+        """The speed of light of the problem on this GPU (once per problem and precision, on the meta device), the
+        candidate's and the reference's share of it, and the flag for a time under it."""
+        if precision not in state.floors:
+            try:
+                state.floors[precision] = floors.problem_floor(state.module, precision, self.hardware)
+            except Exception as exc:  # noqa: BLE001 - an unknown GPU, or a problem the meta device cannot run
+                state.floors[precision] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        floor = state.floors[precision]
+        if isinstance(floor, str):
+            result.versions["speed_of_light"] = f"no floor: {floor}"
+            return
+        result.speed_of_light = floors.speed_of_light(floor, result.runtime_ms, result.baseline_ms)
+        if result.speed_of_light["below_floor"]:
+            result.flags.append(Flag.BELOW_SPEED_OF_LIGHT.value)
+            result.versions["speed_of_light"] = (
+                f"timed at {result.runtime_ms:.4g} ms, under the floor of {floor.floor_ms:.4g} ms on {floor.gpu} "
+                f"({floor.bound}-bound: {floor.dram_bytes:.4g} bytes, {floor.flops:.4g} FLOPs): work was skipped")
+
     def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                     seeds: list[int], verify: list[int], warmup: int, deadline: float,
                     indices: list[int] | None = None, diagnostics: list[dict] | None = None) -> list[float]:
@@ -1349,6 +1437,8 @@ class Worker:
         if header.get("tampered"):
             result.flags.append(Flag.HACK.value)
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
+        # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
+        self._aliasing_allowed(header.get("aliases"), state, "during timing, ", (Flag.HACK.value,))
         kept = self._receive(child, header, None, 0)
         if diagnostics is not None and isinstance(header.get("diagnostics"), dict):
             diagnostics.append(header["diagnostics"])
@@ -1452,8 +1542,8 @@ class Worker:
                     if category == "infra" and phase == "starting the sandbox":
                         # Before the candidate's code was imported: the sandbox itself could not start.
                         raise Fault(ErrorCategory.INFRA, f"the sandbox could not start: {text}"[:500])
-                    category = category if category in ("compile", "runtime") else "runtime"
-                    raise Fault(ErrorCategory(category), text)
+                    category = category if category in ("compile", "runtime", "unsupported") else "runtime"
+                    raise Fault(ErrorCategory(category), text, (Flag.HACK.value,) if message.get("hack") is True else ())
                 raise Fault(ErrorCategory.RUNTIME, f"unexpected message {event!r} while {phase}")
             if limit_mb and child.rss_mb() > limit_mb:
                 child.kill()

@@ -342,7 +342,7 @@ class KernelEnvService:
             "metadata": {"episode_id": episode.episode_id, "end_reason": env.end_reason},
         }
         if result is not None:
-            feedback = Feedback.from_result(result)
+            feedback = Feedback.from_result(result, profile=env.spec.feedback_profile)
             if result.error_category == ErrorCategory.INFRA:  # step() gave the turn back
                 feedback.hint = (f"The evaluation failed on our side, not because of your kernel, so this turn was not "
                                  f"counted (turn {len(env.turns) + 1} of {env.spec.turns} is still yours): send the same "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.evaluation.result import categories_without_verdict
 from kernelbench_rl.problems import Problem, load_problems
 from kernelbench_rl.rag.normalize import normalise_code
 
@@ -113,7 +114,7 @@ def reverify_corpus(
     for doc, result in zip(batch_docs, results):
         category = getattr(result.error_category, "value", result.error_category)
         report.checked += 1
-        if category in ("infra", "too_large"):
+        if category in categories_without_verdict():
             report.infra_errors += 1
             continue
         passed = bool(result.correct)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import duckdb
 
 from kernelbench_rl.errors import StoreBusyError, UserError
+from kernelbench_rl.evaluation.result import categories_without_verdict
 from kernelbench_rl.store.schema import MIGRATIONS
 
 if TYPE_CHECKING:
@@ -577,6 +578,10 @@ class Store:
                     "runtime_ms": result.runtime_ms,
                     "baseline_ms": result.baseline_ms,
                     "speedup": result.speedup,
+                    "floor_ms": (result.speed_of_light or {}).get("floor_ms"),
+                    "sol_fraction": (result.speed_of_light or {}).get("sol_fraction"),
+                    "reference_sol_fraction": (result.speed_of_light or {}).get("reference_sol_fraction"),
+                    "bound": (result.speed_of_light or {}).get("bound"),
                     "flags": list(result.flags),
                     "result_json": stored.to_json(),
                 }
@@ -605,8 +610,9 @@ class Store:
                 return {}
             found = con.execute(
                 "SELECT eval_key, result_json FROM evaluations "
-                "WHERE eval_key IN (SELECT unnest(?::VARCHAR[])) AND coalesce(error_category, '') NOT IN ('infra', 'too_large')",
-                [list(eval_keys)],
+                "WHERE eval_key IN (SELECT unnest(?::VARCHAR[])) "
+                "AND coalesce(error_category, '') NOT IN (SELECT unnest(?::VARCHAR[]))",
+                [list(eval_keys), categories_without_verdict()],
             ).fetchall()
         out = {}
         for key, text in found:

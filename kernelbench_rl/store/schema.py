@@ -310,6 +310,19 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        7,
+        "evaluations carry the speed of light: the problem's floor and the share of it the candidate reached",
+        [
+            "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS floor_ms DOUBLE",
+            "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS sol_fraction DOUBLE",
+            "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS reference_sol_fraction DOUBLE",
+            "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS bound VARCHAR",
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",

@@ -14,6 +14,7 @@ natural keys, so a step done twice (killed after some of its rows landed) never 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import socket
@@ -91,7 +92,9 @@ def eval_settings(config: TrainConfig) -> EvalSettings:
     device, size = resolve_eval_device(ev.device, ev.size)
     return EvalSettings(backend=config.env.kernel_backend, precision=ev.precision, device=device,  # type: ignore[arg-type]
                         size=size, correctness_trials=ev.correctness_trials,  # type: ignore[arg-type]
-                        timing_trials=ev.timing_trials, timeout_s=ev.timeout_s)
+                        discriminating_trials=ev.discriminating_trials,
+                        timing_trials=ev.timing_trials, timeout_s=ev.timeout_s,
+                        precision_policy=ev.precision_policy)  # type: ignore[arg-type]
 
 
 def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem]) -> Any:
@@ -100,12 +103,29 @@ def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem
         from kernelbench_rl.evaluation import Evaluator
 
         return Evaluator(eval_settings(config), num_workers=config.eval.num_workers, store=store,
-                         kernelbench_root=config.problems.kernelbench_root, problems={p.id: p for p in problems})
+                         kernelbench_root=config.problems.kernelbench_root, problems={p.id: p for p in problems},
+                         input_variants=audited_input_variants(config))
     from kernelbench_rl.evaluation.cluster import make_evaluator  # Dask: imported only when asked for
 
     return make_evaluator(eval_settings(config), cluster=config.eval.cluster, num_workers=config.eval.num_workers,
                           store=store, kernelbench_root=config.problems.kernelbench_root,
-                          problems={p.id: p for p in problems})
+                          problems={p.id: p for p in problems}, input_variants=audited_input_variants(config))
+
+
+def problem_audits(config: TrainConfig) -> dict[str, Any]:
+    """The problem audit of the configured levels (problems/audit.py; none when `problems.audit` is off)."""
+    if not config.problems.audit:
+        return {}
+    from kernelbench_rl.problems.audit import audit_set
+
+    return audit_set(problem_split(config)[0], config.eval.precision)
+
+
+def audited_input_variants(config: TrainConfig) -> dict[str, Any]:
+    """The widened inputs the audit hands the evaluator (where another problem's reference passes a problem's own)."""
+    from kernelbench_rl.problems.audit import given_variants
+
+    return given_variants(problem_audits(config).values())
 
 
 def policy_config(config: TrainConfig) -> Any:
@@ -144,6 +164,13 @@ def training_problems(config: TrainConfig) -> list[Problem]:
         train = [by_id[pid] for pid in cfg.ids if pid in train_ids]
     if not train:
         raise UserError("No training problems are left after the holdout split; add problems or lower problems.holdout_fraction.")
+    if cfg.audit:
+        from kernelbench_rl.problems.audit import usable_for_reward
+
+        train = usable_for_reward(train, problem_audits(config), warn=logging.getLogger(__name__).warning)
+        if not train:
+            raise UserError("The problem audit leaves no training problem whose inputs tell right from wrong "
+                            "(`kernelbench-rl problems audit` says why); choose other problems or set problems.audit=false.")
     return train
 
 

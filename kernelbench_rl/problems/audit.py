@@ -1,0 +1,225 @@
+"""The problem audit: can a problem's inputs tell a right kernel from a wrong one?
+
+For each problem the reference runs on two seeds; the evaluator's own trivial candidates (each input of the
+output's shape returned, zeros, ones, another seed's mean, another seed's whole output) are judged with the
+evaluator's own comparison, and where one passes, widened inputs are searched exactly as the evaluation
+worker does before a problem's first evaluation (evaluation/discrimination.py). Then the reference of every
+other problem that takes inputs of the same shapes (ReLU's for LeakyReLU's) is judged the same way, on the
+inputs the evaluator would use.
+
+Statuses:
+- ok: no trivial candidate and no other problem's reference passes.
+- widened: a trivial candidate passes the problem's own inputs; widened seeds tell it apart (the evaluator
+  adds them by itself).
+- fails: something trivial passes every input set the evaluator would use. Training leaves the problem out.
+- unavailable: the reference cannot run here (a missing module, a problem too large for the device).
+
+Problems are trusted code (the user chose the problem set): they run in this process, as in `problems show`.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from kernelbench_rl.evaluation import checks, discrimination, runtime, wire
+from kernelbench_rl.evaluation.result import TOLERANCES
+from kernelbench_rl.problems.model import Problem, SizeMode
+
+AUDIT_SEEDS = (1234, 5678)
+INIT_SEED = 42
+STATUSES = ("ok", "widened", "fails", "unavailable")
+
+
+@dataclass
+class ProblemAudit:
+    problem_id: str
+    name: str
+    status: str
+    trivial: list[str] = field(default_factory=list)  # trivial candidates passing the problem's own inputs
+    inputs: str = ""  # what correctness runs on (discrimination's summary)
+    variant: dict[str, Any] | None = None
+    siblings: list[str] = field(default_factory=list)  # other problems' references that pass what the evaluator uses
+    same_function: list[str] = field(default_factory=list)  # pass on every input set: the same operation
+    given_variant: bool = False  # the widened inputs must be handed to the evaluator (it would not find them)
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Loaded:
+    problem: Problem
+    module: types.ModuleType
+    model: torch.nn.Module
+    signature: tuple
+
+
+def _load(problem: Problem, size: SizeMode, device: str, precision: str) -> _Loaded:
+    module = types.ModuleType(f"kbrl_audit_{problem.level}_{problem.number}")
+    exec(compile(problem.source_for(size), f"<problem {problem.id}>", "exec"), module.__dict__)
+    model = runtime.build_model(module.Model, module, INIT_SEED, device, precision)
+    with torch.device("meta"):
+        meta_inputs = list(module.get_inputs())
+    signature = tuple((tuple(x.shape), str(x.dtype)) if isinstance(x, torch.Tensor) else repr(x) for x in meta_inputs)
+    return _Loaded(problem, module, model, signature)
+
+
+def _forward(model: Any, inputs: list[Any]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        output = model(*runtime.clone_inputs(inputs))
+    return [t.detach() for t in wire.flatten_outputs(output)]
+
+
+def _runner(loaded: _Loaded, device: str, precision: str) -> discrimination.ReferenceFn:
+    def run(seed: int, variant: discrimination.Variant | None) -> tuple[list[Any], list[torch.Tensor]]:
+        inputs = runtime.make_inputs(loaded.module, seed, device, precision, variant)
+        runtime.seed_everything(seed)
+        return inputs, _forward(loaded.model, inputs)
+    return run
+
+
+def _sibling_passes(sibling: _Loaded, run: discrimination.ReferenceFn, variants: Sequence[discrimination.Variant | None],
+                    atol: float, rtol: float) -> list[bool]:
+    """For each input set, whether the sibling's reference passes this problem's reference on both seeds."""
+    verdicts = []
+    for variant in variants:
+        passed = True
+        for seed in AUDIT_SEEDS:
+            inputs, reference = run(seed, variant)
+            try:
+                runtime.seed_everything(seed)
+                theirs = _forward(sibling.model, inputs)
+            except Exception:  # noqa: BLE001 - it cannot take these inputs: it does not pass
+                passed = False
+                break
+            if not checks.compare_outputs(reference, theirs, atol, rtol).ok:
+                passed = False
+                break
+        verdicts.append(passed)
+    return verdicts
+
+
+def audit_problems(problems: Sequence[Problem], *, size: SizeMode = "small", device: str = "cpu",
+                   precision: str = "fp32", siblings: bool = True,
+                   progress: Callable[[Problem], None] | None = None) -> list[ProblemAudit]:
+    """Audit `problems` (see the module's docstring); siblings are looked for among `problems` themselves."""
+    atol = rtol = TOLERANCES[precision]
+    loaded: dict[str, _Loaded] = {}
+    audits: list[ProblemAudit] = []
+    for problem in problems:
+        if progress is not None:
+            progress(problem)
+        try:
+            item = _load(problem, size, device, precision)
+            found = discrimination.discriminate(_runner(item, device, precision), AUDIT_SEEDS, atol, rtol)
+        except Exception as exc:  # noqa: BLE001 - the reference cannot run here: say why, judge nothing
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            audits.append(ProblemAudit(problem.id, problem.name, "unavailable", detail=f"{type(exc).__name__}: {first}"[:300]))
+            continue
+        loaded[problem.id] = item
+        status = "ok" if not found.trivial else "widened" if found.variant is not None else "fails"
+        audits.append(ProblemAudit(problem.id, problem.name, status, trivial=list(found.trivial), inputs=found.summary(),
+                                   variant=found.variant, detail=found.reason))
+    if siblings:
+        _judge_siblings(audits, loaded, device, precision, atol, rtol)
+    return audits
+
+
+def _probe_variants(run: discrimination.ReferenceFn) -> list[discrimination.Variant]:
+    """Widened inputs on which the reference stays finite: where a sibling that passes the problem's own inputs
+    must also pass to be the same function."""
+    inputs, reference = run(AUDIT_SEEDS[0], None)
+    probes = []
+    for variant in discrimination.candidate_variants(inputs):
+        try:
+            if discrimination.finite(run(AUDIT_SEEDS[0], variant)[1]) or not discrimination.finite(reference):
+                probes.append(variant)
+        except Exception:  # noqa: BLE001 - the reference cannot take these: no probe
+            continue
+    return probes
+
+
+def _judge_siblings(audits: list[ProblemAudit], loaded: dict[str, _Loaded], device: str, precision: str,
+                    atol: float, rtol: float) -> None:
+    """Another problem's reference that passes what the evaluator uses is either the same function (it also passes
+    the problem's inputs scaled up: a duplicate problem, an op that commutes, a full matmul on triangular inputs)
+    or something only these inputs cannot tell apart (an approximation: tanh-GELU for GELU), which fails the
+    audit: the evaluator widens inputs only where a trivial candidate passes, so it would not tell them apart."""
+    groups: dict[tuple, list[_Loaded]] = {}
+    for item in loaded.values():
+        groups.setdefault(item.signature, []).append(item)
+    for audit in audits:
+        item = loaded.get(audit.problem_id)
+        if item is None or len(groups[item.signature]) < 2:
+            continue
+        run = _runner(item, device, precision)
+        used: list[discrimination.Variant | None] = [None] + ([audit.variant] if audit.variant else [])
+        probes: list[discrimination.Variant] | None = None
+        for other in groups[item.signature]:
+            if other is item or not all(_sibling_passes(other, run, used, atol, rtol)):
+                continue
+            if probes is None:
+                probes = _probe_variants(run)
+            # Scaling alone keeps zeros, signs and structure (triangular or symmetric inputs); a shift may not.
+            scaled = [v for v in probes if all(shift == 0 for _i, _scale, shift in v["affine"])]
+            if all(_sibling_passes(other, run, scaled or probes, atol, rtol)):
+                audit.same_function.append(other.problem.id)
+            else:
+                audit.siblings.append(other.problem.id)
+        if not audit.siblings:
+            continue
+        names = ", ".join(audit.siblings)
+        telling = next((probe for probe in probes or [] if not any(
+            _sibling_passes(loaded[s], run, [probe], atol, rtol)[0] for s in audit.siblings)), None)
+        if telling is None or audit.variant is not None:
+            audit.status = "fails"
+            audit.detail = f"the reference of {names} passes every input set the evaluator would use"[:300]
+            continue
+        audit.status, audit.variant, audit.given_variant = "widened", telling, True
+        audit.inputs = (f"widened inputs {discrimination.describe_variant(telling)} beside the problem's own, handed "
+                        f"to the evaluator ({names}'s reference passes the problem's own inputs)")
+
+
+def given_variants(audits: Iterable[ProblemAudit]) -> dict[str, discrimination.Variant]:
+    """The widened inputs the evaluator must be given (`Evaluator(input_variants=...)`): it finds trivial-candidate
+    cases by itself, not another problem's reference passing."""
+    return {a.problem_id: a.variant for a in audits if a.given_variant and a.variant is not None}
+
+
+@functools.lru_cache(maxsize=8)
+def _audit_cached(problems: tuple[Problem, ...], precision: str) -> tuple[ProblemAudit, ...]:
+    return tuple(audit_problems(problems, precision=precision))
+
+
+def audit_set(problems: Sequence[Problem], precision: str = "fp32") -> dict[str, ProblemAudit]:
+    """The audit of a whole problem set at CPU sizes (siblings found among them), once per process and set."""
+    return {a.problem_id: a for a in _audit_cached(tuple(problems), precision)}
+
+
+def usable_for_reward(problems: Sequence[Problem], audits: Mapping[str, ProblemAudit],
+                      warn: Callable[[str], None] | None = None) -> list[Problem]:
+    """The problems whose inputs can tell right from wrong: training rewards no others."""
+    def usable(problem: Problem) -> bool:
+        audit = audits.get(problem.id)
+        return audit is None or audit.status in ("ok", "widened")
+
+    dropped = [audits[p.id] for p in problems if not usable(p)]
+    if dropped and warn is not None:
+        warn(f"{len(dropped)} problem(s) left out of training by the problem audit: "
+             + "; ".join(f"{a.problem_id} {a.status} ({a.detail[:120]})" for a in dropped[:5])
+             + (" ..." if len(dropped) > 5 else ""))
+    return [p for p in problems if usable(p)]
+
+
+def counts(audits: Iterable[ProblemAudit]) -> dict[str, int]:
+    out = dict.fromkeys(STATUSES, 0)
+    for audit in audits:
+        out[audit.status] += 1
+    return out
