@@ -1,7 +1,7 @@
 """`make serve`: a local Prefect server with its UI, our deployments and a process worker.
 
 Open the printed URL, pick the `pipeline` deployment and press Run: the form shows its typed
-parameters. `nightly-eval` runs on its cron schedule. Ctrl-C or SIGTERM stops the worker and the
+parameters. `nightly-eval` runs on its cron schedule. Ctrl-C, SIGINT or SIGTERM stops the worker and the
 server this command started; a second `make serve` on a port that is already served says so and exits.
 """
 
@@ -28,8 +28,24 @@ class Stop(Exception):
     """A stop signal arrived: leave the main loop and stop what we started."""
 
 
+_stopping = False
+
+
 def _stop_on_signal(signum, _frame) -> None:
-    raise Stop(signal.Signals(signum).name)
+    """The first stop signal leaves the main loop; a second one (Ctrl-C twice) must not cut the clean-up short."""
+    global _stopping
+    if not _stopping:
+        _stopping = True
+        raise Stop(signal.Signals(signum).name)
+
+
+def _say(text: str, *, err: bool = False) -> None:
+    """Print, but never fail: a closed terminal or pipe (`serve | tee` stopped by the same Ctrl-C) must not
+    keep the stop from stopping the server and the worker."""
+    try:
+        print(text, file=sys.stderr if err else sys.stdout, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def state_file(port: int) -> Path:
@@ -118,12 +134,12 @@ def main() -> None:
     finally:
         for signum in STOP_SIGNALS:  # a second Ctrl-C must not cut the clean-up short
             signal.signal(signum, signal.SIG_IGN)
-        print(f"stopping the worker and the server ({reason}) ...", flush=True)
+        _say(f"stopping the worker and the server ({reason}) ...")
         local.stop()
         state.unlink(missing_ok=True)
-        print("stopped.", flush=True)
+        _say("stopped.")
     if failure:
-        print(f"error: {failure} (logs in {local.log_dir})", file=sys.stderr, flush=True)
+        _say(f"error: {failure} (logs in {local.log_dir})", err=True)
         raise SystemExit(1)
 
 

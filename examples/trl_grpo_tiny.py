@@ -30,6 +30,14 @@ def main() -> None:
     parser.add_argument("--db", default=None, help="DuckDB file for verdicts (default: none).")
     parser.add_argument("--output-dir", default=None)
     args = parser.parse_args()
+    if args.env_url:  # a wrong URL is one sentence now, not a traceback from inside the trainer
+        from kernelbench_rl.integrations.openenv_client import EnvServerUnreachable, require_env_server
+
+        try:
+            require_env_server(args.env_url)
+        except EnvServerUnreachable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch

@@ -8,6 +8,7 @@ from typing import Any
 from prefect import flow
 
 from flows.common import build_config, cluster_overrides, dask_task_runner
+from kernelbench_rl.commands.options import check_max_problems
 from kernelbench_rl.config.schema import apply_overrides, config_from_dict
 from kernelbench_rl.policy.openai_backend import is_openai_policy
 from kernelbench_rl.store import Store
@@ -37,6 +38,7 @@ def evaluate_checkpoint(
     checkpoints' evaluations side by side as tasks on Prefect's DaskTaskRunner over that cluster, their
     kernels on the same cluster's warm pools. checkpoint="openai:MODEL" with base_url evaluates a model
     behind an OpenAI-compatible server instead."""
+    check_max_problems(max_problems, "max_problems")
     overrides = cluster_overrides(overrides, cluster)
     cfg = build_config(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir, levels=levels)
     if is_openai_policy(checkpoint):
@@ -85,12 +87,13 @@ def nightly_eval(
         overrides: Config overrides applied over each run's own configuration, as key=value.
         db_path: The DuckDB file that holds the runs; results are added to it (eval_reports, eval_samples).
         samples_per_problem: Samples per held-out problem.
-        max_problems: Held-out problems evaluated (empty: all of them).
+        max_problems: Held-out problems evaluated (empty: all of them; else at least 1).
         cluster: Where kernels are evaluated: local | dask-local | dask://HOST:PORT (default: eval.cluster).
         policy: "openai:MODEL" evaluates that served model instead of a run's checkpoint (its key from
             OPENAI_API_KEY).
         base_url: The OpenAI-compatible server of `policy`, e.g. http://127.0.0.1:8001/v1.
     """
+    check_max_problems(max_problems, "max_problems")
     overrides = cluster_overrides(overrides, cluster)
     if policy:
         return evaluate_checkpoint(run_id=run_ids[0] if run_ids else "nightly", checkpoint=policy, compare_base=False,

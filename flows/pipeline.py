@@ -64,7 +64,7 @@ def pipeline(
         levels: KernelBench levels to train and evaluate on.
         num_problems: Training problems (the first N of the train split; 0 means all of it).
         eval_samples: Samples per held-out problem in the checkpoint evaluation (at least 1).
-        eval_max_problems: Held-out problems evaluated (0 means all).
+        eval_max_problems: Held-out problems evaluated (at least 1; past the holdout set's size: all of it).
         cluster: Where kernels are evaluated: local | dask-local | dask://HOST:PORT (default: eval.cluster).
         rebuild_index: Rebuild the retrieval index even if one is already beside the database.
     """

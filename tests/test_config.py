@@ -145,6 +145,7 @@ def test_first_training_ids_are_train_split_ids_in_order_and_ignore_named_ids() 
     ("problems.levels=[0]", "problems.levels"),
     ("sampling.top_p=1.5", "sampling.top_p"),
     ("curriculum.threshold=2", "curriculum.threshold"),
+    ("env.idle_timeout_s=0", "env.idle_timeout_s should be greater than 0"),
 ])
 def test_out_of_range_values_are_one_sentence(override: str, needle: str) -> None:
     with pytest.raises(UserError) as err:
@@ -211,3 +212,12 @@ def test_the_warm_starts_ranges_are_checked_like_every_section(override: str, ke
 
     with pytest.raises(UserError, match=key.replace(".", r"\.")):
         load_config("default", [override])
+
+
+def test_the_env_servers_idle_timeout_is_not_part_of_the_run_id() -> None:
+    """A setting of `env serve`, not of training: changing it names no new training run."""
+    from kernelbench_rl.config import load_config
+
+    assert load_config("default", []).env.idle_timeout_s == 1800
+    assert (load_config("default", ["env.idle_timeout_s=60"]).resolved_run_id()
+            == load_config("default", []).resolved_run_id())

@@ -89,7 +89,7 @@ def test_pipeline_deployment_runs_from_a_real_server(tmp_path):
         worker_log = (home / "logs" / "worker.log").read_text(errors="replace")
     finally:
         # Ctrl-C: the terminal signals the whole foreground process group; everything serve started stops.
-        out = stop_and_check(serve, home, port, "SIGINT")
+        out = stop_and_check(serve, home, port, "Ctrl-C")
     assert "stopped." in out
     assert state == "COMPLETED", worker_log[-4000:]
     assert nightly == "COMPLETED", worker_log[-4000:]

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from proc_tree import descendants
 
-from kernelbench_rl.integrations.openenv_client import EnvServerError, KernelEnvClient
+from kernelbench_rl.integrations.openenv_client import EnvServerError, KernelEnvClient, KernelEnvWSClient
 from kernelbench_rl.integrations.openenv_env import KernelAction, as_response
 from kernelbench_rl.problems import get_problem
 from kernelbench_rl.problems.loaders import SOLUTIONS_ROOT
@@ -44,8 +45,8 @@ def free_port() -> int:
 class Server:
     """`kernelbench-rl env serve` in a subprocess; start() waits for /health."""
 
-    def __init__(self, db: Path, log: Path) -> None:
-        self.db, self.log = db, log
+    def __init__(self, db: Path, log: Path, overrides: list[str] = OVERRIDES) -> None:
+        self.db, self.log, self.overrides = db, log, overrides
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -57,7 +58,7 @@ class Server:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernelbench_rl.cli", "env", "serve", "--port", str(self.port), "--device", "cpu",
-             "--db", str(self.db), "--max-turns", "3", *OVERRIDES],
+             "--db", str(self.db), "--max-turns", "3", *self.overrides],
             cwd=REPO, env=env, stdout=self.log.open("a"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -164,8 +165,6 @@ def test_two_clients_at_once_share_the_evaluator(server):
 
 
 def test_openenv_websocket_client_drives_an_episode(server):
-    from kernelbench_rl.integrations.openenv_client import KernelEnvWSClient
-
     with KernelEnvWSClient(base_url=server.url) as env:
         first = env.reset(problem_id="L1/19", max_turns=2)
         assert first.observation.problem_id == "L1/19" and not first.done
@@ -225,3 +224,133 @@ def test_restart_loses_no_rows_and_verdicts_match_the_training_evaluator(server)
     for verdict in verdicts[1:]:
         assert eval_key_for("L1/19", verdict.candidate_sha256, verdict.settings_hash) in keys
     assert rows(server.db)["evaluations"] == after["evaluations"]  # nothing re-ran, nothing new
+
+
+# -- episodes a client gave up, and our own failures ---------------------------------------------------------
+IDLE_S = 6  # env.idle_timeout_s of the server below: long beside the gaps between one test's requests
+SLEEPER = "import time\ntime.sleep(600)\n" + RELU  # parks its sandbox child at import, where a test can find it
+
+
+@pytest.fixture(scope="module")
+def short_idle_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("envserve_idle")
+    handle = Server(root / "env.duckdb", root / "server.log",
+                    [*OVERRIDES, f"env.idle_timeout_s={IDLE_S}", "eval.timeout_s=600"])
+    handle.start()
+    yield handle
+    handle.stop()
+
+
+def test_a_dropped_websocket_closes_its_episode(short_idle_server):
+    """A WebSocket client that vanishes mid-episode leaves nothing open: the README's walk-through (reset, then
+    step without an episode id) works right after, and the dropped episode says why it ended."""
+    http = httpx.Client(base_url=short_idle_server.url, timeout=600)
+    client = subprocess.Popen(  # a WebSocket client process that starts an episode, then dies
+        [sys.executable, "-c", "import sys, time\n"
+         "from kernelbench_rl.integrations.openenv_client import KernelEnvWSClient\n"
+         "env = KernelEnvWSClient(base_url=sys.argv[1]).connect()\n"
+         "print(env.reset(problem_id='L1/19', max_turns=2).observation.episode_id, flush=True)\n"
+         "time.sleep(600)\n", short_idle_server.url],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
+    episode = client.stdout.readline().strip()
+    assert http.get("/state", params={"episode_id": episode}).json()["done"] is False
+    client.kill()  # no close message, no close frame: the connection just drops
+    client.wait()
+    deadline = time.monotonic() + IDLE_S / 2  # closed by the disconnect, well before it could expire
+    while not http.get("/state", params={"episode_id": episode}).json()["done"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    state = http.get("/state", params={"episode_id": episode}).json()
+    assert (state["done"], state["end_reason"]) == (True, "disconnected")
+    refused = http.post("/step", json={"action": {"code": RELU}, "episode_id": episode})
+    assert refused.status_code == 409 and "WebSocket session ended" in refused.json()["detail"]
+
+    http.post("/reset", json={"problem_id": "L1/19"}).raise_for_status()
+    walked = http.post("/step", json={"action": {"code": RELU}})
+    assert walked.status_code == 200, walked.json()
+    assert walked.json()["observation"]["correct"]
+
+
+def test_an_idle_episode_expires_and_says_so(short_idle_server):
+    http = httpx.Client(base_url=short_idle_server.url, timeout=600)
+    episode = http.post("/reset", json={"problem_id": "L1/20"}).json()["observation"]["episode_id"]
+    deadline = time.monotonic() + 60
+    while not http.get("/state", params={"episode_id": episode}).json()["done"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert http.get("/state", params={"episode_id": episode}).json()["end_reason"] == "expired"
+    late = http.post("/step", json={"action": {"code": LEAKY}, "episode_id": episode})
+    assert late.status_code == 409
+    assert f"closed after {IDLE_S} s without a request" in late.json()["detail"] and "/reset" in late.json()["detail"]
+
+
+def _parked_candidate(server_pid: int) -> tuple[int, int] | None:
+    """(pid, its worker's pid) of a sandboxed child parked in SLEEPER's sleep, or None.
+
+    A candidate's child is a worker's grandchild (server -> worker -> forkserver -> child); it is told apart from
+    children that sleep briefly while they start by its kernel wait channel and its CPU time, both unchanged for 3 s."""
+    def sample() -> dict[int, tuple[int, list[int]]]:
+        seen = {}
+        for pid in descendants(server_pid):
+            try:
+                with open(f"/proc/{pid}/wchan") as handle:
+                    if "nanosleep" not in handle.read():
+                        continue
+                with open(f"/proc/{pid}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            chain = [pid, int(fields[1])]
+            while chain[-1] not in (server_pid, 1):
+                try:
+                    with open(f"/proc/{chain[-1]}/stat") as handle:
+                        chain.append(int(handle.read().rsplit(")", 1)[1].split()[1]))
+                except OSError:
+                    break
+            if chain[-1] == server_pid and len(chain) >= 4:
+                seen[pid] = (int(fields[11]) + int(fields[12]), chain)  # utime + stime
+        return seen
+
+    first = sample()
+    time.sleep(3)
+    second = sample()
+    for pid, (cpu, chain) in second.items():
+        if pid in first and first[pid][0] == cpu:
+            return pid, chain[-2]
+    return None
+
+
+def _kill_the_worker_of_a_parked_candidate(server_pid: int, not_this_child: int = 0) -> int:
+    """SIGKILL the evaluation worker of SLEEPER's parked child (its result is lost with it); the child's pid."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = _parked_candidate(server_pid)
+        if found is not None and found[0] != not_this_child:
+            os.kill(found[1], signal.SIGKILL)
+            return found[0]
+    raise AssertionError("no sandboxed child parked in the sleep")
+
+
+def test_an_infra_failure_gives_the_turn_back(short_idle_server):
+    """A lost worker is our fault: the step says so, the turn is not consumed, and the same turn is judged on retry."""
+    http = httpx.Client(base_url=short_idle_server.url, timeout=900)
+    episode = http.post("/reset", json={"problem_id": "L1/19", "max_turns": 2}).json()["observation"]["episode_id"]
+    answer: dict = {}
+    stepping = threading.Thread(target=lambda: answer.update(
+        http.post("/step", json={"action": {"code": SLEEPER}, "episode_id": episode}).json()))
+    stepping.start()
+    # The pool retries a request once on a new worker when its worker dies: both attempts are lost.
+    first = _kill_the_worker_of_a_parked_candidate(short_idle_server.proc.pid)
+    _kill_the_worker_of_a_parked_candidate(short_idle_server.proc.pid, not_this_child=first)
+    stepping.join(timeout=600)
+    obs = answer["observation"]
+    assert (obs["error_category"], answer["reward"], answer["done"], obs["turn"]) == ("infra", None, False, 0), answer
+    assert "not because of your kernel" in obs["feedback"] and "send the same code again" in obs["feedback"]
+    assert "turn 1 of 2 is still yours" in obs["feedback"]
+    state = http.get("/state", params={"episode_id": episode}).json()
+    assert (state["turn"], state["done"]) == (0, False)
+
+    again = http.post("/step", json={"action": {"code": RELU}, "episode_id": episode}).json()
+    assert again["observation"]["correct"] and again["observation"]["turn"] == 1 and not again["done"]
+    # One row for the turn, the retry's verdict in place of the lost one.
+    turns = Store(short_idle_server.db).fetchall(
+        "SELECT turn, error_category FROM rollouts WHERE step = (SELECT max(step) FROM rollouts)", read_only=True)
+    assert turns == [(0, "ok")]

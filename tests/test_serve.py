@@ -1,7 +1,8 @@
-"""`make serve` (kernelbench-rl serve) against real processes: SIGTERM stops what it started.
+"""`make serve` (kernelbench-rl serve) against real processes: SIGTERM or SIGINT to its pid stops what it started.
 
-Ctrl-C with the server, the worker and flow runs up, and a second serve on a served port, are checked
-in tests/test_deployment.py, which starts one serve for all of it (a server start is the slow part)."""
+Ctrl-C (the terminal's SIGINT to the whole process group) with the server, the worker and flow runs up, and a
+second serve on a served port, are checked in tests/test_deployment.py, which starts one serve for all of it
+(a server start is the slow part)."""
 
 from __future__ import annotations
 
@@ -72,11 +73,18 @@ def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float = 300) -
 
 
 def stop_and_check(proc: subprocess.Popen, home: Path, port: int, how: str) -> str:
-    if how == "SIGINT":  # Ctrl-C: the terminal signals the whole foreground process group
+    """Stop serve `how`: "Ctrl-C" (SIGINT to its process group, as a terminal sends it), or "SIGINT" / "SIGTERM"
+    to its pid alone (what a supervisor, `kill` or a debugger sends); then nothing it started may be left."""
+    if how == "Ctrl-C":
         os.killpg(proc.pid, signal.SIGINT)
     else:
-        proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+        proc.send_signal(getattr(signal, how))
+    try:
+        out = proc.communicate(timeout=120)[0] or ""  # nothing when the test closed serve's output
+    except subprocess.TimeoutExpired:
+        out = f"serve did not exit within 120 s of {how}"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
     deadline = time.monotonic() + 30
     while (processes_with_home(home) or answers(port)) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -86,7 +94,7 @@ def stop_and_check(proc: subprocess.Popen, home: Path, port: int, how: str) -> s
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    assert not left, f"{how} left processes running: {left}"
+    assert not left, f"{how} left processes running: {left}\n{out[-3000:]}"
     assert not answers(port), f"{how} left the server answering on {port}"
     return out
 
@@ -104,3 +112,34 @@ def test_sigterm_during_start_up_stops_the_server(tmp_path: Path) -> None:
     finally:
         out = stop_and_check(proc, home, port, "SIGTERM")
     assert "received SIGTERM" in out and "stopped." in out
+
+
+def wait_until_served(proc: subprocess.Popen, port: int) -> None:
+    wait_for_line(proc, "starting Prefect server")
+    deadline = time.monotonic() + 300
+    while not answers(port) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert answers(port), "the Prefect server never answered"
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_pid_alone_stops_serve_and_its_server(tmp_path: Path, how: str) -> None:
+    """A supervisor holds serve's pid and signals that process only: it stops the server it started and exits."""
+    home, port = tmp_path / "prefect", free_port()
+    proc = start_serve(home, port)
+    try:
+        wait_until_served(proc, port)
+    finally:
+        out = stop_and_check(proc, home, port, how)
+    assert f"received {how}" in out and "stopped." in out, out[-3000:]
+
+
+def test_a_closed_output_does_not_keep_serve_from_stopping(tmp_path: Path) -> None:
+    """`serve | tee log`, and the same Ctrl-C ends tee first: serve's messages go nowhere, its stop still happens."""
+    home, port = tmp_path / "prefect", free_port()
+    proc = start_serve(home, port)
+    try:
+        wait_until_served(proc, port)
+    finally:
+        proc.stdout.close()
+        stop_and_check(proc, home, port, "SIGTERM")

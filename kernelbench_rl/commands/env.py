@@ -56,7 +56,8 @@ def serve(
     service = build_service(cfg, store=store, max_turns=max_turns, preset=preset, run_id=run_id)
     typer.echo(f"kernelbench-rl env: {len(service.train)} training + {len(service.holdout)} holdout problems, "
                f"{service.spec.turns} turn(s), preset {service.preset}, evaluator on {service.evaluator.settings.device}, "
-               f"rows -> {cfg.db_path} (run_id {run_id}); http://{host}:{port}")
+               f"rows -> {cfg.db_path} (run_id {run_id}); idle episodes close after {service.idle_timeout_s:g} s "
+               f"(env.idle_timeout_s); http://{host}:{port}")
     try:
         uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
     finally:

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelbench_rl.commands.options import check_max_problems
 from kernelbench_rl.errors import InfraError, UserError
 
 
@@ -15,7 +16,7 @@ def eval_model_command(
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="The server's /v1 URL, e.g. http://127.0.0.1:8001/v1 (default: OpenAI's).")] = None,
     samples: Annotated[int, typer.Option("--samples", help="Samples per problem (k of pass@k is at most this).")] = 4,
     split: Annotated[str, typer.Option("--split", help="holdout, train or all.")] = "holdout",
-    max_problems: Annotated[Optional[int], typer.Option("--max-problems", help="Only the first N problems of the split.")] = None,
+    max_problems: Annotated[Optional[int], typer.Option("--max-problems", help="Only the first N problems of the split (at least 1; default: all of them).")] = None,
     config: Annotated[str, typer.Option("--config", "-c", help="YAML file, or a packaged config: default, raicl, kevin.")] = "default",
     overrides: Annotated[Optional[list[str]], typer.Argument(help="key=value overrides, e.g. problems.levels=[1] eval.device=cpu")] = None,
     db: Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: the config's db_path).")] = None,
@@ -30,6 +31,7 @@ def eval_model_command(
 
     if samples < 1:
         raise UserError("--samples must be at least 1.")
+    check_max_problems(max_problems)
     extra = list(overrides or [])
     if db is not None:
         extra.append(f"db_path={db}")

@@ -1,6 +1,6 @@
 """`kernelbench-rl pipeline` and `kernelbench-rl serve`: launchers for the Prefect side.
 
-The library never imports Prefect, so these run the flow modules as subprocesses; the flows
+The library never imports Prefect, so these run the flow modules in a fresh interpreter (exec); the flows
 themselves live in flows/ and deployments/.
 """
 
@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
@@ -32,7 +30,8 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
     parser.add_argument("--num-problems", type=int, default=0,
                         help="The first N training problems of the levels (0: the config's problems.ids, else all of the train split).")
     parser.add_argument("--eval-samples", type=int, default=2, help="Samples per held-out problem.")
-    parser.add_argument("--eval-max-problems", type=int, default=4, help="Held-out problems evaluated.")
+    parser.add_argument("--eval-max-problems", type=int, default=4,
+                        help="Held-out problems evaluated (at least 1; a number past the holdout set's size takes all of it).")
     parser.add_argument("--no-index", action="store_true",
                         help="Skip the retrieval index (and so retrieval: prompts get the default one-shot example).")
     parser.add_argument("--rebuild-index", action="store_true",
@@ -51,15 +50,17 @@ def check_pipeline_inputs(
     levels: list[int], num_problems: int, eval_samples: int, eval_max_problems: int | None,
 ) -> None:
     """Every parameter and config key of a pipeline run, checked before any stage starts (UserError, one sentence)."""
+    from kernelbench_rl.commands.options import check_max_problems
     from kernelbench_rl.config import load_config
     from kernelbench_rl.errors import UserError
 
     if not run_id or not run_id.strip():
         raise UserError("The run id is empty; pass one, e.g. --run-id smoke.")
     for name, value, least in (("--train-steps", train_steps, 0), ("--num-problems", num_problems, 0),
-                               ("--eval-samples", eval_samples, 1), ("--eval-max-problems", eval_max_problems or 0, 0)):
+                               ("--eval-samples", eval_samples, 1)):
         if value < least:
             raise UserError(f"{name} must be at least {least}, not {value}.")
+    check_max_problems(eval_max_problems, "--eval-max-problems")
     if not levels:
         raise UserError("--levels names no level; pass e.g. --levels 1 or --levels 1,2.")
     load_config(config, [*overrides, f"run_id={run_id}", f"db_path={db_path}", f"log_dir={log_dir}",
@@ -103,27 +104,20 @@ def pipeline_overrides(args: argparse.Namespace) -> list[str]:
     return overrides
 
 
-def _launch(module: str, args: list[str]) -> None:
+def _launch(module: str, args: list[str]) -> NoReturn:
+    """Become `python -m module args`: the flow module takes this process's place (exec).
+
+    So the pid a supervisor, `make` or a terminal holds is the process that handles SIGINT and SIGTERM and
+    stops what it started; a launcher in between would have to guess whether a signal already reached it.
+    """
     env = dict(os.environ)
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
-    child = subprocess.Popen([sys.executable, "-m", module, *args], env=env)
-
-    def forward(signum, _frame) -> None:  # SIGTERM/SIGHUP to us reach the child, which stops what it started
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    # Ctrl-C reaches the child from the terminal itself; we wait for it to finish stopping.
-    previous = {signum: signal.signal(signum, handler) for signum, handler in
-                ((signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, forward), (signal.SIGHUP, forward))}
-    try:
-        code = child.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    raise typer.Exit(130 if code == -signal.SIGINT else code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", module, *args], env)
 
 
 def register(app: typer.Typer) -> None:
@@ -159,7 +153,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start a local Prefect server (UI on localhost), deploy prefect.yaml and start a process worker.
 
-        Ctrl-C or SIGTERM stops the worker and the server it started; if the port is already served,
+        Ctrl-C, or SIGINT or SIGTERM to its pid, stops the worker and the server it started; if the port is already served,
         it says what runs there and exits 1.
         """
         args = ["--port", str(port)] + (["--no-worker"] if no_worker else [])

@@ -142,7 +142,8 @@ def build(
 
 def retrieve(
     problem: Annotated[str, typer.Option("--problem", "-p", help="Problem id, e.g. L1/19.")],
-    k: Annotated[int, typer.Option("--examples", "-n", help="Number of examples (-k is eval's --kernel).")] = 3,
+    k: Annotated[int, typer.Option("--top-k", "-k", "--examples", "-n",
+                                   help="How many examples to retrieve (top-k), at least 1.")] = 3,
     backend: Annotated[str, typer.Option("--backend", help="triton or cuda.")] = "triton",
     char_budget: Annotated[int, typer.Option("--char-budget", help="Characters allowed per example.")] = 6000,
     show_code: Annotated[bool, typer.Option("--code/--no-code", help="Print the examples' code.")] = True,
@@ -159,6 +160,8 @@ def retrieve(
 
     if backend not in ("triton", "cuda"):
         raise UserError(f"Unknown backend {backend!r}; choose triton or cuda.")
+    if k < 1:
+        raise UserError(f"--top-k must be at least 1, not {k}.")
     target = get_problem(problem, kernelbench_root)
     store = _store(db)
     console = Console()

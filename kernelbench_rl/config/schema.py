@@ -79,6 +79,8 @@ class EnvConfig:
     early_stop_on_correct: bool = False
     kernel_backend: str = "triton"  # triton | cuda
     instructions: str | None = None
+    # `env serve` only: an episode with no request for this long is closed (a client that crashed or walked away).
+    idle_timeout_s: Annotated[float, Gt(0)] = 1800.0
     feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
 
 
@@ -167,6 +169,7 @@ class TrainConfig:
         payload = config_to_dict(self)
         payload.pop("run_id", None)
         payload["eval"].pop("cluster", None)  # the same run, resumed on other hardware, keeps its id
+        payload["env"].pop("idle_timeout_s", None)  # a setting of the env server, not of training
         if payload["eval"].get("precision_policy") == "warn":
             payload["eval"].pop("precision_policy")  # the default: runs configured before the key keep their id
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]

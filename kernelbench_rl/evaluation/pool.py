@@ -15,14 +15,15 @@ import queue
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelbench_rl.evaluation import tempdirs
 from kernelbench_rl.evaluation.sandbox import scrubbed_env
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -151,6 +152,7 @@ class _Slot:
         for _ in orphans:
             self.capacity.release()
         if not self.pool.closed:
+            tempdirs.sweep_stale()  # the dead worker's root (its candidates' folders)
             self.restarts += 1
             if self.restarts <= self.pool.max_restarts:
                 self.start()
@@ -212,7 +214,10 @@ class WorkerPool:
         self.closed = False
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self._tags = itertools.count()
-        self.home = tempfile.mkdtemp(prefix="kbrl-eval-home-")
+        tempdirs.sweep_stale()  # folders of pools and workers that were killed before they could clean up
+        self.home = tempdirs.owned_tempdir("home")
+        # Removed by close(), or at the interpreter's exit for a pool never closed.
+        self._remove_home = weakref.finalize(self, shutil.rmtree, self.home, ignore_errors=True)
         self.log_dir = self.home
         self.slots: list[_Slot] = []
         for index in range(self.num_workers):
@@ -282,7 +287,7 @@ class WorkerPool:
             for job in list(slot.inflight.values()):
                 if not job.future.done():
                     job.future.set_result({"infra": "the evaluator was closed"})
-        shutil.rmtree(self.home, ignore_errors=True)
+        self._remove_home()
 
     def __enter__(self) -> WorkerPool:
         return self

@@ -39,7 +39,9 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import checks, discrimination, kernels, numerics, outputs, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation import (
+    checks, discrimination, kernels, numerics, outputs, runtime, sandbox, tempdirs, timing, wire,
+)
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
@@ -444,7 +446,7 @@ class Worker:
         self.config = config
         self.in_flight = config.in_flight or config.parallel + 1
         self.device = "cuda" if config.device == "cuda" else "cpu"
-        self.root = tempfile.mkdtemp(prefix="kbrl-eval-")
+        self.root = tempdirs.owned_tempdir("worker")  # named for this pid: a pool sweeps it if we are killed
         os.chmod(self.root, 0o711)
         self.cache_root = os.path.join(self.root, ".build-cache")
         os.makedirs(self.cache_root, mode=0o700, exist_ok=True)
@@ -1902,6 +1904,7 @@ def _abandon(worker: Worker) -> None:
             children = []
     for child in children:
         child.signal_kill()
+    shutil.rmtree(worker.root, ignore_errors=True)
     os._exit(0)
 
 

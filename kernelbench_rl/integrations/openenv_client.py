@@ -17,6 +17,14 @@ from openenv.core.env_client import EnvClient
 from kernelbench_rl.integrations.openenv_env import KernelAction, KernelObservation, KernelState
 
 
+class EnvServerUnreachable(ConnectionError):
+    """No answer from the server at all (nothing listens there, the connection dropped, it timed out)."""
+
+    def __init__(self, base_url: str, reason: str) -> None:
+        super().__init__(f"Could not reach the env server at {base_url} ({reason}); start one with "
+                         f"`kernelbench-rl env serve` or fix the URL.")
+
+
 class EnvServerError(RuntimeError):
     """The server refused a request (a 4xx): `status_code` and the server's one-sentence reason."""
 
@@ -42,7 +50,10 @@ class KernelEnvClient:
         self.episode_id: str | None = None
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = self._http.request(method, path, **kwargs)
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise EnvServerUnreachable(self.base_url, type(exc).__name__) from None
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail", response.text)
@@ -100,3 +111,10 @@ class KernelEnvWSClient(EnvClient[KernelAction, KernelObservation, KernelState])
 
     def _parse_state(self, payload: dict[str, Any]) -> KernelState:
         return KernelState(**payload)
+
+
+def require_env_server(base_url: str) -> None:
+    """Raise EnvServerUnreachable (one sentence) unless a server answers /health at base_url: a check to make
+    before a long job that needs it, so a wrong URL fails at once instead of inside the job."""
+    with KernelEnvClient(base_url, timeout_s=10.0) as client:
+        client.health()

@@ -24,6 +24,7 @@ import ast
 import json
 import random
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from openenv.core.env_server.interfaces import Environment  # noqa: E402
 from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
 from pydantic import Field  # noqa: E402
 
-from kernelbench_rl.envs.feedback import Feedback, clean_error_line  # noqa: E402
+from kernelbench_rl.envs.feedback import HINTS, Feedback, clean_error_line  # noqa: E402
 from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv  # noqa: E402
 from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
@@ -48,6 +49,7 @@ from kernelbench_rl.rewards.shaping import PRESETS, score  # noqa: E402
 
 MAX_CODE_BYTES = 1_000_000  # a kernel beyond this is not a kernel; refuse it before any work
 DEFAULT_RUN_ID = "openenv"
+DEFAULT_IDLE_TIMEOUT_S = 1800.0  # env.idle_timeout_s: long enough for a slow model's turn, short enough to free abandoned episodes
 
 
 # -- typed protocol ----------------------------------------------------------------------------
@@ -92,6 +94,9 @@ class KernelState(State):
     history_length: int = 0
     holdout: bool = False
     done: bool = False
+    # Why it ended: turns (all used), correct (early stop), infra (no verdict possible), expired (idle past
+    # env.idle_timeout_s), disconnected (its WebSocket session ended), replaced (its session reset).
+    end_reason: str | None = None
 
 
 def as_response(code: str) -> str:
@@ -125,7 +130,21 @@ class _Episode:
     number: int  # the `step` column of this episode's rows
     env: KernelEnv
     holdout: bool
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held while a step is evaluated
+    last_active: float = field(default_factory=time.monotonic)  # the end of its last request
+    close_reason: str | None = None  # set by a close that came while a step was being evaluated
+
+
+def _ended_detail(episode: _Episode, idle_timeout_s: float) -> str:
+    """Why a step on this finished episode is refused, and what to do: one sentence."""
+    reason = episode.env.end_reason
+    if reason == "expired":
+        return (f"Episode {episode.episode_id!r} was closed after {idle_timeout_s:g} s without a request "
+                "(env.idle_timeout_s); call /reset to start a new one.")
+    if reason in ("disconnected", "replaced"):
+        why = "its WebSocket session ended" if reason == "disconnected" else "its session started another episode"
+        return f"Episode {episode.episode_id!r} was closed when {why}; call /reset to start a new one."
+    return "The episode is done; call /reset to start a new one."
 
 
 class KernelEnvService:
@@ -135,9 +154,12 @@ class KernelEnvService:
 
     def __init__(self, evaluator: Any, train: Sequence[Problem], holdout: Sequence[Problem], *,
                  spec: EnvSpec, store: Any | None = None, preset: str = "correctness",
-                 speedup_cap: float = 8.0, run_id: str = DEFAULT_RUN_ID, keep_done: int = 1024) -> None:
+                 speedup_cap: float = 8.0, run_id: str = DEFAULT_RUN_ID, keep_done: int = 1024,
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
         if preset not in PRESETS:
             raise ValueError(f"unknown reward preset {preset!r}; use one of {', '.join(PRESETS)}")
+        if not idle_timeout_s > 0:
+            raise ValueError(f"idle_timeout_s must be positive, not {idle_timeout_s}")
         self.evaluator = evaluator
         self.train = {p.id: p for p in train}
         self.holdout = {p.id: p for p in holdout}
@@ -147,6 +169,7 @@ class KernelEnvService:
         self.speedup_cap = speedup_cap
         self.run_id = run_id
         self.keep_done = keep_done  # finished episodes kept for /state; older ones live on in the store only
+        self.idle_timeout_s = idle_timeout_s  # an open episode with no request for this long is closed
         self._episodes: dict[str, _Episode] = {}
         self._lock = threading.Lock()
         self._next_number = self._first_free_number()
@@ -164,7 +187,33 @@ class KernelEnvService:
     @property
     def open_episodes(self) -> int:
         with self._lock:
+            self._expire_idle()
             return sum(1 for e in self._episodes.values() if not e.env.done)
+
+    def _expire_idle(self) -> None:
+        """Close open episodes that had no request for idle_timeout_s (a client that crashed or walked away).
+
+        Called, under the service lock, before every request looks episodes up, so an expired episode never
+        counts as open. An episode whose step is being evaluated is busy, never idle."""
+        now = time.monotonic()
+        for episode in self._episodes.values():
+            if not episode.env.done and not episode.lock.locked() and now - episode.last_active > self.idle_timeout_s:
+                episode.env.end("expired")
+
+    def close_episode(self, episode_id: str, reason: str = "disconnected") -> None:
+        """End an open episode that its client gave up (a WebSocket session that ended); rows stay in the store.
+
+        Never waits: a step under way keeps its verdict, and the episode ends as that step finishes."""
+        with self._lock:
+            episode = self._episodes.get(episode_id)
+        if episode is None or episode.env.done:
+            return
+        episode.close_reason = reason  # first, so that a step finishing now sees it (see step's finally)
+        if episode.lock.acquire(blocking=False):
+            try:
+                episode.env.end(reason)
+            finally:
+                episode.lock.release()
 
     # -- reset ---------------------------------------------------------------------------------
     def reset(self, problem_id: str | None = None, seed: int | None = None, split: str = "train",
@@ -187,6 +236,7 @@ class KernelEnvService:
             problem = random.Random(seed).choice(sorted(pool.values(), key=lambda p: p.id))
         spec = self.spec if max_turns is None else EnvSpec(**{**self.spec.__dict__, "turns": max_turns})
         with self._lock:
+            self._expire_idle()
             episode_id = episode_id or uuid.uuid4().hex
             if episode_id in self._episodes and not self._episodes[episode_id].env.done:
                 raise EnvRequestError(f"Episode {episode_id!r} is still open; reset with a new episode_id.", 409)
@@ -203,8 +253,13 @@ class KernelEnvService:
         for episode in sorted(done, key=lambda e: e.number)[: max(0, len(done) - self.keep_done)]:
             del self._episodes[episode.episode_id]
 
+    def _several_open(self, count: int) -> EnvRequestError:
+        return EnvRequestError(f"{count} episodes are open; pass the episode_id that /reset returned (an episode "
+                               f"with no request for {self.idle_timeout_s:g} s is closed: env.idle_timeout_s).")
+
     def find(self, episode_id: str | None) -> _Episode:
         with self._lock:
+            self._expire_idle()
             if episode_id is None:
                 open_ = [e for e in self._episodes.values() if not e.env.done]
                 if len(open_) == 1:
@@ -213,7 +268,7 @@ class KernelEnvService:
                     raise EnvRequestError("No episode is open; call /reset first.", 409)
                 if not open_:
                     raise EnvRequestError("The episode is done; call /reset to start a new one.", 409)
-                raise EnvRequestError(f"{len(open_)} episodes are open; pass the episode_id that /reset returned.")
+                raise self._several_open(len(open_))
             if episode_id not in self._episodes:
                 raise EnvRequestError(f"Unknown episode {episode_id!r}; call /reset to start one.", 404)
             return self._episodes[episode_id]
@@ -231,35 +286,46 @@ class KernelEnvService:
         try:
             env = episode.env
             if env.done:
-                raise EnvRequestError("The episode is done; call /reset to start a new one.", 409)
+                raise EnvRequestError(_ended_detail(episode, self.idle_timeout_s), 409)
             messages = env.next_messages()
             completion = as_response(action.code)
             env.add_completion(messages_to_text(messages), [], completion, [], [], "stop")
             result = self.evaluator.evaluate_responses([env.problem.id], [completion])[0]
-            env.add_result(result)
             turn_score = score(result, self.preset, speedup_cap=self.speedup_cap)
+            if result.error_category == ErrorCategory.INFRA:
+                # Our failure (a lost worker), not a verdict: the row records it, and the turn is given back so
+                # that the same code sent again is judged as this turn (its row then replaces this one).
+                env.turns[-1].result, env.turns[-1].score = result, turn_score
+                self._record(episode)
+                env.turns.pop()
+                return self._observation(episode, result, None, action.request_feedback)
+            env.add_result(result)
             env.turns[-1].score = turn_score
             self._record(episode)
             return self._observation(episode, result, turn_score.reward, action.request_feedback)
         finally:
+            episode.last_active = time.monotonic()
             episode.lock.release()
+            if episode.close_reason is not None:  # its session closed while this step was evaluated
+                episode.env.end(episode.close_reason)
 
     def state(self, episode_id: str | None = None) -> KernelState:
         episode = self.find_any(episode_id)
         env = episode.env
         return KernelState(episode_id=episode.episode_id, step_count=len(env.turns), problem_id=env.problem.id,
                            turn=len(env.turns), max_turns=env.spec.turns, history_length=len(env.turns),
-                           holdout=episode.holdout, done=env.done)
+                           holdout=episode.holdout, done=env.done, end_reason=env.end_reason)
 
     def find_any(self, episode_id: str | None) -> _Episode:
         """Like find, but a finished episode is fine (state after the end), and with no id the newest."""
         with self._lock:
+            self._expire_idle()
             if episode_id is None:
                 if not self._episodes:
                     raise EnvRequestError("No episode exists yet; call /reset first.", 409)
                 open_ = [e for e in self._episodes.values() if not e.env.done]
                 if len(open_) > 1:
-                    raise EnvRequestError(f"{len(open_)} episodes are open; pass the episode_id that /reset returned.")
+                    raise self._several_open(len(open_))
                 return open_[0] if open_ else max(self._episodes.values(), key=lambda e: e.number)
         return self.find(episode_id)
 
@@ -277,6 +343,12 @@ class KernelEnvService:
         }
         if result is not None:
             feedback = Feedback.from_result(result, profile=env.spec.feedback_profile)
+            if result.error_category == ErrorCategory.INFRA:  # step() gave the turn back
+                feedback.hint = (f"The evaluation failed on our side, not because of your kernel, so this turn was not "
+                                 f"counted (turn {len(env.turns) + 1} of {env.spec.turns} is still yours): send the same "
+                                 "code again.")
+            elif result.error_category.is_ours:  # too large for this device: no turn of this episode can be judged
+                feedback.hint = f"{HINTS[result.error_category.value]} The episode has ended; call /reset for another problem."
             fields.update({
                 "format_ok": bool(result.format_ok), "compiled": bool(result.compiled), "correct": bool(result.correct),
                 "speedup": result.speedup if result.speedup_counts else None,
@@ -337,8 +409,15 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
     def reset(self, seed: int | None = None, episode_id: str | None = None, problem_id: str | None = None,
               split: str = "train", max_turns: int | None = None, **_: Any) -> KernelObservation:
         observation = self.service.reset(problem_id=problem_id, seed=seed, split=split, max_turns=max_turns)
+        if self.episode_id is not None:  # the session's previous episode is given up, not left open
+            self.service.close_episode(self.episode_id, "replaced")
         self.episode_id = observation.episode_id
         return observation
+
+    def close(self) -> None:
+        """OpenEnv calls this when the WebSocket session ends (closed or dropped): its episode ends with it."""
+        if self.episode_id is not None:
+            self.service.close_episode(self.episode_id, "disconnected")
 
     def step(self, action: KernelAction, timeout_s: float | None = None, **_: Any) -> KernelObservation:
         if self.episode_id is None:
@@ -365,4 +444,5 @@ def build_service(config: Any, *, store: Any | None = None, max_turns: int | Non
     chosen = preset or (config.rewards.preset if config.rewards.preset in PRESETS else "correctness")
     evaluator = open_evaluator(config, store, problems)
     return KernelEnvService(evaluator, train, holdout, spec=spec, store=store, preset=chosen,
-                            speedup_cap=config.rewards.speedup_cap, run_id=run_id)
+                            speedup_cap=config.rewards.speedup_cap, run_id=run_id,
+                            idle_timeout_s=config.env.idle_timeout_s)

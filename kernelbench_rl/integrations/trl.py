@@ -10,13 +10,17 @@
 The dataset's prompts are our training prompts (chat messages); its `problem_id` column reaches
 the reward function as a keyword, as TRL passes dataset columns. Rewards come from our reward
 presets over our evaluator's verdicts, so they equal what `train` would give the same kernels.
-An infrastructure failure gives None (TRL's "no reward"), never a zero. This module imports
-neither trl nor torch at import time: it stays importable where trl is not installed.
+An infrastructure failure (a lost worker, an env server that stopped answering) gives None, TRL's
+"no reward": TRL (1.16) leaves such a completion out of its group's baseline and gives it no advantage;
+it is never a zero. This module imports neither trl nor torch at import time: it stays importable where
+trl is not installed.
 
 Multi-turn (Kevin-style refinement): `make_rollout_func(episodes, ...)` generates with the
 trainer's model, sends each turn's kernel to the environment, appends the environment's feedback
 turn (masked out of the loss through `env_mask`), and returns the episode's discounted return as
-`env_reward`, which `env_reward` (the reward function) hands to the trainer.
+`env_reward`, which `env_reward` (the reward function) hands to the trainer. A turn the environment
+could not judge (infra) is sent again as the environment asks, up to INFRA_RESENDS times; an episode
+with a turn still unjudged then has no return (None), never a zero.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from kernelbench_rl.rewards.returns import discounted_returns
 from kernelbench_rl.rewards.shaping import score
 
 EvaluateFn = Callable[[list[str], list[str]], list[EvalResult]]
+INFRA_RESENDS = 2  # an unjudged turn (infra) is sent again this many times before its episode goes unscored
 
 
 def completion_text(completion: Any) -> str:
@@ -67,6 +72,10 @@ class KernelRewardFunction:
                  preset: str = "correctness", speedup_cap: float = 8.0, concurrency: int = 8) -> None:
         if (evaluate is None) == (env_url is None):
             raise ValueError("pass exactly one of evaluate (an in-process evaluator) and env_url (an env server)")
+        if env_url is not None:
+            from kernelbench_rl.integrations.openenv_client import require_env_server
+
+            require_env_server(env_url)  # a wrong URL fails here, in one sentence, not inside the trainer
         self.evaluate = evaluate
         self.env_url = env_url
         self.preset = preset
@@ -85,12 +94,20 @@ class KernelRewardFunction:
         return self._via_server(list(problem_id), texts)
 
     def _via_server(self, problem_ids: list[str], texts: list[str]) -> list[float | None]:
-        from kernelbench_rl.integrations.openenv_client import KernelEnvClient
+        from kernelbench_rl.integrations.openenv_client import EnvServerUnreachable, KernelEnvClient
 
         def one(pair: tuple[str, str]) -> float | None:
-            with KernelEnvClient(self.env_url or "") as client:
-                client.reset(problem_id=pair[0], max_turns=1)
-                return client.step(pair[1]).reward
+            try:
+                with KernelEnvClient(self.env_url or "") as client:
+                    client.reset(problem_id=pair[0], max_turns=1)
+                    result = client.step(pair[1])
+                    for _ in range(INFRA_RESENDS):  # infra: the turn was given back; send it again
+                        if result.reward is not None or result.done:
+                            break
+                        result = client.step(pair[1])
+                    return result.reward
+            except EnvServerUnreachable:  # the server went away mid-run: no reward, not a zero
+                return None
 
         with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
             return list(pool.map(one, zip(problem_ids, texts, strict=True)))
@@ -107,7 +124,8 @@ def env_reward(completions: Sequence[Any] = (), env_reward: Sequence[float | Non
 # -- multi-turn ------------------------------------------------------------------------------
 class Episode(Protocol):
     """One environment episode: `reset` gives the first prompt; `step(response)` gives
-    (reward, done, next prompt's messages or None)."""
+    (reward, done, next prompt's messages or None). A reward of None with done False means the turn was
+    not judged (infra) and is still open: the same response may be sent again."""
 
     def reset(self, problem_id: str, max_turns: int) -> list[dict[str, str]]: ...
 
@@ -136,20 +154,31 @@ class ServerEpisode:
         return observation.messages
 
     def step(self, response: str) -> tuple[float | None, bool, list[dict[str, str]] | None]:
+        """(reward, done, next messages); reward None and not done: not judged (infra), send the same again."""
+        from kernelbench_rl.integrations.openenv_client import EnvServerUnreachable
         from kernelbench_rl.integrations.openenv_env import KernelAction
 
         action = KernelAction(code=response)
         if self.service is not None:
             observation = self.service.step(action, self.episode_id)
         else:
-            observation = self.client.step(action).observation
+            try:
+                observation = self.client.step(action).observation
+            except EnvServerUnreachable:  # the server went away: this episode cannot be judged
+                self.close()
+                return None, True, None
             if observation.done:
-                self.client.close()
+                self.close()
         return observation.reward, observation.done, (None if observation.done else observation.messages)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
 
 
 def make_rollout_func(problems: Sequence[Problem], new_episode: Callable[[], Episode], *, max_turns: int = 2,
-                      gamma: float = 0.4, backend: str = "triton", temperature: float = 1.0) -> Callable[..., dict]:
+                      gamma: float = 0.4, backend: str = "triton", temperature: float = 1.0,
+                      infra_resends: int = INFRA_RESENDS) -> Callable[..., dict]:
     """A GRPOTrainer `rollout_func` running Kevin-style episodes with the trainer's own model.
 
     Prompts are matched back to their problem through the dataset's prompt text (kernel_prompt_dataset).
@@ -184,6 +213,7 @@ def make_rollout_func(problems: Sequence[Problem], new_episode: Callable[[], Epi
             logprobs: list[float] = []
             mask: list[int] = []
             rewards: list[float] = []
+            unjudged = False
             for _ in range(max_turns):
                 inputs = torch.tensor([context], device=model.device)
                 with torch.no_grad():
@@ -196,8 +226,16 @@ def make_rollout_func(problems: Sequence[Problem], new_episode: Callable[[], Epi
                 logprobs += token_logprobs
                 mask += [1] * len(new_ids)
                 context += new_ids
-                reward, done, next_messages = episode.step(tokenizer.decode(new_ids, skip_special_tokens=True))
-                rewards.append(0.0 if reward is None else float(reward))
+                response = tokenizer.decode(new_ids, skip_special_tokens=True)
+                reward, done, next_messages = episode.step(response)
+                for _ in range(infra_resends):  # not judged (infra): the turn was given back, send it again
+                    if reward is not None or done:
+                        break
+                    reward, done, next_messages = episode.step(response)
+                if reward is None:  # still no verdict: the episode has no return, and is never scored zero
+                    unjudged = True
+                    break
+                rewards.append(float(reward))
                 if done or next_messages is None:
                     break
                 # The feedback turn: the next prompt's tokens beyond what the model has already seen.
@@ -210,7 +248,9 @@ def make_rollout_func(problems: Sequence[Problem], new_episode: Callable[[], Epi
             out["completion_ids"].append(completion_ids)
             out["logprobs"].append(logprobs)
             out["env_mask"].append(mask)
-            out["env_reward"].append(discounted_returns(rewards, gamma)[0] if rewards else 0.0)
+            if unjudged and hasattr(episode, "close"):
+                episode.close()  # given up: its connection goes now (the server expires the episode)
+            out["env_reward"].append(None if unjudged or not rewards else discounted_returns(rewards, gamma)[0])
         return out
 
     return rollout

@@ -27,9 +27,12 @@ def run_facts(store: Store, run_id: str) -> dict[str, Any]:
     events = store.query(
         "SELECT step, kind, from_value, to_value, reason FROM curriculum_events WHERE run_id = ? ORDER BY step, kind",
         [run_id]).to_dicts()
+    # Each evaluation has one overall row (level NULL). A resumed run evaluates again, so the summary keeps the
+    # newest evaluation of each checkpoint (what this invocation just measured) and counts the earlier ones.
     reports = store.query(
-        "SELECT checkpoint, metrics_json FROM eval_reports WHERE run_id = ? AND level IS NULL AND split = 'holdout' "
-        "ORDER BY created_at", [run_id]).to_dicts()
+        "SELECT checkpoint, created_at, metrics_json FROM eval_reports WHERE run_id = ? AND level IS NULL "
+        "AND split = 'holdout' ORDER BY created_at", [run_id]).to_dicts()
+    newest = {r["checkpoint"]: (position, r) for position, r in enumerate(reports)}
     # Sampled kernels the evaluator judged correct on training problems (RL rollouts of this run).
     correct_train = store.fetchall(
         "SELECT count(*), count(DISTINCT r.problem_id) FROM rollouts r JOIN evaluations e USING (eval_key) "
@@ -43,7 +46,9 @@ def run_facts(store: Store, run_id: str) -> dict[str, Any]:
         "sft_losses": [(r["step"], r["loss"]) for r in sft],
         "rl_steps": steps,
         "promotions": events,
-        "holdout": [(r["checkpoint"], json.loads(r["metrics_json"] or "{}")) for r in reports],
+        "holdout": [(r["checkpoint"], r["created_at"], json.loads(r["metrics_json"] or "{}"))
+                    for _, r in sorted(newest.values(), key=lambda pair: pair[0])],
+        "earlier_holdout_evaluations": len(reports) - len(newest),
         "correct_train_samples": int(correct_train[0]),
         "correct_train_problems": int(correct_train[1]),
         "evaluated_rollouts": int(evaluated),
@@ -75,12 +80,17 @@ def run_summary(store: Store, run_id: str) -> str:
     lines.append(f"  sampled kernels judged correct on training problems: {facts['correct_train_samples']} "
                  f"(on {facts['correct_train_problems']} problem(s)), of {facts['evaluated_rollouts']} evaluated")
     if facts["holdout"]:
-        parts = []
-        for label, metrics in facts["holdout"]:
-            parts.append(f"{label}: pass@1 {_fmt((metrics.get('pass_at_k') or {}).get('pass@1'), 2)}, "
+        lines.append("  holdout (the newest evaluation of each checkpoint, newest last):")
+        width = max(len(label) for label, _, _ in facts["holdout"])
+        for label, created_at, metrics in facts["holdout"]:
+            when = created_at.strftime("%Y-%m-%d %H:%M") if created_at is not None else "-"
+            lines.append(f"    {label:<{width}}  {when}  pass@1 {_fmt((metrics.get('pass_at_k') or {}).get('pass@1'), 2)}, "
                          f"compile {_fmt(metrics.get('compile_rate'), 2)}, correct {_fmt(metrics.get('correct_rate'), 2)}")
-        lines.append("  holdout " + " | ".join(parts))
-        if all(not metrics.get("correct_rate") for _, metrics in facts["holdout"]):
+        if facts["earlier_holdout_evaluations"]:
+            lines.append(f"  ({facts['earlier_holdout_evaluations']} earlier holdout evaluation(s) of this run: "
+                         f"SELECT created_at, checkpoint, metrics_json FROM eval_reports WHERE run_id = '{run_id}' "
+                         "AND level IS NULL ORDER BY created_at)")
+        if all(not metrics.get("correct_rate") for _, _, metrics in facts["holdout"]):
             lines.append("  (a model this small memorises the training kernels; unseen holdout problems staying at "
                          "zero is the honest result)")
     return "\n".join(lines)
