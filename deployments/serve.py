@@ -86,9 +86,9 @@ def main() -> None:
     args = parser.parse_args()
 
     busy = what_runs_on(args.port)
-    if busy:
+    if busy:  # the port is held by another process: busy, as a run or a DuckDB file another process holds (README)
         print(f"error: {busy}", file=sys.stderr, flush=True)
-        raise SystemExit(1)
+        raise SystemExit(3)
 
     local = LocalPrefect(prefect_home=args.prefect_home, port=args.port, log_dir=args.prefect_home / "logs")
     state = state_file(args.port)
