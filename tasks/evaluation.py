@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import re
 from pathlib import Path
 from typing import Any
@@ -34,18 +33,13 @@ def artifact_key(name: str) -> str:
 
 @task(name="publish-report", cache_policy=NO_CACHE)
 def publish_report(reports: list[Any], out_dir: str, key: str, header: str = "") -> str:
-    """A markdown artifact with the side-by-side table and the speedup plot (embedded PNG)."""
-    from kernelbench_rl.training.checkpoint_eval import markdown_table, speedup_plot
+    """A markdown artifact with the side-by-side table, the speedup plot and, for GPU evaluations, the roofline."""
+    from kernelbench_rl.training.checkpoint_eval import report_markdown
 
-    table = markdown_table(reports)
-    plot = speedup_plot(reports, Path(out_dir) / f"{key}-speedups.png")
-    image = base64.b64encode(plot.read_bytes()).decode()
-    ids = ", ".join(f"{r.label}: `{r.eval_id}`" for r in reports)
+    table, markdown, plot = report_markdown(reports, out_dir, key, header)
     create_markdown_artifact(
         key=artifact_key(key),
-        markdown=(f"## Checkpoint evaluation\n\n{header + chr(10) + chr(10) if header else ''}{table}\n\n"
-                  f"Evaluation ids (eval_reports.eval_id, eval_samples.eval_id): {ids}\n\n"
-                  f"![speedups](data:image/png;base64,{image})\n"),
+        markdown=markdown,
         description=f"pass@k, fast_p and rates per checkpoint ({plot})",
     )
     return table

@@ -215,3 +215,21 @@ def test_eval_dir_entries_carry_the_speed_of_light_when_timed():
     assert entry["bound"] == "memory" and entry["sol_fraction"] == pytest.approx(3.8306 / 4.4, rel=1e-3)
     untimed = EvalResult(problem_id="L1/19", candidate_sha256="k", backend="triton", precision="fp32", device_kind="cpu")
     assert "sol_fraction" not in _kernelbench_entry(0, untimed)["metadata"]
+
+
+def test_an_evaluation_artifact_carries_the_roofline_when_kernels_were_timed(tmp_path):
+    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.evaluation.result import EvalResult
+    from kernelbench_rl.metrics import SampleOutcome, summarize
+    from kernelbench_rl.training.checkpoint_eval import CheckpointReport, report_markdown
+
+    outcomes = [SampleOutcome("L1/19", True, True, 1.0)]
+    timed = EvalResult(problem_id="L1/19", candidate_sha256="k", backend="triton", precision="fp32", device_kind="cuda",
+                       correct=True, runtime_ms=4.4, speed_of_light=speed_of_light(_relu_floor(), 4.4, 4.4))
+    gpu = CheckpointReport("r", "step_1", "holdout", outcomes, summarize(outcomes, (1,)), timed=[timed])
+    cpu = CheckpointReport("r", "base", "holdout", outcomes, summarize(outcomes, (1,)))
+    _, markdown, _ = report_markdown([cpu, gpu], tmp_path, "nightly")
+    assert "![speedups](data:image/png;base64," in markdown and "![roofline](data:image/png;base64," in markdown
+    assert (tmp_path / "nightly-roofline.png").exists()
+    _, cpu_only, _ = report_markdown([cpu], tmp_path, "cpu")
+    assert "roofline" not in cpu_only  # nothing timed on the CPU: no empty plot

@@ -46,6 +46,7 @@ class CheckpointReport:
     # Each evaluation keeps its own rows (history): "how did checkpoint X score over time" is one query.
     eval_id: str = field(default_factory=new_eval_id)
     samples: list[dict[str, Any]] = field(default_factory=list)  # eval_samples rows
+    timed: list[Any] = field(default_factory=list)  # GPU: the best turns' results with their speed of light
 
     def rows(self) -> list[dict[str, Any]]:
         """eval_reports rows: one per level and one for all levels (level NULL)."""
@@ -234,7 +235,9 @@ def _report(run_id: str, label: str, split: str, problems: Sequence[Problem], gr
         level: summarize([o for o in outcomes if levels[o.problem_id] == level], usable_ks)
         for level in sorted(set(levels.values()))
     }
-    return CheckpointReport(run_id, label, split, outcomes, summarize(outcomes, usable_ks), per_level)
+    timed = [turn.result for envs in groups for env in envs if (turn := _best_turn(env)) is not None
+             and turn.result is not None and turn.result.speed_of_light]
+    return CheckpointReport(run_id, label, split, outcomes, summarize(outcomes, usable_ks), per_level, timed=timed)
 
 
 def evaluate_model(
@@ -400,6 +403,29 @@ def markdown_table(reports: Sequence[CheckpointReport]) -> str:
             str(r.per_level[level].num_problems) if level in r.per_level else "-" for r in reports) + " |")
         lines += summary_rows(f"L{level} ", lambda r, level=level: r.per_level.get(level))
     return "\n".join(lines)
+
+
+def report_markdown(reports: Sequence[CheckpointReport], out_dir: str | Path, key: str,
+                    header: str = "") -> tuple[str, str, Path]:
+    """(the table, the whole markdown, the speedup plot's path) of an evaluation's artifact: the side-by-side table,
+    the speedup histogram and, where kernels were timed on a GPU, the best ones against the speed of light."""
+    import base64
+
+    from kernelbench_rl.evaluation.roofline import roofline_plot
+
+    def embedded(name: str, path: Path) -> str:
+        return f"![{name}](data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()})\n"
+
+    table = markdown_table(reports)
+    plot = speedup_plot(reports, Path(out_dir) / f"{key}-speedups.png")
+    timed = [result for report in reports for result in report.timed]
+    roofline = embedded("roofline", roofline_plot(timed, Path(out_dir) / f"{key}-roofline.png",
+                                                  title="Best kernels against the speed of light")) if timed else ""
+    ids = ", ".join(f"{r.label}: `{r.eval_id}`" for r in reports)
+    markdown = (f"## Checkpoint evaluation\n\n{header + chr(10) + chr(10) if header else ''}{table}\n\n"
+                f"Evaluation ids (eval_reports.eval_id, eval_samples.eval_id): {ids}\n\n"
+                f"{embedded('speedups', plot)}{roofline}")
+    return table, markdown, plot
 
 
 def speedup_plot(reports: Sequence[CheckpointReport], path: str | Path) -> Path:
