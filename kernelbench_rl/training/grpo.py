@@ -16,7 +16,7 @@ import torch
 
 from kernelbench_rl.rewards.returns import discounted_returns, group_advantages, is_constant
 from kernelbench_rl.rewards.shaping import score
-from kernelbench_rl.training.rollouts import GroupRollout
+from kernelbench_rl.training.rollouts import GroupRollout, MissingLogprobsError
 
 
 @dataclass
@@ -76,8 +76,11 @@ def sample_to_datum(sample: SampleTurn) -> tinker.Datum:
     prompt_T, completion_T = sample.prompt_tokens, sample.completion_tokens
     tokens_T = prompt_T + completion_T
     n_prompt_targets = len(prompt_T) - 1
-    sampled_T = list(sample.logprobs[: len(completion_T)])
-    sampled_T += [0.0] * (len(completion_T) - len(sampled_T))
+    if len(sample.logprobs) != len(completion_T):
+        raise MissingLogprobsError(
+            f"Sample {sample.problem_id}#{sample.sample_index} turn {sample.turn} has {len(sample.logprobs)} sampler "
+            f"logprobs for {len(completion_T)} completion tokens; the loss needs exactly one per token.")
+    sampled_T = list(sample.logprobs)
     logprobs_T = [0.0] * n_prompt_targets + sampled_T
     advantages_T = [0.0] * n_prompt_targets + [sample.advantage] * len(completion_T)
     return tinker.Datum(

@@ -42,6 +42,28 @@ class PromptRenderer:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
 
 
+class MissingLogprobsError(RuntimeError):
+    """The sampler returned a sequence without one log-probability per token.
+
+    The importance-sampling and PPO losses divide by the sampler's probability of every trained
+    token; a made-up value (0.0 means probability 1) would bias every update silently.
+    """
+
+
+def sampler_logprobs(sequence: Any, num_tokens: int) -> list[float]:
+    """The sampler's per-token logprobs of a sampled sequence, checked to cover every token."""
+    if sequence.logprobs is None:
+        raise MissingLogprobsError(
+            f"The sampler returned a sequence of {num_tokens} tokens without logprobs; the policy-gradient "
+            "losses need the sampler's logprob of every token (is the backend asked for them?).")
+    logprobs = [float(x) for x in sequence.logprobs]
+    if len(logprobs) != num_tokens:
+        raise MissingLogprobsError(
+            f"The sampler returned {len(logprobs)} logprobs for a sequence of {num_tokens} tokens; "
+            "the policy-gradient losses need exactly one per token.")
+    return logprobs
+
+
 @dataclass
 class GroupRollout:
     index: int
@@ -96,7 +118,7 @@ class RolloutRunner:
 
     def _record(self, env: KernelEnv, prompt: str, prompt_tokens: list[int], sequence: Any) -> None:
         tokens = list(sequence.tokens)
-        logprobs = list(sequence.logprobs) if sequence.logprobs is not None else [0.0] * len(tokens)
+        logprobs = sampler_logprobs(sequence, len(tokens))
         env.add_completion(prompt, prompt_tokens, self.renderer.decode(tokens), tokens, logprobs,
                            str(sequence.stop_reason))
 
