@@ -36,3 +36,125 @@ def test_a_sample_with_short_logprobs_never_becomes_a_datum() -> None:
                         trainable=True)
     with pytest.raises(MissingLogprobsError, match="2 sampler logprobs for 3 completion tokens"):
         sample_to_datum(sample)
+
+
+# -- truncated completions -------------------------------------------------------------------------
+def _group_with_cut(verdicts: list[dict], cut: list[bool]):
+    from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
+    from kernelbench_rl.training.rollouts import GroupRollout
+
+    builder = EnvGroupBuilder(get_problem("L1/19"), len(verdicts), EnvSpec())
+    envs = builder()
+    for env, verdict, was_cut in zip(envs, verdicts, cut, strict=True):
+        env.add_completion("p", [1, 2, 3], "c", [4, 5], [-0.5, -0.25], "length" if was_cut else "stop")
+        env.add_result(EvalResult(problem_id="L1/19", candidate_sha256="x", backend="triton", precision="fp32",
+                                  device_kind="cuda", **verdict))
+    return GroupRollout(0, builder, envs)
+
+
+def _verdicts():
+    from kernelbench_rl.evaluation.result import ErrorCategory
+
+    correct = dict(error_category=ErrorCategory.OK, format_ok=True, compiled=True, correct=True, speedup=1.0)
+    compiled = dict(error_category=ErrorCategory.MISMATCH, format_ok=True, compiled=True)
+    return [correct, correct, compiled]  # sample 0 is correct but was cut at max_tokens
+
+
+def _score(policy: str):
+    from kernelbench_rl.training.grpo import score_group
+
+    group = _group_with_cut(_verdicts(), [True, False, False])
+    return score_group(group, "correctness", gamma=0.4, baseline="loo", speedup_cap=8.0, truncated=policy)
+
+
+def test_a_truncated_turn_earns_no_credit_by_default() -> None:
+    cut, correct, compiled = _score("reward")
+    assert cut.truncated and cut.reward == 0.0 and correct.reward == pytest.approx(1.0)
+    assert cut.trainable and cut.advantage < 0  # pushed away from running out of tokens
+
+
+def test_drop_leaves_a_truncated_turn_out_of_the_loss_and_the_baseline() -> None:
+    cut, correct, compiled = _score("drop")
+    assert cut.dropped_truncated and not cut.trainable and cut.advantage == 0.0
+    # leave-one-out over the two that finished: the cut sample is not in anyone's baseline
+    assert correct.advantage == pytest.approx(correct.reward - compiled.reward)
+
+
+def test_zero_advantage_keeps_a_truncated_turn_in_the_baseline_only() -> None:
+    cut, correct, compiled = _score("zero_advantage")
+    assert not cut.trainable and cut.advantage == 0.0 and not cut.dropped_truncated
+    assert correct.advantage == pytest.approx(correct.reward - (cut.reward + compiled.reward) / 2)
+
+
+def test_keep_scores_a_truncated_turn_by_its_verdict() -> None:
+    cut, correct, _ = _score("keep")
+    assert cut.reward == pytest.approx(correct.reward) and cut.trainable
+
+
+# -- chat format: renderer, stop sequences, thinking, max_tokens ----------------------------------
+def _qwen_config(*overrides: str):
+    from kernelbench_rl.config import load_config
+
+    return load_config("default", ["policy.backend=tinker", "policy.base_model=Qwen/Qwen3-8B", *overrides])
+
+
+def test_qwen3_prompts_and_stops_come_from_the_cookbook_renderer() -> None:
+    tokenizer = load_tokenizer("local:tiny")  # ChatML tokens like Qwen's; the real tokenizer is not offline
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    plain = PromptRenderer.for_config(_qwen_config(), tokenizer)
+    assert type(plain.chat_renderer).__name__ == "Qwen3DisableThinkingRenderer"
+    assert plain.stop_sequences == [im_end] and plain.end_of_answer_tokens() == [im_end]
+    assert tokenizer.decode(plain.encode_messages(messages)).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    thinking = PromptRenderer.for_config(_qwen_config("sampling.thinking=true"), tokenizer)
+    assert type(thinking.chat_renderer).__name__ == "Qwen3Renderer"
+    assert tokenizer.decode(thinking.encode_messages(messages)).endswith("<|im_start|>assistant\n")
+    # A model the cookbook does not know keeps the tokenizer's template and stops at EOS.
+    from kernelbench_rl.config import load_config
+
+    tiny = PromptRenderer.for_config(load_config("default", ["policy.backend=local"]), tokenizer)
+    assert tiny.chat_renderer is None and tiny.stop_sequences is None
+    assert tiny.end_of_answer_tokens() == [tokenizer.eos_token_id]
+
+
+def test_the_sampler_is_asked_to_stop_at_the_renderer_stop_sequence() -> None:
+    try:
+        from tests.tinker_standin import StandinServiceClient
+    except ImportError:
+        from tinker_standin import StandinServiceClient
+
+    service = StandinServiceClient()
+    training = service.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=4).result()
+    sampling = training.save_weights_and_get_sampling_client().result()
+    renderer = PromptRenderer.for_config(_qwen_config("sampling.max_tokens=6"), training.get_tokenizer())
+    runner = RolloutRunner(sampling, renderer, lambda ids, responses: [_failed(pid) for pid in ids])
+    runner.run(make_builders(_qwen_config("sampling.max_tokens=6")))
+    (request,) = sampling.requests
+    assert request["params"].stop == renderer.stop_sequences == [training.get_tokenizer().convert_tokens_to_ids("<|im_end|>")]
+    assert request["params"].max_tokens == 6
+
+
+def _failed(problem_id: str):
+    from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
+
+    return EvalResult(problem_id=problem_id, candidate_sha256="x", backend="triton", precision="fp32",
+                      device_kind="cpu", error_category=ErrorCategory.FORMAT)
+
+
+def make_builders(config):
+    from kernelbench_rl.envs.kernel_env import make_group_builders
+
+    return make_group_builders([get_problem("L1/19")], 2, EnvSpec.from_config(config))
+
+
+def test_max_tokens_defaults_fit_the_model_and_thinking() -> None:
+    from kernelbench_rl.config import load_config
+
+    assert _qwen_config().max_completion_tokens() == 4096
+    assert _qwen_config("sampling.thinking=true").max_completion_tokens() == 16384
+    assert _qwen_config().turn_token_budget() == 32768
+    assert _qwen_config("sampling.max_tokens=123").max_completion_tokens() == 123
+    tiny = load_config("default", ["policy.backend=local"])
+    # local:tiny has 4096 positions: the completion leaves room for the prompt, the turn fits the context
+    assert tiny.max_completion_tokens() == 3072 and tiny.turn_token_budget() == 4096
+    assert EnvSpec.from_config(tiny).max_tokens == 3072 and EnvSpec.from_config(tiny).token_budget == 4096

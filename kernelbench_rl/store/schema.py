@@ -310,6 +310,17 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        10,
+        "truncated completions are visible: each rollout's stop reason, each step's truncated rate",
+        [
+            "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS stop_reason VARCHAR",  # stop | length (cut at max_tokens)
+            "ALTER TABLE train_steps ADD COLUMN IF NOT EXISTS truncated_rate DOUBLE",
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",

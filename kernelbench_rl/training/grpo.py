@@ -35,10 +35,25 @@ class SampleTurn:
     advantage: float = 0.0
     trainable: bool = False
     dropped_constant: bool = False
+    truncated: bool = False  # cut at max_tokens (stop_reason "length")
+    dropped_truncated: bool = False  # left out of the loss and the baseline (rewards.truncated=drop)
 
 
-def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str, speedup_cap: float) -> list[SampleTurn]:
-    """Score every turn of a finished group and fill returns and advantages."""
+TRUNCATION_POLICIES = ("reward", "drop", "zero_advantage", "keep")
+
+
+def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str, speedup_cap: float,
+                truncated: str = "reward", truncated_reward: float = 0.0) -> list[SampleTurn]:
+    """Score every turn of a finished group and fill returns and advantages.
+
+    A truncated turn (its completion hit max_tokens) is handled by `truncated`: `drop` leaves it out
+    of its turn's baseline and of the loss; `zero_advantage` keeps it in the baseline with no
+    gradient of its own; `reward` scores it `truncated_reward` instead of its verdict; `keep` scores
+    its verdict like any other turn. Its score still counts in the returns of the turns before it
+    (Kevin mode): that is what happened.
+    """
+    if truncated not in TRUNCATION_POLICIES:
+        raise ValueError(f"unknown truncation policy {truncated!r}")
     samples: list[SampleTurn] = []
     by_turn: dict[int, list[SampleTurn]] = {}
     for sample_index, env in enumerate(group.envs):
@@ -47,16 +62,23 @@ def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str
         for turn in env.turns:
             assert turn.result is not None
             turn.score = score(turn.result, preset, speedup_cap=speedup_cap)
+            cut = turn.stop_reason == "length"
+            reward = turn.score.reward
+            if cut and truncated == "reward" and reward is not None:
+                reward = truncated_reward
             sample = SampleTurn(problem_id=env.problem.id, level=env.problem.level, sample_index=sample_index,
                                 turn=turn.index, prompt_tokens=turn.prompt_tokens,
                                 completion_tokens=turn.completion_tokens, logprobs=turn.logprobs,
-                                reward=turn.score.reward)
+                                reward=reward, truncated=cut)
             samples.append(sample)
-            if turn.score.reward is not None:  # an infra turn ends the episode, so scored turns are a prefix
-                rewards_T.append(turn.score.reward)
+            if reward is not None:  # an infra turn ends the episode, so scored turns are a prefix
+                rewards_T.append(reward)
                 turns_T.append(sample)
         for sample, ret in zip(turns_T, discounted_returns(rewards_T, gamma), strict=True):
             sample.return_value = ret
+            if sample.truncated and truncated == "drop":
+                sample.dropped_truncated = True
+                continue
             by_turn.setdefault(sample.turn, []).append(sample)
     for turn_samples in by_turn.values():
         returns_G = [s.return_value for s in turn_samples]
@@ -65,6 +87,8 @@ def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str
                 s.dropped_constant = True
             continue
         for s, advantage in zip(turn_samples, group_advantages(returns_G, baseline), strict=True):
+            if s.truncated and truncated == "zero_advantage":
+                continue  # in the others' baseline, no gradient of its own
             s.advantage = advantage
             s.trainable = bool(s.completion_tokens)
     return samples

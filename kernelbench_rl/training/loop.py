@@ -25,7 +25,7 @@ from typing import Any
 
 import tinker
 
-from kernelbench_rl.config.schema import DEFAULT_LOCAL_MODEL, DEFAULT_TINKER_MODEL, TrainConfig, config_to_dict
+from kernelbench_rl.config.schema import TrainConfig, config_to_dict
 from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.result import EvalSettings
@@ -63,15 +63,11 @@ class TrainSummary:
     level: int
     finished: bool  # all configured steps are done
     last_metrics: dict[str, float] = field(default_factory=dict)
+    truncated_rate: float | None = None  # share of the run's sampled turns cut at max_tokens (all steps so far)
 
 
 def resolve_base_model(config: TrainConfig) -> str:
-    if config.policy.base_model:
-        return config.policy.base_model
-    wants_tinker = config.policy.backend == "tinker" or (
-        config.policy.backend == "auto" and bool(os.environ.get("TINKER_API_KEY"))
-    )
-    return DEFAULT_TINKER_MODEL if wants_tinker else DEFAULT_LOCAL_MODEL
+    return config.resolved_base_model()
 
 
 def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
@@ -233,7 +229,7 @@ class TrainingRun:
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
             self.sampling_client = _result(self._service.create_sampling_client(model_path=checkpoint["sampler_path"]))
             self._replay_curriculum(self.resumed_from_step)
-        self.renderer = PromptRenderer(self.training_client.get_tokenizer())
+        self.renderer = PromptRenderer.for_config(cfg, self.training_client.get_tokenizer())
         if self._evaluate_fn is None:
             self._evaluate_fn = self._make_evaluator()
         self._tb = TensorBoardLogger(self.log_dir / "tensorboard", purge_step=self.next_step if self.resumed_from_step is not None else None)
@@ -303,7 +299,8 @@ class TrainingRun:
 
         def on_group_done(group: GroupRollout) -> None:
             group_samples = score_group(group, preset, gamma=cfg.rewards.gamma, baseline=cfg.rewards.baseline,
-                                        speedup_cap=cfg.rewards.speedup_cap)
+                                        speedup_cap=cfg.rewards.speedup_cap, truncated=cfg.rewards.truncated,
+                                        truncated_reward=cfg.rewards.truncated_reward)
             samples_by_group[group.index] = group_samples
             self._write_group(step, stage, group, group_samples)
 
@@ -343,6 +340,7 @@ class TrainingRun:
             "reward_mean": metrics.get("reward_mean"), "reward_std": metrics.get("reward_std"),
             "format_rate": metrics.get("format_rate"), "compile_rate": metrics.get("compile_rate"),
             "correct_rate": metrics.get("correct_rate"), "hack_rate": metrics.get("hack_rate"),
+            "truncated_rate": metrics.get("truncated_rate"),
             "num_samples": int(metrics["num_samples"]), "num_trained": int(metrics["num_trained"]),
             "sampling_s": runner.timings.sampling_s, "eval_s": runner.timings.eval_s, "train_s": train_s,
             "metrics_json": json.dumps(metrics, sort_keys=True),
@@ -401,13 +399,14 @@ class TrainingRun:
                 rollouts.append({**key, "stage": stage, "level": group.problem.level, "prompt_sha256": prompt_sha,
                                  "completion_sha256": completion_sha, "kernel_sha256": kernel_sha, "eval_key": eval_key,
                                  "prompt_tokens": len(turn.prompt_tokens), "completion_tokens": len(turn.completion_tokens),
-                                 "format_ok": turn.format_ok,
+                                 "format_ok": turn.format_ok, "stop_reason": turn.stop_reason or None,
                                  "error_category": result.error_category.value if result else None,
                                  "error_message": result.error_message if result else None})
                 sample = by_key[(sample_index, turn.index)]
                 components = dict(turn.score.components) if turn.score else {}
                 components.update({"infra": bool(turn.score and turn.score.infra), "hack": bool(turn.score and turn.score.hack),
                                    "trainable": sample.trainable, "dropped_constant": sample.dropped_constant,
+                                   "truncated": sample.truncated, "dropped_truncated": sample.dropped_truncated,
                                    "preset": turn.score.preset if turn.score else "",
                                    "error_category": result.error_category.value if result else None})
                 rewards.append({**key, "stage": stage, "reward": sample.reward, "return_value": sample.return_value,
@@ -451,7 +450,16 @@ class TrainingRun:
             last_step=self.next_step - 1 if self.next_step > 0 else None, stage=self.curriculum.stage,
             level=self.curriculum.level, finished=self.finished,
             last_metrics=dict(self.last_result.metrics) if self.last_result else {},
+            truncated_rate=self.run_truncated_rate(),
         )
+
+    def run_truncated_rate(self) -> float | None:
+        """Truncated turns over sampled turns, across every step of the run in the store."""
+        rows = self.store.fetchall(
+            "SELECT sum(CASE WHEN stop_reason = 'length' THEN 1 ELSE 0 END), count(*) FROM rollouts WHERE run_id = ?",
+            [self.run_id])
+        truncated, total = rows[0] if rows else (None, 0)
+        return float(truncated or 0) / total if total else None
 
 
 def _loss_of(output: Any) -> float | None:

@@ -26,17 +26,52 @@ EvaluateFn = Callable[[list[str], list[str]], list[EvalResult]]
 
 
 class PromptRenderer:
-    """Prompt text -> token ids (through the chat template when the tokenizer has one), and back."""
+    """Chat messages -> prompt tokens, the sampler's stop sequences, and completion tokens -> text.
 
-    def __init__(self, tokenizer: Any) -> None:
+    With a tinker-cookbook renderer (`kernelbench_rl.policy.chat`) the prompt, the stop sequences
+    and the end-of-answer tokens are the model's own chat format (Qwen3: `<|im_end|>`, thinking on
+    or off). Without one, the tokenizer's chat template (when it has one) renders the prompt and
+    the sampler stops at EOS, its default.
+    """
+
+    def __init__(self, tokenizer: Any, chat_renderer: Any | None = None) -> None:
         self.tokenizer = tokenizer
+        self.chat_renderer = chat_renderer
         self.use_chat_template = bool(getattr(tokenizer, "chat_template", None))
 
+    @classmethod
+    def for_config(cls, config: Any, tokenizer: Any) -> PromptRenderer:
+        """The renderer a run's configuration asks for (policy.renderer, sampling.thinking)."""
+        from kernelbench_rl.policy.chat import make_chat_renderer
+
+        return cls(tokenizer, make_chat_renderer(tokenizer, config.resolved_base_model(), config.policy.renderer,
+                                                 config.sampling.thinking))
+
     def encode_messages(self, messages: list[dict[str, str]]) -> list[int]:
-        if self.use_chat_template:
+        if self.chat_renderer is not None:
+            tokens = self.chat_renderer.build_generation_prompt(messages).to_ints()
+        elif self.use_chat_template:
             rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            return list(self.tokenizer.encode(rendered, add_special_tokens=False))
-        return list(self.tokenizer.encode(messages_to_text(messages), add_special_tokens=False))
+            tokens = list(self.tokenizer.encode(rendered, add_special_tokens=False))
+        else:
+            tokens = list(self.tokenizer.encode(messages_to_text(messages), add_special_tokens=False))
+        if not tokens:
+            raise ValueError("The rendered prompt is empty; a sample needs at least one prompt token.")
+        return tokens
+
+    @property
+    def stop_sequences(self) -> list[int] | list[str] | None:
+        """What ends a sampled turn (None: the sampler's default, the EOS token)."""
+        return self.chat_renderer.get_stop_sequences() if self.chat_renderer is not None else None
+
+    def end_of_answer_tokens(self) -> list[int]:
+        """The tokens a finished answer ends with: the format's end-of-message token, else EOS."""
+        stops = self.stop_sequences
+        if stops:
+            first = stops[0]
+            return [int(first)] if isinstance(first, int) else list(self.tokenizer.encode(first, add_special_tokens=False))
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return [] if eos is None else [int(eos)]
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
@@ -114,7 +149,8 @@ class RolloutRunner:
 
     # -- sampling (main thread) ----------------------------------------------------------------
     def _params(self, max_tokens: int) -> tinker.SamplingParams:
-        return tinker.SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p)
+        return tinker.SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
+                                     stop=self.renderer.stop_sequences)
 
     def _record(self, env: KernelEnv, prompt: str, prompt_tokens: list[int], sequence: Any) -> None:
         tokens = list(sequence.tokens)

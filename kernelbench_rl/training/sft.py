@@ -12,7 +12,8 @@ that with our own verified corpus:
 - **Data**: our own solutions and re-verified corpus rows of the run's kernel backend, never a
   holdout problem's (the retrieval leak rules: `rag.retrieve.HoldoutGuard`). Each is rendered with
   the same prompt the RL environment builds for its problem (template, retrieved examples), and
-  the completion is the kernel in a ```python block followed by the end-of-sequence token.
+  the completion is the kernel in a ```python block followed by the token that ends an answer in
+  the policy's chat format (`<|im_end|>` for Qwen3, else EOS).
 - **Loss**: Tinker's `cross_entropy` (a sum over target tokens of -weight * logp) with weight 0 on
   every prompt position and 1 on the completion, through `forward_backward` and `optim_step`, so
   the same code trains on Tinker and on the local backend (transformers + peft).
@@ -145,7 +146,7 @@ def build_sft_examples(
 ) -> SftDataset:
     """Render the leak-free verified corpus through RL's prompts; the run's training problems come first.
 
-    A completion longer than `sampling.max_tokens` is left out: RL could never sample it whole.
+    A completion longer than the run's completion limit (`sampling.max_tokens`) is left out: RL could never sample it whole.
     """
     from kernelbench_rl.training.rollouts import PromptRenderer
 
@@ -160,10 +161,11 @@ def build_sft_examples(
     # The run's own problems first (by id), then the rest by sha256: the same order on every call.
     docs.sort(key=lambda d: ((d.get("kb_level"), d.get("kb_task")) not in first, d["kb_level"] or 0,
                              d["kb_task"] or 0, d["sha256"]))
-    renderer = PromptRenderer(tokenizer)
+    renderer = PromptRenderer.for_config(config, tokenizer)
+    answer_end = renderer.end_of_answer_tokens()
+    max_tokens = config.max_completion_tokens()
     spec = EnvSpec.from_config(config)
     k = config.rag.k if config.rag.enabled else 0
-    eos = getattr(tokenizer, "eos_token_id", None)
     examples: list[SftExample] = []
     for doc in docs:
         if len(examples) >= config.sft.max_examples:
@@ -173,10 +175,10 @@ def build_sft_examples(
         (builder,) = make_group_builders([problem], 1, spec, retrieve, k)
         messages = builder()[0].next_messages()
         prompt_tokens = renderer.encode_messages(messages)
+        # The answer ends the way a sampled turn stops: the chat format's end-of-message token (or EOS).
         completion_tokens = list(tokenizer.encode(completion_text(doc["kernel_code"]), add_special_tokens=False))
-        if eos is not None:
-            completion_tokens.append(int(eos))
-        if len(completion_tokens) > config.sampling.max_tokens:
+        completion_tokens += answer_end
+        if len(completion_tokens) > max_tokens:
             excluded["longer_than_max_tokens"] += 1
             continue
         examples.append(SftExample(problem.id, doc["sha256"], doc["source"], prompt_tokens, completion_tokens))
