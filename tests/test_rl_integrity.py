@@ -158,3 +158,117 @@ def test_max_tokens_defaults_fit_the_model_and_thinking() -> None:
     # local:tiny has 4096 positions: the completion leaves room for the prompt, the turn fits the context
     assert tiny.max_completion_tokens() == 3072 and tiny.turn_token_budget() == 4096
     assert EnvSpec.from_config(tiny).max_tokens == 3072 and EnvSpec.from_config(tiny).token_budget == 4096
+
+
+# -- the Tinker session, checkpoints and the optimizer ---------------------------------------------
+def _standin_service():
+    try:
+        from tests.tinker_standin import StandinServiceClient
+    except ImportError:
+        from tinker_standin import StandinServiceClient
+    from kernelbench_rl.policy import PolicyConfig, make_service_client
+
+    return make_service_client(PolicyConfig(backend="tinker", base_model="Qwen/Qwen3-8B"),
+                               client_factory=StandinServiceClient)
+
+
+def _tinker_config(tmp_path, *overrides: str):
+    from kernelbench_rl.config import load_config
+
+    return load_config("default", [
+        f"db_path={tmp_path / 'kb.duckdb'}", f"log_dir={tmp_path / 'logs'}", "policy.backend=tinker",
+        "policy.base_model=Qwen/Qwen3-8B", "policy.renderer=chat_template", "training.batch_problems=2",
+        "sampling.group_size=2", "sampling.max_tokens=8", "training.checkpoint_every=1", "problems.ids=L1/19,L1/20",
+        "problems.levels=[1]", "problems.holdout_fraction=0", "run_id=tinker-run", "rewards.truncated=keep",
+        "curriculum.enabled=false", "sft.enabled=false", *overrides])
+
+
+def _judge(problem_ids, responses):
+    from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
+
+    return [EvalResult(problem_id=pid, candidate_sha256="x", backend="triton", precision="fp32", device_kind="cpu",
+                       error_category=ErrorCategory.FORMAT, format_ok=len(r) % 2 == 0)
+            for pid, r in zip(problem_ids, responses)]
+
+
+def test_session_closes_with_the_outcome_and_only_periodic_checkpoints_expire(tmp_path, monkeypatch) -> None:
+    import json
+
+    try:
+        from tests.tinker_standin import CHECKPOINTS
+    except ImportError:
+        from tinker_standin import CHECKPOINTS
+    from kernelbench_rl.store import Store
+    from kernelbench_rl.training import run_training
+
+    monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
+    cfg = _tinker_config(tmp_path, "training.steps=3", "training.num_substeps=2", "training.checkpoint_ttl_s=7200")
+    first = _standin_service()
+    run_training(cfg, progress=False, evaluate_fn=_judge, service_client=first, stop_after_steps=2)
+    assert first.sdk.closed_with == "success"
+    second = _standin_service()
+    run_training(cfg, progress=False, evaluate_fn=_judge, service_client=second)
+    assert second.sdk.closed_with == "success"
+
+    store = Store(cfg.db_path)
+    rows = store.query("SELECT step, state_path, sampler_path, ttl_s FROM checkpoints ORDER BY step").to_dicts()
+    assert [(r["step"], r["ttl_s"]) for r in rows] == [(0, 7200), (1, 7200), (2, None)]
+    for row in rows:
+        assert CHECKPOINTS[row["state_path"]]["ttl_seconds"] == row["ttl_s"]
+        assert CHECKPOINTS[row["sampler_path"]]["ttl_seconds"] == row["ttl_s"]
+
+    training = [r for r in _training_requests(second)]
+    optim = [params for kind, params in training if kind == "optim_step"]
+    assert optim and all((p["beta1"], p["beta2"], p["eps"]) == (0.9, 0.95, 1e-8) for p in optim)
+    steps = store.query("SELECT step, num_trained, metrics_json FROM train_steps ORDER BY step").to_dicts()
+    for row in steps:
+        metrics = json.loads(row["metrics_json"])
+        if row["num_trained"] >= 2:
+            assert metrics["optim/num_substeps"] == 2.0
+            # on-policy, the first minibatch's trainer logprobs are the sampler's; the second moved a little
+            assert abs(metrics["optim/kl_sample_train_v1"]) < 0.05 and metrics["optim/kl_sample_train_v2"] >= 0.0
+    assert any(json.loads(r["metrics_json"]).get("optim/num_substeps") == 2.0 for r in steps)
+
+
+def _training_requests(service):
+    return [request for client in service.sdk.training_clients for request in client.requests]
+
+
+def test_a_failed_run_closes_its_session_as_errored(tmp_path, monkeypatch) -> None:
+    from kernelbench_rl.training import run_training
+
+    monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
+
+    def broken(problem_ids, responses):
+        raise RuntimeError("evaluator down")
+
+    service = _standin_service()
+    with pytest.raises(RuntimeError, match="evaluator down"):
+        run_training(_tinker_config(tmp_path, "training.steps=1"), progress=False, evaluate_fn=broken,
+                     service_client=service)
+    assert service.sdk.closed_with == "errored"
+
+
+def test_ppo_without_substeps_is_refused() -> None:
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.errors import UserError
+
+    with pytest.raises(UserError, match="num_substeps"):
+        load_config("default", ["training.loss_fn=ppo"])
+    assert load_config("default", ["training.loss_fn=ppo", "training.num_substeps=2"]).training.num_substeps == 2
+
+
+def test_an_empty_prompt_is_refused() -> None:
+    sample = SampleTurn(problem_id="L1/19", level=1, sample_index=0, turn=0, prompt_tokens=[],
+                        completion_tokens=[4], logprobs=[-0.1], reward=1.0, trainable=True)
+    with pytest.raises(ValueError, match="empty prompt"):
+        sample_to_datum(sample)
+
+    class Blank:
+        chat_template = None
+
+        def encode(self, text, add_special_tokens=False):
+            return []
+
+    with pytest.raises(ValueError, match="prompt is empty"):
+        PromptRenderer(Blank()).encode_messages([{"role": "user", "content": ""}])

@@ -57,7 +57,15 @@ class TrainingConfig:
     batch_problems: Annotated[int, Ge(1)] = 8
     learning_rate: Annotated[float, Gt(0)] = 1e-5
     loss_fn: str = "importance_sampling"  # importance_sampling | ppo
+    # Minibatches per step, each its own optim_step (PPO's clip acts from the second one on)
+    num_substeps: Annotated[int, Ge(1)] = 1
+    adam_beta1: Annotated[float, Ge(0), Lt(1)] = 0.9
+    adam_beta2: Annotated[float, Ge(0), Lt(1)] = 0.95
+    adam_eps: Annotated[float, Gt(0)] = 1e-8
     checkpoint_every: Annotated[int, Ge(1)] = 10
+    # Periodic checkpoints expire after this many seconds on Tinker (None: never); the final one and the
+    # one a stopped run resumes from never do. Tinker accepts 1 hour to 10 years.
+    checkpoint_ttl_s: Annotated[int, Ge(3600), Le(315_360_000)] | None = 30 * 24 * 3600
     seed: int = 0
     infra_retries: Annotated[int, Ge(0)] = 1  # extra evaluations of a sample whose evaluation failed for infra reasons
 
@@ -360,6 +368,9 @@ def _validate(config: TrainConfig) -> None:
         raise UserError("Config key training.steps must not be negative.")
     if config.sft.steps < 0 or config.sft.epochs < 0:
         raise UserError("Config keys sft.steps and sft.epochs must not be negative.")
+    if config.training.loss_fn == "ppo" and config.training.num_substeps < 2:
+        raise UserError("Config key training.loss_fn=ppo clips the ratio to the sampling policy, which is 1 when "
+                        "every datum is trained by the policy that sampled it: set training.num_substeps to 2 or more.")
     if not 0.0 <= config.rewards.gamma <= 1.0:
         raise UserError(f"Config key rewards.gamma must be in [0, 1]; got {config.rewards.gamma}.")
     from kernelbench_rl.evaluation.cluster_spec import parse_cluster

@@ -313,10 +313,11 @@ MIGRATIONS.append(
 MIGRATIONS.append(
     (
         10,
-        "truncated completions are visible: each rollout's stop reason, each step's truncated rate",
+        "truncated completions are visible (each rollout's stop reason, each step's truncated rate); checkpoint TTLs",
         [
             "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS stop_reason VARCHAR",  # stop | length (cut at max_tokens)
             "ALTER TABLE train_steps ADD COLUMN IF NOT EXISTS truncated_rate DOUBLE",
+            "ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS ttl_s INTEGER",  # NULL: never expires
         ],
     )
 )

@@ -98,6 +98,9 @@ def sample_to_datum(sample: SampleTurn) -> tinker.Datum:
     """A datum as the cookbook builds it: inputs shifted right, per-token sampler logprobs and advantages
     (zero on prompt positions, so only the completion is trained)."""
     prompt_T, completion_T = sample.prompt_tokens, sample.completion_tokens
+    if not prompt_T:
+        # The first target is predicted from the last prompt token: without one the shift is wrong.
+        raise ValueError(f"Sample {sample.problem_id}#{sample.sample_index} turn {sample.turn} has an empty prompt.")
     tokens_T = prompt_T + completion_T
     n_prompt_targets = len(prompt_T) - 1
     if len(sample.logprobs) != len(completion_T):

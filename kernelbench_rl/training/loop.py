@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 import random
 import socket
 import time
@@ -23,11 +24,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-import tinker
-
 from kernelbench_rl.config.schema import TrainConfig, config_to_dict
 from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.policy.base import SessionStatus
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.problems import Problem, load_problems, split_problems
 from kernelbench_rl.store import Store
@@ -36,6 +36,7 @@ from kernelbench_rl import ownership
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
 from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics
+from kernelbench_rl.training.optim import result_of, train_step
 from kernelbench_rl.training.rollouts import EvaluateFn, GroupRollout, PromptRenderer, RolloutRunner
 
 
@@ -143,11 +144,6 @@ def training_problems(config: TrainConfig) -> list[Problem]:
     return train
 
 
-def _result(value: Any) -> Any:
-    """Policy calls return futures (APIFuture-like); accept a ready object too."""
-    return value.result() if hasattr(value, "result") and callable(value.result) else value
-
-
 class TrainingRun:
     """One training run: builds its heavy parts on `start()`, then advances one `step()` at a time."""
 
@@ -216,18 +212,18 @@ class TrainingRun:
         if warm_start is not None:
             # RL starts from the supervised warm start's final weights, with a fresh optimizer.
             self.warm_start_path = warm_start["state_path"]
-            self.training_client = _result(self._service.create_training_client_from_state(warm_start["state_path"]))
-            self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
+            self.training_client = result_of(self._service.create_training_client_from_state(warm_start["state_path"]))
+            self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         elif checkpoint is None:
-            self.training_client = _result(self._service.create_lora_training_client(
+            self.training_client = result_of(self._service.create_lora_training_client(
                 base_model=self.base_model, rank=cfg.policy.lora_rank))
-            self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
+            self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         else:
             self.resumed_from_step = self.checkpoint_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
-            self.training_client = _result(
+            self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
-            self.sampling_client = _result(self._service.create_sampling_client(model_path=checkpoint["sampler_path"]))
+            self.sampling_client = result_of(self._service.create_sampling_client(model_path=checkpoint["sampler_path"]))
             self._replay_curriculum(self.resumed_from_step)
         self.renderer = PromptRenderer.for_config(cfg, self.training_client.get_tokenizer())
         if self._evaluate_fn is None:
@@ -313,15 +309,13 @@ class TrainingRun:
         metrics, speedups = step_metrics(groups, samples)
 
         train_start = time.perf_counter()
-        datums = build_datums(samples)
-        loss = None
-        if datums:
-            fwd_bwd = self.training_client.forward_backward(datums, loss_fn=cfg.training.loss_fn)
-            optim = self.training_client.optim_step(tinker.AdamParams(learning_rate=cfg.training.learning_rate))
-            output = _result(fwd_bwd)
-            _result(optim)
-            loss = _loss_of(output)
-            self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
+        trained = [s for s in samples if s.trainable]
+        outcome = train_step(self.training_client, build_datums(trained), [len(s.prompt_tokens) for s in trained],
+                             cfg.training)
+        loss = outcome.loss
+        metrics.update(outcome.metrics)
+        if trained:
+            self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         train_s = time.perf_counter() - train_start
 
         metrics.update({"time/sampling_s": runner.timings.sampling_s, "time/eval_s": runner.timings.eval_s,
@@ -349,7 +343,7 @@ class TrainingRun:
         # must already have its rows. A kill before it re-does this step from the previous checkpoint.
         checkpoint = None
         if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
-            checkpoint = self._checkpoint(step)
+            checkpoint = self._checkpoint(step, final=step + 1 == cfg.training.steps)
         self.next_step = step + 1
         self._write_run("running")
         result = StepResult(step, stage, level, loss, metrics, events + promotions, checkpoint)
@@ -358,14 +352,18 @@ class TrainingRun:
             self.on_step(result)
         return result
 
-    def _checkpoint(self, step: int) -> str:
+    def _checkpoint(self, step: int, *, final: bool) -> str:
+        """Save the state and sampler weights of `step`. A periodic checkpoint expires after
+        training.checkpoint_ttl_s on Tinker; a final one (the run's last step, or where a stopped run
+        resumes) never does."""
         name = f"step_{step:06d}"
+        ttl = None if final else self.config.training.checkpoint_ttl_s
         # overwrite: a step re-done after a kill saves under the same name
-        state_path = _result(self.training_client.save_state(name, overwrite=True)).path
-        sampler_path = _result(self.training_client.save_weights_for_sampler(name)).path
+        state_path = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
+        sampler_path = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
         self.store.upsert("checkpoints", [{
             "run_id": self.run_id, "name": name, "step": step, "backend": self.policy_backend,
-            "state_path": state_path, "sampler_path": sampler_path,
+            "state_path": state_path, "sampler_path": sampler_path, "ttl_s": ttl,
         }])
         self.checkpoint_step = step
         return name
@@ -417,14 +415,21 @@ class TrainingRun:
                               replace_where={"run_id": self.run_id, "step": step, "problem_id": group.problem.id})
 
     # -- tear-down -----------------------------------------------------------------------------
-    def close(self, status: str | None = None) -> None:
+    def close(self, status: str | None = None, session_status: SessionStatus | None = None) -> None:
+        """Finish the run: `status` goes to runs.status (None: finished or stopped); the policy
+        service's session is closed with `session_status` (None: errored when failed, else success)."""
         if not self._started:
             return
         last_done = self.next_step - 1
-        if status != "failed" and last_done >= 0 and self.checkpoint_step != last_done:
-            # Stopped between checkpoints (stop_after_steps, a flow's per-step task): save the state so
-            # that re-running resumes here instead of at the last periodic checkpoint.
-            self._checkpoint(last_done)
+        try:
+            if status != "failed" and last_done >= 0 and self.checkpoint_step != last_done:
+                # Stopped between checkpoints (stop_after_steps, a flow's per-step task): save the state so
+                # that re-running resumes here instead of at the last periodic checkpoint.
+                self._checkpoint(last_done, final=True)
+        finally:
+            self._release(status, session_status or ("errored" if status == "failed" else "success"))
+
+    def _release(self, status: str | None, session_status: SessionStatus) -> None:
         if self._evaluator is not None:
             self._evaluator.__exit__(None, None, None)
             self._evaluator = None
@@ -435,13 +440,19 @@ class TrainingRun:
             self._write_run(status or ("finished" if self.finished else "stopped"))
         finally:
             self._started = False
+            close_session(self._service, session_status)
             ownership.release(self.store.path, self.run_id)
 
     def __enter__(self) -> TrainingRun:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close("failed" if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt) else None)
+        if exc_type is None:
+            self.close()
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close(None, "interrupted")
+        else:
+            self.close("failed", "errored")
 
     def summary(self, first_step: int, steps_run: int) -> TrainSummary:
         return TrainSummary(
@@ -462,12 +473,16 @@ class TrainingRun:
         return float(truncated or 0) / total if total else None
 
 
-def _loss_of(output: Any) -> float | None:
-    metrics = getattr(output, "metrics", None) or {}
-    for key in ("loss:sum", "loss:mean", "loss"):
-        if key in metrics:
-            return float(metrics[key])
-    return None
+def close_session(service: Any, status: SessionStatus, detail: str | None = None) -> None:
+    """End the policy service's session with the run's outcome (on Tinker: the session's final status).
+    A failure to close is a warning: it must not hide the outcome being reported."""
+    close = getattr(service, "close", None)
+    if close is None:
+        return
+    try:
+        result_of(close(status, detail))
+    except Exception as exc:  # noqa: BLE001 - reported, never raised over the run's own outcome
+        warnings.warn(f"Closing the policy session ({status}) failed: {type(exc).__name__}: {exc}", stacklevel=2)
 
 
 def describe_run_start(config: TrainConfig, store: Store | None = None) -> str:

@@ -40,9 +40,10 @@ import torch
 from kernelbench_rl.config.schema import TrainConfig
 from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.policy.base import SessionStatus
 from kernelbench_rl.problems import Problem, load_problems, parse_problem_id
 from kernelbench_rl.store import Store
-from kernelbench_rl.training.loop import _result
+from kernelbench_rl.training.optim import result_of, adam_params
 
 # Corpus sources whose kernels are known correct without re-verification (our own, tested in CI).
 TRUSTED_SOURCES = ("solutions",)
@@ -272,12 +273,12 @@ class SftRun:
             self._service = make_service_client(policy_config(cfg))
         checkpoint = last_sft_checkpoint(self.store, self.run_id)
         if checkpoint is None:
-            self.training_client = _result(self._service.create_lora_training_client(
+            self.training_client = result_of(self._service.create_lora_training_client(
                 base_model=resolve_base_model(cfg), rank=cfg.policy.lora_rank))
         else:
             self.resumed_from_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
-            self.training_client = _result(
+            self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
         training_ids = [p.id for p in training_problems(cfg)]
         self.dataset = build_sft_examples(cfg, self.store, self.training_client.get_tokenizer(), retrieve=self.retrieve,
@@ -308,9 +309,9 @@ class SftRun:
         learning_rate = cfg.sft.learning_rate
         start = time.perf_counter()
         fwd_bwd = self.training_client.forward_backward(batch, loss_fn="cross_entropy")
-        optim = self.training_client.optim_step(tinker.AdamParams(learning_rate=learning_rate))
-        output = _result(fwd_bwd)
-        _result(optim)
+        optim = self.training_client.optim_step(adam_params(learning_rate, cfg.training))
+        output = result_of(fwd_bwd)
+        result_of(optim)
         loss_sum = _loss_sum(output, batch)
         seconds = time.perf_counter() - start
         loss = loss_sum / max(tokens, 1)
@@ -324,8 +325,10 @@ class SftRun:
         checkpoint = None
         if (step + 1) % cfg.sft.checkpoint_every == 0 or step + 1 == self.total_steps:
             checkpoint = f"sft_{step:06d}"
-            row["state_path"] = _result(self.training_client.save_state(checkpoint, overwrite=True)).path
-            row["sampler_path"] = _result(self.training_client.save_weights_for_sampler(checkpoint)).path
+            # Periodic checkpoints expire (training.checkpoint_ttl_s); the last one, RL's warm start, never does.
+            ttl = None if step + 1 == self.total_steps else cfg.training.checkpoint_ttl_s
+            row["state_path"] = result_of(self.training_client.save_state(checkpoint, ttl_seconds=ttl, overwrite=True)).path
+            row["sampler_path"] = result_of(self.training_client.save_weights_for_sampler(checkpoint, ttl_seconds=ttl)).path
         # The row (with its checkpoint) last: resume trusts only checkpoints whose row landed.
         self.store.upsert("sft_steps", [row])
         self.next_step = step + 1
@@ -345,17 +348,23 @@ class SftRun:
             final_state_path=final["state_path"] if final and self.finished else None,
         )
 
-    def close(self) -> None:
+    def close(self, session_status: SessionStatus = "success") -> None:
+        """Close the TensorBoard writer and the policy service's session (with `session_status`)."""
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._started:
+            from kernelbench_rl.training.loop import close_session
+
+            close_session(self._service, session_status)
         self._started = False
 
     def __enter__(self) -> SftRun:
         return self.start()
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close("success" if exc_type is None else
+                   "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "errored")
 
 
 def _loss_sum(output: Any, batch: Sequence[tinker.Datum]) -> float:
