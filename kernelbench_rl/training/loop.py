@@ -7,8 +7,9 @@
 
 `run_training(config)` does exactly that with a progress bar. A flow can make one task per
 `run.step()`. Resume: the run id (explicit, or derived from the config) finds the last row of
-`checkpoints`; the run reloads that state and starts at the next step. Rows are upserted on
-natural keys, so a step done twice (killed after some of its rows landed) never duplicates rows.
+`checkpoints`; the run reloads that state, deletes (in one transaction) every row of a later step
+that a killed attempt left, and starts at the next step. Rows are upserted on natural keys, so a
+step done twice never duplicates rows.
 """
 
 from __future__ import annotations
@@ -208,6 +209,9 @@ class TrainingRun:
             self.policy_backend = resolve_backend(policy)
             self._service = make_service_client(policy)
         checkpoint = self._last_checkpoint()
+        # Rows of steps after the resume point were written by an attempt whose state is lost (killed
+        # between a step's rows and its checkpoint): they go, all at once, before anything is redone.
+        self.discarded = self.store.discard_steps_after(self.run_id, -1 if checkpoint is None else int(checkpoint["step"]))
         warm_start = self._sft_checkpoint() if checkpoint is None else None
         if warm_start is not None:
             # RL starts from the supervised warm start's final weights, with a fresh optimizer.
