@@ -272,3 +272,31 @@ def test_an_empty_prompt_is_refused() -> None:
 
     with pytest.raises(ValueError, match="prompt is empty"):
         PromptRenderer(Blank()).encode_messages([{"role": "user", "content": ""}])
+
+
+def test_a_kevin_episode_cut_short_by_infra_leaves_training_whole() -> None:
+    from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
+    from kernelbench_rl.training.grpo import score_group
+    from kernelbench_rl.training.rollouts import GroupRollout
+
+    def verdict(**kw):
+        return EvalResult(problem_id="L1/19", candidate_sha256="x", backend="triton", precision="fp32",
+                          device_kind="cuda", **kw)
+
+    compiled = dict(error_category=ErrorCategory.MISMATCH, format_ok=True, compiled=True)
+    correct = dict(error_category=ErrorCategory.OK, format_ok=True, compiled=True, correct=True, speedup=1.0)
+    builder = EnvGroupBuilder(get_problem("L1/19"), 3, EnvSpec(turns=2))
+    envs = builder()
+    episodes = [[compiled, dict(error_category=ErrorCategory.INFRA)],  # the evaluator failed on turn 1
+                [compiled, correct], [compiled, compiled]]
+    for env, turns in zip(envs, episodes):
+        for kw in turns:
+            env.add_completion("p", [1, 2], "c", [3], [-0.5], "stop")
+            env.add_result(verdict(**kw))
+    samples = score_group(GroupRollout(0, builder, envs), "correctness", gamma=0.4, baseline="loo", speedup_cap=8.0)
+    by = {(s.sample_index, s.turn): s for s in samples}
+    cut = by[0, 0]
+    assert cut.dropped_cut_short and not cut.trainable and cut.return_value is None
+    # Turn 0's baseline is the two complete episodes only (not a return that counted the missing turn as 0).
+    assert by[1, 0].advantage == pytest.approx(by[1, 0].return_value - by[2, 0].return_value)
+    assert by[1, 0].trainable and by[2, 0].trainable

@@ -234,3 +234,37 @@ def test_a_short_default_run_after_sft_evaluates_sampled_kernels(tmp_path):
     assert len(rollouts) == 2
     assert any(r["format_ok"] and r["eval_key"] for r in rollouts)
     assert store.count("evaluations") > 0 and store.count("kernels") > 0
+
+
+def test_rl_refuses_an_unfinished_warm_start(tmp_path):
+    from kernelbench_rl.training import TrainingRun
+
+    config = _config(tmp_path, "sft.steps=4", "sft.checkpoint_every=2", "training.steps=1")
+    store = _store_with_solutions(config)
+    run_sft(config, store=store, leak_reason=_no_leak, stop_after_steps=2)  # checkpoint at step 1 of 4
+    run = TrainingRun(config, store=store, evaluate_fn=lambda ids, responses: [])
+    with pytest.raises(UserError, match=r"has not finished \(its last checkpoint is step 1 of 4 steps\)"):
+        run.start()
+    assert not run._started
+
+
+def test_rl_says_loudly_that_there_is_no_warm_start(tmp_path):
+    from kernelbench_rl.training import TrainingRun
+
+    config = _config(tmp_path, "training.steps=1")
+    run = TrainingRun(config, store=Store(config.db_path), evaluate_fn=lambda ids, responses: [])
+    with pytest.warns(UserWarning, match="no SFT warm start: RL starts from the base model"):
+        run.start()
+    run.close()
+
+
+def test_a_warm_start_of_another_lora_rank_is_refused(tmp_path):
+    from kernelbench_rl.training import TrainingRun
+
+    config = _config(tmp_path, "sft.steps=1", "training.steps=1")  # rank 8
+    store = _store_with_solutions(config)
+    run_sft(config, store=store, leak_reason=_no_leak)
+    other_rank = _config(tmp_path, "sft.steps=1", "training.steps=1", "policy.lora_rank=4")
+    run = TrainingRun(other_rank, store=store, evaluate_fn=lambda ids, responses: [])
+    with pytest.raises(UserError, match="LoRA rank 8, so policy.lora_rank=4 cannot apply"):
+        run.start()

@@ -37,6 +37,7 @@ class SampleTurn:
     dropped_constant: bool = False
     truncated: bool = False  # cut at max_tokens (stop_reason "length")
     dropped_truncated: bool = False  # left out of the loss and the baseline (rewards.truncated=drop)
+    dropped_cut_short: bool = False  # its episode ended on an infra failure after turn 0: no return is known
 
 
 TRUNCATION_POLICIES = ("reward", "drop", "zero_advantage", "keep")
@@ -74,6 +75,12 @@ def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str
             if reward is not None:  # an infra turn ends the episode, so scored turns are a prefix
                 rewards_T.append(reward)
                 turns_T.append(sample)
+        if turns_T and len(turns_T) < len(env.turns):
+            # Cut short by an infra failure after turn 0: the earlier turns' returns would count the
+            # rewards of the turns it never had as 0, so the whole episode leaves training.
+            for sample in turns_T:
+                sample.dropped_cut_short = True
+            continue
         for sample, ret in zip(turns_T, discounted_returns(rewards_T, gamma), strict=True):
             sample.return_value = ret
             if sample.truncated and truncated == "drop":

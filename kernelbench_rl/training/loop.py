@@ -217,6 +217,7 @@ class TrainingRun:
             # RL starts from the supervised warm start's final weights, with a fresh optimizer.
             self.warm_start_path = warm_start["state_path"]
             self.training_client = result_of(self._service.create_training_client_from_state(warm_start["state_path"]))
+            check_lora_rank(self.training_client, cfg.policy.lora_rank, f"SFT warm start {warm_start['state_path']}")
             self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         elif checkpoint is None:
             self.training_client = result_of(self._service.create_lora_training_client(
@@ -227,6 +228,7 @@ class TrainingRun:
             self.next_step = self.resumed_from_step + 1
             self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
+            check_lora_rank(self.training_client, cfg.policy.lora_rank, f"checkpoint {checkpoint['state_path']}")
             self.sampling_client = result_of(self._service.create_sampling_client(model_path=checkpoint["sampler_path"]))
             self._replay_curriculum(self.resumed_from_step)
         self.renderer = PromptRenderer.for_config(cfg, self.training_client.get_tokenizer())
@@ -241,12 +243,12 @@ class TrainingRun:
         return self._evaluator.evaluate_responses
 
     def _sft_checkpoint(self) -> dict[str, Any] | None:
-        """The run's finished warm start (kernelbench_rl.training.sft), when SFT is enabled and has run."""
+        """The run's finished warm start (kernelbench_rl.training.sft), when SFT is enabled; an unfinished one is refused."""
         if not self.config.sft.enabled:
             return None
-        from kernelbench_rl.training.sft import last_sft_checkpoint
+        from kernelbench_rl.training.sft import warm_start_checkpoint
 
-        return last_sft_checkpoint(self.store, self.run_id)
+        return warm_start_checkpoint(self.store, self.config)
 
     def _last_checkpoint(self) -> dict[str, Any] | None:
         frame = self.store.query(
@@ -409,6 +411,7 @@ class TrainingRun:
                 components.update({"infra": bool(turn.score and turn.score.infra), "hack": bool(turn.score and turn.score.hack),
                                    "trainable": sample.trainable, "dropped_constant": sample.dropped_constant,
                                    "truncated": sample.truncated, "dropped_truncated": sample.dropped_truncated,
+                                   "dropped_cut_short": sample.dropped_cut_short,
                                    "preset": turn.score.preset if turn.score else "",
                                    "error_category": result.error_category.value if result else None})
                 rewards.append({**key, "stage": stage, "reward": sample.reward, "return_value": sample.return_value,
@@ -475,6 +478,14 @@ class TrainingRun:
             [self.run_id])
         truncated, total = rows[0] if rows else (None, 0)
         return float(truncated or 0) / total if total else None
+
+
+def check_lora_rank(training_client: Any, lora_rank: int, source: str) -> None:
+    """A client made from saved state has the LoRA rank it was saved with: policy.lora_rank must match it."""
+    rank = getattr(training_client.get_info(), "lora_rank", None)
+    if rank is not None and int(rank) != lora_rank:
+        raise UserError(f"The {source} was trained with LoRA rank {rank}, so policy.lora_rank={lora_rank} cannot "
+                        f"apply to it: set policy.lora_rank={rank}, or start over (a new run id, or sft.enabled=false).")
 
 
 def close_session(service: Any, status: SessionStatus, detail: str | None = None) -> None:

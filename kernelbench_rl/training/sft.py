@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -280,6 +281,9 @@ class SftRun:
             self.next_step = self.resumed_from_step + 1
             self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
+            from kernelbench_rl.training.loop import check_lora_rank
+
+            check_lora_rank(self.training_client, cfg.policy.lora_rank, f"SFT checkpoint {checkpoint['state_path']}")
         training_ids = [p.id for p in training_problems(cfg)]
         self.dataset = build_sft_examples(cfg, self.store, self.training_client.get_tokenizer(), retrieve=self.retrieve,
                                           training_ids=training_ids, leak_reason=self._leak_reason)
@@ -321,7 +325,7 @@ class SftRun:
                             "sft/epoch": epoch, "sft/step_s": seconds}, [])
         row = {"run_id": self.run_id, "step": step, "loss": loss, "loss_sum": loss_sum, "tokens": tokens,
                "examples": len(batch), "learning_rate": learning_rate, "epoch": epoch,
-               "state_path": None, "sampler_path": None}
+               "state_path": None, "sampler_path": None, "total_steps": self.total_steps}
         checkpoint = None
         if (step + 1) % cfg.sft.checkpoint_every == 0 or step + 1 == self.total_steps:
             checkpoint = f"sft_{step:06d}"
@@ -382,21 +386,38 @@ def _loss_sum(output: Any, batch: Sequence[tinker.Datum]) -> float:
 
 
 def last_sft_checkpoint(store: Store, run_id: str) -> dict[str, Any] | None:
-    """The newest saved SFT state of a run: {step, state_path, sampler_path}, or None."""
+    """The newest saved SFT state of a run: {step, state_path, sampler_path, total_steps}, or None."""
     rows = store.query(
-        "SELECT step, state_path, sampler_path FROM sft_steps WHERE run_id = ? AND state_path IS NOT NULL "
+        "SELECT step, state_path, sampler_path, total_steps FROM sft_steps WHERE run_id = ? AND state_path IS NOT NULL "
         "ORDER BY step DESC LIMIT 1", [run_id]).to_dicts()
     return rows[0] if rows else None
 
 
-def sft_done(store: Store, config: TrainConfig, num_examples: int | None = None) -> bool:
+def sft_done(store: Store, config: TrainConfig) -> bool:
     """Whether the run's warm start has saved its final step (cheap: no model is built)."""
     checkpoint = last_sft_checkpoint(store, config.resolved_run_id())
     if checkpoint is None:
         return False
-    if config.sft.steps > 0:
-        return int(checkpoint["step"]) + 1 >= config.sft.steps
-    return num_examples is not None and int(checkpoint["step"]) + 1 >= planned_steps(config, num_examples)
+    total = checkpoint.get("total_steps") or config.sft.steps
+    return not total or int(checkpoint["step"]) + 1 >= int(total)
+
+
+def warm_start_checkpoint(store: Store, config: TrainConfig) -> dict[str, Any] | None:
+    """The finished SFT state RL starts from. An unfinished SFT is refused (its newest checkpoint is a
+    partial warm start); no SFT at all is said loudly, and RL starts from the base model."""
+    run_id = config.resolved_run_id()
+    if not store.fetchall("SELECT count(*) FROM sft_steps WHERE run_id = ?", [run_id])[0][0]:
+        warnings.warn(f"sft.enabled is true but run {run_id} has no SFT warm start: RL starts from the base "
+                      "model (run `kernelbench-rl sft` with the same config first, or set sft.enabled=false).",
+                      stacklevel=2)
+        return None
+    checkpoint = last_sft_checkpoint(store, run_id)
+    if checkpoint is None or not sft_done(store, config):
+        done = "no checkpoint yet" if checkpoint is None else f"its last checkpoint is step {checkpoint['step']}"
+        total = (checkpoint or {}).get("total_steps") or config.sft.steps
+        raise UserError(f"The SFT warm start of run {run_id} has not finished ({done} of {total or 'its'} steps): "
+                        "finish it with `kernelbench-rl sft` and the same config, or set sft.enabled=false.")
+    return checkpoint
 
 
 def run_sft(
