@@ -99,11 +99,19 @@ class CurriculumConfig:
     stages: list[str] = field(default_factory=lambda: ["format", "compile", "correctness", "speed"])
     start_stage: str = "format"
     force_stage: str | None = None  # pins the stage: no automatic stage promotion
-    threshold: Annotated[float, Ge(0), Le(1)] = 0.8  # the stage's rate must stay above this ...
-    window: Annotated[int, Ge(1)] = 5  # ... for this many consecutive steps
+    # A stage is promoted when the mean of its rate over the last `window` steps reaches its threshold
+    # (defaults from bench/curriculum_sim.py); `threshold`, when set, is every stage's threshold.
+    threshold: Annotated[float, Ge(0), Le(1)] | None = None
+    format_threshold: Annotated[float, Ge(0), Le(1)] = 0.8  # format rate
+    compile_threshold: Annotated[float, Ge(0), Le(1)] = 0.6  # compile rate
+    correctness_threshold: Annotated[float, Ge(0), Le(1)] = 0.35  # correct rate
+    speed_threshold: Annotated[float, Ge(0), Le(1)] = 0.5  # correct rate (only when speed is not the last stage)
+    window: Annotated[int, Ge(1)] = 5  # steps in the moving average
+    max_steps_per_stage: Annotated[int, Ge(0)] = 40  # a stage not promoted after this many steps is anyway (0: never)
     start_level: Annotated[int, Ge(1)] = 1
     promote_levels: bool = True
-    level_threshold: Annotated[float, Ge(0), Le(1)] = 0.5  # correct rate at the last stage that promotes the level
+    level_threshold: Annotated[float, Ge(0), Le(1)] = 0.5  # mean correct rate at the level, in the last stage
+    previous_levels_share: Annotated[float, Ge(0), Lt(1)] = 0.25  # earlier levels' share of a step's problems
 
 
 @dataclass

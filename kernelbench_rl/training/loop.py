@@ -280,10 +280,16 @@ class TrainingRun:
         return self.curriculum.stage if preset == "curriculum" else preset
 
     def problems_for_step(self, step: int) -> list[Problem]:
-        """Deterministic per (seed, step), so a re-done step samples the same problems (same row keys)."""
-        pool = [p for p in self.problems if p.level == self.curriculum.level] or self.problems
+        """The current level's problems, with earlier levels at curriculum.previous_levels_share of the
+        batch (so a promotion does not make the policy forget them). Deterministic per (seed, step), so
+        a re-done step samples the same problems (same row keys)."""
+        level = self.curriculum.level
+        current = [p for p in self.problems if p.level == level] or self.problems
+        previous = [p for p in self.problems if p.level < level]
         rng = random.Random(f"{self.config.training.seed}:{step}")
-        return rng.sample(pool, min(self.config.training.batch_problems, len(pool)))
+        n_previous, n_current = self.curriculum.problem_counts(self.config.training.batch_problems, bool(previous))
+        picked = rng.sample(current, min(n_current, len(current)))
+        return picked + rng.sample(previous, min(n_previous, len(previous)))
 
     def step(self) -> StepResult:
         self.start()
