@@ -19,6 +19,7 @@ from kernelbench_rl.training.sft import (
     batch_indices,
     build_sft_examples,
     completion_text,
+    last_sft_checkpoint,
     run_sft,
 )
 
@@ -142,10 +143,18 @@ def test_no_holdout_problem_solution_is_ever_in_the_sft_set(tmp_path):
 
 
 def test_a_killed_sft_resumes_from_its_checkpoint_without_duplicate_steps(tmp_path):
-    config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=2")
+    class Killed(Exception):
+        pass
+
+    def kill_after_step_2(result):
+        if result.step == 2:
+            raise Killed()
+
+    config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=2", "sft.checkpoint_every_s=0")
     store = _store_with_solutions(config)
-    first = run_sft(config, store=store, leak_reason=_no_leak, stop_after_steps=3)  # killed after step 2
-    assert first.steps_run == 3 and first.final_state_path is None
+    with pytest.raises(Killed):  # a failed (or killed) warm start saves nothing on its way out
+        run_sft(config, store=store, leak_reason=_no_leak, on_step=kill_after_step_2)
+    assert last_sft_checkpoint(store, "sft-test")["step"] == 1
     second = run_sft(config, store=store, leak_reason=_no_leak)
     assert second.resumed_from_step == 1  # the last checkpoint; step 2 is re-done
     assert second.steps_run == 3
@@ -268,3 +277,31 @@ def test_a_warm_start_of_another_lora_rank_is_refused(tmp_path):
     run = TrainingRun(other_rank, store=store, evaluate_fn=lambda ids, responses: [])
     with pytest.raises(UserError, match="LoRA rank 8, so policy.lora_rank=4 cannot apply"):
         run.start()
+
+
+def test_a_stopped_sft_resumes_where_it_stopped(tmp_path):
+    config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=100", "sft.checkpoint_every_s=0")
+    store = _store_with_solutions(config)
+    first = run_sft(config, store=store, leak_reason=_no_leak, stop_after_steps=3)
+    assert first.steps_run == 3
+    second = run_sft(config, store=store, leak_reason=_no_leak)
+    assert second.resumed_from_step == 2 and second.steps_run == 2 and second.final_state_path is not None
+
+
+def test_a_killed_sft_loses_at_most_checkpoint_every_s_of_work(tmp_path):
+    class Killed(Exception):
+        pass
+
+    def kill_after_step_2(result):
+        if result.step == 2:
+            raise Killed()
+
+    # Steps alone would save only at the end (step 4); any time since the last save is enough here.
+    config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=100", "sft.checkpoint_every_s=1e-9")
+    store = _store_with_solutions(config)
+    with pytest.raises(Killed):
+        run_sft(config, store=store, leak_reason=_no_leak, on_step=kill_after_step_2)
+    resumed = run_sft(config, store=store, leak_reason=_no_leak)
+    assert resumed.resumed_from_step == 2 and resumed.steps_run == 2
+    steps = [r[0] for r in store.fetchall("SELECT step FROM sft_steps WHERE run_id = 'sft-test' ORDER BY step")]
+    assert steps == [0, 1, 2, 3, 4]

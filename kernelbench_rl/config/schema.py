@@ -155,6 +155,9 @@ class SftConfig:
     learning_rate: Annotated[float, Gt(0)] = 1.0e-4
     max_examples: Annotated[int, Ge(1)] = 512  # the run's own training problems first, then the rest of the corpus
     checkpoint_every: Annotated[int, Ge(1)] = 50
+    # Also save when this many seconds passed since the last save (0: by steps only), so a killed warm
+    # start loses at most this much work; a stopped one saves where it is.
+    checkpoint_every_s: Annotated[float, Ge(0)] = 600.0
 
 
 @dataclass

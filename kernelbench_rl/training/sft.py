@@ -253,6 +253,8 @@ class SftRun:
         self.next_step = 0
         self.total_steps = 0
         self.resumed_from_step: int | None = None
+        self.checkpoint_step: int | None = None  # last step whose state is saved
+        self._saved_at = time.monotonic()
         self.dataset = SftDataset([])
         self._datums: list[tinker.Datum] = []
         self._tb: Any = None
@@ -277,7 +279,7 @@ class SftRun:
             self.training_client = result_of(self._service.create_lora_training_client(
                 base_model=resolve_base_model(cfg), rank=cfg.policy.lora_rank))
         else:
-            self.resumed_from_step = int(checkpoint["step"])
+            self.resumed_from_step = self.checkpoint_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
             self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
@@ -327,12 +329,10 @@ class SftRun:
                "examples": len(batch), "learning_rate": learning_rate, "epoch": epoch,
                "state_path": None, "sampler_path": None, "total_steps": self.total_steps}
         checkpoint = None
-        if (step + 1) % cfg.sft.checkpoint_every == 0 or step + 1 == self.total_steps:
-            checkpoint = f"sft_{step:06d}"
-            # Periodic checkpoints expire (training.checkpoint_ttl_s); the last one, RL's warm start, never does.
-            ttl = None if step + 1 == self.total_steps else cfg.training.checkpoint_ttl_s
-            row["state_path"] = result_of(self.training_client.save_state(checkpoint, ttl_seconds=ttl, overwrite=True)).path
-            row["sampler_path"] = result_of(self.training_client.save_weights_for_sampler(checkpoint, ttl_seconds=ttl)).path
+        every_s = cfg.sft.checkpoint_every_s
+        if ((step + 1) % cfg.sft.checkpoint_every == 0 or step + 1 == self.total_steps
+                or (every_s > 0 and time.monotonic() - self._saved_at >= every_s)):
+            checkpoint = self._save(step, row, final=step + 1 == self.total_steps)
         # The row (with its checkpoint) last: resume trusts only checkpoints whose row landed.
         self.store.upsert("sft_steps", [row])
         self.next_step = step + 1
@@ -340,6 +340,17 @@ class SftRun:
         if self.on_step is not None:
             self.on_step(result)
         return result
+
+    def _save(self, step: int, row: dict[str, Any], *, final: bool) -> str:
+        """Save the state after `step` into `row` (its sft_steps row, written by the caller)."""
+        name = f"sft_{step:06d}"
+        # Periodic checkpoints expire (training.checkpoint_ttl_s); the last one, RL's warm start, and the
+        # one a stopped warm start resumes from never do.
+        ttl = None if final else self.config.training.checkpoint_ttl_s
+        row["state_path"] = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
+        row["sampler_path"] = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
+        self.checkpoint_step, self._saved_at = step, time.monotonic()
+        return name
 
     def summary(self, steps_run: int) -> SftSummary:
         rows = self.store.query("SELECT step, loss, state_path FROM sft_steps WHERE run_id = ? ORDER BY step",
@@ -353,7 +364,15 @@ class SftRun:
         )
 
     def close(self, session_status: SessionStatus = "success") -> None:
-        """Close the TensorBoard writer and the policy service's session (with `session_status`)."""
+        """Save where a stopped warm start is (unless it failed), close the TensorBoard writer and the
+        policy service's session (with `session_status`)."""
+        last_done = self.next_step - 1
+        if self._started and session_status != "errored" and last_done >= 0 and self.checkpoint_step != last_done:
+            # Stopped between checkpoints (stop_after_steps, Ctrl-C, a flow cancelled): the next call
+            # resumes here instead of at the last periodic checkpoint.
+            row = {"run_id": self.run_id, "step": last_done}
+            self._save(last_done, row, final=True)
+            self.store.upsert("sft_steps", [row])
         if self._tb is not None:
             self._tb.close()
             self._tb = None
