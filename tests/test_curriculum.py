@@ -1,4 +1,4 @@
-"""Curriculum: stage promotion over a window, then levels; manual override; replay on resume."""
+"""Curriculum: stage promotion on a smoothed rate, then levels; fallback; manual override; replay on resume."""
 
 from __future__ import annotations
 
@@ -13,17 +13,69 @@ def make(*overrides: str, levels=(1, 2)) -> Curriculum:
     return Curriculum.from_config(cfg.curriculum, list(levels))
 
 
-def test_stage_promotes_only_after_a_full_window() -> None:
+def test_stage_promotes_on_the_mean_of_a_full_window() -> None:
     cur = make()
     assert cur.stage == "format"
-    assert cur.observe(0, {"format_rate": 0.9}) == []
-    assert cur.observe(1, {"format_rate": 0.2}) == []  # the streak breaks
-    assert cur.observe(2, {"format_rate": 0.6}) == []
-    events = cur.observe(3, {"format_rate": 0.7})
+    assert cur.observe(0, {"format_rate": 0.9}) == []  # the window is not full yet
+    assert cur.observe(1, {"format_rate": 0.0}) == []  # mean 0.45
+    assert cur.observe(2, {"format_rate": 0.6}) == []  # mean 0.3
+    events = cur.observe(3, {"format_rate": 0.7})  # mean 0.65
     assert [(e.kind, e.from_value, e.to_value, e.step) for e in events] == [("stage", "format", "compile", 3)]
     assert cur.stage == "compile"
     # the compile stage watches the compile rate, not the format rate
     assert cur.observe(4, {"format_rate": 1.0, "compile_rate": 0.0}) == []
+
+
+def test_a_rate_hovering_at_its_threshold_promotes() -> None:
+    """A streak rule waits for a lucky run of steps; the mean of the window does not."""
+    cur = make("curriculum.threshold=null", "curriculum.window=4", "curriculum.start_stage=compile")
+    rates = [0.55, 0.7, 0.5, 0.65]  # around the compile threshold (0.6); half the steps are under it
+    events = [e for step, rate in enumerate(rates) for e in cur.observe(step, {"compile_rate": rate})]
+    assert [(e.to_value, e.step) for e in events] == [("correctness", 3)]
+
+
+def test_each_stage_has_its_own_threshold_and_a_fallback() -> None:
+    cur = make("curriculum.threshold=null", "curriculum.start_stage=correctness", "curriculum.max_steps_per_stage=6")
+    assert cur.watched_rate() == ("correct_rate", 0.35)
+    events = [e for step in range(6) for e in cur.observe(step, {"correct_rate": 0.1})]
+    assert [(e.to_value, e.step) for e in events] == [("speed", 5)] and "max_steps_per_stage" in events[0].reason
+    # the last stage promotes levels on the level's own correct rate, never by the fallback
+    assert cur.watched_rate() == ("level_1/correct_rate", 0.5)
+    assert all(cur.observe(step, {"correct_rate": 0.9, "level_1/correct_rate": 0.1}) == [] for step in range(6, 20))
+
+
+def test_defaults_reach_speed_on_a_climbing_run_and_leave_a_plateau() -> None:
+    """The traces of bench/curriculum_sim.py without noise: the old rule (0.8 for 5 steps in a row) reached
+    neither the speed stage on a correct rate climbing from 0.2 to 0.6, nor left compile at a flat 0.6."""
+    def run(trace) -> list[tuple[str, int]]:
+        cur = Curriculum.from_config(load_config("default").curriculum, [1])
+        return [(e.to_value, e.step) for step in range(200) for e in cur.observe(step, trace(step))]
+
+    def climbing(step: int) -> dict[str, float]:
+        return {"format_rate": min(0.3 + step / 15, 0.95), "compile_rate": min(0.3 + 0.55 * step / 60, 0.85),
+                "correct_rate": 0.2 + 0.4 * min(step / 200, 1.0)}
+
+    def flat(step: int) -> dict[str, float]:
+        return {"format_rate": min(0.3 + step / 15, 0.95), "compile_rate": 0.6, "correct_rate": 0.6}
+
+    assert [stage for stage, _ in run(climbing)] == ["compile", "correctness", "speed"]
+    assert [stage for stage, _ in run(flat)][:3] == ["compile", "correctness", "speed"]
+
+
+def test_earlier_levels_keep_their_share_of_the_problems(tmp_path) -> None:
+    from kernelbench_rl.training import TrainingRun, training_problems
+
+    cfg = load_config("default", ["problems.levels=[1,2]", "problems.holdout_fraction=0", "training.batch_problems=8",
+                                  "curriculum.previous_levels_share=0.25", f"db_path={tmp_path / 'kb.duckdb'}"])
+    run = TrainingRun(cfg)
+    run.problems = training_problems(cfg)
+    run.curriculum = Curriculum.from_config(cfg.curriculum, [p.level for p in run.problems])
+    assert {p.level for p in run.problems_for_step(0)} == {1}
+    run.curriculum.level = 2
+    for step in range(3):
+        levels = [p.level for p in run.problems_for_step(step)]
+        assert sorted(levels) == [1, 1, 2, 2, 2, 2, 2, 2]
+        assert run.problems_for_step(step) == run.problems_for_step(step)  # a re-done step samples the same
 
 
 def test_stages_then_levels() -> None:
@@ -86,7 +138,7 @@ def test_loop_records_promotions_and_a_resumed_run_keeps_its_stage(tmp_path) -> 
                  "policy.base_model=local:tiny", "policy.lora_rank=4", "training.steps=3", "training.batch_problems=1",
                  "sampling.group_size=2", "sampling.max_tokens=4", "problems.ids=L1/19", "problems.levels=[1]",
                  "problems.holdout_fraction=0", "curriculum.window=1", "curriculum.threshold=0.5", "run_id=cur",
-                 "env.mode=kevin", "env.turns=2"]
+                 "env.mode=kevin", "env.turns=2", "rewards.truncated=keep"]  # 4 tokens cut every answer
     cfg = load_config("default", overrides)
     first = run_training(cfg, progress=False, evaluate_fn=judge, stop_after_steps=2)
     assert (first.steps_run, first.last_step, first.finished) == (2, 1, False)

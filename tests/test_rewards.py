@@ -42,12 +42,12 @@ def test_stage_presets_reward_their_milestone_in_order() -> None:
 
 
 def test_kernrl_curve() -> None:
-    # 0.1 compile + 0.3 correct + 0.3 faster + 0.3 * log2(speedup)/log2(cap)
+    # kernrl's blog: 0.1 compile + 0.3 correct + 0.3 faster + up to 0.6 by log2(speedup)/log2(cap)
     assert score(COMPILED, "kernrl").reward == pytest.approx(0.1)
     assert score(CORRECT, "kernrl").reward == pytest.approx(0.4)  # 1.0x is not faster
-    assert score(FAST, "kernrl", speedup_cap=16.0).reward == pytest.approx(0.1 + 0.3 + 0.3 + 0.3 * 2 / 4)
+    assert score(FAST, "kernrl", speedup_cap=16.0).reward == pytest.approx(0.1 + 0.3 + 0.3 + 0.6 * 2 / 4)
     assert score(result(format_ok=True, compiled=True, correct=True, speedup=1000.0,
-                        flags=[Flag.EXCESSIVE_SPEEDUP.value, Flag.REVERIFIED.value]), "kernrl").reward == pytest.approx(1.0)
+                        flags=[Flag.EXCESSIVE_SPEEDUP.value, Flag.REVERIFIED.value]), "kernrl").reward == pytest.approx(1.3)
 
 
 def test_speed_term_is_bounded() -> None:

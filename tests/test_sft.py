@@ -19,6 +19,7 @@ from kernelbench_rl.training.sft import (
     batch_indices,
     build_sft_examples,
     completion_text,
+    last_sft_checkpoint,
     run_sft,
 )
 
@@ -142,10 +143,18 @@ def test_no_holdout_problem_solution_is_ever_in_the_sft_set(tmp_path):
 
 
 def test_a_killed_sft_resumes_from_its_checkpoint_without_duplicate_steps(tmp_path):
-    config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=2")
+    class Killed(Exception):
+        pass
+
+    def kill_after_step_2(result):
+        if result.step == 2:
+            raise Killed()
+
+    config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=2", "sft.checkpoint_every_s=0")
     store = _store_with_solutions(config)
-    first = run_sft(config, store=store, leak_reason=_no_leak, stop_after_steps=3)  # killed after step 2
-    assert first.steps_run == 3 and first.final_state_path is None
+    with pytest.raises(Killed):  # a failed (or killed) warm start saves nothing on its way out
+        run_sft(config, store=store, leak_reason=_no_leak, on_step=kill_after_step_2)
+    assert last_sft_checkpoint(store, "sft-test")["step"] == 1
     second = run_sft(config, store=store, leak_reason=_no_leak)
     assert second.resumed_from_step == 1  # the last checkpoint; step 2 is re-done
     assert second.steps_run == 3
@@ -234,3 +243,65 @@ def test_a_short_default_run_after_sft_evaluates_sampled_kernels(tmp_path):
     assert len(rollouts) == 2
     assert any(r["format_ok"] and r["eval_key"] for r in rollouts)
     assert store.count("evaluations") > 0 and store.count("kernels") > 0
+
+
+def test_rl_refuses_an_unfinished_warm_start(tmp_path):
+    from kernelbench_rl.training import TrainingRun
+
+    config = _config(tmp_path, "sft.steps=4", "sft.checkpoint_every=2", "training.steps=1")
+    store = _store_with_solutions(config)
+    run_sft(config, store=store, leak_reason=_no_leak, stop_after_steps=2)  # checkpoint at step 1 of 4
+    run = TrainingRun(config, store=store, evaluate_fn=lambda ids, responses: [])
+    with pytest.raises(UserError, match=r"has not finished \(its last checkpoint is step 1 of 4 steps\)"):
+        run.start()
+    assert not run._started
+
+
+def test_rl_says_loudly_that_there_is_no_warm_start(tmp_path):
+    from kernelbench_rl.training import TrainingRun
+
+    config = _config(tmp_path, "training.steps=1")
+    run = TrainingRun(config, store=Store(config.db_path), evaluate_fn=lambda ids, responses: [])
+    with pytest.warns(UserWarning, match="no SFT warm start: RL starts from the base model"):
+        run.start()
+    run.close()
+
+
+def test_a_warm_start_of_another_lora_rank_is_refused(tmp_path):
+    from kernelbench_rl.training import TrainingRun
+
+    config = _config(tmp_path, "sft.steps=1", "training.steps=1")  # rank 8
+    store = _store_with_solutions(config)
+    run_sft(config, store=store, leak_reason=_no_leak)
+    other_rank = _config(tmp_path, "sft.steps=1", "training.steps=1", "policy.lora_rank=4")
+    run = TrainingRun(other_rank, store=store, evaluate_fn=lambda ids, responses: [])
+    with pytest.raises(UserError, match="LoRA rank 8, so policy.lora_rank=4 cannot apply"):
+        run.start()
+
+
+def test_a_stopped_sft_resumes_where_it_stopped(tmp_path):
+    config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=100", "sft.checkpoint_every_s=0")
+    store = _store_with_solutions(config)
+    first = run_sft(config, store=store, leak_reason=_no_leak, stop_after_steps=3)
+    assert first.steps_run == 3
+    second = run_sft(config, store=store, leak_reason=_no_leak)
+    assert second.resumed_from_step == 2 and second.steps_run == 2 and second.final_state_path is not None
+
+
+def test_a_killed_sft_loses_at_most_checkpoint_every_s_of_work(tmp_path):
+    class Killed(Exception):
+        pass
+
+    def kill_after_step_2(result):
+        if result.step == 2:
+            raise Killed()
+
+    # Steps alone would save only at the end (step 4); any time since the last save is enough here.
+    config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=100", "sft.checkpoint_every_s=1e-9")
+    store = _store_with_solutions(config)
+    with pytest.raises(Killed):
+        run_sft(config, store=store, leak_reason=_no_leak, on_step=kill_after_step_2)
+    resumed = run_sft(config, store=store, leak_reason=_no_leak)
+    assert resumed.resumed_from_step == 2 and resumed.steps_run == 2
+    steps = [r[0] for r in store.fetchall("SELECT step FROM sft_steps WHERE run_id = 'sft-test' ORDER BY step")]
+    assert steps == [0, 1, 2, 3, 4]

@@ -118,7 +118,9 @@ def _overrides(tmp_path: Path, steps: int) -> list[str]:
             "policy.base_model=local:tiny", "policy.lora_rank=4", f"training.steps={steps}",
             "training.batch_problems=2", "sampling.group_size=2", "sampling.max_tokens=8",
             "training.checkpoint_every=1", "problems.ids=L1/19,L1/20", "problems.levels=[1]",
-            "problems.holdout_fraction=0", "eval.device=cpu", "run_id=test-run"]
+            "problems.holdout_fraction=0", "eval.device=cpu", "run_id=test-run",
+            # 8 tokens cut every completion; these tests are about the loop, so the verdicts count as they are
+            "rewards.truncated=keep"]
 
 
 def test_loop_trains_when_rewards_differ(tmp_path: Path) -> None:
@@ -140,6 +142,20 @@ def test_loop_trains_when_rewards_differ(tmp_path: Path) -> None:
     assert all(s["loss"] is not None for s in trained)
     rewards = store.query("SELECT reward, advantage, components_json FROM rewards").to_dicts()
     assert len(rewards) == 2 * 2 * 2 and {r["reward"] for r in rewards} <= {0.0, 1.0}
+    # 8 tokens cut every completion: each rollout says so, and so do the step rows, TensorBoard and the summary
+    assert store.fetchall("SELECT DISTINCT stop_reason FROM rollouts") == [("length",)]
+    assert [r[0] for r in store.fetchall("SELECT truncated_rate FROM train_steps ORDER BY step")] == [1.0, 1.0]
+    assert all(json.loads(r["components_json"])["truncated"] for r in rewards)
+    assert summary.truncated_rate == 1.0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logged = []
+    for path in (tmp_path / "logs" / "test-run" / "tensorboard").glob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        if "truncated_rate" in acc.Tags()["scalars"]:
+            logged += [e.value for e in acc.Scalars("truncated_rate")]
+    assert logged == [1.0, 1.0]
 
 
 def _train_cmd(tmp_path: Path, steps: int) -> list[str]:

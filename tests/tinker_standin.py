@@ -151,6 +151,7 @@ class StandinTrainingClient:
         self._base_model = base_model
         self._rank = rank
         self.model_id = f"standin-run-{uuid.uuid4().hex[:8]}"
+        service.training_clients.append(self)
         self._policy = _ToyPolicy(len(service._tokenizer), seed)
         self.requests: list[tuple[str, dict[str, Any]]] = []
 
@@ -228,7 +229,8 @@ class StandinTrainingClient:
         params = optim_params if optim_params is not None else adam_params
         if not isinstance(params, types.AdamParams):
             raise TypeError("Expected AdamParams or OptimParamsBase")
-        self.requests.append(("optim_step", {"learning_rate": params.learning_rate}))
+        self.requests.append(("optim_step", {"learning_rate": params.learning_rate, "beta1": params.beta1,
+                                             "beta2": params.beta2, "eps": params.eps}))
         for group in self._policy.optimizer.param_groups:
             group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps)
         self._policy.optimizer.step()
@@ -236,15 +238,18 @@ class StandinTrainingClient:
         self._policy.steps += 1
         return _done(types.OptimStepResponse(metrics={}))
 
-    def _save(self, kind: str, name: str, overwrite: bool) -> str:
+    def _save(self, kind: str, name: str, overwrite: bool, ttl_seconds: int | None) -> str:
         path = f"tinker://{self.model_id}/{kind}/{name}"
         if path in CHECKPOINTS and not overwrite:
             raise ValueError(f"checkpoint {path} exists")
+        if ttl_seconds is not None and not 3600 <= ttl_seconds <= 10 * 365 * 24 * 3600:
+            raise ValueError("ttl_seconds must be between 1 hour and 10 years")
         CHECKPOINTS[path] = {
             **self._policy.state(),
             "kind": kind,
             "base_model": self._base_model,
             "rank": self._rank,
+            "ttl_seconds": ttl_seconds,
         }
         return path
 
@@ -255,7 +260,7 @@ class StandinTrainingClient:
         overwrite: bool = False,
         user_metadata: dict[str, str] | None = None,
     ) -> APIFuture[types.SaveWeightsResponse]:
-        return _done(types.SaveWeightsResponse(path=self._save("weights", name, overwrite)))
+        return _done(types.SaveWeightsResponse(path=self._save("weights", name, overwrite, ttl_seconds)))
 
     def save_weights_for_sampler(
         self,
@@ -263,7 +268,7 @@ class StandinTrainingClient:
         ttl_seconds: int | None = None,
         user_metadata: dict[str, str] | None = None,
     ) -> APIFuture[types.SaveWeightsForSamplerResponse]:
-        return _done(types.SaveWeightsForSamplerResponse(path=self._save("sampler_weights", name, False)))
+        return _done(types.SaveWeightsForSamplerResponse(path=self._save("sampler_weights", name, False, ttl_seconds)))
 
     def _load(self, path: str, with_optimizer: bool) -> APIFuture[types.LoadWeightsResponse]:
         if path not in CHECKPOINTS:
@@ -337,6 +342,7 @@ class StandinServiceClient:
         self._tokenizer = load_tokenizer("local:tiny")
         self._seeds = itertools.count(1234)
         self.closed_with: str | None = None
+        self.training_clients: list[StandinTrainingClient] = []  # every client made, for tests to inspect
 
     def create_lora_training_client(
         self,

@@ -89,7 +89,7 @@ PIPELINE_DESCRIPTION = (
 SMOKE_OVERRIDES = [
     "policy.backend=local", "policy.base_model=local:tiny", "problems.ids=[L1/19,L1/20,L1/21,L1/25]",
     "sampling.group_size=4", "sampling.max_tokens=400", "sampling.temperature=0.3",
-    "sft.steps=150", "sft.batch_size=2", "sft.max_examples=4", "sft.learning_rate=0.005", "sft.checkpoint_every=75",
+    "sft.steps=150", "sft.batch_size=2", "sft.max_examples=4", "sft.learning_rate=0.005", "sft.checkpoint_every=25",
     "training.batch_problems=4", "training.learning_rate=0.0003", "training.checkpoint_every=1",
     "curriculum.threshold=0.4", "curriculum.window=2",
     "eval.device=cpu", "eval.size=small", "rag.enabled=true", "rag.k=1",

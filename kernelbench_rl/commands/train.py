@@ -38,3 +38,6 @@ def register(app: typer.Typer) -> None:
         resumed = f" (resumed after step {summary.resumed_from_step})" if summary.resumed_from_step is not None else ""
         typer.echo(f"run {summary.run_id}: {summary.steps_run} step(s) done{resumed}; last step {summary.last_step}, "
                    f"stage {summary.stage}, level {summary.level}{'; finished' if summary.finished else ''}")
+        if summary.truncated_rate is not None:
+            typer.echo(f"truncated completions (cut at {cfg.max_completion_tokens()} tokens): "
+                       f"{summary.truncated_rate:.1%} of the run's sampled turns; rewards.truncated={cfg.rewards.truncated}")

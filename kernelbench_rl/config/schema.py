@@ -35,14 +35,20 @@ class PolicySection:
     lora_rank: Annotated[int, Ge(1)] = 32
     device: str = "auto"  # local backend only: auto | cpu | cuda
     seed: int = 0
+    # Prompt rendering and stop sequences: auto (tinker-cookbook's renderer for a model it knows, else
+    # the tokenizer's own chat template, stopping at EOS) | chat_template | a cookbook renderer name
+    renderer: str = "auto"
 
 
 @dataclass
 class SamplingConfig:
     group_size: Annotated[int, Ge(1)] = 8
-    max_tokens: Annotated[int, Ge(1)] = 4096
+    # Completion tokens per turn; None: ANSWER_MAX_TOKENS, or THINKING_MAX_TOKENS with thinking on,
+    # never more than the model's context leaves after the prompt.
+    max_tokens: Annotated[int, Ge(1)] | None = None
     temperature: Annotated[float, Ge(0)] = 1.0
     top_p: Annotated[float, Gt(0), Le(1)] = 1.0
+    thinking: bool = False  # reasoning before the answer, for hybrid models (Qwen3); off for single-turn kernels
 
 
 @dataclass
@@ -51,7 +57,15 @@ class TrainingConfig:
     batch_problems: Annotated[int, Ge(1)] = 8
     learning_rate: Annotated[float, Gt(0)] = 1e-5
     loss_fn: str = "importance_sampling"  # importance_sampling | ppo
+    # Minibatches per step, each its own optim_step (PPO's clip acts from the second one on)
+    num_substeps: Annotated[int, Ge(1)] = 1
+    adam_beta1: Annotated[float, Ge(0), Lt(1)] = 0.9
+    adam_beta2: Annotated[float, Ge(0), Lt(1)] = 0.95
+    adam_eps: Annotated[float, Gt(0)] = 1e-8
     checkpoint_every: Annotated[int, Ge(1)] = 10
+    # Periodic checkpoints expire after this many seconds on Tinker (None: never); the final one and the
+    # one a stopped run resumes from never do. Tinker accepts 1 hour to 10 years.
+    checkpoint_ttl_s: Annotated[int, Ge(3600), Le(315_360_000)] | None = 30 * 24 * 3600
     seed: int = 0
     infra_retries: Annotated[int, Ge(0)] = 1  # extra evaluations of a sample whose evaluation failed for infra reasons
 
@@ -62,6 +76,11 @@ class RewardsConfig:
     gamma: Annotated[float, Ge(0), Le(1)] = 0.4  # discount over later turns (Kevin mode)
     baseline: str = "loo"  # loo (leave-one-out) | group_mean
     speedup_cap: Annotated[float, Gt(0)] = 8.0  # the speed term saturates at this speedup
+    # A completion cut at max_tokens (stop_reason "length"): reward (scored truncated_reward, like an
+    # answer never given) | drop (out of the loss and the group's baseline) | zero_advantage (in the
+    # baseline, no gradient) | keep (its verdict, as any other turn)
+    truncated: str = "reward"
+    truncated_reward: float = 0.0
 
 
 @dataclass
@@ -90,11 +109,19 @@ class CurriculumConfig:
     stages: list[str] = field(default_factory=lambda: ["format", "compile", "correctness", "speed"])
     start_stage: str = "format"
     force_stage: str | None = None  # pins the stage: no automatic stage promotion
-    threshold: Annotated[float, Ge(0), Le(1)] = 0.8  # the stage's rate must stay above this ...
-    window: Annotated[int, Ge(1)] = 5  # ... for this many consecutive steps
+    # A stage is promoted when the mean of its rate over the last `window` steps reaches its threshold
+    # (defaults from bench/curriculum_sim.py); `threshold`, when set, is every stage's threshold.
+    threshold: Annotated[float, Ge(0), Le(1)] | None = None
+    format_threshold: Annotated[float, Ge(0), Le(1)] = 0.8  # format rate
+    compile_threshold: Annotated[float, Ge(0), Le(1)] = 0.6  # compile rate
+    correctness_threshold: Annotated[float, Ge(0), Le(1)] = 0.35  # correct rate
+    speed_threshold: Annotated[float, Ge(0), Le(1)] = 0.5  # correct rate (only when speed is not the last stage)
+    window: Annotated[int, Ge(1)] = 5  # steps in the moving average
+    max_steps_per_stage: Annotated[int, Ge(0)] = 40  # a stage not promoted after this many steps is anyway (0: never)
     start_level: Annotated[int, Ge(1)] = 1
     promote_levels: bool = True
-    level_threshold: Annotated[float, Ge(0), Le(1)] = 0.5  # correct rate at the last stage that promotes the level
+    level_threshold: Annotated[float, Ge(0), Le(1)] = 0.5  # mean correct rate at the level, in the last stage
+    previous_levels_share: Annotated[float, Ge(0), Lt(1)] = 0.25  # earlier levels' share of a step's problems
 
 
 @dataclass
@@ -145,6 +172,9 @@ class SftConfig:
     learning_rate: Annotated[float, Gt(0)] = 1.0e-4
     max_examples: Annotated[int, Ge(1)] = 512  # the run's own training problems first, then the rest of the corpus
     checkpoint_every: Annotated[int, Ge(1)] = 50
+    # Also save when this many seconds passed since the last save (0: by steps only), so a killed warm
+    # start loses at most this much work; a stopped one saves where it is.
+    checkpoint_every_s: Annotated[float, Ge(0)] = 600.0
 
 
 @dataclass
@@ -178,6 +208,53 @@ class TrainConfig:
     def run_log_dir(self) -> Path:
         return Path(self.log_dir) / self.resolved_run_id()
 
+    def resolved_base_model(self) -> str:
+        """policy.base_model, else Qwen/Qwen3-8B on Tinker (explicit or `auto` with a key) and local:tiny locally."""
+        if self.policy.base_model:
+            return self.policy.base_model
+        import os
+
+        wants_tinker = self.policy.backend == "tinker" or (
+            self.policy.backend == "auto" and bool(os.environ.get("TINKER_API_KEY")))
+        return DEFAULT_TINKER_MODEL if wants_tinker else DEFAULT_LOCAL_MODEL
+
+    def max_completion_tokens(self) -> int:
+        """Completion tokens per turn: sampling.max_tokens, else the default for answers or for thinking."""
+        if self.sampling.max_tokens is not None:
+            return self.sampling.max_tokens
+        preferred = THINKING_MAX_TOKENS if self.sampling.thinking else ANSWER_MAX_TOKENS
+        context = model_context_tokens(self.resolved_base_model())
+        # Leave room for a prompt: a quarter of a small context, at least.
+        return preferred if context is None else max(1, min(preferred, context - max(context // 4, 1024)))
+
+    def turn_token_budget(self) -> int:
+        """Prompt + completion tokens of one turn: env.token_budget, never beyond the model's context."""
+        context = model_context_tokens(self.resolved_base_model())
+        return self.env.token_budget if context is None else min(self.env.token_budget, context)
+
+
+# Completion defaults: a kernel answer (code block, a few lines around it) fits in ANSWER_MAX_TOKENS;
+# reasoning first (Qwen3 thinking) needs room for the trace.
+ANSWER_MAX_TOKENS = 4096
+THINKING_MAX_TOKENS = 16384
+# Context windows of models served without a local config to read (Tinker's Qwen3 family).
+_CONTEXT_BY_PREFIX = {"Qwen/Qwen3-": 32768, "Qwen/Qwen3.5-": 65536}
+
+
+def model_context_tokens(base_model: str) -> int | None:
+    """The model's context window in tokens, when known (a local config's max_position_embeddings)."""
+    for prefix, tokens in _CONTEXT_BY_PREFIX.items():
+        if base_model.startswith(prefix):
+            return tokens
+    if base_model == DEFAULT_LOCAL_MODEL:
+        config_file = CONFIG_DIR.parent / "assets" / "tiny_model" / "config.json"
+    else:
+        config_file = Path(base_model) / "config.json"
+    try:
+        return int(json.loads(config_file.read_text())["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "policy.backend": ("auto", "tinker", "local"),
@@ -186,6 +263,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "env.mode": ("single", "kevin"),
     "env.kernel_backend": ("triton", "cuda"),
     "training.loss_fn": ("importance_sampling", "ppo"),
+    "rewards.truncated": ("reward", "drop", "zero_advantage", "keep"),
     "policy.device": ("auto", "cpu", "cuda"),
     "eval.device": ("auto", "cpu", "cuda"),
     "eval.size": ("auto", "small", "real"),
@@ -309,7 +387,7 @@ def _validate(config: TrainConfig) -> None:
     if unknown:
         raise UserError(f"Config key curriculum.stages names unknown stage {unknown[0]!r}; use {', '.join(_STAGES)}.")
     positive = {
-        "sampling.group_size": config.sampling.group_size, "sampling.max_tokens": config.sampling.max_tokens,
+        "sampling.group_size": config.sampling.group_size, "sampling.max_tokens": config.sampling.max_tokens or 1,
         "training.batch_problems": config.training.batch_problems, "training.checkpoint_every": config.training.checkpoint_every,
         "env.turns": config.env.turns, "curriculum.window": config.curriculum.window,
         "sft.batch_size": config.sft.batch_size, "sft.max_examples": config.sft.max_examples,
@@ -322,6 +400,9 @@ def _validate(config: TrainConfig) -> None:
         raise UserError("Config key training.steps must not be negative.")
     if config.sft.steps < 0 or config.sft.epochs < 0:
         raise UserError("Config keys sft.steps and sft.epochs must not be negative.")
+    if config.training.loss_fn == "ppo" and config.training.num_substeps < 2:
+        raise UserError("Config key training.loss_fn=ppo clips the ratio to the sampling policy, which is 1 when "
+                        "every datum is trained by the policy that sampled it: set training.num_substeps to 2 or more.")
     if not 0.0 <= config.rewards.gamma <= 1.0:
         raise UserError(f"Config key rewards.gamma must be in [0, 1]; got {config.rewards.gamma}.")
     from kernelbench_rl.evaluation.cluster_spec import parse_cluster

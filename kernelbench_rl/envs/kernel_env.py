@@ -44,8 +44,8 @@ class EnvSpec:
         env = config.env
         return cls(
             turns=env.turns if env.mode == "kevin" else 1,
-            token_budget=env.token_budget,
-            max_tokens=config.sampling.max_tokens,
+            token_budget=config.turn_token_budget(),
+            max_tokens=config.max_completion_tokens(),
             early_stop_on_correct=env.early_stop_on_correct,
             kernel_backend=env.kernel_backend,
             instructions=env.instructions,

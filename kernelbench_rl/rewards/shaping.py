@@ -39,8 +39,9 @@ PRESETS: dict[str, RewardPreset] = {
     "compile": RewardPreset("compile", format=0.1, compile=0.9),
     "correctness": RewardPreset("correctness", format=0.05, compile=0.15, correct=0.8),
     "speed": RewardPreset("speed", format=0.05, compile=0.05, correct=0.3, speed=0.6),
-    # kernrl (OpenEnv): 0.1 compile + 0.3 correct + 0.3 faster + up to 0.3 from log2(speedup)
-    "kernrl": RewardPreset("kernrl", compile=0.1, correct=0.3, faster=0.3, speed=0.3),
+    # kernrl (OpenEnv's blog): 0.1 compile + 0.3 correct + 0.3 faster than the baseline + up to 0.6 more
+    # from log2(speedup) (bounded: the full 0.6 at rewards.speedup_cap), 1.3 at most
+    "kernrl": RewardPreset("kernrl", compile=0.1, correct=0.3, faster=0.3, speed=0.6),
 }
 
 # The stage whose rate the curriculum watches for each stage preset.

@@ -46,6 +46,8 @@ DEFAULT_DB_PATH = Path(os.environ.get("KBRL_DB", "runs/kernelbench_rl.duckdb"))
 ARROW_BATCH_MIN_ROWS = 16
 
 Migration = tuple[int, str, list[str]]
+# Tables whose rows belong to one training step of one run (run_id, step).
+RUN_STEP_TABLES: tuple[str, ...] = ("train_steps", "rollouts", "rewards", "curriculum_events", "checkpoints")
 OnConflict = Literal["replace", "ignore"]
 
 
@@ -468,6 +470,30 @@ class Store:
                 _rollback_quietly(con)
                 raise
         return written
+
+    def discard_steps_after(self, run_id: str, step: int, tables: Sequence[str] = RUN_STEP_TABLES) -> dict[str, int]:
+        """Delete a run's rows of steps after `step` from `tables`, in one transaction (all or none).
+
+        A resumed run starts after its last checkpoint; rows a killed attempt wrote for later steps
+        (a promotion, a step's metrics, its rollouts) would otherwise outlive the state that made them.
+        Returns the rows deleted per table.
+        """
+        deleted: dict[str, int] = {}
+        with self.connect() as con:
+            infos = [self._table_info(con, table) for table in tables]
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for info in infos:
+                    count = con.execute(f"SELECT count(*) FROM {_quote(info.name)} WHERE run_id = ? AND step > ?",
+                                        [run_id, step]).fetchone()[0]
+                    if count:
+                        con.execute(f"DELETE FROM {_quote(info.name)} WHERE run_id = ? AND step > ?", [run_id, step])
+                    deleted[info.name] = count
+                con.execute("COMMIT")
+            except Exception:
+                _rollback_quietly(con)
+                raise
+        return deleted
 
     def _insert_rows(
         self, con: duckdb.DuckDBPyConnection, info: _TableInfo, rows: Sequence[Mapping[str, Any]], on_conflict: OnConflict

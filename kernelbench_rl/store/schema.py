@@ -323,6 +323,20 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        10,
+        "truncated completions are visible (each rollout's stop reason, each step's truncated rate); checkpoint TTLs; "
+        "an SFT step knows the warm start's planned steps",
+        [
+            "ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS stop_reason VARCHAR",  # stop | length (cut at max_tokens)
+            "ALTER TABLE train_steps ADD COLUMN IF NOT EXISTS truncated_rate DOUBLE",
+            "ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS ttl_s INTEGER",  # NULL: never expires
+            "ALTER TABLE sft_steps ADD COLUMN IF NOT EXISTS total_steps INTEGER",  # the warm start's planned steps
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",

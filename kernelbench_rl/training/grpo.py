@@ -16,7 +16,7 @@ import torch
 
 from kernelbench_rl.rewards.returns import discounted_returns, group_advantages, is_constant
 from kernelbench_rl.rewards.shaping import score
-from kernelbench_rl.training.rollouts import GroupRollout
+from kernelbench_rl.training.rollouts import GroupRollout, MissingLogprobsError
 
 
 @dataclass
@@ -35,10 +35,26 @@ class SampleTurn:
     advantage: float = 0.0
     trainable: bool = False
     dropped_constant: bool = False
+    truncated: bool = False  # cut at max_tokens (stop_reason "length")
+    dropped_truncated: bool = False  # left out of the loss and the baseline (rewards.truncated=drop)
+    dropped_cut_short: bool = False  # its episode ended on an infra failure after turn 0: no return is known
 
 
-def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str, speedup_cap: float) -> list[SampleTurn]:
-    """Score every turn of a finished group and fill returns and advantages."""
+TRUNCATION_POLICIES = ("reward", "drop", "zero_advantage", "keep")
+
+
+def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str, speedup_cap: float,
+                truncated: str = "reward", truncated_reward: float = 0.0) -> list[SampleTurn]:
+    """Score every turn of a finished group and fill returns and advantages.
+
+    A truncated turn (its completion hit max_tokens) is handled by `truncated`: `drop` leaves it out
+    of its turn's baseline and of the loss; `zero_advantage` keeps it in the baseline with no
+    gradient of its own; `reward` scores it `truncated_reward` instead of its verdict; `keep` scores
+    its verdict like any other turn. Its score still counts in the returns of the turns before it
+    (Kevin mode): that is what happened.
+    """
+    if truncated not in TRUNCATION_POLICIES:
+        raise ValueError(f"unknown truncation policy {truncated!r}")
     samples: list[SampleTurn] = []
     by_turn: dict[int, list[SampleTurn]] = {}
     for sample_index, env in enumerate(group.envs):
@@ -47,16 +63,29 @@ def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str
         for turn in env.turns:
             assert turn.result is not None
             turn.score = score(turn.result, preset, speedup_cap=speedup_cap)
+            cut = turn.stop_reason == "length"
+            reward = turn.score.reward
+            if cut and truncated == "reward" and reward is not None:
+                reward = truncated_reward
             sample = SampleTurn(problem_id=env.problem.id, level=env.problem.level, sample_index=sample_index,
                                 turn=turn.index, prompt_tokens=turn.prompt_tokens,
                                 completion_tokens=turn.completion_tokens, logprobs=turn.logprobs,
-                                reward=turn.score.reward)
+                                reward=reward, truncated=cut)
             samples.append(sample)
-            if turn.score.reward is not None:  # an infra turn ends the episode, so scored turns are a prefix
-                rewards_T.append(turn.score.reward)
+            if reward is not None:  # an infra turn ends the episode, so scored turns are a prefix
+                rewards_T.append(reward)
                 turns_T.append(sample)
+        if turns_T and len(turns_T) < len(env.turns):
+            # Cut short by an infra failure after turn 0: the earlier turns' returns would count the
+            # rewards of the turns it never had as 0, so the whole episode leaves training.
+            for sample in turns_T:
+                sample.dropped_cut_short = True
+            continue
         for sample, ret in zip(turns_T, discounted_returns(rewards_T, gamma), strict=True):
             sample.return_value = ret
+            if sample.truncated and truncated == "drop":
+                sample.dropped_truncated = True
+                continue
             by_turn.setdefault(sample.turn, []).append(sample)
     for turn_samples in by_turn.values():
         returns_G = [s.return_value for s in turn_samples]
@@ -65,6 +94,8 @@ def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str
                 s.dropped_constant = True
             continue
         for s, advantage in zip(turn_samples, group_advantages(returns_G, baseline), strict=True):
+            if s.truncated and truncated == "zero_advantage":
+                continue  # in the others' baseline, no gradient of its own
             s.advantage = advantage
             s.trainable = bool(s.completion_tokens)
     return samples
@@ -74,10 +105,16 @@ def sample_to_datum(sample: SampleTurn) -> tinker.Datum:
     """A datum as the cookbook builds it: inputs shifted right, per-token sampler logprobs and advantages
     (zero on prompt positions, so only the completion is trained)."""
     prompt_T, completion_T = sample.prompt_tokens, sample.completion_tokens
+    if not prompt_T:
+        # The first target is predicted from the last prompt token: without one the shift is wrong.
+        raise ValueError(f"Sample {sample.problem_id}#{sample.sample_index} turn {sample.turn} has an empty prompt.")
     tokens_T = prompt_T + completion_T
     n_prompt_targets = len(prompt_T) - 1
-    sampled_T = list(sample.logprobs[: len(completion_T)])
-    sampled_T += [0.0] * (len(completion_T) - len(sampled_T))
+    if len(sample.logprobs) != len(completion_T):
+        raise MissingLogprobsError(
+            f"Sample {sample.problem_id}#{sample.sample_index} turn {sample.turn} has {len(sample.logprobs)} sampler "
+            f"logprobs for {len(completion_T)} completion tokens; the loss needs exactly one per token.")
+    sampled_T = list(sample.logprobs)
     logprobs_T = [0.0] * n_prompt_targets + sampled_T
     advantages_T = [0.0] * n_prompt_targets + [sample.advantage] * len(completion_T)
     return tinker.Datum(

@@ -7,8 +7,9 @@
 
 `run_training(config)` does exactly that with a progress bar. A flow can make one task per
 `run.step()`. Resume: the run id (explicit, or derived from the config) finds the last row of
-`checkpoints`; the run reloads that state and starts at the next step. Rows are upserted on
-natural keys, so a step done twice (killed after some of its rows landed) never duplicates rows.
+`checkpoints`; the run reloads that state, deletes (in one transaction) every row of a later step
+that a killed attempt left, and starts at the next step. Rows are upserted on natural keys, so a
+step done twice never duplicates rows.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 import random
 import socket
 import time
@@ -24,11 +26,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-import tinker
-
-from kernelbench_rl.config.schema import DEFAULT_LOCAL_MODEL, DEFAULT_TINKER_MODEL, TrainConfig, config_to_dict
+from kernelbench_rl.config.schema import TrainConfig, config_to_dict
 from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.policy.base import SessionStatus
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.problems import Problem, load_problems, split_problems
 from kernelbench_rl.store import Store
@@ -37,6 +38,7 @@ from kernelbench_rl import ownership
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
 from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics
+from kernelbench_rl.training.optim import result_of, train_step
 from kernelbench_rl.training.rollouts import EvaluateFn, GroupRollout, PromptRenderer, RolloutRunner
 
 
@@ -64,15 +66,11 @@ class TrainSummary:
     level: int
     finished: bool  # all configured steps are done
     last_metrics: dict[str, float] = field(default_factory=dict)
+    truncated_rate: float | None = None  # share of the run's sampled turns cut at max_tokens (all steps so far)
 
 
 def resolve_base_model(config: TrainConfig) -> str:
-    if config.policy.base_model:
-        return config.policy.base_model
-    wants_tinker = config.policy.backend == "tinker" or (
-        config.policy.backend == "auto" and bool(os.environ.get("TINKER_API_KEY"))
-    )
-    return DEFAULT_TINKER_MODEL if wants_tinker else DEFAULT_LOCAL_MODEL
+    return config.resolved_base_model()
 
 
 def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
@@ -174,11 +172,6 @@ def training_problems(config: TrainConfig) -> list[Problem]:
     return train
 
 
-def _result(value: Any) -> Any:
-    """Policy calls return futures (APIFuture-like); accept a ready object too."""
-    return value.result() if hasattr(value, "result") and callable(value.result) else value
-
-
 class TrainingRun:
     """One training run: builds its heavy parts on `start()`, then advances one `step()` at a time."""
 
@@ -243,24 +236,29 @@ class TrainingRun:
             self.policy_backend = resolve_backend(policy)
             self._service = make_service_client(policy)
         checkpoint = self._last_checkpoint()
+        # Rows of steps after the resume point were written by an attempt whose state is lost (killed
+        # between a step's rows and its checkpoint): they go, all at once, before anything is redone.
+        self.discarded = self.store.discard_steps_after(self.run_id, -1 if checkpoint is None else int(checkpoint["step"]))
         warm_start = self._sft_checkpoint() if checkpoint is None else None
         if warm_start is not None:
             # RL starts from the supervised warm start's final weights, with a fresh optimizer.
             self.warm_start_path = warm_start["state_path"]
-            self.training_client = _result(self._service.create_training_client_from_state(warm_start["state_path"]))
-            self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
+            self.training_client = result_of(self._service.create_training_client_from_state(warm_start["state_path"]))
+            check_lora_rank(self.training_client, cfg.policy.lora_rank, f"SFT warm start {warm_start['state_path']}")
+            self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         elif checkpoint is None:
-            self.training_client = _result(self._service.create_lora_training_client(
+            self.training_client = result_of(self._service.create_lora_training_client(
                 base_model=self.base_model, rank=cfg.policy.lora_rank))
-            self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
+            self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         else:
             self.resumed_from_step = self.checkpoint_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
-            self.training_client = _result(
+            self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
-            self.sampling_client = _result(self._service.create_sampling_client(model_path=checkpoint["sampler_path"]))
+            check_lora_rank(self.training_client, cfg.policy.lora_rank, f"checkpoint {checkpoint['state_path']}")
+            self.sampling_client = result_of(self._service.create_sampling_client(model_path=checkpoint["sampler_path"]))
             self._replay_curriculum(self.resumed_from_step)
-        self.renderer = PromptRenderer(self.training_client.get_tokenizer())
+        self.renderer = PromptRenderer.for_config(cfg, self.training_client.get_tokenizer())
         if self._evaluate_fn is None:
             self._evaluate_fn = self._make_evaluator()
         self._tb = TensorBoardLogger(self.log_dir / "tensorboard", purge_step=self.next_step if self.resumed_from_step is not None else None)
@@ -272,12 +270,12 @@ class TrainingRun:
         return self._evaluator.evaluate_responses
 
     def _sft_checkpoint(self) -> dict[str, Any] | None:
-        """The run's finished warm start (kernelbench_rl.training.sft), when SFT is enabled and has run."""
+        """The run's finished warm start (kernelbench_rl.training.sft), when SFT is enabled; an unfinished one is refused."""
         if not self.config.sft.enabled:
             return None
-        from kernelbench_rl.training.sft import last_sft_checkpoint
+        from kernelbench_rl.training.sft import warm_start_checkpoint
 
-        return last_sft_checkpoint(self.store, self.run_id)
+        return warm_start_checkpoint(self.store, self.config)
 
     def _last_checkpoint(self) -> dict[str, Any] | None:
         frame = self.store.query(
@@ -309,10 +307,16 @@ class TrainingRun:
         return self.curriculum.stage if preset == "curriculum" else preset
 
     def problems_for_step(self, step: int) -> list[Problem]:
-        """Deterministic per (seed, step), so a re-done step samples the same problems (same row keys)."""
-        pool = [p for p in self.problems if p.level == self.curriculum.level] or self.problems
+        """The current level's problems, with earlier levels at curriculum.previous_levels_share of the
+        batch (so a promotion does not make the policy forget them). Deterministic per (seed, step), so
+        a re-done step samples the same problems (same row keys)."""
+        level = self.curriculum.level
+        current = [p for p in self.problems if p.level == level] or self.problems
+        previous = [p for p in self.problems if p.level < level]
         rng = random.Random(f"{self.config.training.seed}:{step}")
-        return rng.sample(pool, min(self.config.training.batch_problems, len(pool)))
+        n_previous, n_current = self.curriculum.problem_counts(self.config.training.batch_problems, bool(previous))
+        picked = rng.sample(current, min(n_current, len(current)))
+        return picked + rng.sample(previous, min(n_previous, len(previous)))
 
     def step(self) -> StepResult:
         self.start()
@@ -330,7 +334,8 @@ class TrainingRun:
 
         def on_group_done(group: GroupRollout) -> None:
             group_samples = score_group(group, preset, gamma=cfg.rewards.gamma, baseline=cfg.rewards.baseline,
-                                        speedup_cap=cfg.rewards.speedup_cap)
+                                        speedup_cap=cfg.rewards.speedup_cap, truncated=cfg.rewards.truncated,
+                                        truncated_reward=cfg.rewards.truncated_reward)
             samples_by_group[group.index] = group_samples
             self._write_group(step, stage, group, group_samples)
 
@@ -343,15 +348,13 @@ class TrainingRun:
         metrics, speedups = step_metrics(groups, samples)
 
         train_start = time.perf_counter()
-        datums = build_datums(samples)
-        loss = None
-        if datums:
-            fwd_bwd = self.training_client.forward_backward(datums, loss_fn=cfg.training.loss_fn)
-            optim = self.training_client.optim_step(tinker.AdamParams(learning_rate=cfg.training.learning_rate))
-            output = _result(fwd_bwd)
-            _result(optim)
-            loss = _loss_of(output)
-            self.sampling_client = _result(self.training_client.save_weights_and_get_sampling_client())
+        trained = [s for s in samples if s.trainable]
+        outcome = train_step(self.training_client, build_datums(trained), [len(s.prompt_tokens) for s in trained],
+                             cfg.training)
+        loss = outcome.loss
+        metrics.update(outcome.metrics)
+        if trained:
+            self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         train_s = time.perf_counter() - train_start
 
         metrics.update({"time/sampling_s": runner.timings.sampling_s, "time/eval_s": runner.timings.eval_s,
@@ -370,6 +373,7 @@ class TrainingRun:
             "reward_mean": metrics.get("reward_mean"), "reward_std": metrics.get("reward_std"),
             "format_rate": metrics.get("format_rate"), "compile_rate": metrics.get("compile_rate"),
             "correct_rate": metrics.get("correct_rate"), "hack_rate": metrics.get("hack_rate"),
+            "truncated_rate": metrics.get("truncated_rate"),
             "num_samples": int(metrics["num_samples"]), "num_trained": int(metrics["num_trained"]),
             "sampling_s": runner.timings.sampling_s, "eval_s": runner.timings.eval_s, "train_s": train_s,
             "metrics_json": json.dumps(metrics, sort_keys=True),
@@ -378,7 +382,7 @@ class TrainingRun:
         # must already have its rows. A kill before it re-does this step from the previous checkpoint.
         checkpoint = None
         if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
-            checkpoint = self._checkpoint(step)
+            checkpoint = self._checkpoint(step, final=step + 1 == cfg.training.steps)
         self.next_step = step + 1
         self._write_run("running")
         result = StepResult(step, stage, level, loss, metrics, events + promotions, checkpoint)
@@ -387,14 +391,18 @@ class TrainingRun:
             self.on_step(result)
         return result
 
-    def _checkpoint(self, step: int) -> str:
+    def _checkpoint(self, step: int, *, final: bool) -> str:
+        """Save the state and sampler weights of `step`. A periodic checkpoint expires after
+        training.checkpoint_ttl_s on Tinker; a final one (the run's last step, or where a stopped run
+        resumes) never does."""
         name = f"step_{step:06d}"
+        ttl = None if final else self.config.training.checkpoint_ttl_s
         # overwrite: a step re-done after a kill saves under the same name
-        state_path = _result(self.training_client.save_state(name, overwrite=True)).path
-        sampler_path = _result(self.training_client.save_weights_for_sampler(name)).path
+        state_path = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
+        sampler_path = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
         self.store.upsert("checkpoints", [{
             "run_id": self.run_id, "name": name, "step": step, "backend": self.policy_backend,
-            "state_path": state_path, "sampler_path": sampler_path,
+            "state_path": state_path, "sampler_path": sampler_path, "ttl_s": ttl,
         }])
         self.checkpoint_step = step
         return name
@@ -428,13 +436,15 @@ class TrainingRun:
                 rollouts.append({**key, "stage": stage, "level": group.problem.level, "prompt_sha256": prompt_sha,
                                  "completion_sha256": completion_sha, "kernel_sha256": kernel_sha, "eval_key": eval_key,
                                  "prompt_tokens": len(turn.prompt_tokens), "completion_tokens": len(turn.completion_tokens),
-                                 "format_ok": turn.format_ok,
+                                 "format_ok": turn.format_ok, "stop_reason": turn.stop_reason or None,
                                  "error_category": result.error_category.value if result else None,
                                  "error_message": result.error_message if result else None})
                 sample = by_key[(sample_index, turn.index)]
                 components = dict(turn.score.components) if turn.score else {}
                 components.update({"infra": bool(turn.score and turn.score.infra), "hack": bool(turn.score and turn.score.hack),
                                    "trainable": sample.trainable, "dropped_constant": sample.dropped_constant,
+                                   "truncated": sample.truncated, "dropped_truncated": sample.dropped_truncated,
+                                   "dropped_cut_short": sample.dropped_cut_short,
                                    "preset": turn.score.preset if turn.score else "",
                                    "error_category": result.error_category.value if result else None})
                 rewards.append({**key, "stage": stage, "reward": sample.reward, "return_value": sample.return_value,
@@ -445,14 +455,21 @@ class TrainingRun:
                               replace_where={"run_id": self.run_id, "step": step, "problem_id": group.problem.id})
 
     # -- tear-down -----------------------------------------------------------------------------
-    def close(self, status: str | None = None) -> None:
+    def close(self, status: str | None = None, session_status: SessionStatus | None = None) -> None:
+        """Finish the run: `status` goes to runs.status (None: finished or stopped); the policy
+        service's session is closed with `session_status` (None: errored when failed, else success)."""
         if not self._started:
             return
         last_done = self.next_step - 1
-        if status != "failed" and last_done >= 0 and self.checkpoint_step != last_done:
-            # Stopped between checkpoints (stop_after_steps, a flow's per-step task): save the state so
-            # that re-running resumes here instead of at the last periodic checkpoint.
-            self._checkpoint(last_done)
+        try:
+            if status != "failed" and last_done >= 0 and self.checkpoint_step != last_done:
+                # Stopped between checkpoints (stop_after_steps, a flow's per-step task): save the state so
+                # that re-running resumes here instead of at the last periodic checkpoint.
+                self._checkpoint(last_done, final=True)
+        finally:
+            self._release(status, session_status or ("errored" if status == "failed" else "success"))
+
+    def _release(self, status: str | None, session_status: SessionStatus) -> None:
         if self._evaluator is not None:
             self._evaluator.__exit__(None, None, None)
             self._evaluator = None
@@ -463,13 +480,19 @@ class TrainingRun:
             self._write_run(status or ("finished" if self.finished else "stopped"))
         finally:
             self._started = False
+            close_session(self._service, session_status)
             ownership.release(self.store.path, self.run_id)
 
     def __enter__(self) -> TrainingRun:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close("failed" if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt) else None)
+        if exc_type is None:
+            self.close()
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close(None, "interrupted")
+        else:
+            self.close("failed", "errored")
 
     def summary(self, first_step: int, steps_run: int) -> TrainSummary:
         return TrainSummary(
@@ -478,15 +501,36 @@ class TrainingRun:
             last_step=self.next_step - 1 if self.next_step > 0 else None, stage=self.curriculum.stage,
             level=self.curriculum.level, finished=self.finished,
             last_metrics=dict(self.last_result.metrics) if self.last_result else {},
+            truncated_rate=self.run_truncated_rate(),
         )
 
+    def run_truncated_rate(self) -> float | None:
+        """Truncated turns over sampled turns, across every step of the run in the store."""
+        rows = self.store.fetchall(
+            "SELECT sum(CASE WHEN stop_reason = 'length' THEN 1 ELSE 0 END), count(*) FROM rollouts WHERE run_id = ?",
+            [self.run_id])
+        truncated, total = rows[0] if rows else (None, 0)
+        return float(truncated or 0) / total if total else None
 
-def _loss_of(output: Any) -> float | None:
-    metrics = getattr(output, "metrics", None) or {}
-    for key in ("loss:sum", "loss:mean", "loss"):
-        if key in metrics:
-            return float(metrics[key])
-    return None
+
+def check_lora_rank(training_client: Any, lora_rank: int, source: str) -> None:
+    """A client made from saved state has the LoRA rank it was saved with: policy.lora_rank must match it."""
+    rank = getattr(training_client.get_info(), "lora_rank", None)
+    if rank is not None and int(rank) != lora_rank:
+        raise UserError(f"The {source} was trained with LoRA rank {rank}, so policy.lora_rank={lora_rank} cannot "
+                        f"apply to it: set policy.lora_rank={rank}, or start over (a new run id, or sft.enabled=false).")
+
+
+def close_session(service: Any, status: SessionStatus, detail: str | None = None) -> None:
+    """End the policy service's session with the run's outcome (on Tinker: the session's final status).
+    A failure to close is a warning: it must not hide the outcome being reported."""
+    close = getattr(service, "close", None)
+    if close is None:
+        return
+    try:
+        result_of(close(status, detail))
+    except Exception as exc:  # noqa: BLE001 - reported, never raised over the run's own outcome
+        warnings.warn(f"Closing the policy session ({status}) failed: {type(exc).__name__}: {exc}", stacklevel=2)
 
 
 def describe_run_start(config: TrainConfig, store: Store | None = None) -> str:

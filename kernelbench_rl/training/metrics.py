@@ -70,6 +70,11 @@ def step_metrics(groups: Sequence[GroupRollout], samples: Sequence[SampleTurn]) 
     metrics["num_trained"] = float(sum(s.trainable for s in samples))
     metrics["num_dropped_constant"] = float(sum(s.dropped_constant for s in samples))
     metrics["num_infra_dropped"] = float(sum(s.reward is None for s in samples))
+    metrics["num_cut_short_dropped"] = float(sum(s.dropped_cut_short for s in samples))
+    # Completions cut at max_tokens, over every sampled turn: a rising rate means max_tokens is too
+    # small for what the policy writes (or it loops); rewards.truncated says what training does with them.
+    metrics["truncated_rate"] = (sum(t.stop_reason == "length" for t in turns) / len(turns)) if turns else 0.0
+    metrics["num_truncated_dropped"] = float(sum(s.dropped_truncated for s in samples))
     metrics["infra_retries"] = float(sum(g.infra_retries_used for g in groups))
     metrics["completion_tokens_mean"] = statistics.fmean(len(s.completion_tokens) for s in samples) if samples else 0.0
     envs = [env for g in groups for env in g.envs]

@@ -26,20 +26,77 @@ EvaluateFn = Callable[[list[str], list[str]], list[EvalResult]]
 
 
 class PromptRenderer:
-    """Prompt text -> token ids (through the chat template when the tokenizer has one), and back."""
+    """Chat messages -> prompt tokens, the sampler's stop sequences, and completion tokens -> text.
 
-    def __init__(self, tokenizer: Any) -> None:
+    With a tinker-cookbook renderer (`kernelbench_rl.policy.chat`) the prompt, the stop sequences
+    and the end-of-answer tokens are the model's own chat format (Qwen3: `<|im_end|>`, thinking on
+    or off). Without one, the tokenizer's chat template (when it has one) renders the prompt and
+    the sampler stops at EOS, its default.
+    """
+
+    def __init__(self, tokenizer: Any, chat_renderer: Any | None = None) -> None:
         self.tokenizer = tokenizer
+        self.chat_renderer = chat_renderer
         self.use_chat_template = bool(getattr(tokenizer, "chat_template", None))
 
+    @classmethod
+    def for_config(cls, config: Any, tokenizer: Any) -> PromptRenderer:
+        """The renderer a run's configuration asks for (policy.renderer, sampling.thinking)."""
+        from kernelbench_rl.policy.chat import make_chat_renderer
+
+        return cls(tokenizer, make_chat_renderer(tokenizer, config.resolved_base_model(), config.policy.renderer,
+                                                 config.sampling.thinking))
+
     def encode_messages(self, messages: list[dict[str, str]]) -> list[int]:
-        if self.use_chat_template:
+        if self.chat_renderer is not None:
+            tokens = self.chat_renderer.build_generation_prompt(messages).to_ints()
+        elif self.use_chat_template:
             rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            return list(self.tokenizer.encode(rendered, add_special_tokens=False))
-        return list(self.tokenizer.encode(messages_to_text(messages), add_special_tokens=False))
+            tokens = list(self.tokenizer.encode(rendered, add_special_tokens=False))
+        else:
+            tokens = list(self.tokenizer.encode(messages_to_text(messages), add_special_tokens=False))
+        if not tokens:
+            raise ValueError("The rendered prompt is empty; a sample needs at least one prompt token.")
+        return tokens
+
+    @property
+    def stop_sequences(self) -> list[int] | list[str] | None:
+        """What ends a sampled turn (None: the sampler's default, the EOS token)."""
+        return self.chat_renderer.get_stop_sequences() if self.chat_renderer is not None else None
+
+    def end_of_answer_tokens(self) -> list[int]:
+        """The tokens a finished answer ends with: the format's end-of-message token, else EOS."""
+        stops = self.stop_sequences
+        if stops:
+            first = stops[0]
+            return [int(first)] if isinstance(first, int) else list(self.tokenizer.encode(first, add_special_tokens=False))
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return [] if eos is None else [int(eos)]
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+
+class MissingLogprobsError(RuntimeError):
+    """The sampler returned a sequence without one log-probability per token.
+
+    The importance-sampling and PPO losses divide by the sampler's probability of every trained
+    token; a made-up value (0.0 means probability 1) would bias every update silently.
+    """
+
+
+def sampler_logprobs(sequence: Any, num_tokens: int) -> list[float]:
+    """The sampler's per-token logprobs of a sampled sequence, checked to cover every token."""
+    if sequence.logprobs is None:
+        raise MissingLogprobsError(
+            f"The sampler returned a sequence of {num_tokens} tokens without logprobs; the policy-gradient "
+            "losses need the sampler's logprob of every token (is the backend asked for them?).")
+    logprobs = [float(x) for x in sequence.logprobs]
+    if len(logprobs) != num_tokens:
+        raise MissingLogprobsError(
+            f"The sampler returned {len(logprobs)} logprobs for a sequence of {num_tokens} tokens; "
+            "the policy-gradient losses need exactly one per token.")
+    return logprobs
 
 
 @dataclass
@@ -92,11 +149,12 @@ class RolloutRunner:
 
     # -- sampling (main thread) ----------------------------------------------------------------
     def _params(self, max_tokens: int) -> tinker.SamplingParams:
-        return tinker.SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p)
+        return tinker.SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
+                                     stop=self.renderer.stop_sequences)
 
     def _record(self, env: KernelEnv, prompt: str, prompt_tokens: list[int], sequence: Any) -> None:
         tokens = list(sequence.tokens)
-        logprobs = list(sequence.logprobs) if sequence.logprobs is not None else [0.0] * len(tokens)
+        logprobs = sampler_logprobs(sequence, len(tokens))
         env.add_completion(prompt, prompt_tokens, self.renderer.decode(tokens), tokens, logprobs,
                            str(sequence.stop_reason))
 

@@ -12,7 +12,8 @@ that with our own verified corpus:
 - **Data**: our own solutions and re-verified corpus rows of the run's kernel backend, never a
   holdout problem's (the retrieval leak rules: `rag.retrieve.HoldoutGuard`). Each is rendered with
   the same prompt the RL environment builds for its problem (template, retrieved examples), and
-  the completion is the kernel in a ```python block followed by the end-of-sequence token.
+  the completion is the kernel in a ```python block followed by the token that ends an answer in
+  the policy's chat format (`<|im_end|>` for Qwen3, else EOS).
 - **Loss**: Tinker's `cross_entropy` (a sum over target tokens of -weight * logp) with weight 0 on
   every prompt position and 1 on the completion, through `forward_backward` and `optim_step`, so
   the same code trains on Tinker and on the local backend (transformers + peft).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -39,9 +41,10 @@ import torch
 from kernelbench_rl.config.schema import TrainConfig
 from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.policy.base import SessionStatus
 from kernelbench_rl.problems import Problem, load_problems, parse_problem_id
 from kernelbench_rl.store import Store
-from kernelbench_rl.training.loop import _result
+from kernelbench_rl.training.optim import result_of, adam_params
 
 # Corpus sources whose kernels are known correct without re-verification (our own, tested in CI).
 TRUSTED_SOURCES = ("solutions",)
@@ -145,7 +148,7 @@ def build_sft_examples(
 ) -> SftDataset:
     """Render the leak-free verified corpus through RL's prompts; the run's training problems come first.
 
-    A completion longer than `sampling.max_tokens` is left out: RL could never sample it whole.
+    A completion longer than the run's completion limit (`sampling.max_tokens`) is left out: RL could never sample it whole.
     """
     from kernelbench_rl.training.rollouts import PromptRenderer
 
@@ -160,10 +163,11 @@ def build_sft_examples(
     # The run's own problems first (by id), then the rest by sha256: the same order on every call.
     docs.sort(key=lambda d: ((d.get("kb_level"), d.get("kb_task")) not in first, d["kb_level"] or 0,
                              d["kb_task"] or 0, d["sha256"]))
-    renderer = PromptRenderer(tokenizer)
+    renderer = PromptRenderer.for_config(config, tokenizer)
+    answer_end = renderer.end_of_answer_tokens()
+    max_tokens = config.max_completion_tokens()
     spec = EnvSpec.from_config(config)
     k = config.rag.k if config.rag.enabled else 0
-    eos = getattr(tokenizer, "eos_token_id", None)
     examples: list[SftExample] = []
     for doc in docs:
         if len(examples) >= config.sft.max_examples:
@@ -173,10 +177,10 @@ def build_sft_examples(
         (builder,) = make_group_builders([problem], 1, spec, retrieve, k)
         messages = builder()[0].next_messages()
         prompt_tokens = renderer.encode_messages(messages)
+        # The answer ends the way a sampled turn stops: the chat format's end-of-message token (or EOS).
         completion_tokens = list(tokenizer.encode(completion_text(doc["kernel_code"]), add_special_tokens=False))
-        if eos is not None:
-            completion_tokens.append(int(eos))
-        if len(completion_tokens) > config.sampling.max_tokens:
+        completion_tokens += answer_end
+        if len(completion_tokens) > max_tokens:
             excluded["longer_than_max_tokens"] += 1
             continue
         examples.append(SftExample(problem.id, doc["sha256"], doc["source"], prompt_tokens, completion_tokens))
@@ -249,6 +253,8 @@ class SftRun:
         self.next_step = 0
         self.total_steps = 0
         self.resumed_from_step: int | None = None
+        self.checkpoint_step: int | None = None  # last step whose state is saved
+        self._saved_at = time.monotonic()
         self.dataset = SftDataset([])
         self._datums: list[tinker.Datum] = []
         self._tb: Any = None
@@ -270,13 +276,16 @@ class SftRun:
             self._service = make_service_client(policy_config(cfg))
         checkpoint = last_sft_checkpoint(self.store, self.run_id)
         if checkpoint is None:
-            self.training_client = _result(self._service.create_lora_training_client(
+            self.training_client = result_of(self._service.create_lora_training_client(
                 base_model=resolve_base_model(cfg), rank=cfg.policy.lora_rank))
         else:
-            self.resumed_from_step = int(checkpoint["step"])
+            self.resumed_from_step = self.checkpoint_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
-            self.training_client = _result(
+            self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
+            from kernelbench_rl.training.loop import check_lora_rank
+
+            check_lora_rank(self.training_client, cfg.policy.lora_rank, f"SFT checkpoint {checkpoint['state_path']}")
         training_ids = [p.id for p in training_problems(cfg)]
         self.dataset = build_sft_examples(cfg, self.store, self.training_client.get_tokenizer(), retrieve=self.retrieve,
                                           training_ids=training_ids, leak_reason=self._leak_reason)
@@ -306,9 +315,9 @@ class SftRun:
         learning_rate = cfg.sft.learning_rate
         start = time.perf_counter()
         fwd_bwd = self.training_client.forward_backward(batch, loss_fn="cross_entropy")
-        optim = self.training_client.optim_step(tinker.AdamParams(learning_rate=learning_rate))
-        output = _result(fwd_bwd)
-        _result(optim)
+        optim = self.training_client.optim_step(adam_params(learning_rate, cfg.training))
+        output = result_of(fwd_bwd)
+        result_of(optim)
         loss_sum = _loss_sum(output, batch)
         seconds = time.perf_counter() - start
         loss = loss_sum / max(tokens, 1)
@@ -318,12 +327,12 @@ class SftRun:
                             "sft/epoch": epoch, "sft/step_s": seconds}, [])
         row = {"run_id": self.run_id, "step": step, "loss": loss, "loss_sum": loss_sum, "tokens": tokens,
                "examples": len(batch), "learning_rate": learning_rate, "epoch": epoch,
-               "state_path": None, "sampler_path": None}
+               "state_path": None, "sampler_path": None, "total_steps": self.total_steps}
         checkpoint = None
-        if (step + 1) % cfg.sft.checkpoint_every == 0 or step + 1 == self.total_steps:
-            checkpoint = f"sft_{step:06d}"
-            row["state_path"] = _result(self.training_client.save_state(checkpoint, overwrite=True)).path
-            row["sampler_path"] = _result(self.training_client.save_weights_for_sampler(checkpoint)).path
+        every_s = cfg.sft.checkpoint_every_s
+        if ((step + 1) % cfg.sft.checkpoint_every == 0 or step + 1 == self.total_steps
+                or (every_s > 0 and time.monotonic() - self._saved_at >= every_s)):
+            checkpoint = self._save(step, row, final=step + 1 == self.total_steps)
         # The row (with its checkpoint) last: resume trusts only checkpoints whose row landed.
         self.store.upsert("sft_steps", [row])
         self.next_step = step + 1
@@ -331,6 +340,17 @@ class SftRun:
         if self.on_step is not None:
             self.on_step(result)
         return result
+
+    def _save(self, step: int, row: dict[str, Any], *, final: bool) -> str:
+        """Save the state after `step` into `row` (its sft_steps row, written by the caller)."""
+        name = f"sft_{step:06d}"
+        # Periodic checkpoints expire (training.checkpoint_ttl_s); the last one, RL's warm start, and the
+        # one a stopped warm start resumes from never do.
+        ttl = None if final else self.config.training.checkpoint_ttl_s
+        row["state_path"] = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
+        row["sampler_path"] = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
+        self.checkpoint_step, self._saved_at = step, time.monotonic()
+        return name
 
     def summary(self, steps_run: int) -> SftSummary:
         rows = self.store.query("SELECT step, loss, state_path FROM sft_steps WHERE run_id = ? ORDER BY step",
@@ -343,17 +363,31 @@ class SftRun:
             final_state_path=final["state_path"] if final and self.finished else None,
         )
 
-    def close(self) -> None:
+    def close(self, session_status: SessionStatus = "success") -> None:
+        """Save where a stopped warm start is (unless it failed), close the TensorBoard writer and the
+        policy service's session (with `session_status`)."""
+        last_done = self.next_step - 1
+        if self._started and session_status != "errored" and last_done >= 0 and self.checkpoint_step != last_done:
+            # Stopped between checkpoints (stop_after_steps, Ctrl-C, a flow cancelled): the next call
+            # resumes here instead of at the last periodic checkpoint.
+            row = {"run_id": self.run_id, "step": last_done}
+            self._save(last_done, row, final=True)
+            self.store.upsert("sft_steps", [row])
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._started:
+            from kernelbench_rl.training.loop import close_session
+
+            close_session(self._service, session_status)
         self._started = False
 
     def __enter__(self) -> SftRun:
         return self.start()
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close("success" if exc_type is None else
+                   "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "errored")
 
 
 def _loss_sum(output: Any, batch: Sequence[tinker.Datum]) -> float:
@@ -371,21 +405,38 @@ def _loss_sum(output: Any, batch: Sequence[tinker.Datum]) -> float:
 
 
 def last_sft_checkpoint(store: Store, run_id: str) -> dict[str, Any] | None:
-    """The newest saved SFT state of a run: {step, state_path, sampler_path}, or None."""
+    """The newest saved SFT state of a run: {step, state_path, sampler_path, total_steps}, or None."""
     rows = store.query(
-        "SELECT step, state_path, sampler_path FROM sft_steps WHERE run_id = ? AND state_path IS NOT NULL "
+        "SELECT step, state_path, sampler_path, total_steps FROM sft_steps WHERE run_id = ? AND state_path IS NOT NULL "
         "ORDER BY step DESC LIMIT 1", [run_id]).to_dicts()
     return rows[0] if rows else None
 
 
-def sft_done(store: Store, config: TrainConfig, num_examples: int | None = None) -> bool:
+def sft_done(store: Store, config: TrainConfig) -> bool:
     """Whether the run's warm start has saved its final step (cheap: no model is built)."""
     checkpoint = last_sft_checkpoint(store, config.resolved_run_id())
     if checkpoint is None:
         return False
-    if config.sft.steps > 0:
-        return int(checkpoint["step"]) + 1 >= config.sft.steps
-    return num_examples is not None and int(checkpoint["step"]) + 1 >= planned_steps(config, num_examples)
+    total = checkpoint.get("total_steps") or config.sft.steps
+    return not total or int(checkpoint["step"]) + 1 >= int(total)
+
+
+def warm_start_checkpoint(store: Store, config: TrainConfig) -> dict[str, Any] | None:
+    """The finished SFT state RL starts from. An unfinished SFT is refused (its newest checkpoint is a
+    partial warm start); no SFT at all is said loudly, and RL starts from the base model."""
+    run_id = config.resolved_run_id()
+    if not store.fetchall("SELECT count(*) FROM sft_steps WHERE run_id = ?", [run_id])[0][0]:
+        warnings.warn(f"sft.enabled is true but run {run_id} has no SFT warm start: RL starts from the base "
+                      "model (run `kernelbench-rl sft` with the same config first, or set sft.enabled=false).",
+                      stacklevel=2)
+        return None
+    checkpoint = last_sft_checkpoint(store, run_id)
+    if checkpoint is None or not sft_done(store, config):
+        done = "no checkpoint yet" if checkpoint is None else f"its last checkpoint is step {checkpoint['step']}"
+        total = (checkpoint or {}).get("total_steps") or config.sft.steps
+        raise UserError(f"The SFT warm start of run {run_id} has not finished ({done} of {total or 'its'} steps): "
+                        "finish it with `kernelbench-rl sft` and the same config, or set sft.enabled=false.")
+    return checkpoint
 
 
 def run_sft(
