@@ -35,7 +35,14 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"sft step {result.step}: loss {result.loss:.4f}/token over {result.tokens} tokens "
                        f"({result.examples} examples, lr {result.learning_rate:.2e}){mark}")
 
-        summary = run_sft(cfg, retrieve=retrieve, stop_after_steps=stop_after, on_step=show)
+        from kernelbench_rl.commands.signals import sigterm_as_interrupt
+
+        try:
+            with sigterm_as_interrupt():  # a supervisor's SIGTERM stops SFT as Ctrl-C does
+                summary = run_sft(cfg, retrieve=retrieve, stop_after_steps=stop_after, on_step=show)
+        except KeyboardInterrupt:
+            typer.secho(f"run {cfg.resolved_run_id()}: SFT stopped; the same command resumes it.", err=True)
+            raise typer.Exit(130) from None
         resumed = f" (resumed after step {summary.resumed_from_step})" if summary.resumed_from_step is not None else ""
         left = ", ".join(f"{k} {v}" for k, v in sorted(summary.excluded.items())) or "none"
         typer.echo(f"run {summary.run_id}: {summary.num_examples} examples (left out: {left}); "

@@ -34,7 +34,15 @@ def register(app: typer.Typer) -> None:
         typer.echo(describe_run_start(cfg))
         typer.echo(f"run {cfg.resolved_run_id()}: {cfg.env.mode} mode, policy {resolve_base_model(cfg)} "
                    f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
-        summary = run_training(cfg, progress=progress, stop_after_steps=stop_after)
+        from kernelbench_rl.commands.signals import sigterm_as_interrupt
+
+        try:
+            with sigterm_as_interrupt():  # a supervisor's SIGTERM stops the run as Ctrl-C does: checkpoint kept
+                summary = run_training(cfg, progress=progress, stop_after_steps=stop_after)
+        except KeyboardInterrupt:
+            typer.secho(f"run {cfg.resolved_run_id()}: stopped; its last finished step is saved, and the same "
+                        "command resumes it.", err=True)
+            raise typer.Exit(130) from None
         resumed = f" (resumed after step {summary.resumed_from_step})" if summary.resumed_from_step is not None else ""
         typer.echo(f"run {summary.run_id}: {summary.steps_run} step(s) done{resumed}; last step {summary.last_step}, "
                    f"stage {summary.stage}, level {summary.level}{'; finished' if summary.finished else ''}")
