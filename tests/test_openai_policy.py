@@ -169,24 +169,26 @@ def test_an_unreachable_server_is_an_infra_error_after_the_retries(monkeypatch):
     assert waits == [0.01, 0.02] and policy.usage.retries == 2 and policy.usage.requests == 0
 
 
-def _eval_model(url: str, db: Path, *extra: str) -> subprocess.CompletedProcess:
+def _eval_model_against_failing_server(tmp_path: Path, failing: str, max_problems: int) -> subprocess.CompletedProcess:
+    """`eval-model` on the chat server with `failing` problems' requests always refused (503)."""
+    proc, url = start_chat_server(tmp_path / "chat.log", failing=failing)
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "eval-model", "--policy", "openai:canned",
-                           "--base-url", f"{url}/v1", "--samples", "2", "--split", "train", "--db", str(db),
-                           "--run-id", "api-eval", "--timeout", "1.5", "--retries", "2", *extra, *CLI_OVERRIDES],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    try:
+        return subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "eval-model", "--policy", "openai:canned",
+                               "--base-url", f"{url}/v1", "--samples", "2", "--split", "train",
+                               "--db", str(tmp_path / "kb.duckdb"), "--run-id", "api-eval", "--timeout", "1.5",
+                               "--retries", "2", "--max-problems", str(max_problems), *CLI_OVERRIDES],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_a_request_that_keeps_failing_is_that_samples_infra_verdict_and_the_rest_is_judged(tmp_path):
     """One problem's requests always fail: its samples get no verdict (left out of every rate, counted), the other
     problem's are judged, and every sample's row is in DuckDB."""
-    proc, url = start_chat_server(tmp_path / "chat.log", failing="L1/1")
-    try:
-        db = tmp_path / "kb.duckdb"
-        done = _eval_model(url, db, "--max-problems", "2")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    done = _eval_model_against_failing_server(tmp_path, "L1/1", 2)
+    db = tmp_path / "kb.duckdb"
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| unjudged_samples | 2 |" in done.stdout
     metrics = json.loads(Store(db).fetchall("SELECT metrics_json FROM eval_reports WHERE level IS NULL")[0][0])
@@ -198,13 +200,8 @@ def test_a_request_that_keeps_failing_is_that_samples_infra_verdict_and_the_rest
 
 
 def test_a_report_with_nothing_judged_fails_in_one_sentence_and_keeps_its_rows(tmp_path):
-    proc, url = start_chat_server(tmp_path / "chat.log", failing="all")
-    try:
-        db = tmp_path / "kb.duckdb"
-        done = _eval_model(url, db, "--max-problems", "1")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    done = _eval_model_against_failing_server(tmp_path, "all", 1)
+    db = tmp_path / "kb.duckdb"
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]  # no verdict, as `eval`'s
     assert "No sample of openai:canned was judged: all 2 got no verdict" in done.stderr and "Traceback" not in done.stderr
     assert Store(db).fetchall("SELECT count(*), min(error_category) FROM eval_samples") == [(2, "infra")]
