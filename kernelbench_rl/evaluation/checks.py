@@ -106,8 +106,59 @@ def _compare_floating_torch(ref: torch.Tensor, got: torch.Tensor, atol: float,
     return bad, err, scale, ""
 
 
-def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor], atol: float, rtol: float) -> CheckOutcome:
-    """Count, shape, dtype, NaN/Inf and allclose, in that order; max_abs_err over all outputs."""
+# Index outputs whose reference is one of several right answers (argsort, sort's or topk's indices where values
+# tie) are compared exactly unless the problem opts them in, in its source:
+#     KBRL_INDEX_OUTPUTS = {1: (0, -1)}   # output 1 indexes input 0 along its last dim
+# Such an output is right when its indices are in range, pick no element twice along that dim, and pick the same
+# values of that input as the reference's indices do (exactly; NaN matches NaN).
+INDEX_OUTPUTS_NAME = "KBRL_INDEX_OUTPUTS"
+IndexOutputs = dict[int, tuple[int, int]]
+
+
+def declared_index_outputs(value: object) -> IndexOutputs:
+    """The problem module's KBRL_INDEX_OUTPUTS as {output position: (tensor input position, dim)}; ValueError when
+    it is not such a dict."""
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        raise ValueError(f"{INDEX_OUTPUTS_NAME} must be a dict {{output: (input, dim)}}")
+    found: IndexOutputs = {}
+    for output, target in value.items():
+        if (type(output) is not int or output < 0 or type(target) not in (tuple, list) or len(target) != 2
+                or not all(type(x) is int for x in target) or target[0] < 0):
+            raise ValueError(f"{INDEX_OUTPUTS_NAME} entry {output!r}: {target!r} is not output: (input, dim)")
+        found[output] = (target[0], target[1])
+    return found
+
+
+def _tie_tolerant_fault(label: str, ref: torch.Tensor, got: torch.Tensor, source: torch.Tensor | None,
+                        dim: int) -> str:
+    """'' when `got` is a valid choice of indices into `source` along `dim` picking the reference's values."""
+    if (source is None or got.dtype not in (torch.int64, torch.int32) or got.dim() != source.dim()
+            or not -source.dim() <= dim < source.dim()):
+        return f"{label} differs from the reference, and the input it is declared to index has no such dim for it"
+    size = source.shape[dim]
+    if bool(((got < 0) | (got >= size)).any()):
+        return f"{label} holds indices outside [0, {size})"
+    ordered = got.sort(dim=dim).values
+    if ordered.shape[dim] > 1 and bool((ordered.diff(dim=dim) == 0).any()):
+        return f"{label} picks the same element twice along dim {dim}"
+    theirs, mine = source.gather(dim, ref.to(torch.int64)), source.gather(dim, got.to(torch.int64))
+    same = (theirs == mine) | (torch.isnan(theirs) & torch.isnan(mine)) if theirs.is_floating_point() else theirs == mine
+    if not bool(same.all()):
+        return (f"{label}'s indices pick other values than the reference's at {int((~same).sum())} of "
+                f"{got.numel()} positions")
+    return ""
+
+
+def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor], atol: float, rtol: float, *,
+                    index_outputs: IndexOutputs | None = None,
+                    inputs: list[torch.Tensor] | None = None) -> CheckOutcome:
+    """Count, shape, dtype, NaN/Inf and allclose, in that order; max_abs_err over all outputs.
+
+    Floating outputs are judged within (atol, rtol) and the degenerate-scale rule; integer and boolean ones
+    (counts, masks, hashes, indices) must be equal, except an index output the problem declared tie-tolerant
+    (`index_outputs`, judged against `inputs`, the tensor inputs of this seed). Python scalars arrive as 0-d tensors."""
     if len(candidate) != len(reference):
         return CheckOutcome(ErrorCategory.SHAPE, f"forward returned {len(candidate)} tensor(s), expected {len(reference)}")
     worst = 0.0
@@ -143,10 +194,20 @@ def compare_outputs(reference: list[torch.Tensor], candidate: list[torch.Tensor]
                     f"elementwise tolerance, but {err / scale:.0%} of the output's scale",
                     max_abs_err=err,
                 )
+        elif torch.equal(got, ref):
+            continue
+        elif index_outputs and index in index_outputs:
+            position, dim = index_outputs[index]
+            source = inputs[position] if inputs is not None and position < len(inputs) else None
+            source = source.to(ref.device) if source is not None else None
+            fault = _tie_tolerant_fault(label, ref, got, source, dim)
+            if fault:
+                return CheckOutcome(ErrorCategory.MISMATCH, fault)
         else:
-            if not torch.equal(got, ref):
-                bad = int((got != ref).sum())
-                return CheckOutcome(ErrorCategory.MISMATCH, f"{label} differs from the reference at {bad} of {got.numel()} elements")
+            bad = int((got != ref).sum())
+            kind = "boolean" if ref.dtype == torch.bool else "integer"
+            return CheckOutcome(ErrorCategory.MISMATCH, f"{label} differs from the reference at {bad} of {got.numel()} "
+                                                        f"elements ({kind} outputs must be equal)")
     return CheckOutcome(ErrorCategory.OK, "", max_abs_err=worst)
 
 

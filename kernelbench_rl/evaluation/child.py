@@ -341,7 +341,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         module = runtime.load_module_from_file(candidate_path, "kbrl_candidate")
         model_cls = getattr(module, "ModelNew", None)
         if not isinstance(model_cls, type):
-            raise CandidateFault("compile", "the kernel module defines no class ModelNew")
+            raise CandidateFault("compile", "the kernel module defines no class ModelNew (or Model)")
     except CandidateFault as fault:
         _send_error(conn, fault.category, fault.message)
         return

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.evaluation import candidate_class
 
 BACKENDS = ("triton", "cuda")
 
@@ -153,7 +154,7 @@ def extract_kernel(response: str, backend: str = "triton") -> Extraction:
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
         return Extraction(code, False, f"the code in the {where} cannot be parsed ({type(exc).__name__})", backend)
     if not _defines_model_new(tree):
-        return Extraction(code, False, f"the code in the {where} does not define class ModelNew", backend)
+        return Extraction(code, False, f"the code in the {where} does not define class ModelNew (or Model)", backend)
     problem = _check_backend(tree, backend)
     if problem is not None:
         return Extraction(code, False, f"{problem} ({backend} backend)", backend)
@@ -161,10 +162,6 @@ def extract_kernel(response: str, backend: str = "triton") -> Extraction:
 
 
 def _defines_model_new(tree: ast.Module) -> bool:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
-            return True
-        # An alias (`ModelNew = Something`) is well formed; the static policy judges what it points at.
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ModelNew" for t in node.targets):
-            return True
-    return False
+    """ModelNew as a class or an alias (the static policy judges what it points at), or, where no ModelNew is
+    defined, a class Model (kernrl's convention: the candidate's module holds no other Model)."""
+    return candidate_class.candidate_class_name(tree) is not None

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kernelbench_rl.evaluation import static_tensor_rules
+from kernelbench_rl.evaluation import candidate_class, static_tensor_rules
 from kernelbench_rl.evaluation.result import PRECISION_POLICIES, StaticReport
 
 Severity = Literal["error", "warning"]
@@ -1804,6 +1804,7 @@ def check_static(source: str, backend: str, *, reference_source: str | None = No
     if len(source) > MAX_SOURCE_CHARS:
         report.errors.append(f"structure: the module is {len(source)} characters; keep it under {MAX_SOURCE_CHARS}")
         return report
+    source = candidate_class.as_model_new(source)  # a candidate named Model (kernrl's convention) is judged as ModelNew
     try:
         analysis = Analysis(source, backend, reference_source, precision)
     except SyntaxError as exc:

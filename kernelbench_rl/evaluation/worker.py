@@ -40,11 +40,11 @@ from typing import Any
 import torch
 
 from kernelbench_rl.evaluation import (
-    checks, discrimination, kernels, numerics, outputs, runtime, sandbox, tempdirs, timing, wire,
+    candidate_class, checks, discrimination, kernels, numerics, outputs, runtime, sandbox, tempdirs, timing, wire,
 )
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
-from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag, tolerance_for
 from kernelbench_rl.evaluation import floor as floors
 
 SEED_POOL_SIZE = 16
@@ -183,6 +183,8 @@ class ProblemState:
     plan: footprints.MemoryPlan | None = None  # on the GPU, from the sizing run
     too_large: str = ""  # why no evaluation of this problem fits this device ('' when it does)
     floors: dict[str, Any] = field(default_factory=dict)  # precision -> its physical floor on this GPU, or why none
+    suite: str = "kernelbench"  # whose tolerance judges its floating outputs (result.tolerance_for)
+    index_outputs: checks.IndexOutputs = field(default_factory=dict)  # tie-tolerant index outputs it declares
     last_used: float = 0.0
 
     def footprint(self) -> footprints.Footprint:
@@ -641,8 +643,8 @@ class Worker:
             shutil.rmtree(home, ignore_errors=True)
 
     # -- problems and references -----------------------------------------------------------
-    def problem_state(self, problem_id: str, source: str) -> ProblemState:
-        key = f"{problem_id}:{hash(source)}"
+    def problem_state(self, problem_id: str, source: str, suite: str = "kernelbench") -> ProblemState:
+        key = f"{problem_id}:{suite}:{hash(source)}"
         with self.problems_lock:
             state = self.problems.get(key)
             if state is None:
@@ -652,7 +654,8 @@ class Worker:
                 module = runtime.load_module_from_file(path, f"kbrl_reference_{len(self.problems)}")
                 state = ProblemState(
                     problem_id=problem_id, module=module, init_seed=secrets.randbits(31),
-                    seed_pool=[secrets.randbits(31) for _ in range(SEED_POOL_SIZE)],
+                    seed_pool=[secrets.randbits(31) for _ in range(SEED_POOL_SIZE)], suite=suite,
+                    index_outputs=checks.declared_index_outputs(getattr(module, checks.INDEX_OUTPUTS_NAME, None)),
                 )
                 self.problems[key] = state
         return state
@@ -795,7 +798,10 @@ class Worker:
         if received_at is not None:
             result.phase_seconds["queue"] = max(0.0, t_start - received_at)  # waiting for a worker thread
         try:
-            state = self.problem_state(payload["problem_id"], payload["problem_source"])
+            state = self.problem_state(payload["problem_id"], payload["problem_source"],
+                                       str(payload.get("suite") or "kernelbench"))
+            result.versions["suite"] = state.suite
+            result.versions["tolerance"] = self._tolerance_note(state, settings.precision)
             t = time.perf_counter()
             if self._unsized(state, settings.precision):
                 # The first request of a problem sizes it on the device (one reference forward: parameters,
@@ -830,7 +836,8 @@ class Worker:
                 child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
                                                           state.input_bytes + state.output_bytes)
             result.phase_seconds["child_start"] = time.perf_counter() - t
-            job = self._job(workdir, source, payload["problem_source"], settings, state)
+            # A candidate named Model (kernrl's convention) runs as the ModelNew the static policy judged.
+            job = self._job(workdir, candidate_class.as_model_new(source), payload["problem_source"], settings, state)
             build_key = self._restore_build(workdir, source, settings)
             job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
             t = time.perf_counter()
@@ -1106,6 +1113,23 @@ class Worker:
     def _unsized(state: ProblemState, precision: str) -> bool:
         return not state.sized or (not state.too_large and precision not in state.discriminations)
 
+    def _compare(self, state: ProblemState, precision: str, seed: int, variant: discrimination.Variant | None,
+                 reference: list[torch.Tensor], candidate: list[torch.Tensor]) -> checks.CheckOutcome:
+        """The candidate's outputs against the reference's, by the problem suite's tolerance; the seed's inputs are
+        made again only for a problem that declares tie-tolerant index outputs."""
+        atol, rtol = tolerance_for(state.suite, precision)
+        inputs = (runtime.tensor_inputs(self.inputs(state, seed, precision, variant)) if state.index_outputs else None)
+        return checks.compare_outputs(reference, candidate, atol, rtol, index_outputs=state.index_outputs, inputs=inputs)
+
+    @staticmethod
+    def _tolerance_note(state: ProblemState, precision: str) -> str:
+        atol, rtol = tolerance_for(state.suite, precision)
+        note = f"{state.suite} {precision}: floats atol={atol:g} rtol={rtol:g}; integer and boolean outputs exact"
+        if state.index_outputs:
+            note += "; tie-tolerant index outputs " + ", ".join(
+                f"{o} (input {i}, dim {d})" for o, (i, d) in sorted(state.index_outputs.items()))
+        return note
+
     def _discriminate(self, state: ProblemState, settings: EvalSettings,
                       given: discrimination.Variant | None = None) -> None:
         """Which trivial candidates pass the problem's own inputs, and the widened inputs that tell them apart
@@ -1119,7 +1143,8 @@ class Worker:
             return self.inputs(state, seed, precision, variant), outputs
 
         try:
-            found = discrimination.discriminate(run, state.seed_pool[:2], settings.atol, settings.rtol, given)
+            atol, rtol = tolerance_for(state.suite, precision)
+            found = discrimination.discriminate(run, state.seed_pool[:2], atol, rtol, given)
         except torch.OutOfMemoryError as exc:  # the trivial candidates' buffers: judge on the problem's own inputs
             traceback.clear_frames(exc.__traceback__)
             found = discrimination.Discrimination(audited=False, reason=f"out of device memory ({str(exc)[:120]})")
@@ -1247,7 +1272,7 @@ class Worker:
                 for name, count in header["launches"].items():
                     if isinstance(count, int):
                         cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
-            outcome = checks.compare_outputs(reference, received.get("outputs", []), settings.atol, settings.rtol)
+            outcome = self._compare(state, precision, seed, variant, reference, received.get("outputs", []))
             parts["correctness_compare"] += time.perf_counter() - mark
             if outcome.max_abs_err is not None:
                 worst = max(worst, outcome.max_abs_err)
@@ -1445,7 +1470,8 @@ class Worker:
         for position in verify:
             with state.lock:
                 reference = self.reference_outputs(state, settings.precision, seeds[position], cache=False)  # one-off seeds
-            outcome = checks.compare_outputs(reference, kept.get(f"trial_{position}", []), settings.atol, settings.rtol)
+            outcome = self._compare(state, settings.precision, seeds[position], None, reference,
+                                    kept.get(f"trial_{position}", []))
             if not outcome.ok:
                 trial = indices[position] if indices else position
                 result.flags.append(Flag.HACK.value)

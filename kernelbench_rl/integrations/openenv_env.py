@@ -43,6 +43,7 @@ from pydantic import Field  # noqa: E402
 from kernelbench_rl.envs.feedback import HINTS, Feedback, clean_error_line  # noqa: E402
 from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv  # noqa: E402
 from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
+from kernelbench_rl.evaluation.candidate_class import candidate_class_name  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
 from kernelbench_rl.problems import Problem  # noqa: E402
 from kernelbench_rl.rewards.shaping import PRESETS, score  # noqa: E402
@@ -100,13 +101,15 @@ class KernelState(State):
 
 
 def as_response(code: str) -> str:
-    """The model response our extraction reads: bare Python defining ModelNew is fenced; anything
+    """The model response our extraction reads: bare Python defining ModelNew (or, kernrl's way, Model) is fenced; anything
     else (a fenced answer, prose, a model's raw output) goes as it is, and is judged as train judges it."""
-    if "```" in code or "<KERNEL>" in code or "ModelNew" not in code:
+    if "```" in code or "<KERNEL>" in code or "Model" not in code:
         return code
     try:
-        ast.parse(code)
+        tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    if candidate_class_name(tree) is None:
         return code
     return f"```python\n{code}\n```"
 
