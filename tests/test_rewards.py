@@ -42,12 +42,36 @@ def test_stage_presets_reward_their_milestone_in_order() -> None:
 
 
 def test_kernrl_curve() -> None:
-    # kernrl's blog: 0.1 compile + 0.3 correct + 0.3 faster + up to 0.6 by log2(speedup)/log2(cap)
+    # kernrl as announced: 0.1 compile + 0.3 correct + 0.3 faster + 0.3 by log2(speedup)/log2(cap)
+    assert score(FORMAT_ONLY, "kernrl").reward == 0.0
     assert score(COMPILED, "kernrl").reward == pytest.approx(0.1)
     assert score(CORRECT, "kernrl").reward == pytest.approx(0.4)  # 1.0x is not faster
-    assert score(FAST, "kernrl", speedup_cap=16.0).reward == pytest.approx(0.1 + 0.3 + 0.3 + 0.6 * 2 / 4)
+    # 4x with the cap at 16x: log2(4)/log2(16) = 0.5 of the 0.3
+    assert score(FAST, "kernrl", speedup_cap=16.0).reward == pytest.approx(0.1 + 0.3 + 0.3 + 0.15)
     assert score(result(format_ok=True, compiled=True, correct=True, speedup=1000.0,
-                        flags=[Flag.EXCESSIVE_SPEEDUP.value, Flag.REVERIFIED.value]), "kernrl").reward == pytest.approx(1.3)
+                        flags=[Flag.EXCESSIVE_SPEEDUP.value, Flag.REVERIFIED.value]), "kernrl").reward == pytest.approx(1.0)
+
+
+def test_kernrl_server_curve() -> None:
+    # kernrl's server: -0.5 not compiled, -0.25 wrong, (s - 1) * 0.5 below 1x, min(s - 1, 2) above, 0 untimed.
+    def right(speedup):
+        return result(format_ok=True, compiled=True, correct=True, speedup=speedup)
+
+    assert score(result(), "kernrl_server").reward == pytest.approx(-0.5)  # no code at all
+    assert score(FORMAT_ONLY, "kernrl_server").reward == pytest.approx(-0.5)
+    assert score(COMPILED, "kernrl_server").reward == pytest.approx(-0.25)
+    assert score(right(0.8), "kernrl_server").reward == pytest.approx(-0.1)
+    assert score(right(1.0), "kernrl_server").reward == pytest.approx(0.0)
+    assert score(right(1.5), "kernrl_server").reward == pytest.approx(0.5)
+    assert score(right(3.0), "kernrl_server").reward == pytest.approx(2.0)
+    assert score(right(40.0), "kernrl_server").reward == pytest.approx(2.0)  # capped
+    assert score(right(None), "kernrl_server").reward == pytest.approx(0.0)  # the CPU times nothing
+    # Our rules hold over kernrl's: an unverified excessive speedup earns nothing and counts as not correct; a hack
+    # earns 0; an infrastructure failure is no score at all.
+    unverified = result(format_ok=True, compiled=True, correct=True, speedup=50.0, flags=[Flag.EXCESSIVE_SPEEDUP.value])
+    assert score(unverified, "kernrl_server").reward == pytest.approx(-0.25)
+    assert score(result(compiled=True, flags=[Flag.HACK.value]), "kernrl_server").reward == 0.0
+    assert score(result(error_category=ErrorCategory.INFRA), "kernrl_server").reward is None
 
 
 def test_speed_term_is_bounded() -> None:

@@ -72,7 +72,7 @@ class TrainingConfig:
 
 @dataclass
 class RewardsConfig:
-    preset: str = "curriculum"  # curriculum (follow the stage) | format | compile | correctness | speed | kernrl
+    preset: str = "curriculum"  # curriculum (follow the stage) | format | compile | correctness | speed | kernrl | kernrl_server
     gamma: Annotated[float, Ge(0), Le(1)] = 0.4  # discount over later turns (Kevin mode)
     baseline: str = "loo"  # loo (leave-one-out) | group_mean
     speedup_cap: Annotated[float, Gt(0)] = 8.0  # the speed term saturates at this speedup
@@ -258,7 +258,7 @@ def model_context_tokens(base_model: str) -> int | None:
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "policy.backend": ("auto", "tinker", "local"),
-    "rewards.preset": ("curriculum", "format", "compile", "correctness", "speed", "kernrl"),
+    "rewards.preset": ("curriculum", "format", "compile", "correctness", "speed", "kernrl", "kernrl_server"),
     "rewards.baseline": ("loo", "group_mean"),
     "env.mode": ("single", "kevin"),
     "env.kernel_backend": ("triton", "cuda"),

@@ -1,12 +1,13 @@
-"""Reward shaping: one weighted formula, the stages and the kernrl curve are its presets.
+"""Reward shaping: one weighted formula, the stages and kernrl's two curves are its presets.
 
 A preset is data (`RewardPreset`), not a code path: the stage presets of the curriculum
-(format -> compile -> correctness -> speed) and the kernrl curve differ only in their weights.
+(format -> compile -> correctness -> speed) and kernrl's curves differ only in their weights.
 
 Rules that hold for every preset:
 - a detected hack (EvalResult.is_hack, or a static error from a rule in HACK_RULES) earns 0;
 - an unverified excessive speedup earns nothing for correctness or speed;
-- the speed term is bounded: log2(speedup) / log2(cap), clipped to [0, 1];
+- the speed term is bounded: log2(speedup) / log2(cap), clipped to [0, 1]; the linear terms of kernrl's
+  server curve are bounded by their own cap;
 - an infrastructure failure is not a score at all: `Score.reward` is None and the sample is
   retried or left out of training (never a zero that would teach the model a wrong lesson).
 """
@@ -24,7 +25,9 @@ STAGES: tuple[str, ...] = ("format", "compile", "correctness", "speed")
 @dataclass(frozen=True)
 class RewardPreset:
     """reward = w_format*format_ok + w_compile*compiled + w_correct*correct
-    + w_faster*[counted speedup > 1] + w_speed*bounded_log_speedup (the last two only when correct)."""
+    + w_faster*[counted speedup > 1] + w_speed*bounded_log_speedup (the last two only when correct)
+    + not_compiled*[not compiled] + incorrect*[compiled, not correct]
+    + min(counted speedup - 1, gain_cap) above 1x + slow_slope*(counted speedup - 1) below it (when correct)."""
 
     name: str
     format: float = 0.0
@@ -32,6 +35,11 @@ class RewardPreset:
     correct: float = 0.0
     faster: float = 0.0
     speed: float = 0.0
+    # Penalties and the linear speed curve of kernrl's server (0: unused).
+    not_compiled: float = 0.0
+    incorrect: float = 0.0
+    gain_cap: float = 0.0  # above 1x: min(speedup - 1, gain_cap)
+    slow_slope: float = 0.0  # below 1x: slow_slope * (speedup - 1), a penalty
 
 
 PRESETS: dict[str, RewardPreset] = {
@@ -39,9 +47,12 @@ PRESETS: dict[str, RewardPreset] = {
     "compile": RewardPreset("compile", format=0.1, compile=0.9),
     "correctness": RewardPreset("correctness", format=0.05, compile=0.15, correct=0.8),
     "speed": RewardPreset("speed", format=0.05, compile=0.05, correct=0.3, speed=0.6),
-    # kernrl (OpenEnv's blog): 0.1 compile + 0.3 correct + 0.3 faster than the baseline + up to 0.6 more
-    # from log2(speedup) (bounded: the full 0.6 at rewards.speedup_cap), 1.3 at most
-    "kernrl": RewardPreset("kernrl", compile=0.1, correct=0.3, faster=0.3, speed=0.6),
+    # kernrl as announced (OpenEnv's kernrl pull request and blog): +0.1 compiles, +0.3 correct, +0.3 faster than
+    # the baseline, +0.3 scaled by log2(speedup) (ours bounds it: the full 0.3 at rewards.speedup_cap); 1.0 at most.
+    "kernrl": RewardPreset("kernrl", compile=0.1, correct=0.3, faster=0.3, speed=0.3),
+    # kernrl's server as shipped (server/kernrl_environment.py): -0.5 when it does not compile, -0.25 when wrong,
+    # and when right (speedup - 1) * 0.5 below 1x, min(speedup - 1, 2) above; 0 where nothing was timed (CPU).
+    "kernrl_server": RewardPreset("kernrl_server", not_compiled=-0.5, incorrect=-0.25, gain_cap=2.0, slow_slope=0.5),
 }
 
 # The stage whose rate the curriculum watches for each stage preset.
@@ -102,4 +113,11 @@ def score(result: EvalResult, preset: str | RewardPreset, *, speedup_cap: float 
         "faster": spec.faster * float(counted_speedup is not None and counted_speedup > 1.0),
         "speed": spec.speed * (bounded_log_speedup(counted_speedup, speedup_cap) if counted_speedup else 0.0),
     }
+    if spec.not_compiled or spec.incorrect or spec.gain_cap or spec.slow_slope:  # kernrl's server curve
+        components.update({
+            "not_compiled": spec.not_compiled * float(not result.compiled),
+            "incorrect": spec.incorrect * float(bool(result.compiled) and not correct),
+            "gain": min(counted_speedup - 1.0, spec.gain_cap) if counted_speedup and counted_speedup > 1.0 else 0.0,
+            "slow": spec.slow_slope * (counted_speedup - 1.0) if counted_speedup and counted_speedup < 1.0 else 0.0,
+        })
     return Score(reward=sum(components.values()), components=components, preset=spec.name)
