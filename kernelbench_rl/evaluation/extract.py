@@ -107,10 +107,10 @@ def _find_code(answer: str) -> tuple[str | None, str]:
         return body.strip("\n"), "<KERNEL> block"
     blocks = _fenced_blocks(answer)
     if not blocks:
-        return None, "no ```python block with class ModelNew found"
+        return None, "no ```python block with class ModelNew (or Model) found"
     picked = _pick_block(blocks)
     if picked is None:
-        return None, "no ```python block with class ModelNew found"
+        return None, "no ```python block with class ModelNew (or Model) found"
     return picked.text.strip("\n"), "```" + (picked.lang or "") + " block"
 
 

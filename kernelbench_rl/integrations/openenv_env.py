@@ -16,6 +16,12 @@ Every step is judged by our `Evaluator` with the run's `EvalSettings` (so the sa
 cache and the `evaluations` rows are those of `train`), scored with a reward preset, and written to
 `rollouts` and `rewards` under the service's run id (one episode = one `step` number there).
 The model sees the problem text and our Kevin-style feedback, never anything else of the reference.
+
+kernrl's client (OpenEnv's `kernrl_env`) works unchanged against this server: the observation and state
+carry kernrl's fields with kernrl's meanings beside ours (problem_description, reference_code, gpu_info,
+compilation_success, compilation_error, correctness_pass, max_diff; best_speedup, solved), reset takes
+kernrl's ids (`L1_23_Softmax`, or a prefix of one ending at an underscore: `L1_23`), and a candidate's
+class may be named Model (docs/kernrl.md).
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
 from kernelbench_rl.evaluation.candidate_class import candidate_class_name  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
 from kernelbench_rl.problems import Problem  # noqa: E402
-from kernelbench_rl.rewards.shaping import PRESETS, score  # noqa: E402
+from kernelbench_rl.rewards.shaping import PRESETS, counts_as_correct, score  # noqa: E402
 
 MAX_CODE_BYTES = 1_000_000  # a kernel beyond this is not a kernel; refuse it before any work
 DEFAULT_RUN_ID = "openenv"
@@ -84,6 +90,18 @@ class KernelObservation(Observation):
     error_line: str = ""
     feedback: str = ""
     cached: bool = False
+    # kernrl's fields (its client reads these), with kernrl's meanings.
+    problem_description: str = ""  # the task as the model first reads it
+    reference_code: str = ""  # the problem's PyTorch reference module
+    gpu_info: str = ""  # what judges the kernels: the GPU's name and compute capability, or the CPU's architecture
+    compilation_success: bool = False  # the module imported and built (False at reset: nothing was sent yet)
+    compilation_error: str | None = None  # why it did not, when it did not
+    correctness_pass: bool | None = None  # None where correctness was not reached (or no verdict was possible)
+    max_diff: float | None = None  # the largest absolute error over the floating outputs compared
+
+
+# kernrl's "solved": right and faster than this (its server's threshold); unreachable where nothing is timed (CPU).
+SOLVED_SPEEDUP = 1.05
 
 
 class KernelState(State):
@@ -98,6 +116,8 @@ class KernelState(State):
     # Why it ended: turns (all used), correct (early stop), infra (no verdict possible), expired (idle past
     # env.idle_timeout_s), disconnected (its WebSocket session ended), replaced (its session reset).
     end_reason: str | None = None
+    best_speedup: float = 0.0  # kernrl's: the best counted speedup of a right kernel so far (0 where none was timed)
+    solved: bool = False  # kernrl's: a right kernel ran faster than SOLVED_SPEEDUP x the baseline
 
 
 def as_response(code: str) -> str:
@@ -112,6 +132,36 @@ def as_response(code: str) -> str:
     if candidate_class_name(tree) is None:
         return code
     return f"```python\n{code}\n```"
+
+
+def kernrl_form(problem: Problem) -> str:
+    """kernrl's id of a problem: `L{level}_{file stem}`, e.g. L1_23_Softmax."""
+    return f"L{problem.level}_{problem.name}"
+
+
+def shown_problem_id(problem: Problem, asked: str | None) -> str:
+    """kernrl's form for kernrl's problems; else the id as the client asked for it (ours where it asked for none)."""
+    if getattr(problem, "suite", "kernelbench") == "kernrl":
+        return problem.id if "/" not in problem.id else kernrl_form(problem)
+    return asked if asked is not None else problem.id
+
+
+# Categories that end a kernel before it is imported and built: kernrl's compilation failures.
+_NOT_BUILT = (ErrorCategory.FORMAT, ErrorCategory.STATIC, ErrorCategory.COMPILE)
+
+
+def kernrl_verdict(result: EvalResult) -> dict[str, Any]:
+    """kernrl's verdict fields of one step: compilation_success/error, correctness_pass (None where correctness was
+    never reached or no verdict is possible), max_diff."""
+    category = result.error_category
+    built = bool(result.compiled) and category not in _NOT_BUILT
+    reached = built and not category.is_ours
+    return {
+        "compilation_success": built,
+        "compilation_error": None if built else (clean_error_line(result.error_message) or category.value),
+        "correctness_pass": counts_as_correct(result) if reached else None,
+        "max_diff": result.max_abs_err if reached else None,
+    }
 
 
 # -- errors the HTTP layer turns into 4xx ------------------------------------------------------
@@ -136,6 +186,8 @@ class _Episode:
     lock: threading.Lock = field(default_factory=threading.Lock)  # held while a step is evaluated
     last_active: float = field(default_factory=time.monotonic)  # the end of its last request
     close_reason: str | None = None  # set by a close that came while a step was being evaluated
+    shown_id: str = ""  # the problem id observations carry: as the client asked, or kernrl's form of a kernrl problem
+    description: str = ""  # the first turn's prompt (kernrl's problem_description)
 
 
 def _ended_detail(episode: _Episode, idle_timeout_s: float) -> str:
@@ -226,9 +278,11 @@ class KernelEnvService:
         if max_turns is not None and not 1 <= max_turns <= self.spec.turns:
             raise EnvRequestError(f"max_turns must be between 1 and {self.spec.turns}, not {max_turns}.")
         pool = self.holdout if split == "holdout" else self.train
+        asked = problem_id
         if problem_id is not None:
+            problem_id = self.resolve_id(problem_id)
             if problem_id not in self.train and problem_id not in self.holdout:
-                raise EnvRequestError(f"Unknown problem {problem_id!r}; this server offers "
+                raise EnvRequestError(f"Unknown problem {asked!r}; this server offers "
                                       f"{len(self.train)} training problems such as {next(iter(self.train), '-')}.", 404)
             if problem_id in self.holdout and split != "holdout":
                 raise EnvRequestError(f"{problem_id} is a holdout problem; ask for it with split='holdout'.", 403)
@@ -243,11 +297,33 @@ class KernelEnvService:
             episode_id = episode_id or uuid.uuid4().hex
             if episode_id in self._episodes and not self._episodes[episode_id].env.done:
                 raise EnvRequestError(f"Episode {episode_id!r} is still open; reset with a new episode_id.", 409)
-            episode = _Episode(episode_id, self._next_number, KernelEnv(problem, spec), problem.id in self.holdout)
+            episode = _Episode(episode_id, self._next_number, KernelEnv(problem, spec), problem.id in self.holdout,
+                               shown_id=shown_problem_id(problem, asked))
+            episode.description = messages_to_text(episode.env.next_messages())
             self._next_number += 1
             self._episodes[episode_id] = episode
             self._forget_old_episodes()
         return self._observation(episode)
+
+    def resolve_id(self, problem_id: str) -> str:
+        """Our id for what the client asked: an id of ours as it is, else kernrl's form (`L1_23_Softmax`, level and
+        file stem) or a prefix of it that ends at an underscore (`L1_23`); unknown ids are returned unchanged."""
+        if problem_id in self.train or problem_id in self.holdout:
+            return problem_id
+        known = sorted({**self.train, **self.holdout}.values(), key=lambda p: (getattr(p, "suite", "kernelbench") != "kernrl", p.id))
+        for problem in known:
+            form = kernrl_form(problem)
+            if form == problem_id or form.startswith(problem_id + "_"):
+                return problem.id
+        return problem_id
+
+    @property
+    def gpu_info(self) -> str:
+        identity = getattr(self.evaluator, "device_identity", None)
+        try:
+            return str(identity()) if callable(identity) else ""
+        except Exception:  # noqa: BLE001 - a pool that cannot start says so at the first step
+            return ""
 
     # -- step ----------------------------------------------------------------------------------
     def _forget_old_episodes(self) -> None:
@@ -315,9 +391,13 @@ class KernelEnvService:
     def state(self, episode_id: str | None = None) -> KernelState:
         episode = self.find_any(episode_id)
         env = episode.env
-        return KernelState(episode_id=episode.episode_id, step_count=len(env.turns), problem_id=env.problem.id,
+        speedups = [t.result.speedup for t in env.turns
+                    if t.result is not None and t.result.speedup_counts and counts_as_correct(t.result)]
+        best = max(speedups, default=0.0)
+        return KernelState(episode_id=episode.episode_id, step_count=len(env.turns), problem_id=episode.shown_id,
                            turn=len(env.turns), max_turns=env.spec.turns, history_length=len(env.turns),
-                           holdout=episode.holdout, done=env.done, end_reason=env.end_reason)
+                           holdout=episode.holdout, done=env.done, end_reason=env.end_reason,
+                           best_speedup=best, solved=best > SOLVED_SPEEDUP)
 
     def find_any(self, episode_id: str | None) -> _Episode:
         """Like find, but a finished episode is fine (state after the end), and with no id the newest."""
@@ -338,11 +418,13 @@ class KernelEnvService:
         env = episode.env
         messages = [] if env.done else env.next_messages()
         fields: dict[str, Any] = {
-            "episode_id": episode.episode_id, "problem_id": env.problem.id, "level": env.problem.level,
+            "episode_id": episode.episode_id, "problem_id": episode.shown_id, "level": env.problem.level,
             "holdout": episode.holdout, "turn": len(env.turns), "max_turns": env.spec.turns,
             "messages": messages, "prompt": messages_to_text(messages) if messages else "",
             "done": env.done, "reward": reward,
             "metadata": {"episode_id": episode.episode_id, "end_reason": env.end_reason},
+            "problem_description": episode.description, "reference_code": env.problem.source,
+            "gpu_info": self.gpu_info,
         }
         if result is not None:
             feedback = Feedback.from_result(result, profile=env.spec.feedback_profile)
@@ -358,6 +440,7 @@ class KernelEnvService:
                 "error_category": result.error_category.value,
                 "error_line": clean_error_line(result.error_message) if result.error_category != ErrorCategory.OK else "",
                 "feedback": feedback.render() if with_feedback else "", "cached": bool(result.cached),
+                **kernrl_verdict(result),
             })
         return KernelObservation(**fields)
 
