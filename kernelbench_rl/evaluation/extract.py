@@ -107,10 +107,10 @@ def _find_code(answer: str) -> tuple[str | None, str]:
         return body.strip("\n"), "<KERNEL> block"
     blocks = _fenced_blocks(answer)
     if not blocks:
-        return None, "no ```python block with class ModelNew (or Model) found"
+        return None, "no ```python block with class ModelNew found"
     picked = _pick_block(blocks)
     if picked is None:
-        return None, "no ```python block with class ModelNew (or Model) found"
+        return None, "no ```python block with class ModelNew found"
     return picked.text.strip("\n"), "```" + (picked.lang or "") + " block"
 
 
@@ -154,7 +154,7 @@ def extract_kernel(response: str, backend: str = "triton") -> Extraction:
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
         return Extraction(code, False, f"the code in the {where} cannot be parsed ({type(exc).__name__})", backend)
     if not _defines_model_new(tree):
-        return Extraction(code, False, f"the code in the {where} does not define class ModelNew (or Model)", backend)
+        return Extraction(code, False, f"the code in the {where} does not define class ModelNew", backend)
     problem = _check_backend(tree, backend)
     if problem is not None:
         return Extraction(code, False, f"{problem} ({backend} backend)", backend)
