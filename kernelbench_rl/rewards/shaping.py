@@ -47,9 +47,10 @@ PRESETS: dict[str, RewardPreset] = {
     "compile": RewardPreset("compile", format=0.1, compile=0.9),
     "correctness": RewardPreset("correctness", format=0.05, compile=0.15, correct=0.8),
     "speed": RewardPreset("speed", format=0.05, compile=0.05, correct=0.3, speed=0.6),
-    # kernrl as announced (OpenEnv's kernrl pull request and blog): +0.1 compiles, +0.3 correct, +0.3 faster than
-    # the baseline, +0.3 scaled by log2(speedup) (ours bounds it: the full 0.3 at rewards.speedup_cap); 1.0 at most.
-    "kernrl": RewardPreset("kernrl", compile=0.1, correct=0.3, faster=0.3, speed=0.3),
+    # kernrl as its blog announces it: +0.1 compiles, +0.3 correct, +0.3 faster than the baseline, up to +0.6 more
+    # by log2(speedup) (ours bounds it: the full 0.6 at rewards.speedup_cap); 1.3 at most. (OpenEnv's pull request
+    # text gives 0.3 for the last term; the blog, which users read, gives 0.6.)
+    "kernrl": RewardPreset("kernrl", compile=0.1, correct=0.3, faster=0.3, speed=0.6),
     # kernrl's server as shipped (server/kernrl_environment.py): -0.5 when it does not compile, -0.25 when wrong,
     # and when right (speedup - 1) * 0.5 below 1x, min(speedup - 1, 2) above; 0 where nothing was timed (CPU).
     "kernrl_server": RewardPreset("kernrl_server", not_compiled=-0.5, incorrect=-0.25, gain_cap=2.0, slow_slope=0.5),
