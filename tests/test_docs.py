@@ -8,7 +8,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 300
 # Numbered work items and working sessions are the history of how the project was built, not documentation.
-HISTORY = re.compile(r"\b(issue|session)\s+#?\d+", re.IGNORECASE)
+HISTORY = re.compile(r"\b(issue|session)\s+#?\d+|\b(this|last|previous|earlier|next) session\b", re.IGNORECASE)
 TEXT_SUFFIXES = {".md", ".py", ".sh", ".yaml", ".yml", ".txt", ".toml"}
 # Pages written alongside this one and linked from the README before they land.
 PENDING_PAGES = {"docs/async-training.md", "docs/problem-sources.md", "docs/kernrl.md", "docs/bundled-problems.md"}
@@ -38,6 +38,7 @@ def test_no_history_narration_in_docs_bench_or_tests():
 
 def test_the_history_pattern_catches_what_it_should():
     assert HISTORY.search("as measured in session" + " 7") and HISTORY.search("fixed in Issue" + " #11")
+    assert HISTORY.search("no device time was left in this" + " session")
     assert not HISTORY.search("a Tinker session closes") and not HISTORY.search("the WebSocket session ends")
 
 
