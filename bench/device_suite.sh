@@ -83,7 +83,7 @@ case "$MODE" in
     # 70 s a level; the second told the first's baselines) the rest.
     kb_harness "${ARG2:-identity}" $KB_LEFT 260 70 kb_harness ${KB_ARGS:-} ;;
   kb-finish)
-    # Issue 11's last two checks in one call: every bundled solution on KernelBench's problem of its id (about
+    # The last two real-size checks in one call: every bundled solution on KernelBench's problem of its id (about
     # 200 s on the H100), then KernelBench's own harness on our bundled solutions, ours beside it, with what is left: by default a
     # sample its harness gets through in that time (at real size it spends 84-105 s on L1/19, 23 and 47 alone).
     kb_solutions 270 250

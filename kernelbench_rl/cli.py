@@ -20,7 +20,7 @@ app = typer.Typer(
 
 for module in (problems, sql, evaluate, profile, rag, sft, train, pipeline):
     module.register(app)
-for module in (env, eval_model):  # interoperability (issue 14)
+for module in (env, eval_model):  # interoperability
     module.register(app)
 
 

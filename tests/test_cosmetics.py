@@ -1,4 +1,4 @@
-"""Small things a new user meets first: warnings, noise, flags, the Run form (issue 15's cosmetic list)."""
+"""Small things a new user meets first: warnings, noise, flags, the Run form."""
 
 from __future__ import annotations
 

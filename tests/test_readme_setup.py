@@ -1,4 +1,5 @@
-"""The README's set-up text and printed output agree with what the Makefile does and what the code prints."""
+"""The README's set-up text and printed output, and the shell examples of README and docs/, agree with what the
+Makefile does and what the code prints."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+DOCS = "\n".join(path.read_text() for path in sorted((REPO / "docs").glob("*.md")))
 
 
 def shell_blocks() -> list[str]:
-    """The README's shell examples, without the bodies of here-documents (Python fed to `python -`)."""
-    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    """The shell examples of the README and docs/, without the bodies of here-documents (Python fed to `python -`)."""
+    blocks = re.findall(r"```bash\n(.*?)```", README + "\n" + DOCS, flags=re.S)
     return [re.sub(r"<<'(\w+)'\n.*?\n\1\n", "\n", block, flags=re.S) for block in blocks]
 
 
@@ -46,4 +48,4 @@ def test_the_printed_promotion_matches_its_table() -> None:
     assert first == step
     assert [row[1] for row in rows if int(row[0]) > step] == ["compile"] * sum(int(row[0]) > step for row in rows)
     # Every other mention of that promotion names the same step.
-    assert set(re.findall(r"stage format -> compile at step (\d+)", README)) <= {str(step)}
+    assert set(re.findall(r"stage format -> compile at step (\d+)", README + DOCS)) <= {str(step)}

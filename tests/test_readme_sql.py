@@ -1,4 +1,4 @@
-"""The README's example queries run against the schema (`kernelbench-rl sql` answers them)."""
+"""The example queries of docs/store.md (and any in the README) run against the schema (`kernelbench-rl sql` answers them)."""
 
 import re
 from pathlib import Path
@@ -9,11 +9,12 @@ from typer.testing import CliRunner
 from kernelbench_rl.cli import app
 from kernelbench_rl.store import Store
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = Path(__file__).resolve().parents[1]
+DOCS_WITH_QUERIES = [REPO / "README.md", REPO / "docs" / "store.md"]
 
 
 def _readme_queries() -> list[str]:
-    text = README.read_text()
+    text = "\n".join(path.read_text() for path in DOCS_WITH_QUERIES)
     blocks = re.findall(r"```sql\n(.*?)```", text, flags=re.S)
     queries = []
     for block in blocks:
@@ -26,6 +27,7 @@ def _readme_queries() -> list[str]:
 
 def test_readme_has_example_queries():
     assert len(_readme_queries()) >= 5
+    assert "docs/store.md" in (REPO / "README.md").read_text()  # the README leads to them
 
 
 @pytest.mark.parametrize("sql", _readme_queries(), ids=lambda q: q.split("FROM")[0][:40])
@@ -37,7 +39,7 @@ def test_readme_query_runs(tmp_path, sql):
 
 
 def test_readme_queries_name_problems_the_smoke_run_trains():
-    """After `make run`, a README query about one problem returns its rows: the problem is one the smoke run trains."""
+    """After `make run`, a documented query about one problem returns its rows: the problem is one the smoke run trains."""
     from flows.common import build_config
     from kernelbench_rl.commands.pipeline import SMOKE_OVERRIDES, pipeline_arg_parser
 
@@ -46,5 +48,5 @@ def test_readme_queries_name_problems_the_smoke_run_trains():
                        log_dir="unused", train_steps=defaults.train_steps,
                        levels=[int(x) for x in defaults.levels.split(",")], num_problems=defaults.num_problems)
     named = {pid for sql in _readme_queries() for pid in re.findall(r"problem_id = '([^']+)'", sql)}
-    assert named, "the README has no per-problem query"
+    assert named, "docs/store.md has no per-problem query"
     assert named <= set(cfg.problems.ids), (named, cfg.problems.ids)

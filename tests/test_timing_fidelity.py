@@ -1,7 +1,7 @@
 """Timing fidelity rules that a CPU can check: when both sides are timed again side by side, how the
 candidate is held still meanwhile, and the profiler warm-up that must not leave CUPTI attached.
 
-What they buy on a GPU is measured in bench/ (bench/README.md, session 7): identical level-3 code read
+What they buy on a GPU is measured in bench/ (bench/RESULTS.md, H100, 2026-11-23): identical level-3 code read
 0.57-0.80 with CUPTI attached in the child, and 20 of 24 noisy level-3 problems within [0.95, 1.05] once
 paired.
 """

@@ -15,7 +15,8 @@ from kernelbench_rl.policy.base import (
     TrainingClientProtocol,
     completed_future,
 )
-from kernelbench_rl.policy.factory import PolicyConfig, make_service_client, resolve_backend
+from kernelbench_rl.policy.config import PolicyConfig, resolve_backend
+from kernelbench_rl.policy.factory import make_service_client
 from kernelbench_rl.policy.tiny import TINY_ASSET_DIR, TINY_MODEL_NAME
 
 __all__ = [

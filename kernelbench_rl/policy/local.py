@@ -44,7 +44,7 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.policy.base import ClientFuture, SessionStatus, completed_future
-from kernelbench_rl.policy.factory import PolicyConfig
+from kernelbench_rl.policy.config import PolicyConfig
 from kernelbench_rl.policy.tiny import (
     TINY_MODEL_NAME,
     LoadedModel,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.policy.factory import TINKER_API_KEY_ENV, PolicyConfig
+from kernelbench_rl.policy.config import TINKER_API_KEY_ENV, PolicyConfig
 
 MISSING_KEY_MESSAGE = f"Set {TINKER_API_KEY_ENV} (a tml-... key) or choose policy.backend=local."
 

@@ -1,9 +1,8 @@
-"""Static rules against tensor subclasses, registered by static_policy.
+"""Tensor subclasses: no torch.Tensor subclass and no __torch_function__ / __torch_dispatch__.
 
 A `torch.Tensor` subclass with a `__torch_function__` (or `__torch_dispatch__`) can defer the real work
 until its output is first read, after the timer has stopped; a kernel module has no use for either. The
 sandbox refuses such outputs at run time (evaluation/outputs.py); these rules say so before anything runs.
-The rules read an `Analysis` (static_policy) and return (line, message) findings.
 """
 
 from __future__ import annotations
@@ -11,8 +10,10 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from kernelbench_rl.evaluation.static_policy.rule import Rule
+
 if TYPE_CHECKING:
-    from kernelbench_rl.evaluation.static_policy import Analysis
+    from kernelbench_rl.evaluation.static_policy.analysis import Analysis
 
 # Classes whose subclasses are tensors (Parameter and Buffer are torch.Tensor subclasses themselves).
 TENSOR_CLASSES = frozenset({
@@ -84,3 +85,17 @@ def torch_function_override(a: Analysis) -> list[tuple[int, str]]:
             found.append((getattr(node, "lineno", 0), f"{name} intercepts torch calls on tensors "
                                                       "(work deferred past the timer); not allowed in a kernel module"))
     return found
+
+
+TENSOR_SUBCLASS = Rule(
+    "tensor_subclass", "error",
+    "No torch.Tensor subclasses (any spelling), as_subclass, _make_subclass, "
+    "_make_wrapper_subclass or classes built at run time: outputs must be plain tensors.",
+    tensor_subclass, hack=True,
+)
+TORCH_FUNCTION_OVERRIDE = Rule(
+    "torch_function_override", "error",
+    "No __torch_function__ or __torch_dispatch__ (work deferred until an "
+    "output is read, past the timer).",
+    torch_function_override, hack=True,
+)
