@@ -133,7 +133,7 @@ _PARENT = [0]  # the forkserver that forked this child (0 outside child_main: th
 # CUPTI stays attached to a process after a profiler session unless Kineto tears it down (TEARDOWN_CUPTI=1),
 # and while attached it slows every launch: launch-bound KernelBench models (level 3, L1/78) timed up to
 # 1.5x slower in children that had warmed the profiler than in the worker, which never profiles, and
-# identical code read 0.57-0.80 (H100, bench/README.md). Modes: "off" (default: no warm-up; the one
+# identical code read 0.57-0.80 (H100, bench/RESULTS.md). Modes: "off" (default: no warm-up; the one
 # profile, after the timed trials, starts CUPTI: 0.03-0.46 s there, as much as after a warm-up),
 # "teardown" (warm while idle, then detach before the candidate runs), "attached" (the old way, kept for
 # timing studies).

@@ -78,7 +78,7 @@ FREE_WAIT_S = 30.0
 # When the solo baseline's or the candidate's timed trials spread (IQR) by more than this share of their
 # median, both are timed again side by side: the reference in a sibling child (same sandbox, no candidate
 # code), alternating blocks with the candidate. Level-3 launch-bound models moved by up to 50% between
-# consecutive medians of 100 calls in one quiet process on an H100 (bench/README.md), so a baseline timed
+# consecutive medians of 100 calls in one quiet process on an H100 (bench/RESULTS.md), so a baseline timed
 # seconds earlier cannot tell identical code from a 1.3x change. KBRL_EVAL_PAIRED=off|always overrides.
 PAIRED_SPREAD = 0.05
 PAIRED_BLOCKS = 5
