@@ -77,7 +77,7 @@ max_position_embeddings = 4096
 
 # Sizes small enough for Triton's CPU interpreter (kernelbench-rl); ignored elsewhere.
 KBRL_SMALL_SIZES = {
-    "batch_size": 2, "seq_len": 80, "hidden_size": 48, "num_attention_heads": 4,
+    "batch_size": 2, "seq_len": 40, "hidden_size": 32, "num_attention_heads": 4,
     "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64,
 }
 

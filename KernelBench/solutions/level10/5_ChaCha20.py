@@ -11,7 +11,16 @@ def _rotl32(x, bits: tl.constexpr):
 
 
 @triton.jit
-def _quarter_round(a, b, c, d):
+def _rotate_lanes(v, shift: tl.constexpr):
+    """out[i] = v[(i + shift) % 4] for a 4-lane vector (a select and a row sum: exact for integers)."""
+    lane = tl.arange(0, 4)
+    pick = lane[None, :] == (lane[:, None] + shift) % 4
+    return tl.sum(tl.where(pick, v[None, :], 0), axis=1)
+
+
+@triton.jit
+def _quarter_rounds(a, b, c, d):
+    """Four quarter rounds at once, lane i on (a[i], b[i], c[i], d[i])."""
     a = (a + b) & 0xFFFFFFFF
     d = _rotl32(d ^ a, 16)
     c = (c + d) & 0xFFFFFFFF
@@ -25,52 +34,23 @@ def _quarter_round(a, b, c, d):
 
 @triton.jit
 def chacha20_block_kernel(constants_ptr, key_ptr, nonce_ptr, counter, out_ptr):
-    """The block function on one 16-word state: 10 double rounds, then the input state added back."""
-    s0 = tl.load(constants_ptr + 0)
-    s1 = tl.load(constants_ptr + 1)
-    s2 = tl.load(constants_ptr + 2)
-    s3 = tl.load(constants_ptr + 3)
-    s4 = tl.load(key_ptr + 0)
-    s5 = tl.load(key_ptr + 1)
-    s6 = tl.load(key_ptr + 2)
-    s7 = tl.load(key_ptr + 3)
-    s8 = tl.load(key_ptr + 4)
-    s9 = tl.load(key_ptr + 5)
-    s10 = tl.load(key_ptr + 6)
-    s11 = tl.load(key_ptr + 7)
-    s12 = s0 * 0 + counter  # int64, like the other words
-    s13 = tl.load(nonce_ptr + 0)
-    s14 = tl.load(nonce_ptr + 1)
-    s15 = tl.load(nonce_ptr + 2)
-    x0, x1, x2, x3, x4, x5, x6, x7 = s0, s1, s2, s3, s4, s5, s6, s7
-    x8, x9, x10, x11, x12, x13, x14, x15 = s8, s9, s10, s11, s12, s13, s14, s15
+    """The block function on the 4x4 word state held as four rows: 10 double rounds (columns, then
+    diagonals by turning rows 1-3 left by 1-3 lanes and back), then the input state added back."""
+    lane = tl.arange(0, 4)
+    row0 = tl.load(constants_ptr + lane)
+    row1 = tl.load(key_ptr + lane)
+    row2 = tl.load(key_ptr + 4 + lane)
+    # Row 3: the counter, then the three nonce words.
+    row3 = tl.where(lane == 0, counter, tl.load(nonce_ptr + lane - 1, mask=lane > 0, other=0)).to(tl.int64)
+    a, b, c, d = row0, row1, row2, row3
     for _ in range(10):
-        # Columns.
-        x0, x4, x8, x12 = _quarter_round(x0, x4, x8, x12)
-        x1, x5, x9, x13 = _quarter_round(x1, x5, x9, x13)
-        x2, x6, x10, x14 = _quarter_round(x2, x6, x10, x14)
-        x3, x7, x11, x15 = _quarter_round(x3, x7, x11, x15)
-        # Diagonals.
-        x0, x5, x10, x15 = _quarter_round(x0, x5, x10, x15)
-        x1, x6, x11, x12 = _quarter_round(x1, x6, x11, x12)
-        x2, x7, x8, x13 = _quarter_round(x2, x7, x8, x13)
-        x3, x4, x9, x14 = _quarter_round(x3, x4, x9, x14)
-    tl.store(out_ptr + 0, (x0 + s0) & 0xFFFFFFFF)
-    tl.store(out_ptr + 1, (x1 + s1) & 0xFFFFFFFF)
-    tl.store(out_ptr + 2, (x2 + s2) & 0xFFFFFFFF)
-    tl.store(out_ptr + 3, (x3 + s3) & 0xFFFFFFFF)
-    tl.store(out_ptr + 4, (x4 + s4) & 0xFFFFFFFF)
-    tl.store(out_ptr + 5, (x5 + s5) & 0xFFFFFFFF)
-    tl.store(out_ptr + 6, (x6 + s6) & 0xFFFFFFFF)
-    tl.store(out_ptr + 7, (x7 + s7) & 0xFFFFFFFF)
-    tl.store(out_ptr + 8, (x8 + s8) & 0xFFFFFFFF)
-    tl.store(out_ptr + 9, (x9 + s9) & 0xFFFFFFFF)
-    tl.store(out_ptr + 10, (x10 + s10) & 0xFFFFFFFF)
-    tl.store(out_ptr + 11, (x11 + s11) & 0xFFFFFFFF)
-    tl.store(out_ptr + 12, (x12 + s12) & 0xFFFFFFFF)
-    tl.store(out_ptr + 13, (x13 + s13) & 0xFFFFFFFF)
-    tl.store(out_ptr + 14, (x14 + s14) & 0xFFFFFFFF)
-    tl.store(out_ptr + 15, (x15 + s15) & 0xFFFFFFFF)
+        a, b, c, d = _quarter_rounds(a, b, c, d)  # columns
+        a, b, c, d = _quarter_rounds(a, _rotate_lanes(b, 1), _rotate_lanes(c, 2), _rotate_lanes(d, 3))  # diagonals
+        b, c, d = _rotate_lanes(b, 3), _rotate_lanes(c, 2), _rotate_lanes(d, 1)
+    tl.store(out_ptr + lane, (a + row0) & 0xFFFFFFFF)
+    tl.store(out_ptr + 4 + lane, (b + row1) & 0xFFFFFFFF)
+    tl.store(out_ptr + 8 + lane, (c + row2) & 0xFFFFFFFF)
+    tl.store(out_ptr + 12 + lane, (d + row3) & 0xFFFFFFFF)
 
 
 class ModelNew(nn.Module):

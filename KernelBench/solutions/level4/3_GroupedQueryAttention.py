@@ -129,7 +129,7 @@ class ModelNew(nn.Module):
         v = self._linear(x, self.v_proj.weight)
         attn = torch.empty_like(q)
         block_d = max(16, triton.next_power_of_2(self.head_dim))
-        grid = (triton.cdiv(seq, 64), batch * self.num_heads)
+        grid = (triton.cdiv(seq, 32), batch * self.num_heads)
         gqa_attention_kernel[grid](q, k, v, attn, seq, self.num_heads, self.num_kv_heads, self.group, self.head_dim,
-                                   self.scale, BLOCK_M=64, BLOCK_N=32, BLOCK_D=block_d, num_warps=8)
+                                   self.scale, BLOCK_M=32, BLOCK_N=32, BLOCK_D=block_d, num_warps=4)
         return self._linear(attn, self.o_proj.weight).view(batch, seq, hidden)

@@ -5,17 +5,20 @@ import triton.language as tl
 
 
 @triton.jit
-def fir_kernel(x_ptr, k_ptr, out_ptr, N, K, BLOCK: tl.constexpr):
-    """BLOCK outputs of one row: out[i] = sum_j x[i + j - K // 2] * k[j], zeros outside the row."""
+def fir_kernel(x_ptr, k_ptr, out_ptr, N, K, BLOCK: tl.constexpr, TAPS: tl.constexpr):
+    """BLOCK outputs of one row: out[i] = sum_j x[i + j - K // 2] * k[j], zeros outside the row.
+    TAPS taps at a time, as a (BLOCK, TAPS) tile whose overlapping loads the cache serves."""
     row = tl.program_id(1).to(tl.int64)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x_row = x_ptr + row * N
     pad = K // 2
     acc = tl.zeros((BLOCK,), tl.float32)
-    for j in range(0, K):
-        src = offs + (j - pad)
-        x = tl.load(x_row + src, mask=(src >= 0) & (src < N), other=0.0)
-        acc += x * tl.load(k_ptr + j)
+    for j0 in range(0, K, TAPS):
+        j = j0 + tl.arange(0, TAPS)
+        taps = tl.load(k_ptr + j, mask=j < K, other=0.0)
+        src = offs[:, None] + (j[None, :] - pad)
+        x = tl.load(x_row + src, mask=(src >= 0) & (src < N) & (j[None, :] < K), other=0.0)
+        acc += tl.sum(x * taps[None, :], axis=1)
     tl.store(out_ptr + row * N + offs, acc, mask=offs < N)
 
 
@@ -31,5 +34,5 @@ class ModelNew(nn.Module):
         n = signal.shape[-1]
         rows = signal.numel() // n if n else 0
         out = torch.empty_like(signal)
-        fir_kernel[(triton.cdiv(n, 1024), rows)](signal, self.kernel.contiguous(), out, n, self.kernel_size, BLOCK=1024)
+        fir_kernel[(triton.cdiv(n, 256), rows)](signal, self.kernel.contiguous(), out, n, self.kernel_size, BLOCK=256, TAPS=32)
         return out

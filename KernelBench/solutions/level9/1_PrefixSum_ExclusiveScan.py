@@ -5,11 +5,6 @@ import triton.language as tl
 
 
 @triton.jit
-def _add(a, b):
-    return a + b
-
-
-@triton.jit
 def block_sums_kernel(x_ptr, sums_ptr, N, BLOCK: tl.constexpr):
     """sums[pid] = total of the pid-th BLOCK-long slice of x."""
     pid = tl.program_id(0)
@@ -25,7 +20,7 @@ def exclusive_scan_sums_kernel(sums_ptr, offsets_ptr, COUNT, BLOCK: tl.constexpr
     for start in range(0, COUNT, BLOCK):
         mask = start + idx < COUNT
         s = tl.load(sums_ptr + start + idx, mask=mask, other=0.0)
-        tl.store(offsets_ptr + start + idx, tl.associative_scan(s, 0, _add) - s + carry, mask=mask)
+        tl.store(offsets_ptr + start + idx, tl.cumsum(s, 0) - s + carry, mask=mask)
         carry += tl.sum(s, axis=0)
 
 
@@ -36,7 +31,7 @@ def scan_blocks_kernel(x_ptr, offsets_ptr, out_ptr, N, BLOCK: tl.constexpr):
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    inclusive = tl.associative_scan(x, 0, _add)
+    inclusive = tl.cumsum(x, 0)
     tl.store(out_ptr + offs, inclusive - x + tl.load(offsets_ptr + pid), mask=mask)
 
 
