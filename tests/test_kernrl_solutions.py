@@ -149,3 +149,13 @@ def test_solutions_match_kernrl_problem_files():
     assert set(results) == {job["id"] for job in jobs}, proc.stderr[-3000:]
     failures = [f"{pid}: {r['error']}" for pid, r in results.items() if r["error"]]
     assert not failures, "\n".join(failures)
+
+
+def test_bundled_kernrl_problems_pass_the_problem_audit():
+    """The audit every bundled problem must pass (deterministic, seed-dependent, neither zeros nor a constant
+    passes), on our level 4-10 problems: tuples output by output, integer outputs exactly."""
+    from test_problem_audit import audit_problem
+
+    for pid, _ in SOLUTIONS:
+        report = audit_problem(bundled_problem(pid))
+        assert report.findings == [], f"{pid}: " + "; ".join(report.findings)

@@ -9,7 +9,8 @@ class Model(nn.Module):
     mask, then an output projection. All projections are bias-free.
 
     The reference widens K and V to one copy per query head before the attention product; a fused
-    kernel can read each shared head in place instead.
+    kernel can read each shared head in place instead. attention_dropout is kept for the signature;
+    the problem is posed with 0.0, so no dropout is applied (outputs are deterministic).
     """
 
     def __init__(
@@ -23,11 +24,12 @@ class Model(nn.Module):
         attention_dropout: float = 0.0,
     ):
         super().__init__()
+        if attention_dropout != 0.0:
+            raise ValueError("this problem is posed without attention dropout (attention_dropout=0.0)")
         self.num_heads = num_attention_heads
         self.num_kv_heads = num_key_value_heads
         self.head_dim = head_dim
         self.group = num_attention_heads // num_key_value_heads
-        self.attention_dropout = attention_dropout
         self.scale = head_dim ** -0.5
         self.max_position_embeddings = max_position_embeddings
         self.q_proj = nn.Linear(hidden_size, num_attention_heads * head_dim, bias=False)
@@ -61,7 +63,6 @@ class Model(nn.Module):
         future = torch.triu(torch.ones(seq, seq, dtype=torch.bool, device=hidden_states.device), diagonal=1)
         scores = scores.masked_fill(future, float("-inf"))
         weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        weights = F.dropout(weights, p=self.attention_dropout, training=self.training)
         out = torch.matmul(weights, v).transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim)
         return self.o_proj(out)
 
