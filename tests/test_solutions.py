@@ -6,7 +6,7 @@ imports them once (with the interpreter switched on) and forks a fresh child per
 solution still gets its own process and module namespace, and a crash or hang ends only its child.
 Models are built like KernelBench's harness does: Model(*init) and ModelNew(*init) each right
 after torch.manual_seed(seed), fed clones of the same inputs, compared with torch.allclose at
-the fp32 tolerance, over two seeds.
+the fp32 tolerance (integer and boolean outputs exactly; a tuple output by output), over two seeds.
 
 A second check, with the interpreter off, turns every kernel launch into an ahead-of-time compile
 for an H100 (sm_90, through ptxas): the interpreter accepts code a GPU rejects (a loop-carried
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from bundled_problems import bundled_problem
 from kernelbench_rl.problems import SOLUTIONS_ROOT, get_problem, list_solutions
 
 SEEDS = (42, 7)
@@ -64,18 +65,28 @@ def run_one(job):
         with torch.no_grad():
             expected = model(*clone(inputs))
             got = model_new(*new_inputs)
-        if not isinstance(got, torch.Tensor):
-            return {"ok": False, "error": f"ModelNew returned {type(got).__name__}, not a tensor"}
-        if got.shape != expected.shape or got.dtype != expected.dtype:
-            return {"ok": False, "error": f"seed {seed}: got {tuple(got.shape)} {got.dtype}, "
-                                         f"want {tuple(expected.shape)} {expected.dtype}"}
+        # A tuple of tensors (kernrl's video problems) is compared output by output.
+        expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        got = list(got) if isinstance(got, (tuple, list)) else [got]
+        if len(got) != len(expected) or not all(isinstance(g, torch.Tensor) for g in got):
+            return {"ok": False, "error": f"ModelNew returned {[type(g).__name__ for g in got]}, "
+                                         f"not {len(expected)} tensor(s)"}
+        for g, e in zip(got, expected):
+            if g.shape != e.shape or g.dtype != e.dtype:
+                return {"ok": False, "error": f"seed {seed}: got {tuple(g.shape)} {g.dtype}, "
+                                             f"want {tuple(e.shape)} {e.dtype}"}
         for before, after in zip(inputs, new_inputs):
             if isinstance(before, torch.Tensor) and not torch.equal(before, after):
                 return {"ok": False, "error": f"seed {seed}: ModelNew modified its inputs"}
-        err = (got - expected).abs().max().item() if got.numel() else 0.0
-        max_err = max(max_err, err)
-        if not torch.allclose(got, expected, atol=job["atol"], rtol=job["rtol"]):
-            return {"ok": False, "error": f"seed {seed}: mismatch, max abs err {err:.3g}"}
+        for g, e in zip(got, expected):
+            if not (e.is_floating_point() or e.is_complex()):  # integer and boolean outputs: exact
+                if not torch.equal(g, e):
+                    return {"ok": False, "error": f"seed {seed}: mismatch at {int((g != e).sum())} elements"}
+                continue
+            err = (g - e).abs().max().item() if g.numel() else 0.0
+            max_err = max(max_err, err)
+            if not torch.allclose(g, e, atol=job["atol"], rtol=job["rtol"]):
+                return {"ok": False, "error": f"seed {seed}: mismatch, max abs err {err:.3g}"}
     return {"ok": True, "max_abs_err": max_err}
 
 jobs = json.load(sys.stdin)
@@ -227,7 +238,7 @@ def _jobs(seeds: tuple[int, ...]) -> list[dict]:
     jobs = []
     for problem_id, path in SOLUTIONS:
         jobs.append({
-            "id": problem_id, "problem_source": get_problem(problem_id).source_for("small"),
+            "id": problem_id, "problem_source": bundled_problem(problem_id).source_for("small"),
             "solution_source": path.read_text(), "seeds": list(seeds), "atol": ATOL, "rtol": RTOL,
             "timeout_s": PER_SOLUTION_TIMEOUT_S,
         })
