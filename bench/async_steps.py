@@ -1,4 +1,4 @@
-"""Wall time of N training steps, synchronous (training.max_steps_off_policy=0) against asynchronous (1).
+"""Wall time of N training steps (set-up excluded, after a warm-up run), synchronous (training.max_steps_off_policy=0) against asynchronous (1).
 
 Asynchronous training rolls out step k+1 (sampling, then evaluation) while step k trains, so a step
 costs about max(rollout, train) instead of rollout + train. This bench measures that on the CPU with
@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from kernelbench_rl.config import load_config  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
 from kernelbench_rl.store import Store  # noqa: E402
-from kernelbench_rl.training import run_training  # noqa: E402
+from kernelbench_rl.training import TrainingRun  # noqa: E402
 
 BATCH_PROBLEMS, GROUP = 2, 4
 PROBLEM_IDS = "L1/19,L1/20"
@@ -51,19 +51,23 @@ def delayed_standin(sample_s: float, train_s: float) -> Any:
     """The stand-in service with a remote service's latencies."""
     import tinker_standin as standin
 
-    class SlowSampler(standin.StandinSamplingClient):
+    # The stand-in builds its clients by these module names: slow subclasses stand in for them (built
+    # on the originals each time, so that repeated runs do not stack delays).
+    originals = standin.__dict__.setdefault("_bench_originals", (standin.StandinSamplingClient,
+                                                                 standin.StandinTrainingClient))
+
+    class SlowSampler(originals[0]):
         def sample(self, *args: Any, **kwargs: Any) -> Future:
             response = super().sample(*args, **kwargs).result()
             future: Future = Future()
             threading.Timer(sample_s, future.set_result, [response]).start()
             return future
 
-    class SlowTrainer(standin.StandinTrainingClient):
+    class SlowTrainer(originals[1]):
         def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
             time.sleep(train_s)
             return super().forward_backward(*args, **kwargs)
 
-    # The stand-in builds its clients by these module names: the slow ones stand in for them here.
     standin.StandinSamplingClient = SlowSampler
     standin.StandinTrainingClient = SlowTrainer
     os.environ.setdefault("TINKER_API_KEY", "tml-bench")
@@ -104,10 +108,12 @@ def run_once(backend: str, steps: int, lag: int, args: argparse.Namespace) -> di
         workdir = Path(tmp)
         cfg = config(workdir, backend, steps, lag)
         service = delayed_standin(args.sample_s, args.train_s) if backend == "standin" else None
-        start = time.perf_counter()
-        summary = run_training(cfg, progress=False, evaluate_fn=SlowJudge(args.eval_s), service_client=service)
-        wall_s = time.perf_counter() - start
-        assert summary.finished and summary.steps_run == steps
+        run = TrainingRun(cfg, evaluate_fn=SlowJudge(args.eval_s), service_client=service)
+        with run:  # set-up (problems, policy, store) is outside the timed part: it is the same in both modes
+            start = time.perf_counter()
+            while not run.finished:
+                run.step()
+            wall_s = time.perf_counter() - start
         store = Store(workdir / "kb.duckdb")
         rows = store.query("SELECT step, staleness, reward_mean, sampling_s, eval_s, train_s, metrics_json "
                            "FROM train_steps ORDER BY step").to_dicts()
@@ -159,6 +165,7 @@ def main() -> None:
     backends = ["standin", "local"] if args.backend == "both" else [args.backend]
     results = []
     for backend in backends:
+        run_once(backend, 2, 1, args)  # warm-up: first imports and model loads count in neither mode
         sync = run_once(backend, args.steps, 0, args)
         asynchronous = run_once(backend, args.steps, 1, args)
         assert sync["rewards"] == asynchronous["rewards"], "the two modes stored different rewards"
