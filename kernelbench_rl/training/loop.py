@@ -5,15 +5,16 @@
         while not run.finished:
             result = run.step()        # sample -> evaluate -> reward -> train -> checkpoint -> rows
 
-With `training.max_steps_off_policy` N >= 1 (asynchronous training, docs/async-training.md) a
-producer thread samples and evaluates the next N steps while `step()` trains the current one: each
-of those steps is decided (stage, problems, sampler weights) on the calling thread when it is
-queued, so its sampler is at most N steps behind, and its rows reach the store as its groups finish.
 `run_training(config)` does exactly that with a progress bar. A flow can make one task per
 `run.step()`. Resume: the run id (explicit, or derived from the config) finds the last row of
 `checkpoints`; the run reloads that state, deletes (in one transaction) every row of a later step
 that a killed attempt left, and starts at the next step. Rows are upserted on natural keys, so a
 step done twice never duplicates rows.
+
+With `training.max_steps_off_policy` N >= 1 (asynchronous training, docs/async-training.md) a
+producer thread samples and evaluates the next N steps while `step()` trains the current one: each
+of those steps is decided (stage, problems, sampler weights) on the calling thread when it is
+queued, so its sampler is at most N steps behind, and its rows reach the store as its groups finish.
 """
 
 from __future__ import annotations
