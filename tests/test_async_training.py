@@ -174,6 +174,28 @@ def test_a_stopped_invocation_prefetches_nothing_it_will_not_train(tmp_path, mon
         STEPS * GROUP, STEPS * GROUP)
 
 
+def test_a_promotion_applies_from_the_first_step_queued_after_it(tmp_path, monkeypatch) -> None:
+    """Step 1 is queued before step 0's rates promote the stage, so it keeps the old stage; step 2 has the new one.
+    A resumed run replays the same state."""
+    service = _service(monkeypatch)
+
+    def judge(problem_ids, responses):  # every answer well formed, none compiles: format -> compile at step 0
+        return [EvalResult(problem_id=pid, candidate_sha256="x", backend="triton", precision="fp32", device_kind="cpu",
+                           format_ok=True, error_category=ErrorCategory.COMPILE) for pid in problem_ids]
+
+    cfg = _config(tmp_path, 1, "curriculum.enabled=true", "curriculum.window=1", "curriculum.threshold=0.5")
+    first = run_training(cfg, progress=False, evaluate_fn=judge, service_client=service, stop_after_steps=3)
+    assert first.stage == "compile"
+    store = Store(tmp_path / "kb.duckdb")
+    assert store.fetchall("SELECT step, to_value FROM curriculum_events") == [(0, "compile")]
+    assert [r[0] for r in store.fetchall("SELECT stage FROM train_steps ORDER BY step")] == ["format", "format", "compile"]
+    assert {r[0] for r in store.fetchall("SELECT DISTINCT stage FROM rollouts WHERE step = 1")} == {"format"}
+    second = run_training(cfg, progress=False, evaluate_fn=judge, service_client=service)
+    assert second.finished and second.stage == "compile"
+    assert [r[0] for r in store.fetchall("SELECT stage FROM train_steps ORDER BY step")] == [
+        "format", "format", "compile", "compile", "compile"]
+
+
 # -- real processes: SIGKILL and SIGTERM with a step prefetched ------------------------------------
 def _cli(tmp_path: Path, steps: int) -> list[str]:
     return [sys.executable, "-m", "kernelbench_rl.cli", "train", "--config", "default", "--no-progress",
