@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelbench_rl.config.schema import TrainConfig, load_config
-from kernelbench_rl.training.loop import first_training_ids
+from kernelbench_rl.training.setup import first_training_ids
 
 
 def build_config(

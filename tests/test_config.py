@@ -8,7 +8,7 @@ from pathlib import Path
 from kernelbench_rl.config import load_config
 from kernelbench_rl.config.schema import DEFAULT_TINKER_MODEL
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.training.loop import resolve_base_model
+from kernelbench_rl.training.setup import resolve_base_model
 
 
 def test_packaged_configs_load() -> None:
@@ -67,7 +67,7 @@ def test_run_id_is_stable_and_follows_the_config() -> None:
 
 
 def test_precision_policy_reaches_the_evaluator_and_a_bad_value_is_one_sentence() -> None:
-    from kernelbench_rl.training.loop import eval_settings
+    from kernelbench_rl.training.setup import eval_settings
 
     default = load_config("default")
     assert default.eval.precision_policy == "warn" and eval_settings(default).precision_policy == "warn"
@@ -102,7 +102,7 @@ def test_train_cli_reports_a_bad_key_in_one_sentence(tmp_path) -> None:
 def test_eval_device_and_size_auto() -> None:
     import torch
 
-    from kernelbench_rl.training.loop import resolve_eval_device
+    from kernelbench_rl.training.setup import resolve_eval_device
 
     assert resolve_eval_device("cuda", "auto") == ("cuda", "real")
     assert resolve_eval_device("cpu", "auto") == ("cpu", "small")
@@ -114,7 +114,7 @@ def test_eval_device_and_size_auto() -> None:
 
 def test_training_and_checkpoint_evaluation_share_resolved_eval_settings() -> None:
     """`auto` never reaches the evaluator (its workers accept only cpu or cuda), from either caller."""
-    from kernelbench_rl.training.loop import eval_settings, resolve_eval_device
+    from kernelbench_rl.training.setup import eval_settings, resolve_eval_device
 
     cfg = load_config("default", ["eval.timeout_s=7", "eval.correctness_trials=2"])
     settings = eval_settings(cfg)
@@ -125,7 +125,7 @@ def test_training_and_checkpoint_evaluation_share_resolved_eval_settings() -> No
 
 def test_first_training_ids_are_train_split_ids_in_order_and_ignore_named_ids() -> None:
     from kernelbench_rl.problems import load_problems, split_problems
-    from kernelbench_rl.training.loop import first_training_ids, problem_split
+    from kernelbench_rl.training.setup import first_training_ids, problem_split
 
     cfg = load_config("default", ["problems.levels=[1]"])
     problems, train, holdout = problem_split(cfg)

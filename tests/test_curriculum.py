@@ -138,7 +138,10 @@ def test_loop_records_promotions_and_a_resumed_run_keeps_its_stage(tmp_path) -> 
                  "policy.base_model=local:tiny", "policy.lora_rank=4", "training.steps=3", "training.batch_problems=1",
                  "sampling.group_size=2", "sampling.max_tokens=4", "problems.ids=L1/19", "problems.levels=[1]",
                  "problems.holdout_fraction=0", "curriculum.window=1", "curriculum.threshold=0.5", "run_id=cur",
-                 "env.mode=kevin", "env.turns=2", "rewards.truncated=keep"]  # 4 tokens cut every answer
+                 "env.mode=kevin", "env.turns=2", "rewards.truncated=keep",  # 4 tokens cut every answer
+                 # synchronous: a promotion applies from the very next step (tests/test_async_training.py
+                 # covers the asynchronous rule, one step later)
+                 "training.max_steps_off_policy=0"]
     cfg = load_config("default", overrides)
     first = run_training(cfg, progress=False, evaluate_fn=judge, stop_after_steps=2)
     assert (first.steps_run, first.last_step, first.finished) == (2, 1, False)

@@ -211,7 +211,7 @@ def test_restart_loses_no_rows_and_verdicts_match_the_training_evaluator(server)
     # The training loop's evaluator (same config) on the same completions: every verdict is the server's, from cache.
     from kernelbench_rl.config import load_config
     from kernelbench_rl.store.db import eval_key_for
-    from kernelbench_rl.training.loop import open_evaluator, problem_split
+    from kernelbench_rl.training.setup import open_evaluator, problem_split
 
     cfg = load_config("default", [*OVERRIDES, "eval.device=cpu", f"db_path={server.db}"])
     store = Store(server.db)

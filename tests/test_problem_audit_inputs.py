@@ -18,7 +18,7 @@ from kernelbench_rl.evaluation.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import get_problem, load_problems, load_solution
 from kernelbench_rl.problems.audit import audit_problems, audit_set, counts, given_variants
-from kernelbench_rl.training.loop import training_problems
+from kernelbench_rl.training.setup import training_problems
 
 runner = CliRunner()
 

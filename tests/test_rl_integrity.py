@@ -249,13 +249,16 @@ def test_a_failed_run_closes_its_session_as_errored(tmp_path, monkeypatch) -> No
     assert service.sdk.closed_with == "errored"
 
 
-def test_ppo_without_substeps_is_refused() -> None:
+def test_ppo_without_substeps_is_refused_when_every_step_is_on_policy() -> None:
     from kernelbench_rl.config import load_config
     from kernelbench_rl.errors import UserError
 
     with pytest.raises(UserError, match="num_substeps"):
-        load_config("default", ["training.loss_fn=ppo"])
-    assert load_config("default", ["training.loss_fn=ppo", "training.num_substeps=2"]).training.num_substeps == 2
+        load_config("default", ["training.loss_fn=ppo", "training.max_steps_off_policy=0"])
+    assert load_config("default", ["training.loss_fn=ppo", "training.num_substeps=2",
+                                   "training.max_steps_off_policy=0"]).training.num_substeps == 2
+    # Asynchronous steps are trained by a policy that moved since sampling: the clip has work to do.
+    assert load_config("default", ["training.loss_fn=ppo"]).training.max_steps_off_policy == 1
 
 
 def test_an_empty_prompt_is_refused() -> None:

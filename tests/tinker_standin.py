@@ -76,13 +76,18 @@ class _ToyPolicy:
 
 
 class StandinSamplingClient:
-    def __init__(self, base_model: str, tokenizer: Any, logits: torch.Tensor, seed: int) -> None:
+    def __init__(self, base_model: str, tokenizer: Any, logits: torch.Tensor, seed: int,
+                 optimizer_steps: int = 0, sample_log: list[int] | None = None) -> None:
         self._base_model = base_model
         self._tokenizer = tokenizer
         self._log_probs = torch.log_softmax(logits.detach().clone(), dim=-1)
         self._generator = torch.Generator().manual_seed(seed)
         self._sequence_ids = itertools.count()
         self.requests: list[dict[str, Any]] = []
+        # For tests of asynchronous training: the optimizer steps these weights have seen, and the
+        # service's log of it, one entry per sample call in call order.
+        self.optimizer_steps = optimizer_steps
+        self._sample_log = sample_log
 
     def sample(
         self,
@@ -101,6 +106,8 @@ class StandinSamplingClient:
         assert num_samples >= 1
         assert prompt.length > 0
         self.requests.append({"prompt": prompt.to_ints(), "num_samples": num_samples, "params": sampling_params})
+        if self._sample_log is not None:
+            self._sample_log.append(self.optimizer_steps)
         generator = (
             torch.Generator().manual_seed(sampling_params.seed)
             if sampling_params.seed is not None
@@ -316,7 +323,8 @@ class StandinTrainingClient:
         kind: types.SamplingClientKind = "snapshot",
     ) -> BackcompatSamplingClientFuture:
         client = StandinSamplingClient(
-            self._base_model, self._service._tokenizer, self._policy.logits, next(self._service._seeds)
+            self._base_model, self._service._tokenizer, self._policy.logits, next(self._service._seeds),
+            self._policy.steps, self._service.sample_log,
         )
         return BackcompatSamplingClientFuture(_done(client))
 
@@ -343,6 +351,7 @@ class StandinServiceClient:
         self._seeds = itertools.count(1234)
         self.closed_with: str | None = None
         self.training_clients: list[StandinTrainingClient] = []  # every client made, for tests to inspect
+        self.sample_log: list[int] = []  # per sample call: the optimizer steps of the weights that sampled
 
     def create_lora_training_client(
         self,
@@ -399,11 +408,11 @@ class StandinServiceClient:
             if model_path not in CHECKPOINTS:
                 raise ValueError(f"no checkpoint at {model_path}")
             saved = CHECKPOINTS[model_path]
-            logits, name = saved["logits"], base_model or saved["base_model"]
+            logits, name, steps = saved["logits"], base_model or saved["base_model"], saved["steps"]
         else:
             assert base_model is not None
-            logits, name = _ToyPolicy(len(self._tokenizer), 0).logits, base_model
-        client = StandinSamplingClient(name, self._tokenizer, logits, next(self._seeds))
+            logits, name, steps = _ToyPolicy(len(self._tokenizer), 0).logits, base_model, 0
+        client = StandinSamplingClient(name, self._tokenizer, logits, next(self._seeds), steps, self.sample_log)
         return BackcompatSamplingClientFuture(_done(client))
 
     def close(

@@ -20,7 +20,8 @@ def register(app: typer.Typer) -> None:
         `kernelbench-rl train` with the same config then starts RL from these weights.
         """
         from kernelbench_rl.config import load_config
-        from kernelbench_rl.training.loop import default_retriever, resolve_base_model
+        from kernelbench_rl.training.loop import default_retriever
+        from kernelbench_rl.training.setup import resolve_base_model
         from kernelbench_rl.training.sft import SftStepResult, run_sft
 
         cfg = load_config(config, list(overrides or []))

@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
         """
         from kernelbench_rl.config import load_config
         from kernelbench_rl.training import run_training
-        from kernelbench_rl.training.loop import describe_run_start, resolve_base_model
+        from kernelbench_rl.training.loop import describe_run_start
+        from kernelbench_rl.training.setup import resolve_base_model
 
         from kernelbench_rl.commands.evaluate import require_config_gpu
 

@@ -56,7 +56,7 @@ class TrainingConfig:
     steps: Annotated[int, Ge(0)] = 100
     batch_problems: Annotated[int, Ge(1)] = 8
     learning_rate: Annotated[float, Gt(0)] = 1e-5
-    loss_fn: str = "importance_sampling"  # importance_sampling | ppo
+    loss_fn: str = "importance_sampling"  # importance_sampling | ppo (both weigh by the sampler's logprobs)
     # Minibatches per step, each its own optim_step (PPO's clip acts from the second one on)
     num_substeps: Annotated[int, Ge(1)] = 1
     adam_beta1: Annotated[float, Ge(0), Lt(1)] = 0.9
@@ -68,6 +68,9 @@ class TrainingConfig:
     checkpoint_ttl_s: Annotated[int, Ge(3600), Le(315_360_000)] | None = 30 * 24 * 3600
     seed: int = 0
     infra_retries: Annotated[int, Ge(0)] = 1  # extra evaluations of a sample whose evaluation failed for infra reasons
+    # Step k+1 is sampled and evaluated while step k trains, by weights at most this many steps behind
+    # (the importance-sampling ratio corrects for the lag); 0: every step is sampled by the latest weights.
+    max_steps_off_policy: Annotated[int, Ge(0)] = 1
 
 
 @dataclass
@@ -400,9 +403,10 @@ def _validate(config: TrainConfig) -> None:
         raise UserError("Config key training.steps must not be negative.")
     if config.sft.steps < 0 or config.sft.epochs < 0:
         raise UserError("Config keys sft.steps and sft.epochs must not be negative.")
-    if config.training.loss_fn == "ppo" and config.training.num_substeps < 2:
+    if config.training.loss_fn == "ppo" and config.training.num_substeps < 2 and config.training.max_steps_off_policy == 0:
         raise UserError("Config key training.loss_fn=ppo clips the ratio to the sampling policy, which is 1 when "
-                        "every datum is trained by the policy that sampled it: set training.num_substeps to 2 or more.")
+                        "every datum is trained by the policy that sampled it: set training.num_substeps to 2 or more, "
+                        "or training.max_steps_off_policy to 1 or more.")
     if not 0.0 <= config.rewards.gamma <= 1.0:
         raise UserError(f"Config key rewards.gamma must be in [0, 1]; got {config.rewards.gamma}.")
     from kernelbench_rl.evaluation.cluster_spec import parse_cluster

@@ -521,7 +521,7 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
 def build_service(config: Any, *, store: Any | None = None, max_turns: int | None = None,
                   preset: str | None = None, run_id: str = DEFAULT_RUN_ID) -> KernelEnvService:
     """A service with the run's evaluator settings, problem split and environment spec (as `train` has them)."""
-    from kernelbench_rl.training.loop import open_evaluator, problem_split
+    from kernelbench_rl.training.setup import open_evaluator, problem_split
 
     problems, train, holdout = problem_split(config)
     spec = EnvSpec.from_config(config)

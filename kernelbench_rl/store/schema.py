@@ -337,6 +337,19 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        11,
+        "asynchronous training: each step records how far behind the policy that sampled it was",
+        [
+            # steps of training the step's sampler weights lacked (0: on-policy; at most training.max_steps_off_policy)
+            "ALTER TABLE train_steps ADD COLUMN IF NOT EXISTS staleness INTEGER",
+            # the last step trained into those weights (NULL: the run's starting weights)
+            "ALTER TABLE train_steps ADD COLUMN IF NOT EXISTS sampler_step INTEGER",
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",

@@ -7,10 +7,9 @@ from kernelbench_rl.training.loop import (
     TrainingRun,
     TrainSummary,
     default_retriever,
-    resolve_base_model,
     run_training,
-    training_problems,
 )
+from kernelbench_rl.training.setup import resolve_base_model, training_problems
 from kernelbench_rl.training.rollouts import GroupRollout, PromptRenderer, RolloutRunner
 
 __all__ = [

@@ -65,7 +65,7 @@ class CheckpointReport:
 
 def evaluation_problems(config: TrainConfig, split: str = "holdout", max_problems: int | None = None) -> list[Problem]:
     """The held-out problems of the configured levels (never trained on), or the train split."""
-    from kernelbench_rl.training.loop import problem_split
+    from kernelbench_rl.training.setup import problem_split
 
     problems, train, holdout = problem_split(config)
     chosen = {"holdout": holdout, "train": train, "all": problems}.get(split)
@@ -135,7 +135,7 @@ def nightly_targets(store: Store, run_ids: Sequence[str] = ()) -> list[NightlyTa
 
 def _sampling_client(config: TrainConfig, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
     from kernelbench_rl.policy import make_service_client
-    from kernelbench_rl.training.loop import policy_config, resolve_base_model
+    from kernelbench_rl.training.setup import policy_config, resolve_base_model
 
     base_model = resolve_base_model(config)
     service = service_client or make_service_client(policy_config(config))
@@ -200,7 +200,7 @@ def _evaluating(config: TrainConfig, store: Store, problems: Sequence[Problem], 
     if evaluate_fn is not None:
         yield evaluate_fn
         return
-    from kernelbench_rl.training.loop import open_evaluator
+    from kernelbench_rl.training.setup import open_evaluator
 
     evaluator = open_evaluator(config, store, problems)
     if config.eval.cluster not in ("", "local"):

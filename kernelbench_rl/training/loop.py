@@ -10,16 +10,20 @@
 `checkpoints`; the run reloads that state, deletes (in one transaction) every row of a later step
 that a killed attempt left, and starts at the next step. Rows are upserted on natural keys, so a
 step done twice never duplicates rows.
+
+With `training.max_steps_off_policy` N >= 1 (asynchronous training, docs/async-training.md) a
+producer thread samples and evaluates the next N steps while `step()` trains the current one: each
+of those steps is decided (stage, problems, sampler weights) on the calling thread when it is
+queued, so its sampler is at most N steps behind, and its rows reach the store as its groups finish.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import warnings
 import random
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -28,10 +32,8 @@ from typing import Any
 
 from kernelbench_rl.config.schema import TrainConfig, config_to_dict
 from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
-from kernelbench_rl.errors import UserError
 from kernelbench_rl.policy.base import SessionStatus
-from kernelbench_rl.evaluation.result import EvalSettings
-from kernelbench_rl.problems import Problem, load_problems, split_problems
+from kernelbench_rl.problems import Problem
 from kernelbench_rl.store import Store
 from kernelbench_rl.store.db import eval_key_for
 from kernelbench_rl import ownership
@@ -39,7 +41,24 @@ from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
 from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics
 from kernelbench_rl.training.optim import result_of, train_step
-from kernelbench_rl.training.rollouts import EvaluateFn, GroupRollout, PromptRenderer, RolloutRunner
+from kernelbench_rl.training.prefetch import Prefetcher
+from kernelbench_rl.training.rollouts import (
+    EvaluateFn,
+    GroupRollout,
+    PromptRenderer,
+    RolloutRunner,
+    RolloutStopped,
+    RolloutTimings,
+)
+from kernelbench_rl.training.setup import (
+    check_lora_rank,
+    close_session,
+    open_evaluator,
+    policy_config,
+    resolve_base_model,
+    training_problems,
+)
+from kernelbench_rl.training.sft import warm_start_checkpoint
 
 
 @dataclass
@@ -51,6 +70,32 @@ class StepResult:
     metrics: dict[str, float]
     events: list[CurriculumEvent] = field(default_factory=list)
     checkpoint: str | None = None
+
+
+@dataclass
+class StepRollout:
+    """One step's batch: decided on the calling thread (stage, problems, sampler), rolled out on any."""
+
+    step: int
+    stage: str
+    level: int
+    preset: str
+    events: list[CurriculumEvent]
+    builders: list[Any]
+    sampling_client: Any
+    sampler_step: int | None  # the last step trained into the sampler's weights (None: the run's starting weights)
+    groups: list[GroupRollout] = field(default_factory=list)
+    samples_by_group: dict[int, list[SampleTurn]] = field(default_factory=dict)
+    timings: RolloutTimings = field(default_factory=RolloutTimings)
+
+    @property
+    def staleness(self) -> int:
+        """Steps of training the sampler's weights lacked (0: sampled by the weights of every earlier step)."""
+        return self.step - 1 - (-1 if self.sampler_step is None else self.sampler_step)
+
+
+# How long stopping a run waits for a prefetched rollout to notice; its rows are dropped either way.
+PREFETCH_STOP_WAIT_S = 10.0
 
 
 @dataclass
@@ -67,109 +112,6 @@ class TrainSummary:
     finished: bool  # all configured steps are done
     last_metrics: dict[str, float] = field(default_factory=dict)
     truncated_rate: float | None = None  # share of the run's sampled turns cut at max_tokens (all steps so far)
-
-
-def resolve_base_model(config: TrainConfig) -> str:
-    return config.resolved_base_model()
-
-
-def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
-    """`auto` -> cuda when torch sees a GPU, else cpu; size `auto` -> real on cuda, small on cpu."""
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if size == "auto":
-        size = "real" if device == "cuda" else "small"
-    return device, size
-
-
-def eval_settings(config: TrainConfig) -> EvalSettings:
-    """The evaluator settings of a run (training and checkpoint evaluation alike), `auto` resolved."""
-    ev = config.eval
-    device, size = resolve_eval_device(ev.device, ev.size)
-    return EvalSettings(backend=config.env.kernel_backend, precision=ev.precision, device=device,  # type: ignore[arg-type]
-                        size=size, correctness_trials=ev.correctness_trials,  # type: ignore[arg-type]
-                        discriminating_trials=ev.discriminating_trials,
-                        timing_trials=ev.timing_trials, timeout_s=ev.timeout_s,
-                        precision_policy=ev.precision_policy)  # type: ignore[arg-type]
-
-
-def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem]) -> Any:
-    """An Evaluator for `problems` with the run's settings (workers start on first use); the caller closes it."""
-    if config.eval.cluster in ("", "local"):
-        from kernelbench_rl.evaluation import Evaluator
-
-        return Evaluator(eval_settings(config), num_workers=config.eval.num_workers, store=store,
-                         kernelbench_root=config.problems.kernelbench_root, problems={p.id: p for p in problems},
-                         input_variants=audited_input_variants(config))
-    from kernelbench_rl.evaluation.cluster import make_evaluator  # Dask: imported only when asked for
-
-    return make_evaluator(eval_settings(config), cluster=config.eval.cluster, num_workers=config.eval.num_workers,
-                          store=store, kernelbench_root=config.problems.kernelbench_root,
-                          problems={p.id: p for p in problems}, input_variants=audited_input_variants(config))
-
-
-def problem_audits(config: TrainConfig) -> dict[str, Any]:
-    """The problem audit of the configured levels (problems/audit.py; none when `problems.audit` is off)."""
-    if not config.problems.audit:
-        return {}
-    from kernelbench_rl.problems.audit import audit_set
-
-    return audit_set(problem_split(config)[0], config.eval.precision)
-
-
-def audited_input_variants(config: TrainConfig) -> dict[str, Any]:
-    """The widened inputs the audit hands the evaluator (where another problem's reference passes a problem's own)."""
-    from kernelbench_rl.problems.audit import given_variants
-
-    return given_variants(problem_audits(config).values())
-
-
-def policy_config(config: TrainConfig) -> Any:
-    """The policy backend's configuration (`kernelbench_rl.policy.PolicyConfig`) for a run."""
-    from kernelbench_rl.policy import PolicyConfig
-
-    return PolicyConfig(backend=config.policy.backend, base_model=resolve_base_model(config),
-                        lora_rank=config.policy.lora_rank, device=config.policy.device,
-                        log_dir=str(config.run_log_dir() / "policy"), seed=config.policy.seed)
-
-
-def problem_split(config: TrainConfig) -> tuple[list[Problem], list[Problem], list[Problem]]:
-    """(all, train, holdout) problems of the configured levels; `problems.ids` plays no part."""
-    cfg = config.problems
-    problems = load_problems(cfg.kernelbench_root, levels=cfg.levels)
-    train, holdout = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
-    return problems, train, holdout
-
-
-def first_training_ids(config: TrainConfig, count: int) -> list[str]:
-    """The first `count` ids of the train split of the configured levels (a flow's `num_problems`)."""
-    return [p.id for p in problem_split(config)[1]][:count]
-
-
-def training_problems(config: TrainConfig) -> list[Problem]:
-    """The train split of the configured levels (and ids); the holdout split is never trained on."""
-    cfg = config.problems
-    # The holdout is always that of the *whole* set, so naming ids can never pull a holdout problem in.
-    problems, train, _ = problem_split(config)
-    if cfg.ids:
-        by_id = {p.id: p for p in problems}
-        missing = [pid for pid in cfg.ids if pid not in by_id]
-        if missing:
-            raise UserError(f"Problem {missing[0]} is not among the loaded problems; `kernelbench-rl problems list` shows the ids.")
-        train_ids = {p.id for p in train}
-        train = [by_id[pid] for pid in cfg.ids if pid in train_ids]
-    if not train:
-        raise UserError("No training problems are left after the holdout split; add problems or lower problems.holdout_fraction.")
-    if cfg.audit:
-        from kernelbench_rl.problems.audit import usable_for_reward
-
-        train = usable_for_reward(train, problem_audits(config), warn=logging.getLogger(__name__).warning)
-        if not train:
-            raise UserError("The problem audit leaves no training problem whose inputs tell right from wrong "
-                            "(`kernelbench-rl problems audit` says why); choose other problems or set problems.audit=false.")
-    return train
 
 
 class TrainingRun:
@@ -201,6 +143,13 @@ class TrainingRun:
         self._started = False
         self._evaluator: Any = None
         self._tb: TensorBoardLogger | None = None
+        self.sampler_step: int | None = None  # the last step trained into self.sampling_client's weights
+        # Asynchronous training: steps at or after step_limit are never prefetched (run_training lowers it
+        # for stop_after_steps, so a stopped invocation leaves no work behind).
+        self.step_limit = config.training.steps
+        self._prefetch: Prefetcher | None = None
+        self._stopping = threading.Event()  # set, under _rows_lock, when prefetched rollouts must write no more rows
+        self._rows_lock = threading.Lock()
 
     # -- set-up and resume ----------------------------------------------------------------------
     @property
@@ -251,7 +200,7 @@ class TrainingRun:
                 base_model=self.base_model, rank=cfg.policy.lora_rank))
             self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         else:
-            self.resumed_from_step = self.checkpoint_step = int(checkpoint["step"])
+            self.resumed_from_step = self.checkpoint_step = self.sampler_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
             self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
@@ -263,6 +212,9 @@ class TrainingRun:
             self._evaluate_fn = self._make_evaluator()
         self._tb = TensorBoardLogger(self.log_dir / "tensorboard", purge_step=self.next_step if self.resumed_from_step is not None else None)
         self._write_run("running")
+        if cfg.training.max_steps_off_policy > 0:
+            self._stopping.clear()
+            self._prefetch = Prefetcher(f"kbrl-prefetch-{self.run_id}")
         self._started = True
 
     def _make_evaluator(self) -> EvaluateFn:
@@ -273,8 +225,6 @@ class TrainingRun:
         """The run's finished warm start (kernelbench_rl.training.sft), when SFT is enabled; an unfinished one is refused."""
         if not self.config.sft.enabled:
             return None
-        from kernelbench_rl.training.sft import warm_start_checkpoint
-
         return warm_start_checkpoint(self.store, self.config)
 
     def _last_checkpoint(self) -> dict[str, Any] | None:
@@ -318,33 +268,86 @@ class TrainingRun:
         picked = rng.sample(current, min(n_current, len(current)))
         return picked + rng.sample(previous, min(n_previous, len(previous)))
 
+    def _prepare(self, step: int) -> StepRollout:
+        """Decide a step's batch on the calling thread: a forced stage, the stage and level, the
+        problems, and the sampler (the latest weights)."""
+        cfg = self.config
+        events = self.curriculum.apply_override(step)
+        self._write_events(events)
+        problems = self.problems_for_step(step)
+        builders = make_group_builders(problems, cfg.sampling.group_size, self.spec, self.retrieve,
+                                       cfg.rag.k if cfg.rag.enabled else 0)
+        return StepRollout(step, self.curriculum.stage, self.curriculum.level, self.stage_preset(), events, builders,
+                           self.sampling_client, self.sampler_step)
+
+    def _roll_out(self, batch: StepRollout) -> StepRollout:
+        """Sample, evaluate and score a batch; each group's rows are written as it finishes."""
+        cfg = self.config
+
+        def on_group_done(group: GroupRollout) -> None:
+            group_samples = score_group(group, batch.preset, gamma=cfg.rewards.gamma, baseline=cfg.rewards.baseline,
+                                        speedup_cap=cfg.rewards.speedup_cap, truncated=cfg.rewards.truncated,
+                                        truncated_reward=cfg.rewards.truncated_reward)
+            with self._rows_lock:  # a stopping run drops the rows of steps it will not train
+                if self._stopping.is_set():
+                    raise RolloutStopped()
+                self._write_group(batch.step, batch.stage, group, group_samples)
+            batch.samples_by_group[group.index] = group_samples
+
+        runner = RolloutRunner(batch.sampling_client, self.renderer, self._evaluate_fn,
+                               temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
+                               infra_retries=cfg.training.infra_retries, on_group_done=on_group_done,
+                               should_stop=self._stopping.is_set, timings=batch.timings)
+        batch.groups = runner.run(batch.builders)
+        return batch
+
+    def _job(self, batch: StepRollout) -> Callable[[], StepRollout]:
+        return lambda: self._roll_out(batch)
+
+    def _stop_prefetch(self) -> None:
+        """Stop the producer and delete the rows of steps it rolled out that were never trained."""
+        if self._prefetch is None:
+            return
+        with self._rows_lock:
+            self._stopping.set()
+        self._prefetch.stop(PREFETCH_STOP_WAIT_S)
+        self._prefetch = None
+        self.store.discard_steps_after(self.run_id, self.next_step - 1)
+
+    def _next_batch(self, step: int) -> tuple[StepRollout, float]:
+        """Asynchronous training: `step`'s batch from the producer (and the seconds spent waiting for
+        it), after queueing the steps up to `step + max_steps_off_policy` behind it."""
+        assert self._prefetch is not None
+        if self._prefetch.pending[:1] not in ([], [step]):
+            # A step that raised after taking its batch is being re-done (a retried flow task): what was
+            # prefetched behind it is dropped and rolled out again.
+            self._stop_prefetch()
+            self._stopping.clear()
+            self._prefetch = Prefetcher(f"kbrl-prefetch-{self.run_id}")
+        if not self._prefetch.pending:
+            self._prefetch.submit(step, self._job(self._prepare(step)))
+        # Later steps are decided now, before this one trains: their stage is the one known after step-1
+        # and their sampler has step-1's weights; they roll out while this step trains.
+        last = min(step + self.config.training.max_steps_off_policy, self.step_limit - 1, self.config.training.steps - 1)
+        for later in range(self._prefetch.pending[-1] + 1, last + 1):
+            self._prefetch.submit(later, self._job(self._prepare(later)))
+        wait_start = time.perf_counter()
+        batch = self._prefetch.take(step)
+        return batch, time.perf_counter() - wait_start
+
     def step(self) -> StepResult:
         self.start()
         if self.finished:
             raise RuntimeError(f"run {self.run_id} has already done its {self.config.training.steps} steps")
         cfg = self.config
         step = self.next_step
-        events = self.curriculum.apply_override(step)
-        self._write_events(events)
-        stage, level, preset = self.curriculum.stage, self.curriculum.level, self.stage_preset()
-        problems = self.problems_for_step(step)
-        builders = make_group_builders(problems, cfg.sampling.group_size, self.spec, self.retrieve,
-                                       cfg.rag.k if cfg.rag.enabled else 0)
-        samples_by_group: dict[int, list[SampleTurn]] = {}
-
-        def on_group_done(group: GroupRollout) -> None:
-            group_samples = score_group(group, preset, gamma=cfg.rewards.gamma, baseline=cfg.rewards.baseline,
-                                        speedup_cap=cfg.rewards.speedup_cap, truncated=cfg.rewards.truncated,
-                                        truncated_reward=cfg.rewards.truncated_reward)
-            samples_by_group[group.index] = group_samples
-            self._write_group(step, stage, group, group_samples)
-
-        runner = RolloutRunner(self.sampling_client, self.renderer, self._evaluate_fn,
-                               temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                               infra_retries=cfg.training.infra_retries, on_group_done=on_group_done)
-        groups = runner.run(builders)
+        if self._prefetch is None:
+            batch, wait_s = self._roll_out(self._prepare(step)), 0.0
+        else:
+            batch, wait_s = self._next_batch(step)
+        stage, level, events, groups = batch.stage, batch.level, batch.events, batch.groups
         # Groups finish in any order (they are evaluated concurrently); train on them in group order.
-        samples = [sample for index in sorted(samples_by_group) for sample in samples_by_group[index]]
+        samples = [sample for index in sorted(batch.samples_by_group) for sample in batch.samples_by_group[index]]
         metrics, speedups = step_metrics(groups, samples)
 
         train_start = time.perf_counter()
@@ -355,10 +358,14 @@ class TrainingRun:
         metrics.update(outcome.metrics)
         if trained:
             self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
+        # Untrained, the weights are unchanged: the sampler holds this step's weights either way.
+        self.sampler_step = step
         train_s = time.perf_counter() - train_start
 
-        metrics.update({"time/sampling_s": runner.timings.sampling_s, "time/eval_s": runner.timings.eval_s,
-                        "time/rollout_wall_s": runner.timings.wall_s, "time/train_s": train_s,
+        timings = batch.timings
+        metrics.update({"time/sampling_s": timings.sampling_s, "time/eval_s": timings.eval_s,
+                        "time/rollout_wall_s": timings.wall_s, "time/train_s": train_s,
+                        "time/rollout_wait_s": wait_s, "off_policy/staleness": float(batch.staleness),
                         "stage_index": float(self.curriculum.stages.index(stage)), "level": float(level)})
         if loss is not None:
             metrics["loss"] = loss
@@ -375,7 +382,8 @@ class TrainingRun:
             "correct_rate": metrics.get("correct_rate"), "hack_rate": metrics.get("hack_rate"),
             "truncated_rate": metrics.get("truncated_rate"),
             "num_samples": int(metrics["num_samples"]), "num_trained": int(metrics["num_trained"]),
-            "sampling_s": runner.timings.sampling_s, "eval_s": runner.timings.eval_s, "train_s": train_s,
+            "sampling_s": timings.sampling_s, "eval_s": timings.eval_s, "train_s": train_s,
+            "staleness": batch.staleness, "sampler_step": batch.sampler_step,
             "metrics_json": json.dumps(metrics, sort_keys=True),
         }])
         # The checkpoint row comes last: resume trusts the newest checkpoint, so every step it covers
@@ -462,6 +470,7 @@ class TrainingRun:
             return
         last_done = self.next_step - 1
         try:
+            self._stop_prefetch()
             if status != "failed" and last_done >= 0 and self.checkpoint_step != last_done:
                 # Stopped between checkpoints (stop_after_steps, a flow's per-step task): save the state so
                 # that re-running resumes here instead of at the last periodic checkpoint.
@@ -513,26 +522,6 @@ class TrainingRun:
         return float(truncated or 0) / total if total else None
 
 
-def check_lora_rank(training_client: Any, lora_rank: int, source: str) -> None:
-    """A client made from saved state has the LoRA rank it was saved with: policy.lora_rank must match it."""
-    rank = getattr(training_client.get_info(), "lora_rank", None)
-    if rank is not None and int(rank) != lora_rank:
-        raise UserError(f"The {source} was trained with LoRA rank {rank}, so policy.lora_rank={lora_rank} cannot "
-                        f"apply to it: set policy.lora_rank={rank}, or start over (a new run id, or sft.enabled=false).")
-
-
-def close_session(service: Any, status: SessionStatus, detail: str | None = None) -> None:
-    """End the policy service's session with the run's outcome (on Tinker: the session's final status).
-    A failure to close is a warning: it must not hide the outcome being reported."""
-    close = getattr(service, "close", None)
-    if close is None:
-        return
-    try:
-        result_of(close(status, detail))
-    except Exception as exc:  # noqa: BLE001 - reported, never raised over the run's own outcome
-        warnings.warn(f"Closing the policy session ({status}) failed: {type(exc).__name__}: {exc}", stacklevel=2)
-
-
 def describe_run_start(config: TrainConfig, store: Store | None = None) -> str:
     """One line: which run this command resumes or starts, and how run ids work."""
     store = store or Store(config.db_path)
@@ -574,6 +563,7 @@ def run_training(
     with run:
         first, count = run.next_step, 0
         limit = config.training.steps - first if stop_after_steps is None else min(stop_after_steps, config.training.steps - first)
+        run.step_limit = first + limit
         bar: Any = nullcontext()
         if progress:
             from kernelbench_rl.training.progress import TrainProgress

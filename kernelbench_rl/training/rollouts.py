@@ -99,6 +99,10 @@ def sampler_logprobs(sequence: Any, num_tokens: int) -> list[float]:
     return logprobs
 
 
+class RolloutStopped(Exception):
+    """The rollout was asked to stop (`RolloutRunner.should_stop`) before every group finished."""
+
+
 @dataclass
 class GroupRollout:
     index: int
@@ -145,6 +149,9 @@ class RolloutRunner:
     # kernel hangs (and waits out the timeout) does not leave the GPU idle for the groups behind it.
     # The evaluate function must be thread-safe (Evaluator.evaluate_responses is).
     eval_concurrency: int = 4
+    # Polled between groups: True ends the rollout early with RolloutStopped (a run being stopped
+    # while this rollout was prefetched for a later step).
+    should_stop: Callable[[], bool] | None = None
     timings: RolloutTimings = field(default_factory=RolloutTimings)
 
     # -- sampling (main thread) ----------------------------------------------------------------
@@ -215,6 +222,9 @@ class RolloutRunner:
         in_flight: dict[Future, GroupRollout] = {}
         with ThreadPoolExecutor(max_workers=max(1, self.eval_concurrency), thread_name_prefix="kbrl-eval") as executor:
             while ready or sampling or in_flight:
+                if self.should_stop is not None and self.should_stop():
+                    executor.shutdown(wait=False, cancel_futures=True)  # evaluations not started never start
+                    raise RolloutStopped()
                 start = time.perf_counter()
                 while ready:
                     group = ready.popleft()

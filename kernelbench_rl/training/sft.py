@@ -45,6 +45,13 @@ from kernelbench_rl.policy.base import SessionStatus
 from kernelbench_rl.problems import Problem, load_problems, parse_problem_id
 from kernelbench_rl.store import Store
 from kernelbench_rl.training.optim import result_of, adam_params
+from kernelbench_rl.training.setup import (
+    check_lora_rank,
+    close_session,
+    policy_config,
+    resolve_base_model,
+    training_problems,
+)
 
 # Corpus sources whose kernels are known correct without re-verification (our own, tested in CI).
 TRUSTED_SOURCES = ("solutions",)
@@ -267,8 +274,6 @@ class SftRun:
     def start(self) -> SftRun:
         if self._started:
             return self
-        from kernelbench_rl.training.loop import policy_config, resolve_base_model, training_problems
-
         cfg = self.config
         if self._service is None:
             from kernelbench_rl.policy import make_service_client
@@ -283,8 +288,6 @@ class SftRun:
             self.next_step = self.resumed_from_step + 1
             self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
-            from kernelbench_rl.training.loop import check_lora_rank
-
             check_lora_rank(self.training_client, cfg.policy.lora_rank, f"SFT checkpoint {checkpoint['state_path']}")
         training_ids = [p.id for p in training_problems(cfg)]
         self.dataset = build_sft_examples(cfg, self.store, self.training_client.get_tokenizer(), retrieve=self.retrieve,
@@ -377,8 +380,6 @@ class SftRun:
             self._tb.close()
             self._tb = None
         if self._started:
-            from kernelbench_rl.training.loop import close_session
-
             close_session(self._service, session_status)
         self._started = False
 

@@ -1,0 +1,143 @@
+"""Setting a run up: the base model, the evaluator and its settings, the problem split, the policy
+service's configuration, and the checks and tear-down every run shares (RL, SFT, checkpoint
+evaluation, the environment server). Kept apart from the loops so that each of them imports these
+without importing another loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from kernelbench_rl.config.schema import TrainConfig
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.evaluation.result import EvalSettings
+from kernelbench_rl.policy.base import SessionStatus
+from kernelbench_rl.problems import Problem, load_problems, split_problems
+from kernelbench_rl.store import Store
+from kernelbench_rl.training.optim import result_of
+
+
+def resolve_base_model(config: TrainConfig) -> str:
+    return config.resolved_base_model()
+
+
+def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
+    """`auto` -> cuda when torch sees a GPU, else cpu; size `auto` -> real on cuda, small on cpu."""
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if size == "auto":
+        size = "real" if device == "cuda" else "small"
+    return device, size
+
+
+def eval_settings(config: TrainConfig) -> EvalSettings:
+    """The evaluator settings of a run (training and checkpoint evaluation alike), `auto` resolved."""
+    ev = config.eval
+    device, size = resolve_eval_device(ev.device, ev.size)
+    return EvalSettings(backend=config.env.kernel_backend, precision=ev.precision, device=device,  # type: ignore[arg-type]
+                        size=size, correctness_trials=ev.correctness_trials,  # type: ignore[arg-type]
+                        discriminating_trials=ev.discriminating_trials,
+                        timing_trials=ev.timing_trials, timeout_s=ev.timeout_s,
+                        precision_policy=ev.precision_policy)  # type: ignore[arg-type]
+
+
+def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem]) -> Any:
+    """An Evaluator for `problems` with the run's settings (workers start on first use); the caller closes it."""
+    if config.eval.cluster in ("", "local"):
+        from kernelbench_rl.evaluation import Evaluator
+
+        return Evaluator(eval_settings(config), num_workers=config.eval.num_workers, store=store,
+                         kernelbench_root=config.problems.kernelbench_root, problems={p.id: p for p in problems},
+                         input_variants=audited_input_variants(config))
+    from kernelbench_rl.evaluation.cluster import make_evaluator  # Dask: imported only when asked for
+
+    return make_evaluator(eval_settings(config), cluster=config.eval.cluster, num_workers=config.eval.num_workers,
+                          store=store, kernelbench_root=config.problems.kernelbench_root,
+                          problems={p.id: p for p in problems}, input_variants=audited_input_variants(config))
+
+
+def problem_audits(config: TrainConfig) -> dict[str, Any]:
+    """The problem audit of the configured levels (problems/audit.py; none when `problems.audit` is off)."""
+    if not config.problems.audit:
+        return {}
+    from kernelbench_rl.problems.audit import audit_set
+
+    return audit_set(problem_split(config)[0], config.eval.precision)
+
+
+def audited_input_variants(config: TrainConfig) -> dict[str, Any]:
+    """The widened inputs the audit hands the evaluator (where another problem's reference passes a problem's own)."""
+    from kernelbench_rl.problems.audit import given_variants
+
+    return given_variants(problem_audits(config).values())
+
+
+def policy_config(config: TrainConfig) -> Any:
+    """The policy backend's configuration (`kernelbench_rl.policy.PolicyConfig`) for a run."""
+    from kernelbench_rl.policy import PolicyConfig
+
+    return PolicyConfig(backend=config.policy.backend, base_model=resolve_base_model(config),
+                        lora_rank=config.policy.lora_rank, device=config.policy.device,
+                        log_dir=str(config.run_log_dir() / "policy"), seed=config.policy.seed)
+
+
+def problem_split(config: TrainConfig) -> tuple[list[Problem], list[Problem], list[Problem]]:
+    """(all, train, holdout) problems of the configured levels; `problems.ids` plays no part."""
+    cfg = config.problems
+    problems = load_problems(cfg.kernelbench_root, levels=cfg.levels)
+    train, holdout = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
+    return problems, train, holdout
+
+
+def first_training_ids(config: TrainConfig, count: int) -> list[str]:
+    """The first `count` ids of the train split of the configured levels (a flow's `num_problems`)."""
+    return [p.id for p in problem_split(config)[1]][:count]
+
+
+def training_problems(config: TrainConfig) -> list[Problem]:
+    """The train split of the configured levels (and ids); the holdout split is never trained on."""
+    cfg = config.problems
+    # The holdout is always that of the *whole* set, so naming ids can never pull a holdout problem in.
+    problems, train, _ = problem_split(config)
+    if cfg.ids:
+        by_id = {p.id: p for p in problems}
+        missing = [pid for pid in cfg.ids if pid not in by_id]
+        if missing:
+            raise UserError(f"Problem {missing[0]} is not among the loaded problems; `kernelbench-rl problems list` shows the ids.")
+        train_ids = {p.id for p in train}
+        train = [by_id[pid] for pid in cfg.ids if pid in train_ids]
+    if not train:
+        raise UserError("No training problems are left after the holdout split; add problems or lower problems.holdout_fraction.")
+    if cfg.audit:
+        from kernelbench_rl.problems.audit import usable_for_reward
+
+        train = usable_for_reward(train, problem_audits(config), warn=logging.getLogger(__name__).warning)
+        if not train:
+            raise UserError("The problem audit leaves no training problem whose inputs tell right from wrong "
+                            "(`kernelbench-rl problems audit` says why); choose other problems or set problems.audit=false.")
+    return train
+
+
+def check_lora_rank(training_client: Any, lora_rank: int, source: str) -> None:
+    """A client made from saved state has the LoRA rank it was saved with: policy.lora_rank must match it."""
+    rank = getattr(training_client.get_info(), "lora_rank", None)
+    if rank is not None and int(rank) != lora_rank:
+        raise UserError(f"The {source} was trained with LoRA rank {rank}, so policy.lora_rank={lora_rank} cannot "
+                        f"apply to it: set policy.lora_rank={rank}, or start over (a new run id, or sft.enabled=false).")
+
+
+def close_session(service: Any, status: SessionStatus, detail: str | None = None) -> None:
+    """End the policy service's session with the run's outcome (on Tinker: the session's final status).
+    A failure to close is a warning: it must not hide the outcome being reported."""
+    close = getattr(service, "close", None)
+    if close is None:
+        return
+    try:
+        result_of(close(status, detail))
+    except Exception as exc:  # noqa: BLE001 - reported, never raised over the run's own outcome
+        warnings.warn(f"Closing the policy session ({status}) failed: {type(exc).__name__}: {exc}", stacklevel=2)
