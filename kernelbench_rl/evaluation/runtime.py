@@ -97,7 +97,8 @@ def apply_variant(inputs: list[Any], variant: dict[str, Any] | None) -> list[Any
 
 
 def build_model(cls: type, problem: types.ModuleType, seed: int, device: str, precision: str) -> torch.nn.Module:
-    """Construct `cls` with the problem's init inputs after `seed`, on `device`, in `precision`."""
+    """Construct `cls` with the problem's init inputs after `seed`, on `device`, in `precision` (in eval mode where
+    the problem's source sets `KBRL_EVAL_MODE`)."""
     dtype = PRECISION_DTYPES[precision]
     seed_everything(seed)
     with _device_scope(device):
@@ -107,6 +108,10 @@ def build_model(cls: type, problem: types.ModuleType, seed: int, device: str, pr
         model = model.to(device)
         if dtype != torch.float32:
             model = model.to(dtype)
+        # A problem that runs in eval mode (Problem.eval_mode: kernrl's suite, or a reference asserting
+        # `not self.training`) says so in its source; the reference and the candidate both honour it.
+        if getattr(problem, "KBRL_EVAL_MODE", False):
+            model.eval()
     return model
 
 
