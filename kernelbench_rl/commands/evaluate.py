@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kernelbench_rl.commands.options import ProblemsRootOption
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings
 
@@ -32,7 +33,7 @@ DbOption = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file for 
 ClusterOption = Annotated[str, typer.Option("--cluster", help=(
     "Where kernels run: local (this machine's pool), dask-local (a Dask cluster started here: one worker per GPU) "
     "or dask://HOST:PORT (an existing Dask scheduler)."))]
-RootOption = Annotated[Optional[Path], typer.Option("--kernelbench-root", help="A KernelBench checkout; default: bundled set.")]
+RootOption = ProblemsRootOption
 
 
 def _settings(device: str, backend: str, precision: str, timeout_s: float, size: str | None,
@@ -145,7 +146,7 @@ def eval_command(
     precision: PrecisionOption = "fp32",
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one EvalResult JSON object.")] = False,
     db: DbOption = None,
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a phase may take before it is killed.")] = 120.0,
     size: Annotated[Optional[str], typer.Option("--size", help="small or real (default: small on cpu, real on cuda).")] = None,
     cluster: ClusterOption = "local",
@@ -160,7 +161,7 @@ def eval_command(
     from kernelbench_rl.problems import get_problem
 
     settings = _settings(device, backend, precision, timeout_s, size, cluster)
-    root = str(kernelbench_root) if kernelbench_root else None
+    root = str(problems_root) if problems_root else None
     get_problem(problem, root)  # unknown ids fail here, before any worker starts
     source, unreadable = read_candidate(kernel)
     console = Console(stderr=as_json)
@@ -169,7 +170,7 @@ def eval_command(
     else:
         # --json keeps stdout for the one result object: no spinner.
         progress = nullcontext() if as_json else console.status(f"evaluating {kernel.name} on {problem} ({device})")
-        with _evaluator(settings, cluster, store=_store(db), kernelbench_root=root) as ev, progress:
+        with _evaluator(settings, cluster, store=_store(db), problems_root=root) as ev, progress:
             result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
     if as_json:
         typer.echo(result.to_json())
@@ -186,7 +187,7 @@ def eval_dir_command(
     precision: PrecisionOption = "fp32",
     db: Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: runs/kernelbench_rl.duckdb).")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="eval_results.json path (default: DIR/eval_results.json).")] = None,
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a phase may take before it is killed.")] = 120.0,
     batch: Annotated[int, typer.Option("--batch", help=(
         "Kernels sent to the workers at once; verdicts reach DuckDB after each batch. A batch runs as fast "
@@ -209,7 +210,7 @@ def eval_dir_command(
     from kernelbench_rl.store import Store
 
     settings = _settings(device, backend, precision, timeout_s, None, cluster)
-    root = str(kernelbench_root) if kernelbench_root else None
+    root = str(problems_root) if problems_root else None
     store = Store(db) if db else Store()
     # Files that cannot be evaluated get a verdict of their own and the rest go on.
     verdicts: dict[Path, EvalResult] = {}
@@ -235,7 +236,7 @@ def eval_dir_command(
         store.record_evaluations(formats)
     console = Console()
     if runnable:
-        with _evaluator(settings, cluster, store=store, kernelbench_root=root) as ev:
+        with _evaluator(settings, cluster, store=store, problems_root=root) as ev:
             with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
                 task = bar.add_task("eval", total=len(runnable))
                 for start in range(0, len(runnable), batch):

@@ -12,19 +12,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kernelbench_rl.commands.options import ProblemsRootOption
 from kernelbench_rl.problems import get_problem, holdout_ids, load_problems, load_solution
 
-problems_app = typer.Typer(help="Browse problems: the bundled set, or a KernelBench checkout.", no_args_is_help=True)
+problems_app = typer.Typer(help="Browse problems: the bundled set, a KernelBench checkout or kernrl's problems.", no_args_is_help=True)
 
-RootOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--kernelbench-root",
-        help="A KernelBench checkout (its root or its KernelBench/ folder); defaults to $KERNELBENCH_ROOT, "
-        "else the bundled set.",
-        show_default=False,
-    ),
-]
+RootOption = ProblemsRootOption
 
 
 def _warn(message: str) -> None:
@@ -34,14 +27,14 @@ def _warn(message: str) -> None:
 @problems_app.command("list")
 def list_problems(
     level: Annotated[Optional[int], typer.Option("--level", "-l", help="Only this level (1, 2 or 3).")] = None,
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     holdout_fraction: Annotated[float, typer.Option(help="Fraction held out for evaluation.")] = 0.2,
     split_seed: Annotated[int, typer.Option(help="Seed of the train/holdout split.")] = 0,
     ids_only: Annotated[bool, typer.Option("--ids", help="Print only the ids, one per line.")] = False,
 ) -> None:
     """List problems with their level, name and train/holdout split, then counts per level."""
     levels = [level] if level is not None else None
-    problems = load_problems(kernelbench_root, levels=levels, warn=_warn)
+    problems = load_problems(problems_root, levels=levels, warn=_warn)
     if ids_only:
         for problem in problems:
             typer.echo(problem.id)
@@ -62,7 +55,7 @@ def list_problems(
 @problems_app.command("show")
 def show_problem(
     problem_id: Annotated[str, typer.Argument(help="Problem id, e.g. L1/19.")],
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     small: Annotated[bool, typer.Option("--small", help="Show the source at its small (CPU) sizes.")] = False,
     solution: Annotated[bool, typer.Option("--solution", help="Also show our known-correct solution.")] = False,
     floor: Annotated[bool, typer.Option("--floor", help="Print the problem's physical floor at its real size instead: "
@@ -74,14 +67,20 @@ def show_problem(
 ) -> None:
     """Print a problem's source (and optionally our solution), verbatim: `> x.py` gives a Python file; with --floor,
     its speed of light instead."""
-    problem = get_problem(problem_id, kernelbench_root)
+    problem = get_problem(problem_id, problems_root)
     if floor:
         _show_floor(problem, gpu, precision, as_json)
         return
     # Code goes out as it is, whatever the terminal (rich would cut lines at its width when piped);
     # what is not code is a comment, so the output is Python as a whole.
     typer.echo(f"# {problem.id} {problem.name}  ({problem.origin}: {problem.path or '-'})")
-    if problem.small_sizes:
+    if problem.kernrl_id != f"L{problem.level}_{problem.number}":
+        typer.echo(f"# kernrl id: {problem.kernrl_id}  suite: {problem.suite}")
+    if problem.unavailable_reason:
+        typer.echo(f"# unavailable: {problem.unavailable_reason}")
+    if small:
+        typer.echo(f"# small sizes: {problem.small_sizes or 'as written (small enough for the CPU)'}")
+    elif problem.small_sizes:
         typer.echo(f"# small sizes: {problem.small_sizes}")
     typer.echo(problem.source_for("small" if small else "real").rstrip("\n"))
     if solution:
@@ -132,7 +131,7 @@ _STATUS_STYLE = {"ok": "green", "widened": "cyan", "fails": "red", "unavailable"
 def audit_command(
     level: Annotated[Optional[int], typer.Option("--level", "-l", help="Only this level.")] = None,
     ids: Annotated[Optional[str], typer.Option("--ids", help="Only these problems, comma-separated (e.g. L1/19,L1/20).")] = None,
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     size: Annotated[str, typer.Option("--size", help="small (the CPU sizes) or real (the problem's own sizes).")] = "small",
     device: Annotated[str, typer.Option("--device", help="cpu or cuda: where the references run.")] = "cpu",
     precision: Annotated[str, typer.Option("--precision", help="fp32, fp16 or bf16 (sets the tolerance).")] = "fp32",
@@ -167,7 +166,7 @@ def audit_command(
 
         if not torch.cuda.is_available():
             raise UserError("--device cuda needs a CUDA GPU, and none is visible here; use --device cpu.")
-    problems = load_problems(kernelbench_root, levels=[level] if level is not None else None, warn=_warn)
+    problems = load_problems(problems_root, levels=[level] if level is not None else None, warn=_warn)
     if ids:
         wanted = [i.strip() for i in ids.split(",") if i.strip()]
         by_id = {p.id: p for p in problems}

@@ -44,7 +44,8 @@ from kernelbench_rl.envs.feedback import HINTS, Feedback, clean_error_line  # no
 from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv  # noqa: E402
 from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
-from kernelbench_rl.problems import Problem  # noqa: E402
+from kernelbench_rl.errors import UserError  # noqa: E402
+from kernelbench_rl.problems import Problem, resolve_problem  # noqa: E402
 from kernelbench_rl.rewards.shaping import PRESETS, score  # noqa: E402
 
 MAX_CODE_BYTES = 1_000_000  # a kernel beyond this is not a kernel; refuse it before any work
@@ -224,12 +225,17 @@ class KernelEnvService:
             raise EnvRequestError(f"max_turns must be between 1 and {self.spec.turns}, not {max_turns}.")
         pool = self.holdout if split == "holdout" else self.train
         if problem_id is not None:
-            if problem_id not in self.train and problem_id not in self.holdout:
+            # Ours (L1/19), kernrl's (L1_19_ReLU) or a unique prefix of kernrl's, through the one resolver.
+            try:
+                found = resolve_problem(problem_id, [*self.train.values(), *self.holdout.values()])
+            except UserError as exc:
+                raise EnvRequestError(str(exc), 422) from None
+            if found is None:
                 raise EnvRequestError(f"Unknown problem {problem_id!r}; this server offers "
                                       f"{len(self.train)} training problems such as {next(iter(self.train), '-')}.", 404)
-            if problem_id in self.holdout and split != "holdout":
-                raise EnvRequestError(f"{problem_id} is a holdout problem; ask for it with split='holdout'.", 403)
-            problem = pool[problem_id] if problem_id in pool else self.train[problem_id]
+            if found.id in self.holdout and split != "holdout":
+                raise EnvRequestError(f"{found.id} is a holdout problem; ask for it with split='holdout'.", 403)
+            problem = pool[found.id] if found.id in pool else self.train[found.id]
         else:
             if not pool:
                 raise EnvRequestError(f"The {split} split of this server is empty.", 404)
