@@ -80,7 +80,9 @@ def _device_scope(device: str):
 
 
 def cast_floating(value: Any, dtype: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+    """An fp32 tensor in the requested precision. Tensors the problem made in another floating dtype (fp16
+    activations of a quantized GEMM, fp8 weights) keep it: the problem chose it, and its model expects it."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.dtype != dtype:
         return value.to(dtype)
     return value
 

@@ -161,7 +161,8 @@ def rewrite_module_constants(source: str, values: dict[str, object]) -> str:
     Done on the AST's line spans (not by regex) so comments and formatting elsewhere survive.
     A statement that binds several names (`height = width = 128`, `D, H, W = 16, 32, 32`) is kept
     and followed by one `NAME = value` line per name in `values`. A top-level function named in `values`
-    (`get_init_inputs`) is replaced by one that returns the value.
+    (`get_init_inputs`) is replaced by one that returns the value, or by the value where it is that function's
+    source (`def get_inputs(): ...`).
     """
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
@@ -170,7 +171,11 @@ def rewrite_module_constants(source: str, values: dict[str, object]) -> str:
         end = node.end_lineno or node.lineno
         if isinstance(node, ast.FunctionDef) and node.name in values:
             start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            edits.append((start, end, f"def {node.name}():\n    return {values[node.name]!r}\n"))
+            value = values[node.name]
+            if isinstance(value, str) and value.startswith(f"def {node.name}("):
+                edits.append((start, end, value if value.endswith("\n") else value + "\n"))
+            else:
+                edits.append((start, end, f"def {node.name}():\n    return {value!r}\n"))
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             if name in values:

@@ -4,14 +4,27 @@ Inference shrinks module-level size constants; it cannot see a size written as a
 (kernrl's `get_init_inputs(): return [1000, 32]` for PBKDF2's iteration count, a 256x256 ray grid built inside
 `get_inputs`), nor relations the model needs between sizes it shrinks separately (MLA's LoRA ranks and head
 dims). For those the table gives the small sizes by the problem's id in its suite's own form (kernrl:
-`L{level}_{file stem}`). A value for a function name (`get_init_inputs`) replaces that function by one that
-returns the value; an empty entry keeps the problem's own sizes (it is fast enough on the CPU as written).
+`L{level}_{file stem}`). A value for a function name (`get_init_inputs`) replaces that function: by one that
+returns the value, or by the value itself where it is a function's source (`def get_inputs(): ...`, for sizes
+written inside it); an empty entry keeps the problem's own sizes (it is fast enough on the CPU as written).
 
 An entry is looked up by the problem's file stem: a problem file that is renamed upstream falls back to
 inference, and one whose constants change keeps the overrides that still name something in it.
 """
 
 from __future__ import annotations
+
+_RAY_GRID_8X4 = """def get_inputs():
+    # Pinhole camera at z=5 looking at the origin through an 8x4 grid; spheres placed at random.
+    u, v = torch.meshgrid(torch.linspace(-1, 1, 8), torch.linspace(-1, 1, 4), indexing="ij")
+    origins = torch.zeros(num_rays, 3)
+    origins[:, 2] = 5.0
+    directions = torch.stack([u.flatten(), v.flatten(), -torch.ones(num_rays)], dim=1)
+    directions = directions / directions.norm(dim=1, keepdim=True)
+    centers = torch.randn(num_spheres, 3) * 2
+    radii = torch.rand(num_spheres) * 0.5 + 0.1
+    return [origins, directions, centers, radii]
+"""
 
 KERNRL_SMALL_SIZES: dict[str, dict[str, object]] = {
     # Head counts and LoRA ranks shrink together: q_b_proj is heads x (nope + rope) wide.
@@ -25,8 +38,9 @@ KERNRL_SMALL_SIZES: dict[str, dict[str, object]] = {
         "batch_size": 2, "seq_len": 16, "hidden_size": 128, "num_attention_heads": 8, "num_key_value_heads": 2,
         "head_dim": 16, "max_position_embeddings": 64,
     },
-    # The rays come from a 256x256 grid written inside get_inputs (num_rays must equal it); vectorised, fast as is.
-    "L6_1_RayTracing_Spheres": {"num_spheres": 16},
+    # The rays come from a 256x256 grid written inside get_inputs (num_rays must equal it), and the reference
+    # loops over rays in Python (minutes on the CPU): the same camera and scene on an 8x4 grid.
+    "L6_1_RayTracing_Spheres": {"num_rays": 32, "num_spheres": 16, "get_inputs": _RAY_GRID_8X4},
     # The output size is written in get_init_inputs: a smaller image downsampled to a smaller one.
     "L7_6_Resample_Bilinear": {"input_height": 32, "input_width": 24, "get_init_inputs": [12, 16]},
     # n_fft and hop are written in get_init_inputs; the signal keeps several frames of the smaller window.
