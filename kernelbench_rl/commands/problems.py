@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelbench_rl.commands.options import ProblemsRootOption
-from kernelbench_rl.problems import get_problem, holdout_ids, load_problems, load_solution
+from kernelbench_rl.problems import get_problem, holdout_ids, load_problems, load_solution, resolve_problem
 
 problems_app = typer.Typer(help="Browse problems: the bundled set, a KernelBench checkout or kernrl's problems.", no_args_is_help=True)
 
@@ -130,7 +130,7 @@ _STATUS_STYLE = {"ok": "green", "widened": "cyan", "fails": "red", "unavailable"
 @problems_app.command("audit")
 def audit_command(
     level: Annotated[Optional[int], typer.Option("--level", "-l", help="Only this level.")] = None,
-    ids: Annotated[Optional[str], typer.Option("--ids", help="Only these problems, comma-separated (e.g. L1/19,L1/20).")] = None,
+    ids: Annotated[Optional[str], typer.Option("--ids", help="Only these problems, comma-separated (e.g. L1/19,L1/20 or kernrl's L10_1).")] = None,
     problems_root: RootOption = None,
     size: Annotated[str, typer.Option("--size", help="small (the CPU sizes) or real (the problem's own sizes).")] = "small",
     device: Annotated[str, typer.Option("--device", help="cpu or cuda: where the references run.")] = "cpu",
@@ -168,12 +168,13 @@ def audit_command(
             raise UserError("--device cuda needs a CUDA GPU, and none is visible here; use --device cpu.")
     problems = load_problems(problems_root, levels=[level] if level is not None else None, warn=_warn)
     if ids:
-        wanted = [i.strip() for i in ids.split(",") if i.strip()]
-        by_id = {p.id: p for p in problems}
-        missing = [i for i in wanted if i not in by_id]
-        if missing:
-            raise UserError(f"No problem {missing[0]} among the loaded problems; `kernelbench-rl problems list` shows the ids.")
-        problems = [by_id[i] for i in wanted]
+        chosen = []
+        for wanted in (i.strip() for i in ids.split(",") if i.strip()):
+            problem = resolve_problem(wanted, problems)  # ours, kernrl's or a unique prefix of kernrl's
+            if problem is None:
+                raise UserError(f"No problem {wanted} among the loaded problems; `kernelbench-rl problems list` shows the ids.")
+            chosen.append(problem)
+        problems = list(dict.fromkeys(chosen))
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("auditing", total=len(problems))
         audits = audit_problems(problems, size=size, device=device, precision=precision, siblings=siblings,  # type: ignore[arg-type]

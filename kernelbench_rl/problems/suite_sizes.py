@@ -47,8 +47,14 @@ KERNRL_SMALL_SIZES: dict[str, dict[str, object]] = {
     "L7_8_STFT": {"signal_length": 1024, "get_init_inputs": [128, 32, "hann"]},
     # Blocks of 8 searched +-4 pixels: 4x4 blocks of a 32x32 frame (the real 16/16 needs frames far larger).
     "L8_1_MotionEstimation_BlockMatch": {"frame_height": 32, "frame_width": 32, "get_init_inputs": [8, 4]},
+    # The filter changes only pixels at block edges whose steps are below its thresholds, a few per thousand of
+    # a noise frame: 16x16 has none, so a candidate returning its input would pass. 64x128 keeps several.
+    "L8_7_DeblockingFilter": {"frame_height": 64, "frame_width": 128},
     # The iteration count is written in get_init_inputs (1000 HMAC rounds take seconds on the CPU); same key length.
     "L10_6_PBKDF2": {"get_init_inputs": [3, 32]},
+    # One 64-bit limb of a value below 2**62 (the limbs are int64: the problem's own 256 bits overflow them);
+    # 16 bits would make small moduli, where a result of 1 is common enough for `ones` to pass.
+    "L10_8_ModularExponentiation": {"num_bits": 62},
 }
 
 SUITE_SMALL_SIZES: dict[str, dict[str, dict[str, object]]] = {"kernrl": KERNRL_SMALL_SIZES}
