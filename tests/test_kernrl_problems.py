@@ -166,25 +166,29 @@ def reference_verdicts(kernrl_problems):
     return verdicts
 
 
-# References whose own outputs the judge cannot compare yet: integer, boolean or complex outputs, or a tuple
-# with a 0-d integer tensor. The output comparison that judges every kind of output fixes them.
-COMPARISON_PENDING: set[str] = set()
-# They run in eval mode, as kernrl's harness runs them, and fail for a reason of their own (see above).
-FAILS_ON_ITS_OWN = REFLECT_PAD_2D | ROTARY_BROADCAST
+# Problems whose own inputs cannot tell a right kernel from a wrong one, at their real sizes as at ours: the
+# evaluator gives no verdict (a softmax over one column; a wave step, a BVH traversal and a Merkle root whose
+# output does not depend on the seed; an erosion that gives zeros on noise).
+UNDISCRIMINATING = {"L2/66", "L5/6", "L5/8", "L6/6", "L10/3"}
+# Expected verdicts other than correct: all for reasons of the problems' own.
+EXPECTED = {
+    **dict.fromkeys(NEEDS_FLA, ErrorCategory.UNSUPPORTED),
+    **dict.fromkeys(REFLECT_PAD_2D | ROTARY_BROADCAST, ErrorCategory.INFRA),  # the reference raises
+    **dict.fromkeys(UNDISCRIMINATING, ErrorCategory.UNDISCRIMINATING),
+}
 
 
 @needs_kernrl
 @pytest.mark.slow
 @pytest.mark.parametrize("level", range(1, 11))
-def test_every_reference_passes_as_its_own_candidate(reference_verdicts, kernrl_problems, level):
+def test_every_reference_judged_as_its_own_candidate(reference_verdicts, kernrl_problems, level):
+    """Integer, boolean, complex and tuple outputs included (hashes, sorts, FFTs, compaction's values and count)."""
     wrong = {}
     for problem in (p for p in kernrl_problems if p.level == level):
         result = reference_verdicts[problem.id]
-        if problem.id in NEEDS_FLA:
-            assert result.error_category is ErrorCategory.UNSUPPORTED, result.error_message
-            continue
-        if problem.id in COMPARISON_PENDING or problem.id in FAILS_ON_ITS_OWN:
-            continue
-        if not result.correct:
+        assert result.problem_id == problem.id  # asked for by kernrl's id, recorded under ours
+        expected = EXPECTED.get(problem.id, ErrorCategory.OK)
+        if result.error_category is not expected:
             wrong[problem.id] = f"{result.error_category.value}: {result.error_message[:200]}"
     assert not wrong, wrong
+    assert reference_verdicts["_seconds"] < 600
