@@ -192,3 +192,26 @@ def test_every_reference_judged_as_its_own_candidate(reference_verdicts, kernrl_
             wrong[problem.id] = f"{result.error_category.value}: {result.error_message[:200]}"
     assert not wrong, wrong
     assert reference_verdicts["_seconds"] < 600
+
+
+@needs_kernrl
+def test_eval_dir_maps_files_named_by_kernrl_ids(tmp_path):
+    generations = tmp_path / "gens"
+    generations.mkdir()
+    reference = get_problem("L1_23", KERNRL).source + "\nModelNew = Model\n"  # plain PyTorch: the static policy's
+    (generations / "L1_23_Softmax_sample_0_kernel.py").write_text(reference)
+    (generations / "L1_23_sample_1_kernel.py").write_text(reference)
+    (generations / "L1_99_Nothing_sample_0_kernel.py").write_text(reference)
+    (generations / "L10_1_SHA256_Single_sample_0_kernel.py").write_text(reference)  # another level: left alone
+    db = tmp_path / "evals.duckdb"
+    done = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "eval-dir", str(generations), "--level", "1",
+                           "--problems-root", str(KERNRL), "--db", str(db)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr + done.stdout
+    import json
+
+    results = json.loads((generations / "eval_results.json").read_text())
+    assert list(results) == ["23", "99"]
+    assert [e["sample_id"] for e in results["23"]] == [0, 1]
+    assert {e["metadata"]["error_category"] for e in results["23"]} == {"static"}  # judged against L1/23
+    assert results["99"][0]["metadata"]["error_category"] == "unknown_problem"

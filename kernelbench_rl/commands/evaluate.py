@@ -25,6 +25,13 @@ EXIT_USAGE = 2  # bad arguments, unknown problem, missing file (UserError)
 EXIT_NO_VERDICT = 4  # no verdict on the kernel: our infrastructure failed, or the problem is too large here
 
 _GENERATION_RE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
+_KERNRL_GENERATION_RE = re.compile(r"^(L(\d+)_.+)_sample_(\d+)_kernel\.py$")
+
+
+def _number_in(kernrl_id: str) -> int | str:
+    """The problem number of a kernrl id (L1_23_Softmax -> 23), else the id itself (a prefix without one)."""
+    parts = kernrl_id.split("_")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else kernrl_id
 
 DeviceOption = Annotated[str, typer.Option("--device", help="cpu (Triton interpreter, correctness only) or cuda.")]
 BackendOption = Annotated[str, typer.Option("--backend", help="triton or cuda.")]
@@ -180,7 +187,8 @@ def eval_command(
 
 
 def eval_dir_command(
-    directory: Annotated[Path, typer.Argument(help="Folder of level_{L}_problem_{P}_sample_{S}_kernel.py files.")],
+    directory: Annotated[Path, typer.Argument(help="Folder of level_{L}_problem_{P}_sample_{S}_kernel.py files (or "
+                                                   "{kernrl id}_sample_{S}_kernel.py, e.g. L1_23_Softmax_sample_0_kernel.py).")],
     level: Annotated[int, typer.Option("--level", "-l", help="Only generations of this level.")],
     device: DeviceOption = "cpu",
     backend: BackendOption = "triton",
@@ -202,8 +210,14 @@ def eval_dir_command(
         match = _GENERATION_RE.match(path.name)
         if match and int(match.group(1)) == level:
             files.append((f"L{level}/{int(match.group(2))}", int(match.group(2)), int(match.group(3)), path))
+            continue
+        # kernrl's ids name a file too: L1_23_Softmax_sample_0_kernel.py, or a unique prefix (L1_23_sample_0_...).
+        match = _KERNRL_GENERATION_RE.match(path.name)
+        if match and int(match.group(2)) == level:
+            files.append((match.group(1), _number_in(match.group(1)), int(match.group(3)), path))
     if not files:
-        raise UserError(f"{directory} has no files named level_{level}_problem_<P>_sample_<S>_kernel.py.")
+        raise UserError(f"{directory} has no files named level_{level}_problem_<P>_sample_<S>_kernel.py "
+                        f"(or L{level}_<kernrl name>_sample_<S>_kernel.py).")
     if batch < 1:
         raise UserError(f"--batch must be at least 1, not {batch}.")
     from kernelbench_rl.problems import get_problem
@@ -221,7 +235,7 @@ def eval_dir_command(
         request = EvalRequest(pid, source, settings, request_id=path.name)
         if pid not in known:
             try:
-                get_problem(pid, root)
+                get_problem(pid, root)  # kernrl's form resolves too (the verdict is filed under our id)
                 known[pid] = None
             except UserError as exc:
                 known[pid] = str(exc)
@@ -247,7 +261,8 @@ def eval_dir_command(
     for pid, number, sample, path in files:
         results[str(number)].append(_kernelbench_entry(sample, verdicts[path]))
     target = out or directory / "eval_results.json"
-    ordered = {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in sorted(results.items(), key=lambda kv: int(kv[0]))}
+    ordered = {k: sorted(v, key=lambda e: e["sample_id"])
+               for k, v in sorted(results.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0, kv[0]))}
     target.write_text(json.dumps(ordered, indent=2))
     correct = sum(e["correctness"] for v in ordered.values() for e in v)
     console.print(f"{correct}/{len(files)} correct; wrote {target}")
