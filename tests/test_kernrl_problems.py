@@ -124,6 +124,8 @@ def test_bundled_problems_are_kernelbench_up_to_level_3():
 def test_a_problem_needing_a_missing_module_is_unavailable_and_never_judged(kernrl_problems):
     unavailable = {p.id: p.unavailable_reason for p in kernrl_problems if p.unavailable_reason}
     assert set(unavailable) == NEEDS_FLA and "imports fla, which is not installed here" in unavailable["L4/7"]
+    shown = CliRunner().invoke(app, ["problems", "show", "L4_7", "--problems-root", str(KERNRL)])
+    assert shown.exit_code == 0 and "# unavailable: L4/7 imports fla" in shown.output
     problem = get_problem("L4/7", KERNRL)
     with Evaluator(EvalSettings(device="cpu", size="small"), problems={problem.id: problem}) as evaluator:
         result = evaluator.evaluate([EvalRequest("L4_7", problem.source + "\nModelNew = Model\n",

@@ -41,11 +41,14 @@ def list_problems(
         return
     held = holdout_ids(problems, holdout_fraction, split_seed)
     table = Table(title=f"{len(problems)} problems ({problems[0].origin if problems else 'none'})")
-    for column in ("id", "name", "split", "solution"):
+    for column in ("id", "name", "split", "solution", "note"):
         table.add_column(column)
     for problem in problems:
         has_solution = problem.origin == "bundled" and load_solution(problem) is not None
-        table.add_row(problem.id, problem.name, "holdout" if problem.id in held else "train", "yes" if has_solution else "")
+        # A problem whose imports are missing here is listed, and says why it cannot be judged.
+        note = f"unavailable: needs {', '.join(problem.missing_modules)}" if problem.missing_modules else ""
+        table.add_row(problem.id, problem.name, "holdout" if problem.id in held else "train", "yes" if has_solution else "",
+                      note)
     console = Console()
     console.print(table)
     counts = Counter(p.level for p in problems)

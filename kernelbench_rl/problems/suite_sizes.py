@@ -50,6 +50,8 @@ KERNRL_SMALL_SIZES: dict[str, dict[str, object]] = {
     # The filter changes only pixels at block edges whose steps are below its thresholds, a few per thousand of
     # a noise frame: 16x16 has none, so a candidate returning its input would pass. 64x128 keeps several.
     "L8_7_DeblockingFilter": {"frame_height": 64, "frame_width": 128},
+    # Each 64-byte block is hashed in Python (about 50 ms on the CPU): 4 messages, not inference's 16.
+    "L10_2_SHA256_Batch": {"batch_size": 4},
     # The iteration count is written in get_init_inputs (1000 HMAC rounds take seconds on the CPU); same key length.
     "L10_6_PBKDF2": {"get_init_inputs": [3, 32]},
     # One 64-bit limb of a value below 2**62 (the limbs are int64: the problem's own 256 bits overflow them);
