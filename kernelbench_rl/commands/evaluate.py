@@ -261,8 +261,9 @@ def eval_dir_command(
     for pid, number, sample, path in files:
         results[str(number)].append(_kernelbench_entry(sample, verdicts[path]))
     target = out or directory / "eval_results.json"
-    ordered = {k: sorted(v, key=lambda e: e["sample_id"])
-               for k, v in sorted(results.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0, kv[0]))}
+    # By problem number; a kernrl name that named no problem (so no number) after them.
+    by_number = sorted(results.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0, kv[0]))
+    ordered = {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in by_number}
     target.write_text(json.dumps(ordered, indent=2))
     correct = sum(e["correctness"] for v in ordered.values() for e in v)
     console.print(f"{correct}/{len(files)} correct; wrote {target}")
