@@ -107,7 +107,8 @@ def _speculation_state() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernelbench-root", required=True, help="a KernelBench checkout (the snapshot: .kb)")
+    parser.add_argument("--problems-root", "--kernelbench-root", dest="kernelbench_root", required=True,
+                        help="a KernelBench checkout (the snapshot: .kb) or kernrl's problems folder")
     parser.add_argument("--problems", default="L3/19,L3/35,L3/10", help="comma-separated ids (default: %(default)s)")
     parser.add_argument("--trials", type=int, default=50, help="timed forwards per measurement (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=2, help="passes over the conditions, order reversed each pass")

@@ -1347,8 +1347,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="On the GPU machine: bash bench/device_suite.sh kb-identity 1 | kb-solutions | kb-harness | kb-selfcheck FILE "
                "(bench/README.md). The CPU (--device cpu --size small) checks the machinery only; it claims no speedups.")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--kernelbench-root", default=None,
-                        help="a KernelBench checkout (its root, or its KernelBench/ folder); default: $KERNELBENCH_ROOT")
+    common.add_argument("--problems-root", "--kernelbench-root", dest="kernelbench_root", default=None,
+                        help="a KernelBench checkout (its root, or its KernelBench/ folder) or kernrl's problems folder; default: $KERNELBENCH_ROOT")
     common.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="cuda (default) times on the GPU; cpu runs the Triton interpreter, no timing (smoke tests)")
     common.add_argument("--size", choices=["real", "small"], default="real",

@@ -40,7 +40,8 @@ def summarise(audits, level_of, gpu, args, wall) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernelbench-root", default=None, help="a KernelBench checkout (default: the bundled set)")
+    parser.add_argument("--problems-root", "--kernelbench-root", dest="kernelbench_root", default=None,
+                        help="a KernelBench checkout or kernrl's problems folder (default: the bundled set)")
     parser.add_argument("--levels", default=None, help="comma-separated levels (default: all the root has)")
     parser.add_argument("--size", choices=("small", "real"), default="real")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")

@@ -46,7 +46,7 @@ def _child(root: str, problem_id: str, warm_profiler: bool) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernelbench-root", required=True)
+    parser.add_argument("--problems-root", "--kernelbench-root", dest="kernelbench_root", required=True)
     parser.add_argument("--problem", action="append", required=True, help="e.g. L3/32 (repeatable)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -51,7 +51,8 @@ def time_reference(module: types.ModuleType, flush: torch.Tensor) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernelbench-root", default=None)
+    parser.add_argument("--problems-root", "--kernelbench-root", dest="kernelbench_root", default=None,
+                        help="a KernelBench checkout or kernrl's problems folder (default: the bundled set)")
     parser.add_argument("--levels", default=None)
     parser.add_argument("--budget-s", type=float, default=500.0, help="stop starting problems after this long")
     parser.add_argument("--out", default=None)

@@ -15,9 +15,10 @@ def ingest_corpus(
     source_paths: dict[str, str] | None = None,
     limit: int | None = None,
     levels: list[int] | None = None,
-    kernelbench_root: str | None = None,
+    problems_root: str | None = None,
     holdout_fraction: float = 0.2,
     split_seed: int = 0,
+    kernelbench_root: str | None = None,
 ) -> dict:
     """Record the problem set and ingest retrieval corpora into DuckDB.
 
@@ -27,11 +28,12 @@ def ingest_corpus(
         source_paths: A local copy per source, e.g. {"kernelbook": "/data/kernelbook"}.
         limit: Ingest at most this many rows per source (empty: all).
         levels: KernelBench levels whose problems are recorded (empty: all).
-        kernelbench_root: A KernelBench checkout (empty: the bundled problems).
+        problems_root: A KernelBench checkout or kernrl's problems folder (empty: the bundled problems).
         holdout_fraction: Fraction of problems held out for evaluation, in [0, 1).
         split_seed: Seed of the train/holdout split.
+        kernelbench_root: The older name of problems_root.
     """
-    problems = sync_problems(db_path, levels, kernelbench_root, holdout_fraction, split_seed)
+    problems = sync_problems(db_path, levels, problems_root or kernelbench_root, holdout_fraction, split_seed)
     print(f"recorded {problems} problems in {db_path}")
     reports = {}
     for source in sources:

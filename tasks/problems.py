@@ -11,8 +11,8 @@ from kernelbench_rl.store import Store
 
 @task(name="sync-problems")
 def sync_problems(
-    db_path: str, levels: list[int] | None = None, kernelbench_root: str | None = None,
+    db_path: str, levels: list[int] | None = None, problems_root: str | None = None,
     holdout_fraction: float = 0.2, split_seed: int = 0,
 ) -> int:
-    problems = load_problems(kernelbench_root, levels=levels)
+    problems = load_problems(problems_root, levels=levels)
     return record_problems(Store(db_path), problems, holdout_fraction, split_seed)

@@ -44,6 +44,16 @@ def test_integer_outputs_must_be_equal():
     assert "1 of 100" in outcome.message and "integer" in outcome.message
 
 
+def test_complex_outputs_are_judged_on_both_parts():
+    # An FFT's output: a wrong imaginary part is as wrong as a wrong real part.
+    ref = torch.fft.fft(torch.randn(64, generator=torch.Generator().manual_seed(0)))
+    assert checks.compare_outputs([ref], [ref.clone()], KR_ATOL, KR_RTOL).ok
+    assert checks.compare_outputs([ref], [ref.conj().resolve_conj()], KR_ATOL, KR_RTOL).category == ErrorCategory.MISMATCH
+    real_only = torch.complex(ref.real, torch.zeros_like(ref.imag))
+    outcome = checks.compare_outputs([ref], [real_only], KR_ATOL, KR_RTOL)
+    assert outcome.category == ErrorCategory.MISMATCH and "differs" in outcome.message
+
+
 def test_boolean_outputs_must_be_equal():
     ref = torch.rand(64) > 0.5
     assert checks.compare_outputs([ref], [ref.clone()], KB_ATOL, KB_RTOL).ok

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kernelbench_rl.commands.options import ProblemsRootOption
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings
 
@@ -24,6 +25,13 @@ EXIT_USAGE = 2  # bad arguments, unknown problem, missing file (UserError)
 EXIT_NO_VERDICT = 4  # no verdict on the kernel: our infrastructure failed, or the problem is too large here
 
 _GENERATION_RE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
+_KERNRL_GENERATION_RE = re.compile(r"^(L(\d+)_.+)_sample_(\d+)_kernel\.py$")
+
+
+def _number_in(kernrl_id: str) -> int | str:
+    """The problem number of a kernrl id (L1_23_Softmax -> 23), else the id itself (a prefix without one)."""
+    parts = kernrl_id.split("_")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else kernrl_id
 
 DeviceOption = Annotated[str, typer.Option("--device", help="cpu (Triton interpreter, correctness only) or cuda.")]
 BackendOption = Annotated[str, typer.Option("--backend", help="triton or cuda.")]
@@ -32,7 +40,7 @@ DbOption = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file for 
 ClusterOption = Annotated[str, typer.Option("--cluster", help=(
     "Where kernels run: local (this machine's pool), dask-local (a Dask cluster started here: one worker per GPU) "
     "or dask://HOST:PORT (an existing Dask scheduler)."))]
-RootOption = Annotated[Optional[Path], typer.Option("--kernelbench-root", help="A KernelBench checkout; default: bundled set.")]
+RootOption = ProblemsRootOption
 
 
 def _settings(device: str, backend: str, precision: str, timeout_s: float, size: str | None,
@@ -145,7 +153,7 @@ def eval_command(
     precision: PrecisionOption = "fp32",
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one EvalResult JSON object.")] = False,
     db: DbOption = None,
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a phase may take before it is killed.")] = 120.0,
     size: Annotated[Optional[str], typer.Option("--size", help="small or real (default: small on cpu, real on cuda).")] = None,
     cluster: ClusterOption = "local",
@@ -160,7 +168,7 @@ def eval_command(
     from kernelbench_rl.problems import get_problem
 
     settings = _settings(device, backend, precision, timeout_s, size, cluster)
-    root = str(kernelbench_root) if kernelbench_root else None
+    root = str(problems_root) if problems_root else None
     get_problem(problem, root)  # unknown ids fail here, before any worker starts
     source, unreadable = read_candidate(kernel)
     console = Console(stderr=as_json)
@@ -169,7 +177,7 @@ def eval_command(
     else:
         # --json keeps stdout for the one result object: no spinner.
         progress = nullcontext() if as_json else console.status(f"evaluating {kernel.name} on {problem} ({device})")
-        with _evaluator(settings, cluster, store=_store(db), kernelbench_root=root) as ev, progress:
+        with _evaluator(settings, cluster, store=_store(db), problems_root=root) as ev, progress:
             result = ev.evaluate([EvalRequest(problem, source, settings)])[0]
     if as_json:
         typer.echo(result.to_json())
@@ -179,14 +187,15 @@ def eval_command(
 
 
 def eval_dir_command(
-    directory: Annotated[Path, typer.Argument(help="Folder of level_{L}_problem_{P}_sample_{S}_kernel.py files.")],
+    directory: Annotated[Path, typer.Argument(help="Folder of level_{L}_problem_{P}_sample_{S}_kernel.py files (or "
+                                                   "{kernrl id}_sample_{S}_kernel.py, e.g. L1_23_Softmax_sample_0_kernel.py).")],
     level: Annotated[int, typer.Option("--level", "-l", help="Only generations of this level.")],
     device: DeviceOption = "cpu",
     backend: BackendOption = "triton",
     precision: PrecisionOption = "fp32",
     db: Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (default: runs/kernelbench_rl.duckdb).")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="eval_results.json path (default: DIR/eval_results.json).")] = None,
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a phase may take before it is killed.")] = 120.0,
     batch: Annotated[int, typer.Option("--batch", help=(
         "Kernels sent to the workers at once; verdicts reach DuckDB after each batch. A batch runs as fast "
@@ -201,15 +210,21 @@ def eval_dir_command(
         match = _GENERATION_RE.match(path.name)
         if match and int(match.group(1)) == level:
             files.append((f"L{level}/{int(match.group(2))}", int(match.group(2)), int(match.group(3)), path))
+            continue
+        # kernrl's ids name a file too: L1_23_Softmax_sample_0_kernel.py, or a unique prefix (L1_23_sample_0_...).
+        match = _KERNRL_GENERATION_RE.match(path.name)
+        if match and int(match.group(2)) == level:
+            files.append((match.group(1), _number_in(match.group(1)), int(match.group(3)), path))
     if not files:
-        raise UserError(f"{directory} has no files named level_{level}_problem_<P>_sample_<S>_kernel.py.")
+        raise UserError(f"{directory} has no files named level_{level}_problem_<P>_sample_<S>_kernel.py "
+                        f"(or L{level}_<kernrl name>_sample_<S>_kernel.py).")
     if batch < 1:
         raise UserError(f"--batch must be at least 1, not {batch}.")
     from kernelbench_rl.problems import get_problem
     from kernelbench_rl.store import Store
 
     settings = _settings(device, backend, precision, timeout_s, None, cluster)
-    root = str(kernelbench_root) if kernelbench_root else None
+    root = str(problems_root) if problems_root else None
     store = Store(db) if db else Store()
     # Files that cannot be evaluated get a verdict of their own and the rest go on.
     verdicts: dict[Path, EvalResult] = {}
@@ -220,7 +235,7 @@ def eval_dir_command(
         request = EvalRequest(pid, source, settings, request_id=path.name)
         if pid not in known:
             try:
-                get_problem(pid, root)
+                get_problem(pid, root)  # kernrl's form resolves too (the verdict is filed under our id)
                 known[pid] = None
             except UserError as exc:
                 known[pid] = str(exc)
@@ -235,7 +250,7 @@ def eval_dir_command(
         store.record_evaluations(formats)
     console = Console()
     if runnable:
-        with _evaluator(settings, cluster, store=store, kernelbench_root=root) as ev:
+        with _evaluator(settings, cluster, store=store, problems_root=root) as ev:
             with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
                 task = bar.add_task("eval", total=len(runnable))
                 for start in range(0, len(runnable), batch):
@@ -246,7 +261,9 @@ def eval_dir_command(
     for pid, number, sample, path in files:
         results[str(number)].append(_kernelbench_entry(sample, verdicts[path]))
     target = out or directory / "eval_results.json"
-    ordered = {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in sorted(results.items(), key=lambda kv: int(kv[0]))}
+    # By problem number; a kernrl name that named no problem (so no number) after them.
+    by_number = sorted(results.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0, kv[0]))
+    ordered = {k: sorted(v, key=lambda e: e["sample_id"]) for k, v in by_number}
     target.write_text(json.dumps(ordered, indent=2))
     correct = sum(e["correctness"] for v in ordered.values() for e in v)
     console.print(f"{correct}/{len(files)} correct; wrote {target}")

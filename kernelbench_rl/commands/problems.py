@@ -12,19 +12,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelbench_rl.problems import get_problem, holdout_ids, load_problems, load_solution
+from kernelbench_rl.commands.options import ProblemsRootOption
+from kernelbench_rl.problems import get_problem, holdout_ids, load_problems, load_solution, resolve_problem
 
-problems_app = typer.Typer(help="Browse problems: the bundled set, or a KernelBench checkout.", no_args_is_help=True)
+problems_app = typer.Typer(help="Browse problems: the bundled set, a KernelBench checkout or kernrl's problems.", no_args_is_help=True)
 
-RootOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--kernelbench-root",
-        help="A KernelBench checkout (its root or its KernelBench/ folder); defaults to $KERNELBENCH_ROOT, "
-        "else the bundled set.",
-        show_default=False,
-    ),
-]
+RootOption = ProblemsRootOption
 
 
 def _warn(message: str) -> None:
@@ -34,25 +27,28 @@ def _warn(message: str) -> None:
 @problems_app.command("list")
 def list_problems(
     level: Annotated[Optional[int], typer.Option("--level", "-l", help="Only this level (1, 2 or 3).")] = None,
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     holdout_fraction: Annotated[float, typer.Option(help="Fraction held out for evaluation.")] = 0.2,
     split_seed: Annotated[int, typer.Option(help="Seed of the train/holdout split.")] = 0,
     ids_only: Annotated[bool, typer.Option("--ids", help="Print only the ids, one per line.")] = False,
 ) -> None:
     """List problems with their level, name and train/holdout split, then counts per level."""
     levels = [level] if level is not None else None
-    problems = load_problems(kernelbench_root, levels=levels, warn=_warn)
+    problems = load_problems(problems_root, levels=levels, warn=_warn)
     if ids_only:
         for problem in problems:
             typer.echo(problem.id)
         return
     held = holdout_ids(problems, holdout_fraction, split_seed)
     table = Table(title=f"{len(problems)} problems ({problems[0].origin if problems else 'none'})")
-    for column in ("id", "name", "split", "solution"):
+    for column in ("id", "name", "split", "solution", "note"):
         table.add_column(column)
     for problem in problems:
         has_solution = problem.origin == "bundled" and load_solution(problem) is not None
-        table.add_row(problem.id, problem.name, "holdout" if problem.id in held else "train", "yes" if has_solution else "")
+        # A problem whose imports are missing here is listed, and says why it cannot be judged.
+        note = f"unavailable: needs {', '.join(problem.missing_modules)}" if problem.missing_modules else ""
+        table.add_row(problem.id, problem.name, "holdout" if problem.id in held else "train", "yes" if has_solution else "",
+                      note)
     console = Console()
     console.print(table)
     counts = Counter(p.level for p in problems)
@@ -62,7 +58,7 @@ def list_problems(
 @problems_app.command("show")
 def show_problem(
     problem_id: Annotated[str, typer.Argument(help="Problem id, e.g. L1/19.")],
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     small: Annotated[bool, typer.Option("--small", help="Show the source at its small (CPU) sizes.")] = False,
     solution: Annotated[bool, typer.Option("--solution", help="Also show our known-correct solution.")] = False,
     floor: Annotated[bool, typer.Option("--floor", help="Print the problem's physical floor at its real size instead: "
@@ -74,14 +70,20 @@ def show_problem(
 ) -> None:
     """Print a problem's source (and optionally our solution), verbatim: `> x.py` gives a Python file; with --floor,
     its speed of light instead."""
-    problem = get_problem(problem_id, kernelbench_root)
+    problem = get_problem(problem_id, problems_root)
     if floor:
         _show_floor(problem, gpu, precision, as_json)
         return
     # Code goes out as it is, whatever the terminal (rich would cut lines at its width when piped);
     # what is not code is a comment, so the output is Python as a whole.
     typer.echo(f"# {problem.id} {problem.name}  ({problem.origin}: {problem.path or '-'})")
-    if problem.small_sizes:
+    if problem.kernrl_id != f"L{problem.level}_{problem.number}":
+        typer.echo(f"# kernrl id: {problem.kernrl_id}  suite: {problem.suite}")
+    if problem.unavailable_reason:
+        typer.echo(f"# unavailable: {problem.unavailable_reason}")
+    if small:
+        typer.echo(f"# small sizes: {problem.small_sizes or 'as written (small enough for the CPU)'}")
+    elif problem.small_sizes:
         typer.echo(f"# small sizes: {problem.small_sizes}")
     typer.echo(problem.source_for("small" if small else "real").rstrip("\n"))
     if solution:
@@ -131,8 +133,8 @@ _STATUS_STYLE = {"ok": "green", "widened": "cyan", "fails": "red", "unavailable"
 @problems_app.command("audit")
 def audit_command(
     level: Annotated[Optional[int], typer.Option("--level", "-l", help="Only this level.")] = None,
-    ids: Annotated[Optional[str], typer.Option("--ids", help="Only these problems, comma-separated (e.g. L1/19,L1/20).")] = None,
-    kernelbench_root: RootOption = None,
+    ids: Annotated[Optional[str], typer.Option("--ids", help="Only these problems, comma-separated (e.g. L1/19,L1/20 or kernrl's L10_1).")] = None,
+    problems_root: RootOption = None,
     size: Annotated[str, typer.Option("--size", help="small (the CPU sizes) or real (the problem's own sizes).")] = "small",
     device: Annotated[str, typer.Option("--device", help="cpu or cuda: where the references run.")] = "cpu",
     precision: Annotated[str, typer.Option("--precision", help="fp32, fp16 or bf16 (sets the tolerance).")] = "fp32",
@@ -167,14 +169,15 @@ def audit_command(
 
         if not torch.cuda.is_available():
             raise UserError("--device cuda needs a CUDA GPU, and none is visible here; use --device cpu.")
-    problems = load_problems(kernelbench_root, levels=[level] if level is not None else None, warn=_warn)
+    problems = load_problems(problems_root, levels=[level] if level is not None else None, warn=_warn)
     if ids:
-        wanted = [i.strip() for i in ids.split(",") if i.strip()]
-        by_id = {p.id: p for p in problems}
-        missing = [i for i in wanted if i not in by_id]
-        if missing:
-            raise UserError(f"No problem {missing[0]} among the loaded problems; `kernelbench-rl problems list` shows the ids.")
-        problems = [by_id[i] for i in wanted]
+        chosen = []
+        for wanted in (i.strip() for i in ids.split(",") if i.strip()):
+            problem = resolve_problem(wanted, problems)  # ours, kernrl's or a unique prefix of kernrl's
+            if problem is None:
+                raise UserError(f"No problem {wanted} among the loaded problems; `kernelbench-rl problems list` shows the ids.")
+            chosen.append(problem)
+        problems = list(dict.fromkeys(chosen))
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("auditing", total=len(problems))
         audits = audit_problems(problems, size=size, device=device, precision=precision, siblings=siblings,  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ def profile_command(
     kernel: Annotated[Path, typer.Option("--kernel", "-k", help="The kernel file (a module defining ModelNew).")],
     backend: BackendOption = "triton",
     precision: PrecisionOption = "fp32",
-    kernelbench_root: RootOption = None,
+    problems_root: RootOption = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds the candidate may take.")] = 300.0,
     show: Annotated[int, typer.Option("--rows", help="Kernels to list (by GPU time).")] = 12,
 ) -> None:
@@ -37,13 +37,13 @@ def profile_command(
         raise UserError("profile times a kernel on a GPU, and no CUDA GPU is visible here; `kernelbench-rl eval "
                         "--device cpu` judges correctness on the CPU.")
     settings = _settings("cuda", backend, precision, timeout_s, "real")
-    problem = get_problem(problem_id, kernelbench_root)
+    problem = get_problem(problem_id, problems_root)
     if not kernel.is_file():
         raise UserError(f"No kernel file at {kernel}.")
     source, why_not = read_candidate(kernel)
     if why_not:
         raise UserError(why_not)
-    with Evaluator(settings, kernelbench_root=str(kernelbench_root) if kernelbench_root else None,
+    with Evaluator(settings, problems_root=str(problems_root) if problems_root else None,
                    problems={problem.id: problem}) as evaluator:
         (result,) = evaluator.evaluate([EvalRequest(problem.id, source, settings)])
     console = Console()

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
+from kernelbench_rl.commands.options import ProblemsRootOption
 from kernelbench_rl.errors import UserError
 
 corpus_app = typer.Typer(help="Retrieval corpus: ingest PyTorch -> kernel pairs, re-verify them.", no_args_is_help=True)
@@ -147,7 +148,7 @@ def retrieve(
     backend: Annotated[str, typer.Option("--backend", help="triton or cuda.")] = "triton",
     char_budget: Annotated[int, typer.Option("--char-budget", help="Characters allowed per example.")] = 6000,
     show_code: Annotated[bool, typer.Option("--code/--no-code", help="Print the examples' code.")] = True,
-    kernelbench_root: Annotated[Optional[Path], typer.Option("--kernelbench-root", help="A KernelBench checkout; default: the bundled set.", show_default=False)] = None,
+    problems_root: ProblemsRootOption = None,
     model: ModelOption = None,
     index: IndexOption = None,
     db: DbOption = None,
@@ -162,13 +163,13 @@ def retrieve(
         raise UserError(f"Unknown backend {backend!r}; choose triton or cuda.")
     if k < 1:
         raise UserError(f"--top-k must be at least 1, not {k}.")
-    target = get_problem(problem, kernelbench_root)
+    target = get_problem(problem, problems_root)
     store = _store(db)
     console = Console()
     with console.status("loading the model and the index ..."):
         embedder = Embedder(model)
         retriever = Retriever.open(store, index or default_index_dir(store), embedder,
-                                   kernelbench_root=str(kernelbench_root) if kernelbench_root else None)
+                                   kernelbench_root=str(problems_root) if problems_root else None)
     trace = RetrievalTrace()
     examples = retriever.retrieve(target, backend, k, char_budget=char_budget, trace=trace)
     table = Table(title=f"{len(examples)} example(s) for {target.id} {target.name} ({backend})")

@@ -133,10 +133,18 @@ class ProblemsConfig:
     ids: list[str] = field(default_factory=list)  # restrict to these ids (empty: all)
     holdout_fraction: Annotated[float, Ge(0), Lt(1)] = 0.2
     split_seed: int = 0
+    # Where problems come from: a KernelBench checkout or kernrl's problems folder (docs/problem-sources.md);
+    # None: the bundled set. `kernelbench_root` is the older name of the same key.
+    root: str | None = None
     kernelbench_root: str | None = None
     # The problem audit (`kernelbench-rl problems audit`): training leaves out problems whose inputs cannot tell a
     # right kernel from a wrong one, and the evaluator gets the widened inputs the audit chose.
     audit: bool = True
+
+    @property
+    def source_root(self) -> str | None:
+        """The problem source: `root`, else its older name `kernelbench_root`."""
+        return self.root or self.kernelbench_root
 
 
 @dataclass
@@ -203,6 +211,9 @@ class TrainConfig:
         payload.pop("run_id", None)
         payload["eval"].pop("cluster", None)  # the same run, resumed on other hardware, keeps its id
         payload["env"].pop("idle_timeout_s", None)  # a setting of the env server, not of training
+        # problems.root and its older name are one key: either spelling, and runs configured before it, keep their id.
+        payload["problems"]["kernelbench_root"] = self.problems.source_root
+        payload["problems"].pop("root", None)
         if payload["eval"].get("precision_policy") == "warn":
             payload["eval"].pop("precision_policy")  # the default: runs configured before the key keep their id
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
@@ -412,6 +423,10 @@ def _validate(config: TrainConfig) -> None:
     from kernelbench_rl.evaluation.cluster_spec import parse_cluster
 
     parse_cluster(config.eval.cluster)  # a bad value is one sentence now, not at the first evaluation
+    problems = config.problems
+    if problems.root and problems.kernelbench_root and problems.root != problems.kernelbench_root:
+        raise UserError("Config keys problems.root and problems.kernelbench_root (its older name) name different "
+                        f"folders ({problems.root} and {problems.kernelbench_root}); set only problems.root.")
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from kernelbench_rl.evaluation.pool import WorkerPool, pool_shape
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag, StaticReport
 from kernelbench_rl.evaluation.static_policy import check_static, is_hack
-from kernelbench_rl.problems import Problem, get_problem
+from kernelbench_rl.problems import Problem, find_problem
 
 
 @dataclasses.dataclass
@@ -68,7 +68,7 @@ class Evaluator:
         *,
         num_workers: int | None = None,
         store: Any | None = None,
-        kernelbench_root: str | None = None,
+        problems_root: str | None = None,
         problems: Mapping[str, Problem] | None = None,
         parallel_compiles: int | None = None,
         warm_children: int | None = None,
@@ -76,11 +76,12 @@ class Evaluator:
         static_checks: bool = True,
         worker_args: Sequence[str] = (),
         input_variants: Mapping[str, dict[str, Any]] | None = None,
+        kernelbench_root: str | None = None,  # the older name of problems_root
     ) -> None:
         self.settings = settings or EvalSettings()
         self.num_workers = num_workers
         self.store = store
-        self.kernelbench_root = kernelbench_root
+        self.problems_root = problems_root or kernelbench_root
         self.problems = dict(problems or {})
         # Widened inputs the problem audit chose for problems whose own inputs another problem's reference passes
         # (problems/audit.py); the worker finds the trivial-candidate cases by itself.
@@ -128,9 +129,15 @@ class Evaluator:
         self.close()
 
     # -- evaluation ------------------------------------------------------------------------
+    @property
+    def kernelbench_root(self) -> str | None:
+        return self.problems_root
+
     def problem(self, problem_id: str) -> Problem:
+        """The problem an id names in any accepted form (ours, kernrl's, a unique prefix): among the problems given,
+        else in the problem source (an unknown or ambiguous id raises UserError)."""
         if problem_id not in self.problems:
-            self.problems[problem_id] = get_problem(problem_id, self.kernelbench_root)
+            self.problems[problem_id] = find_problem(problem_id, list(self.problems.values()), self.problems_root)
         return self.problems[problem_id]
 
     def evaluate(self, requests: Sequence[EvalRequest],
@@ -223,8 +230,11 @@ class Evaluator:
     def _keyed(self, request: EvalRequest) -> EvalRequest:
         """The request keyed to the reference and the hardware it is judged on (an unknown id raises UserError)."""
         changes: dict[str, str] = {}
+        problem = self.problem(request.problem_id)
+        if problem.id != request.problem_id:  # kernrl's form or a prefix: verdicts are keyed by our id
+            changes["problem_id"] = problem.id
         if not request.problem_sha256:
-            changes["problem_sha256"] = self.problem(request.problem_id).sha256
+            changes["problem_sha256"] = problem.sha256
         if not request.hardware:
             changes["hardware"] = self.device_identity()
         return dataclasses.replace(request, **changes) if changes else request
@@ -248,6 +258,8 @@ class Evaluator:
     def _pre_checks(self, request: EvalRequest) -> tuple[Problem, StaticReport | None, float] | EvalResult:
         """Problem lookup and the static policy; returns the problem, or the verdict when it ends here."""
         problem = self.problem(request.problem_id)  # an unknown id raises UserError: the caller's mistake
+        if problem.unavailable_reason:  # it cannot run here: no verdict on the kernel, as for a kernel's missing feature
+            return EvalResult.failure(request, ErrorCategory.UNSUPPORTED, problem.unavailable_reason)
         if request.settings.device != self.settings.device:
             return EvalResult.failure(
                 request, ErrorCategory.INFRA,
@@ -307,7 +319,7 @@ class Evaluator:
                 "settings": dataclasses.asdict(request.settings),
                 "problem_source": item.problem.source_for(request.settings.size),
                 # Whose tolerance judges it (result.tolerance_for); problems of loaders that predate suites are KernelBench's.
-                "suite": getattr(item.problem, "suite", "kernelbench"),
+                "suite": item.problem.suite,
                 "baseline": self._baseline_for(item.problem, request.settings),
                 "input_variant": self.input_variants.get(request.problem_id),
             }

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import random
 import sys
 import types
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,28 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
+@contextmanager
+def python_random_seeded(seed: int):
+    """Python's own generator seeded for a problem's code, then put back as it was.
+
+    A problem may draw its inputs from `random` (kernrl's modular exponentiation): the reference's process and the
+    candidate's must draw the same ones. The caller's own draws (the worker picks hidden seeds) stay its own."""
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
 def _device_scope(device: str):
     return torch.device(device) if device != "cpu" else nullcontext()
 
 
 def cast_floating(value: Any, dtype: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+    """An fp32 tensor in the requested precision. Tensors the problem made in another floating dtype (fp16
+    activations of a quantized GEMM, fp8 weights) keep it: the problem chose it, and its model expects it."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.dtype != dtype:
         return value.to(dtype)
     return value
 
@@ -75,7 +92,7 @@ def make_inputs(module: types.ModuleType, seed: int, device: str, precision: str
     """The problem's inputs for `seed`; with a `variant` (discrimination.py), widened the same way on both sides."""
     dtype = PRECISION_DTYPES[precision]
     seed_everything(seed)
-    with _device_scope(device):
+    with _device_scope(device), python_random_seeded(seed):
         inputs = list(module.get_inputs())
     inputs = [cast_floating(x.to(device) if isinstance(x, torch.Tensor) else x, dtype) for x in inputs]
     return apply_variant(inputs, variant)
@@ -97,16 +114,21 @@ def apply_variant(inputs: list[Any], variant: dict[str, Any] | None) -> list[Any
 
 
 def build_model(cls: type, problem: types.ModuleType, seed: int, device: str, precision: str) -> torch.nn.Module:
-    """Construct `cls` with the problem's init inputs after `seed`, on `device`, in `precision`."""
+    """Construct `cls` with the problem's init inputs after `seed`, on `device`, in `precision` (in eval mode where
+    the problem's source sets `KBRL_EVAL_MODE`)."""
     dtype = PRECISION_DTYPES[precision]
     seed_everything(seed)
-    with _device_scope(device):
+    with _device_scope(device), python_random_seeded(seed):
         init_inputs = list(problem.get_init_inputs()) if hasattr(problem, "get_init_inputs") else []
         model = cls(*init_inputs)
     if isinstance(model, torch.nn.Module):
         model = model.to(device)
         if dtype != torch.float32:
             model = model.to(dtype)
+        # A problem that runs in eval mode (Problem.eval_mode: kernrl's suite, or a reference asserting
+        # `not self.training`) says so in its source; the reference and the candidate both honour it.
+        if getattr(problem, "KBRL_EVAL_MODE", False):
+            model.eval()
     return model
 
 

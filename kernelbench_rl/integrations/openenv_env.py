@@ -51,7 +51,8 @@ from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv  # noqa: E402
 from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
 from kernelbench_rl.evaluation.candidate_class import candidate_class_name  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
-from kernelbench_rl.problems import Problem  # noqa: E402
+from kernelbench_rl.errors import UserError  # noqa: E402
+from kernelbench_rl.problems import Problem, resolve_problem  # noqa: E402
 from kernelbench_rl.rewards.shaping import PRESETS, counts_as_correct, score  # noqa: E402
 
 MAX_CODE_BYTES = 1_000_000  # a kernel beyond this is not a kernel; refuse it before any work
@@ -134,15 +135,10 @@ def as_response(code: str) -> str:
     return f"```python\n{code}\n```"
 
 
-def kernrl_form(problem: Problem) -> str:
-    """kernrl's id of a problem: `L{level}_{file stem}`, e.g. L1_23_Softmax."""
-    return f"L{problem.level}_{problem.name}"
-
-
 def shown_problem_id(problem: Problem, asked: str | None) -> str:
     """kernrl's form for kernrl's problems; else the id as the client asked for it (ours where it asked for none)."""
-    if getattr(problem, "suite", "kernelbench") == "kernrl":
-        return problem.id if "/" not in problem.id else kernrl_form(problem)
+    if problem.suite == "kernrl":
+        return problem.kernrl_id
     return asked if asked is not None else problem.id
 
 
@@ -280,13 +276,17 @@ class KernelEnvService:
         pool = self.holdout if split == "holdout" else self.train
         asked = problem_id
         if problem_id is not None:
-            problem_id = self.resolve_id(problem_id)
-            if problem_id not in self.train and problem_id not in self.holdout:
-                raise EnvRequestError(f"Unknown problem {asked!r}; this server offers "
+            # Ours (L1/19), kernrl's (L1_19_ReLU) or a unique prefix of kernrl's, through the one resolver.
+            try:
+                found = resolve_problem(problem_id, [*self.train.values(), *self.holdout.values()])
+            except UserError as exc:
+                raise EnvRequestError(str(exc), 422) from None
+            if found is None:
+                raise EnvRequestError(f"Unknown problem {problem_id!r}; this server offers "
                                       f"{len(self.train)} training problems such as {next(iter(self.train), '-')}.", 404)
-            if problem_id in self.holdout and split != "holdout":
-                raise EnvRequestError(f"{problem_id} is a holdout problem; ask for it with split='holdout'.", 403)
-            problem = pool[problem_id] if problem_id in pool else self.train[problem_id]
+            if found.id in self.holdout and split != "holdout":
+                raise EnvRequestError(f"{found.id} is a holdout problem; ask for it with split='holdout'.", 403)
+            problem = pool[found.id] if found.id in pool else self.train[found.id]
         else:
             if not pool:
                 raise EnvRequestError(f"The {split} split of this server is empty.", 404)
@@ -304,18 +304,6 @@ class KernelEnvService:
             self._episodes[episode_id] = episode
             self._forget_old_episodes()
         return self._observation(episode)
-
-    def resolve_id(self, problem_id: str) -> str:
-        """Our id for what the client asked: an id of ours as it is, else kernrl's form (`L1_23_Softmax`, level and
-        file stem) or a prefix of it that ends at an underscore (`L1_23`); unknown ids are returned unchanged."""
-        if problem_id in self.train or problem_id in self.holdout:
-            return problem_id
-        known = sorted({**self.train, **self.holdout}.values(), key=lambda p: (getattr(p, "suite", "kernelbench") != "kernrl", p.id))
-        for problem in known:
-            form = kernrl_form(problem)
-            if form == problem_id or form.startswith(problem_id + "_"):
-                return problem.id
-        return problem_id
 
     @property
     def gpu_info(self) -> str:

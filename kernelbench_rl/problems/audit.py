@@ -65,8 +65,11 @@ def _load(problem: Problem, size: SizeMode, device: str, precision: str) -> _Loa
     module = types.ModuleType(f"kbrl_audit_{problem.level}_{problem.number}")
     exec(compile(problem.source_for(size), f"<problem {problem.id}>", "exec"), module.__dict__)
     model = runtime.build_model(module.Model, module, INIT_SEED, device, precision)
-    with torch.device("meta"):
-        meta_inputs = list(module.get_inputs())
+    try:
+        with torch.device("meta"):
+            meta_inputs = list(module.get_inputs())
+    except Exception:  # noqa: BLE001 - inputs built from values (`.item()`, `.tolist()`): make them for real
+        meta_inputs = runtime.make_inputs(module, AUDIT_SEEDS[0], device, precision)
     signature = tuple((tuple(x.shape), str(x.dtype)) if isinstance(x, torch.Tensor) else repr(x) for x in meta_inputs)
     return _Loaded(problem, module, model, signature)
 
@@ -116,6 +119,9 @@ def audit_problems(problems: Sequence[Problem], *, size: SizeMode = "small", dev
     for problem in problems:
         if progress is not None:
             progress(problem)
+        if problem.unavailable_reason:  # a module it imports is not installed: nothing of it can run
+            audits.append(ProblemAudit(problem.id, problem.name, "unavailable", detail=problem.unavailable_reason[:300]))
+            continue
         try:
             item = _load(problem, size, device, precision)
             found = discrimination.discriminate(_runner(item, device, precision), AUDIT_SEEDS, atol, rtol)

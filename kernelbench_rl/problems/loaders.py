@@ -1,24 +1,28 @@
-"""Problem loaders: the bundled set, an external KernelBench checkout, the HF dataset."""
+"""Problem loaders: the bundled set, an external KernelBench checkout or kernrl problems folder, the HF dataset."""
 
 from __future__ import annotations
 
 import ast
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.problems.model import Problem, declared_small_sizes, parse_problem_id
+from kernelbench_rl.problems.model import Problem, declared_small_sizes, parse_problem_id, resolve_problem
 from kernelbench_rl.problems.sizing import infer_small_sizes
+from kernelbench_rl.problems.suite_sizes import suite_small_sizes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUNDLED_ROOT = REPO_ROOT / "KernelBench"
 SOLUTIONS_ROOT = BUNDLED_ROOT / "solutions"
 HF_DATASET = "ScalingIntelligence/KernelBench"
-SUPPORTED_LEVELS = (1, 2, 3)
+SUPPORTED_LEVELS = (1, 2, 3)  # KernelBench's levels that run here (its level 4 downloads models)
+KERNELBENCH_LEVELS = 4  # KernelBench has levels 1-4; a problems folder with more levels is kernrl's
 
 _FILE_RE = re.compile(r"^(\d+)_(.+)\.py$")
+_LEVEL_DIR_RE = re.compile(r"^level(\d+)$")
 LEVEL4_SKIPPED = "Level 4 is skipped: its problems download Hugging Face models, which this harness does not do."
 
 
@@ -38,27 +42,47 @@ def validate_source(source: str, where: str) -> None:
         raise ProblemFileError(f"{where} does not define {', '.join(missing)}, so it is not a KernelBench problem file.")
 
 
-def _problem_from_file(path: Path, level: int, origin: str) -> Problem:
+def _problem_from_file(path: Path, level: int, origin: str, suite: str = "kernelbench") -> Problem:
     match = _FILE_RE.match(path.name)
     if not match:
         raise ProblemFileError(f"{path} is not named <number>_<Name>.py as KernelBench problem files are.")
     source = path.read_text()
     validate_source(source, str(path))
-    small = declared_small_sizes(source) or infer_small_sizes(source)
+    small = declared_small_sizes(source)
+    if not small:
+        table = suite_small_sizes(suite, f"L{level}_{path.stem}")
+        small = table if table is not None else infer_small_sizes(source)
     return Problem(
         level=level, number=int(match.group(1)), name=path.stem, source=source,
-        origin=origin, path=str(path), small_sizes=small,
+        origin=origin, path=str(path), small_sizes=small, suite=suite,
     )
 
 
-def _load_tree(root: Path, origin: str, levels: Iterable[int] | None) -> list[Problem]:
+def _level_dirs(root: Path) -> dict[int, Path]:
+    """`levelN/` folders of a problems folder, by N."""
+    found = {}
+    for child in root.iterdir() if root.is_dir() else []:
+        match = _LEVEL_DIR_RE.match(child.name)
+        if match and child.is_dir():
+            found[int(match.group(1))] = child
+    return found
+
+
+def _bundled_suite(level: int) -> str:
+    # Levels 1-3 are KernelBench's problems; the bundled levels past them are kernrl-style problems.
+    return "kernelbench" if level in SUPPORTED_LEVELS else "kernrl"
+
+
+def _load_tree(root: Path, origin: str, levels: Iterable[int] | None, suite: Callable[[int], str],
+               allowed: Iterable[int] | None = None) -> list[Problem]:
     # `levels=[]` means none (e.g. only level 4 was asked for), not "all levels".
-    wanted = set(SUPPORTED_LEVELS) if levels is None else set(levels) & set(SUPPORTED_LEVELS)
+    present = _level_dirs(root)
+    wanted = set(present) if allowed is None else set(present) & set(allowed)
+    if levels is not None:
+        wanted &= set(levels)
     problems: list[Problem] = []
     for level in sorted(wanted):
-        level_dir = root / f"level{level}"
-        if not level_dir.is_dir():
-            continue
+        level_dir = present[level]
         by_number: dict[int, Path] = {}
         for path in sorted(level_dir.glob("*.py"), key=lambda p: (len(p.name), p.name)):
             match = _FILE_RE.match(path.name)
@@ -69,7 +93,7 @@ def _load_tree(root: Path, origin: str, levels: Iterable[int] | None) -> list[Pr
                 by_number[number] = _pick_current(by_number[number], path)
             else:
                 by_number[number] = path
-        problems.extend(_problem_from_file(path, level, origin) for path in by_number.values())
+        problems.extend(_problem_from_file(path, level, origin, suite(level)) for path in by_number.values())
     problems.sort(key=lambda p: (p.level, p.number))
     return problems
 
@@ -84,52 +108,94 @@ def _pick_current(first: Path, second: Path) -> Path:
     )
 
 
-def resolve_kernelbench_root(root: str | os.PathLike[str] | None) -> Path | None:
-    """The external checkout given on the command line or in KERNELBENCH_ROOT, if any."""
-    value = root if root is not None else os.environ.get("KERNELBENCH_ROOT")
+@dataclass(frozen=True)
+class ProblemSource:
+    """Where problems come from: a folder of `levelN/` folders and whose layout it has."""
+
+    path: Path
+    suite: str  # "kernelbench" (a KernelBench checkout) | "kernrl" (kernrl's problems folder)
+
+    @property
+    def origin(self) -> str:
+        return "kernelbench_root" if self.suite == "kernelbench" else "kernrl_root"
+
+
+def resolve_problems_root(root: str | os.PathLike[str] | None) -> ProblemSource | None:
+    """The problem source given on the command line, else in $KBRL_PROBLEMS_ROOT or $KERNELBENCH_ROOT; None: bundled.
+
+    The layout tells the suites apart:
+    - a folder holding `KernelBench/level1..` (a KernelBench checkout) or `problems/level1..` (kernrl's env folder)
+      is read from that subfolder;
+    - a folder of `levelN/` folders is kernrl's when a level past 4 is there or its parent has `openenv.yaml`
+      (kernrl's env folder); else it is KernelBench's (levels 1-4).
+    """
+    value = root if root is not None else os.environ.get("KBRL_PROBLEMS_ROOT") or os.environ.get("KERNELBENCH_ROOT")
     if not value:
         return None
     path = Path(value).expanduser()
     if not path.is_dir():
-        raise UserError(f"KernelBench root {path} does not exist; pass a checkout's path (or its KernelBench/ folder).")
-    # Accept the repo root (which contains KernelBench/) or the KernelBench/ folder itself.
-    if (path / "KernelBench").is_dir() and not (path / "level1").is_dir():
-        path = path / "KernelBench"
-    if not any((path / f"level{level}").is_dir() for level in SUPPORTED_LEVELS):
-        raise UserError(f"{path} has no level1/ level2/ level3/ folders; point --kernelbench-root at a KernelBench checkout.")
-    return path
+        raise UserError(f"Problems root {path} does not exist; pass a KernelBench checkout or kernrl's problems folder.")
+    if not _level_dirs(path):
+        for sub in ("KernelBench", "problems"):
+            if _level_dirs(path / sub):
+                path = path / sub
+                break
+    levels = _level_dirs(path)
+    if not levels:
+        raise UserError(f"{path} has no level1/ level2/ ... folders; point --problems-root at a KernelBench checkout "
+                        "or at kernrl's problems folder.")
+    if path.resolve() == BUNDLED_ROOT.resolve():
+        return None
+    kernrl = max(levels) > KERNELBENCH_LEVELS or (path.parent / "openenv.yaml").is_file()
+    return ProblemSource(path, "kernrl" if kernrl else "kernelbench")
+
+
+def resolve_kernelbench_root(root: str | os.PathLike[str] | None) -> Path | None:
+    """The folder of a problem source (see `resolve_problems_root`), if one is given."""
+    source = resolve_problems_root(root)
+    return source.path if source is not None else None
 
 
 def load_problems(
-    kernelbench_root: str | os.PathLike[str] | None = None,
+    problems_root: str | os.PathLike[str] | None = None,
     levels: Iterable[int] | None = None,
     *,
     warn=None,
 ) -> list[Problem]:
-    """The bundled set, or every problem of levels 1-3 of an external checkout.
+    """The bundled set (every level folder it has), or every problem of an external source.
 
-    Level 4 needs model downloads and is skipped with one sentence through `warn`.
+    A KernelBench checkout gives levels 1-3: its level 4 needs model downloads and is skipped with one sentence
+    through `warn`. kernrl's problems folder gives all its levels (1-10).
     """
     levels = list(levels) if levels else None
-    root = resolve_kernelbench_root(kernelbench_root)
-    if root is None:
-        return _load_tree(BUNDLED_ROOT, "bundled", levels)
-    if (levels is not None and 4 in levels) or (levels is None and (root / "level4").is_dir()):
+    source = resolve_problems_root(problems_root)
+    if source is None:
+        return _load_tree(BUNDLED_ROOT, "bundled", levels, _bundled_suite)
+    if source.suite == "kernrl":
+        return _load_tree(source.path, source.origin, levels, lambda _level: "kernrl")
+    if (levels is not None and 4 in levels) or (levels is None and (source.path / "level4").is_dir()):
         if warn is not None:
             warn(LEVEL4_SKIPPED)
-    levels = [lv for lv in levels if lv in SUPPORTED_LEVELS] if levels is not None else None
-    return _load_tree(root, "kernelbench_root", levels)
+    return _load_tree(source.path, source.origin, levels, lambda _level: "kernelbench", allowed=SUPPORTED_LEVELS)
 
 
-def get_problem(problem_id: str, kernelbench_root: str | os.PathLike[str] | None = None) -> Problem:
+def get_problem(problem_id: str, problems_root: str | os.PathLike[str] | None = None) -> Problem:
+    """The problem an id names (any form `resolve_problem` accepts) in the bundled set or the given source."""
     try:
-        level, number = parse_problem_id(problem_id)
-    except ValueError as exc:
-        raise UserError(str(exc) + ".") from None
-    for problem in load_problems(kernelbench_root, levels=[level]) if level in SUPPORTED_LEVELS else []:
-        if problem.number == number:
-            return problem
-    raise UserError(f"No problem {problem_id} exists; `kernelbench-rl problems list` shows the available ids.")
+        levels = [parse_problem_id(problem_id)[0]]
+    except ValueError:
+        levels = None  # a prefix shorter than level and number (L10, L1_): every level
+    problem = resolve_problem(problem_id, load_problems(problems_root, levels=levels))
+    if problem is None:
+        raise UserError(f"No problem {problem_id} exists; `kernelbench-rl problems list` shows the available ids.")
+    return problem
+
+
+def find_problem(problem_id: str, problems: Iterable[Problem], problems_root: str | os.PathLike[str] | None = None
+                 ) -> Problem:
+    """The problem an id names among loaded `problems`, else in the source they came from (UserError if none)."""
+    problem = resolve_problem(problem_id, problems)
+    return problem if problem is not None else get_problem(problem_id, problems_root)
 
 
 def load_hf_problems(

@@ -3,22 +3,58 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
+import importlib.util
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kernelbench_rl.errors import UserError
+
 SizeMode = Literal["real", "small"]
+SUITES = ("kernelbench", "kernrl")
 
 _ID_RE = re.compile(r"^L(\d+)/(\d+)$")
+# kernrl's form, `L{level}_{file stem}` (L1_23_Softmax), and its `L{level}_{number}` head (L1_23, L1_23_Soft).
+_KERNRL_ID_RE = re.compile(r"^L(\d+)_(\d+)(?:_.*)?$")
+_KERNRL_NUMBER_RE = re.compile(r"^L(\d+)_(\d+)$")
 
 
 def parse_problem_id(problem_id: str) -> tuple[int, int]:
-    """'L1/19' -> (1, 19). Raises ValueError on anything else."""
-    match = _ID_RE.match(problem_id.strip())
+    """'L1/19', 'L1_19' or 'L1_19_ReLU' -> (1, 19). Raises ValueError on anything else.
+
+    Syntax only: whether the name part fits the problem is `resolve_problem`'s to say."""
+    text = problem_id.strip()
+    match = _ID_RE.match(text) or _KERNRL_ID_RE.match(text)
     if not match:
-        raise ValueError(f"problem id {problem_id!r} is not of the form L<level>/<number>, e.g. L1/19")
+        raise ValueError(f"problem id {problem_id!r} is not of the form L<level>/<number> (e.g. L1/19) "
+                         "or L<level>_<number>_<name> (e.g. L1_19_ReLU)")
     return int(match.group(1)), int(match.group(2))
+
+
+def resolve_problem(problem_id: str, problems: Iterable[Problem]) -> Problem | None:
+    """The problem an id names among `problems`, in any accepted form; None when none fits.
+
+    Accepted: ours, `L1/23`; kernrl's, `L1_23_Softmax`; `L1_23` (level and number); and a unique prefix of a
+    kernrl id (`L1_23_Soft`, `L10_1`). A prefix that fits several problems is one sentence naming them (UserError).
+    """
+    text = problem_id.strip()
+    pool = list(problems)
+    match = _ID_RE.match(text) or _KERNRL_NUMBER_RE.match(text)
+    if match:
+        level, number = int(match.group(1)), int(match.group(2))
+        return next((p for p in pool if p.level == level and p.number == number), None)
+    exact = [p for p in pool if p.kernrl_id == text]
+    if exact:
+        return exact[0]
+    found = [p for p in pool if p.kernrl_id.startswith(text)] if text else []
+    if len(found) > 1:
+        shown = ", ".join(p.kernrl_id for p in found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
+        raise UserError(f"Problem id {problem_id!r} is the start of {len(found)} problem ids ({shown}); "
+                        "give one of them, or more of it.")
+    return found[0] if found else None
 
 
 def make_problem_id(level: int, number: int) -> str:
@@ -38,23 +74,85 @@ class Problem:
     number: int
     name: str  # KernelBench's file stem, e.g. "19_ReLU"
     source: str
-    origin: str  # "bundled" | "kernelbench_root" | "hf" | "inline"
+    origin: str  # "bundled" | "kernelbench_root" | "kernrl_root" | "hf" | "inline"
     path: str | None = None
     small_sizes: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+    # Whose problem it is, which decides how it runs and is judged: "kernelbench" (KernelBench's harness:
+    # the model as constructed, in training mode) or "kernrl" (kernrl's harness: the model in eval mode).
+    suite: str = "kernelbench"
 
     @property
     def id(self) -> str:
         return make_problem_id(self.level, self.number)
 
     @property
+    def kernrl_id(self) -> str:
+        """kernrl's form of the id, `L{level}_{file stem}` (L1_23_Softmax)."""
+        return f"L{self.level}_{self.name}"
+
+    @property
+    def eval_mode(self) -> bool:
+        """Whether the reference and the candidate run in eval mode (`model.eval()`): kernrl's harness runs every
+        problem so, and a problem that asserts it (`assert not self.training`) needs it in any suite."""
+        return self.suite == "kernrl" or bool(_NEEDS_EVAL_MODE.search(self.source))
+
+    @property
+    def missing_modules(self) -> list[str]:
+        """Top-level modules the source imports that are not installed here (kernrl's delta-rule attention
+        imports `fla`): such a problem cannot run here and is never judged."""
+        return [name for name in imported_modules(self.source) if not _installed(name)]
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        missing = self.missing_modules
+        if not missing:
+            return None
+        names = ", ".join(missing)
+        return (f"{self.id} imports {names}, which {'is' if len(missing) == 1 else 'are'} not installed here; "
+                f"install {'it' if len(missing) == 1 else 'them'} to use this problem")
+
+    @property
     def sha256(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()
 
     def source_for(self, size: SizeMode = "real") -> str:
-        """The source to execute: as written for 'real', constants rewritten for 'small'."""
-        if size == "real" or not self.small_sizes:
-            return self.source
-        return rewrite_module_constants(self.source, self.small_sizes)
+        """The source to execute: as written for 'real', constants rewritten for 'small'.
+
+        A problem that runs in eval mode says so in a module constant (`EVAL_MODE_MARKER`), which the worker, the
+        sandboxed child (it keeps the module minus the reference class) and the audit read in `build_model`."""
+        source = self.source
+        if size != "real" and self.small_sizes:
+            source = rewrite_module_constants(source, self.small_sizes)
+        if self.eval_mode:
+            source = source.rstrip("\n") + f"\n\n{EVAL_MODE_MARKER} = True  # kernelbench-rl: models run in eval mode\n"
+        return source
+
+
+EVAL_MODE_MARKER = "KBRL_EVAL_MODE"
+_NEEDS_EVAL_MODE = re.compile(r"not\s+self\.training\b|self\.training\s*(?:==|is)\s*False")
+
+
+def imported_modules(source: str) -> list[str]:
+    """The top-level names of the modules a source imports, anywhere in it (relative imports left out)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module.split(".")[0])
+    return list(dict.fromkeys(names))
+
+
+@functools.lru_cache(maxsize=256)
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def rewrite_module_constants(source: str, values: dict[str, object]) -> str:
@@ -62,14 +160,23 @@ def rewrite_module_constants(source: str, values: dict[str, object]) -> str:
 
     Done on the AST's line spans (not by regex) so comments and formatting elsewhere survive.
     A statement that binds several names (`height = width = 128`, `D, H, W = 16, 32, 32`) is kept
-    and followed by one `NAME = value` line per name in `values`.
+    and followed by one `NAME = value` line per name in `values`. A top-level function named in `values`
+    (`get_init_inputs`) is replaced by one that returns the value, or by the value where it is that function's
+    source (`def get_inputs(): ...`).
     """
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     edits: list[tuple[int, int, str]] = []
     for node in tree.body:
         end = node.end_lineno or node.lineno
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if isinstance(node, ast.FunctionDef) and node.name in values:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            value = values[node.name]
+            if isinstance(value, str) and value.startswith(f"def {node.name}("):
+                edits.append((start, end, value if value.endswith("\n") else value + "\n"))
+            else:
+                edits.append((start, end, f"def {node.name}():\n    return {value!r}\n"))
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             if name in values:
                 edits.append((node.lineno, end, f"{name} = {values[name]!r}\n"))

@@ -587,7 +587,7 @@ def default_retriever(config: TrainConfig, store: Store | None = None) -> Retrie
     rag = config.rag
     retriever = IndexRetriever.open(
         store, rag.index_dir or default_index_dir(store), Embedder(rag.model),
-        kernelbench_root=config.problems.kernelbench_root, holdout_fraction=config.problems.holdout_fraction,
+        kernelbench_root=config.problems.source_root, holdout_fraction=config.problems.holdout_fraction,
         split_seed=config.problems.split_seed)
     backend = config.env.kernel_backend
 

@@ -15,7 +15,7 @@ from kernelbench_rl.config.schema import TrainConfig
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.policy.base import SessionStatus
-from kernelbench_rl.problems import Problem, load_problems, split_problems
+from kernelbench_rl.problems import Problem, load_problems, resolve_problem, split_problems
 from kernelbench_rl.store import Store
 from kernelbench_rl.training.optim import result_of
 
@@ -52,12 +52,12 @@ def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem
         from kernelbench_rl.evaluation import Evaluator
 
         return Evaluator(eval_settings(config), num_workers=config.eval.num_workers, store=store,
-                         kernelbench_root=config.problems.kernelbench_root, problems={p.id: p for p in problems},
+                         problems_root=config.problems.source_root, problems={p.id: p for p in problems},
                          input_variants=audited_input_variants(config))
     from kernelbench_rl.evaluation.cluster import make_evaluator  # Dask: imported only when asked for
 
     return make_evaluator(eval_settings(config), cluster=config.eval.cluster, num_workers=config.eval.num_workers,
-                          store=store, kernelbench_root=config.problems.kernelbench_root,
+                          store=store, problems_root=config.problems.source_root,
                           problems={p.id: p for p in problems}, input_variants=audited_input_variants(config))
 
 
@@ -89,7 +89,7 @@ def policy_config(config: TrainConfig) -> Any:
 def problem_split(config: TrainConfig) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """(all, train, holdout) problems of the configured levels; `problems.ids` plays no part."""
     cfg = config.problems
-    problems = load_problems(cfg.kernelbench_root, levels=cfg.levels)
+    problems = load_problems(cfg.source_root, levels=cfg.levels)
     train, holdout = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
     return problems, train, holdout
 
@@ -105,12 +105,20 @@ def training_problems(config: TrainConfig) -> list[Problem]:
     # The holdout is always that of the *whole* set, so naming ids can never pull a holdout problem in.
     problems, train, _ = problem_split(config)
     if cfg.ids:
-        by_id = {p.id: p for p in problems}
-        missing = [pid for pid in cfg.ids if pid not in by_id]
-        if missing:
-            raise UserError(f"Problem {missing[0]} is not among the loaded problems; `kernelbench-rl problems list` shows the ids.")
+        named = []
+        for pid in cfg.ids:  # ours (L1/19), kernrl's (L1_19_ReLU) or a unique prefix of kernrl's
+            problem = resolve_problem(pid, problems)
+            if problem is None:
+                raise UserError(f"Problem {pid} is not among the loaded problems; `kernelbench-rl problems list` shows the ids.")
+            named.append(problem.id)
         train_ids = {p.id for p in train}
-        train = [by_id[pid] for pid in cfg.ids if pid in train_ids]
+        train = [p for pid in dict.fromkeys(named) for p in problems if p.id == pid and pid in train_ids]
+    unavailable = [p for p in train if p.unavailable_reason]
+    if unavailable:  # a problem that cannot run here is never judged, so never trained on
+        logging.getLogger(__name__).warning(
+            "%d problem(s) left out of training, unavailable here: %s", len(unavailable),
+            "; ".join(p.unavailable_reason or "" for p in unavailable[:5]))
+        train = [p for p in train if not p.unavailable_reason]
     if not train:
         raise UserError("No training problems are left after the holdout split; add problems or lower problems.holdout_fraction.")
     if cfg.audit:

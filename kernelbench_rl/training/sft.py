@@ -122,7 +122,7 @@ def default_leak_reason(
     from kernelbench_rl.rag.retrieve import HoldoutGuard
 
     embedder = Embedder(config.rag.model)
-    guard = HoldoutGuard.for_split(store, embedder, kernelbench_root=config.problems.kernelbench_root,
+    guard = HoldoutGuard.for_split(store, embedder, kernelbench_root=config.problems.source_root,
                                    holdout_fraction=config.problems.holdout_fraction,
                                    split_seed=config.problems.split_seed)
     vectors, _ = embed_cached(store, embedder, {d["sha256"]: d["pytorch_code"] for d in docs})
@@ -164,7 +164,7 @@ def build_sft_examples(
     if leak_reason is None:
         leak_reason = default_leak_reason(config, store, docs) if docs else (lambda doc: None)
     docs, excluded = leak_free_documents(docs, leak_reason)
-    problems = load_problems(config.problems.kernelbench_root)
+    problems = load_problems(config.problems.source_root)
     by_task = {(p.level, p.number): p for p in problems}
     first = {parse_problem_id(pid) for pid in training_ids}
     # The run's own problems first (by id), then the rest by sha256: the same order on every call.
