@@ -124,9 +124,8 @@ def parse_levels(text: str) -> list[int]:
         if not part.isdigit():
             raise BadInput(f"--levels takes numbers separated by commas (e.g. 1,2,3), not {text!r}.")
         level = int(part)
-        if level not in (1, 2, 3):
-            raise BadInput(f"Level {level} is not supported: KernelBench levels 1, 2 and 3 are "
-                           "(level 4 downloads Hugging Face models).")
+        if level < 1:
+            raise BadInput(f"Levels start at 1, not {level}.")
         levels.append(level)
     if not levels:
         raise BadInput("--levels names no level; give e.g. 1,2,3.")
@@ -183,18 +182,17 @@ def select_problems(args: argparse.Namespace, root: Path, default_ids: str | Non
     if text:
         ids = parse_problem_ids(text)
         levels = sorted({parse_problem_id(i)[0] for i in ids})
-        for level in levels:
-            if level not in (1, 2, 3):
-                raise BadInput(f"Level {level} is not supported: KernelBench levels 1, 2 and 3 are.")
         problems = load_root_problems(root, levels)
         missing = [i for i in ids if i not in problems]
         if missing:
             raise BadInput(f"No problem {', '.join(missing)} in {root}; its ids run L<level>/<number> as in its file names.")
         chosen = [problems[i] for i in ids]
     else:
-        problems = load_root_problems(root, parse_levels(args.levels))
-        if not problems:
-            raise BadInput(f"{root} has no problem files in level(s) {args.levels}.")
+        wanted = parse_levels(args.levels)
+        problems = load_root_problems(root, wanted)
+        empty = [level for level in wanted if not any(p.level == level for p in problems.values())]
+        if empty:  # KernelBench's level 4 (Hugging Face downloads) is never loaded; kernrl's levels 4-10 are
+            raise BadInput(f"Level {empty[0]} is not supported here: {root} has no problems of it that load.")
         chosen = list(problems.values())
     if args.limit is not None:
         chosen = chosen[: max(0, args.limit)]
@@ -389,7 +387,12 @@ class OursRun:
         t0 = time.perf_counter()
         concurrency = {name: getattr(self.args, name) for name in ("parallel_compiles", "in_flight", "warm_children")
                        if getattr(self.args, name, None) is not None}
-        self.evaluator = Evaluator(self.settings, store=None, kernelbench_root=str(self.root), problems=self.problems,
+        from kernelbench_rl.problems import get_problem
+
+        problems = dict(self.problems)
+        if "L1/20" not in problems:  # the warm-up's problem; a kernrl root has none of that id, the bundled set has
+            problems["L1/20"] = get_problem("L1/20")
+        self.evaluator = Evaluator(self.settings, store=None, kernelbench_root=str(self.root), problems=problems,
                                    static_checks=self.static_checks, **concurrency)
         self.evaluator.start()
         if self.args.device == "cuda" and not self.args.no_warmup:

@@ -61,9 +61,11 @@ def test_the_env_server_resets_to_a_problem_named_in_any_form(tmp_path):
     train, holdout = [p for p in problems if p.id != "L10/2"], [p for p in problems if p.id == "L10/2"]
     with Evaluator(EvalSettings(device="cpu")) as evaluator:
         service = KernelEnvService(evaluator, train, holdout, spec=EnvSpec(turns=1))
-        assert service.reset(problem_id="L1_23_Softmax").problem_id == "L1/23"
-        assert service.reset(problem_id="L10_1").problem_id == "L10/1"
-        assert service.reset(problem_id="L10_2_SHA", split="holdout").problem_id == "L10/2"
+        # Observations name a kernrl problem in kernrl's form, as kernrl's own server does, however it was asked for.
+        assert service.reset(problem_id="L1_23_Softmax").problem_id == "L1_23_Softmax"
+        assert service.reset(problem_id="L1/23").problem_id == "L1_23_Softmax"
+        assert service.reset(problem_id="L10_1").problem_id == "L10_1_SHA256_Single"
+        assert service.reset(problem_id="L10_2_SHA", split="holdout").problem_id == "L10_2_SHA256_Batch"
         with pytest.raises(EnvRequestError) as refused:
             service.reset(problem_id="L10_2")
         assert refused.value.status_code == 403
