@@ -18,7 +18,6 @@ import collections
 import contextlib
 import faulthandler
 import gc
-import itertools
 import json
 import multiprocessing
 import os
@@ -46,6 +45,10 @@ from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag, tolerance_for
 from kernelbench_rl.evaluation import floor as floors
+from kernelbench_rl.evaluation import scheduling
+from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable from here as before
+    LOADED_CONTEXT_BYTES, QUIET_WAIT_S, WARM_CONTEXT_BYTES, DeviceQueue, MemoryBudget, QuietGate, SharedOrAlone,
+)
 
 SEED_POOL_SIZE = 16
 # Children may read our package (they run its code), never the rest of the checkout around it.
@@ -57,24 +60,6 @@ START_TIMEOUT_S = 60.0
 # Once told to stop (or orphaned), the worker has this long to wind down before it kills what it knows of and
 # exits regardless: nothing it could still finish has anyone waiting for it.
 STOP_GRACE_S = float(os.environ.get("KBRL_EVAL_STOP_GRACE_S", "15"))
-# GPU memory per child: a pre-started one holds a bare CUDA context, one serving an evaluation also cuBLAS's
-# and cuDNN's handles and workspaces (H100, torch 2.11: 526 and 722 MiB, bench/context_probe.py).
-WARM_CONTEXT_BYTES = 560 << 20
-LOADED_CONTEXT_BYTES = 768 << 20
-# Of the device memory free when the worker starts, the share evaluations may plan with (the rest is
-# headroom for the driver, fragmentation and what no plan counts).
-USABLE_FRACTION = 0.92
-# Timing waits at most this long for warm-ups under way in other children to finish (a Triton JIT can
-# take seconds); past it, the trial runs and the overlap is recorded.
-QUIET_WAIT_S = 5.0
-# With at least this many cores, two are kept for whoever holds the device section (a delayed launch
-# counts in a 1 ms trial); compiling children run on the rest.
-QUIET_CORES_MIN_CPUS = 8
-# A plan needing more than this share of the budget is "big": its child is killed and reaped before its
-# bytes go back to the budget, and it is admitted only once the device shows them free (a killed child
-# holding 20 GiB releases it asynchronously; admitting the next one at once ran it out of memory).
-BIG_PLAN_FRACTION = 0.25
-FREE_WAIT_S = 30.0
 # When the solo baseline's or the candidate's timed trials spread (IQR) by more than this share of their
 # median, both are timed again side by side: the reference in a sibling child (same sandbox, no candidate
 # code), alternating blocks with the candidate. Level-3 launch-bound models moved by up to 50% between
@@ -189,158 +174,6 @@ class ProblemState:
 
     def footprint(self) -> footprints.Footprint:
         return footprints.Footprint(self.param_bytes, self.input_bytes, self.output_bytes, self.forward_bytes)
-
-
-class MemoryBudget:
-    """Bytes of device memory the children may hold at once, handed out first come, first served.
-
-    Children warm up (Triton JIT, one forward) in parallel outside the exclusive device section; on a
-    smaller GPU, or with level-1 problems whose inputs and outputs reach GiBs, several of them at once
-    could run the device out of memory and turn a correct kernel into an OOM verdict. A request larger
-    than the whole budget waits until it can run alone.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self.used = 0
-        self._cond = threading.Condition()
-        self._queue: collections.deque[object] = collections.deque()
-
-    @contextlib.contextmanager
-    def hold(self, nbytes: int):
-        nbytes = max(0, min(int(nbytes), self.capacity))
-        ticket = object()
-        with self._cond:
-            self._queue.append(ticket)
-            self._cond.wait_for(lambda: self._queue[0] is ticket and self.used + nbytes <= self.capacity)
-            self._queue.popleft()
-            self.used += nbytes
-            self._cond.notify_all()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self.used -= nbytes
-                self._cond.notify_all()
-
-
-class QuietGate:
-    """Timed trials run with no other child's GPU work beside them.
-
-    Warm-ups and model construction in other children (Triton JIT, one forward, parameter init) take
-    the gate shared; timing (the candidate's trials, the baseline's) takes it alone. Writer-preferring:
-    once timing waits, new warm-ups wait behind it. Timing waits at most `max_wait_s` for those already
-    under way (a JIT can take seconds) and reports whether it ran quiet."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._noisy = 0
-        self._quiet = False
-        self._waiting = 0
-
-    @contextlib.contextmanager
-    def noisy(self):
-        with self._cond:
-            self._cond.wait_for(lambda: not self._quiet and self._waiting == 0)
-            self._noisy += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._noisy -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def quiet(self, max_wait_s: float = QUIET_WAIT_S):
-        """Yields True when no warm-up ran beside the section's start, False when it gave up waiting."""
-        with self._cond:
-            self._waiting += 1
-            try:
-                calm = self._cond.wait_for(lambda: self._noisy == 0 and not self._quiet, timeout=max_wait_s)
-                if not calm:  # give up on the warm-ups, but never share with another timing
-                    self._cond.wait_for(lambda: not self._quiet)
-            finally:
-                self._waiting -= 1
-            self._quiet = True
-        try:
-            yield calm
-        finally:
-            with self._cond:
-                self._quiet = False
-                self._cond.notify_all()
-
-
-class DeviceQueue:
-    """The exclusive device section: first come, first served, except that sizing a new problem (one
-    reference forward) goes before every candidate waiting.
-
-    Sizing gates a whole problem's evaluations before they even take a child; behind a queue of
-    candidates' timing it cost the problems that came late up to 9 s each on the H200, and a hang
-    among them started its timeout that much later."""
-
-    URGENT, NORMAL = 0, 1
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._held = False
-        self._waiting: list[tuple[int, int]] = []  # (priority, arrival), smallest served first
-        self._arrivals = itertools.count()
-
-    @contextlib.contextmanager
-    def hold(self, priority: int = NORMAL):
-        ticket = (priority, next(self._arrivals))
-        with self._cond:
-            self._waiting.append(ticket)
-            self._cond.wait_for(lambda: not self._held and min(self._waiting) == ticket)
-            self._waiting.remove(ticket)
-            self._held = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._held = False
-                self._cond.notify_all()
-
-
-class SharedOrAlone:
-    """Evaluations share the device; one that ran out of device memory beside others runs again alone.
-
-    Writer-preferring: once an evaluation waits to run alone, new ones wait behind it, so it cannot starve.
-    Running alone drains the pool (up to the slowest in-flight evaluation's timeout), which is why only a
-    device OOM earns it.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._sharing = 0
-        self._alone = False
-        self._waiting_alone = 0
-
-    @contextlib.contextmanager
-    def shared(self):
-        with self._cond:
-            self._cond.wait_for(lambda: not self._alone and self._waiting_alone == 0)
-            self._sharing += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._sharing -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def alone(self):
-        with self._cond:
-            self._waiting_alone += 1
-            self._cond.wait_for(lambda: not self._alone and self._sharing == 0)
-            self._waiting_alone -= 1
-            self._alone = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._alone = False
-                self._cond.notify_all()
 
 
 # torch's message, and the exception's name that the child's short_error and the worker's own OOM verdict carry.
@@ -512,23 +345,11 @@ class Worker:
         if self.device == "cuda":
             free, self.total_memory = torch.cuda.mem_get_info()
             self.l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
-            # Every child holds a CUDA context; the worker keeps its reference models and cached outputs
-            # within ref_cache_bytes (evicting the least recently used problems). The rest is what
-            # evaluations are admitted against, by bytes.
-            contexts = self.in_flight * LOADED_CONTEXT_BYTES + config.warm_children * WARM_CONTEXT_BYTES
-            self.memory = MemoryBudget(max(1 << 30, int(USABLE_FRACTION * free) - config.ref_cache_bytes - contexts))
+            self.memory, self.alone_capacity = scheduling.device_budgets(
+                free, self.in_flight, config.warm_children, config.ref_cache_bytes)
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
-            # With the device to itself (pre-started children killed, other problems' references dropped), an
-            # evaluation still shares it with the other evaluations' children, each at most a loaded context.
-            self.alone_capacity = max(self.memory.capacity, int(USABLE_FRACTION * free) - self.in_flight * LOADED_CONTEXT_BYTES)
         # Cores kept for the device section's holder; compiling children get the others.
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        self.all_cores = set(cores)
-        self.quiet_cores: set[int] = set()
-        self.busy_cores: set[int] = set()
-        # KBRL_EVAL_PIN_CORES=0 leaves every process on all cores (a diagnostic switch for timing studies).
-        if self.device == "cuda" and len(cores) >= QUIET_CORES_MIN_CPUS and os.environ.get("KBRL_EVAL_PIN_CORES", "1") != "0":
-            self.quiet_cores, self.busy_cores = set(cores[-2:]), set(cores[:-2])
+        self.all_cores, self.quiet_cores, self.busy_cores = scheduling.core_split(self.device)
         if self.device == "cuda":
             self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda")
         for _ in range(max(0, config.warm_children)):
@@ -577,17 +398,8 @@ class Worker:
                 for _ in range(min(2, self.config.warm_children - len(self.warm))):
                     self.warm.append(self._spawn())
             self.running.add(child)
-        self._pin(child.pid, self.busy_cores)
+        scheduling.pin(child.pid, self.busy_cores)
         return child
-
-    @staticmethod
-    def _pin(pid: int, cores: set[int]) -> None:
-        """CPU affinity of a process's main thread (pid 0: the calling thread); best effort."""
-        if cores:
-            try:
-                os.sched_setaffinity(pid, cores)
-            except (OSError, AttributeError):
-                pass
 
     def _spawn(self) -> Child:
         try:
@@ -810,9 +622,9 @@ class Worker:
                 # queue, and find it done.
                 with state.sizing:
                     if self._unsized(state, settings.precision):
-                        with self._device_section(DeviceQueue.URGENT), self._memory_for_sizing():
+                        with self._device_section(DeviceQueue.URGENT), scheduling.sizing_admission(self.memory):
                             if self.memory is not None:
-                                self._wait_for_free(int(0.75 * self.memory.capacity), result)
+                                scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self._children_now)
                             result.phase_seconds["reference_wait"] = time.perf_counter() - t
                             with state.lock:
                                 if not state.sized:
@@ -875,7 +687,7 @@ class Worker:
                 # The child frees its inputs and outputs afterwards, so its memory is held only meanwhile.
                 t = time.perf_counter()
                 remaining = deadline - time.monotonic()  # waiting for memory is not the candidate's time
-                with self._memory_for(state, "warm"), self.quiet_gate.noisy():
+                with scheduling.admission(self.memory, state.plan, "warm"), self.quiet_gate.noisy():
                     result.phase_seconds["memory_wait"] = time.perf_counter() - t
                     self._send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
                     self._expect(child, {"warmed"}, remaining, "warming up (first forward)")
@@ -883,18 +695,18 @@ class Worker:
             compiling.close()
             t = time.perf_counter()
             # The candidate at its device-memory budget plus the worker's own references and copies.
-            with self._device_section(), self._memory_for(state, "section"), self._room_for(state) as big:
+            with self._device_section(), scheduling.admission(self.memory, state.plan, "section"), self._room_for(state) as big:
                 if big:
-                    self._wait_for_free(state.plan.needed_bytes, result)
+                    scheduling.wait_for_free(state.plan.needed_bytes, result, self._children_now)
                 entered = time.perf_counter()
                 result.phase_seconds["device_wait"] = entered - t
                 deadline = time.monotonic() + settings.timeout_s
-                self._pin(child.pid, self.quiet_cores)
-                self._pin(0, self.quiet_cores)
+                scheduling.pin(child.pid, self.quiet_cores)
+                scheduling.pin(0, self.quiet_cores)
                 try:
                     baseline_out = self._run_on_device(child, state, settings, result, deadline, payload)
                 finally:
-                    self._pin(0, self.all_cores)
+                    scheduling.pin(0, self.all_cores)
                     if big:  # its memory is back before its bytes are
                         child.signal_kill()
                         child.process.join(timeout=10)
@@ -1027,23 +839,12 @@ class Worker:
         else:
             result.error_category = ErrorCategory.COMPILE
 
-    def _memory_for(self, state: ProblemState, kind: str) -> contextlib.AbstractContextManager:
-        """Admission by bytes: a warm-up forward, or a device section (the candidate at its budget plus
-        the worker's own buffers); what exceeds the whole budget waits until it can run alone."""
-        if self.memory is None or state.plan is None:
-            return contextlib.nullcontext()
-        return self.memory.hold(state.plan.warm_bytes if kind == "warm" else state.plan.section_bytes)
-
-    def _is_big(self, state: ProblemState) -> bool:
-        return (self.memory is not None and state.plan is not None
-                and state.plan.needed_bytes > BIG_PLAN_FRACTION * self.memory.capacity)
-
     @contextlib.contextmanager
     def _room_for(self, state: ProblemState):
         """A big evaluation gets other problems' references dropped; one that does not fit beside the
         pre-started children (half a GiB of context each, 18 by default) also has them killed, and none
         spawned until it ends (take_child refills the pool gradually). Yields whether the plan is big."""
-        if not self._is_big(state):
+        if not scheduling.is_big(self.memory, state.plan):
             yield False
             return
         drain = state.plan.needed_bytes > self.memory.capacity
@@ -1064,31 +865,6 @@ class Worker:
         finally:
             with self.warm_lock:
                 self.making_room -= drain
-
-    def _wait_for_free(self, nbytes: int, result: EvalResult) -> None:
-        """Wait (bounded) until the device really has `nbytes` free; the budget counts what was admitted,
-        this sees what dying children and the driver have not given back yet."""
-        t = time.perf_counter()
-        free = torch.cuda.mem_get_info()[0]
-        while free < nbytes and time.perf_counter() - t < FREE_WAIT_S:
-            time.sleep(0.05)
-            free = torch.cuda.mem_get_info()[0]
-        result.phase_seconds["free_wait"] = result.phase_seconds.get("free_wait", 0.0) + time.perf_counter() - t
-        if free < nbytes:
-            gc.collect()
-            torch.cuda.empty_cache()
-            free = torch.cuda.mem_get_info()[0]
-        result.versions["device_free_gb"] = f"{free / 2**30:.1f} (wanted {nbytes / 2**30:.1f})"
-        if free < nbytes:
-            print(f"[kbrl-worker] {result.problem_id}: waited {time.perf_counter() - t:.1f} s for {nbytes / 2**30:.1f} GiB free, "
-                  f"{free / 2**30:.1f} free; worker allocated {torch.cuda.memory_allocated() / 2**30:.1f} reserved "
-                  f"{torch.cuda.memory_reserved() / 2**30:.1f} GiB; children running {len(self.running)}, pre-started "
-                  f"{len(self.warm)}, being reaped {self.reaping.qsize()}; largest live tensors {_largest_cuda_tensors()}",
-                  file=sys.stderr, flush=True)
-
-    def _memory_for_sizing(self) -> contextlib.AbstractContextManager:
-        # The footprint is unknown until the reference has run once: size it with the device to itself.
-        return self.memory.hold(self.memory.capacity) if self.memory is not None else contextlib.nullcontext()
 
     def _size(self, state: ProblemState, precision: str) -> None:
         """One reference forward on the device measures the problem; its plan decides buffers and admission."""
@@ -1218,6 +994,10 @@ class Worker:
             fault = outputs.alias_fault(got, state.output_aliases)
             if fault:
                 raise Fault(ErrorCategory.MISMATCH, when + fault, flags)
+
+    def _children_now(self) -> str:
+        return (f"children running {len(self.running)}, pre-started {len(self.warm)}, "
+                f"being reaped {self.reaping.qsize()}")
 
     def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
@@ -1486,7 +1266,7 @@ class Worker:
         problem's timing needs the pairing (see PAIRED_SPREAD); None otherwise or when it cannot start, which
         is ours and leaves the solo baseline in place."""
         if self.device != "cuda" or not pairing_wanted(
-            os.environ.get("KBRL_EVAL_PAIRED", "auto"), self._is_big(state),
+            os.environ.get("KBRL_EVAL_PAIRED", "auto"), scheduling.is_big(self.memory, state.plan),
             state.plan.needed_bytes if state.plan is not None else 0,
             [(base.get("eager_ms"), base.get("eager_spread_ms")), (solo.median_ms, solo.iqr_ms)],
         ):
@@ -1494,7 +1274,7 @@ class Worker:
         workdir = tempfile.mkdtemp(prefix="r-", dir=self.root)
         reference_child = self.take_child()
         reference_child.workdir = workdir
-        self._pin(reference_child.pid, self.quiet_cores)  # where the candidate's child times
+        scheduling.pin(reference_child.pid, self.quiet_cores)  # where the candidate's child times
         try:
             # The problem's own source, its Model under the candidate's name: the child's usual path runs it.
             job = self._job(workdir, payload["problem_source"] + "\n\nModelNew = Model\n", payload["problem_source"],
@@ -1594,25 +1374,6 @@ class Worker:
             # e.g. a CUDA context that could not be created on a crowded device.
             return Fault(ErrorCategory.INFRA, f"the sandbox died while starting: {detail}" + (f" ({key})" if key else ""))
         return Fault(ErrorCategory.CRASH, f"crashed while {phase}: {detail}" + (f" ({key})" if key else ""))
-
-
-def _largest_cuda_tensors(count: int = 4) -> str:
-    """Diagnostics for a wait that found the device short: the biggest CUDA tensors this process still
-    holds and what refers to them."""
-    found = []
-    for obj in gc.get_objects():
-        try:
-            if isinstance(obj, torch.Tensor) and obj.is_cuda:
-                found.append(obj)
-        except Exception:  # noqa: BLE001 - some objects fail isinstance checks
-            continue
-    found.sort(key=lambda t: -t.numel() * t.element_size())
-    described = []
-    for tensor in found[:count]:
-        holders = sorted({type(r).__name__ for r in gc.get_referrers(tensor) if r is not found})[:3]
-        described.append(f"{tuple(tensor.shape)} {tensor.numel() * tensor.element_size() / 2**30:.1f} GiB held by {holders}")
-    del found
-    return "; ".join(described) or "none"
 
 
 def _stderr_key_line(workdir: str) -> str:
