@@ -45,7 +45,10 @@ from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag, tolerance_for
 from kernelbench_rl.evaluation import floor as floors
-from kernelbench_rl.evaluation import scheduling
+from kernelbench_rl.evaluation import faults, scheduling
+from kernelbench_rl.evaluation.faults import (  # noqa: F401 - importable from here as before
+    WITHIN_BUDGET_OOM, WORKER_OOM, Fault, child_oom_fault, oom_not_the_candidates, ran_out_of_device_memory,
+)
 from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable from here as before
     LOADED_CONTEXT_BYTES, QUIET_WAIT_S, WARM_CONTEXT_BYTES, DeviceQueue, MemoryBudget, QuietGate, SharedOrAlone,
 )
@@ -176,14 +179,6 @@ class ProblemState:
         return footprints.Footprint(self.param_bytes, self.input_bytes, self.output_bytes, self.forward_bytes)
 
 
-# torch's message, and the exception's name that the child's short_error and the worker's own OOM verdict carry.
-_DEVICE_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
-# Out of memory that is not the candidate's: the worker's own allocation failed, or the child's failed
-# while the child was within its budget (the device was short, not the kernel greedy).
-WORKER_OOM = "the evaluator's own allocation found the device full"
-WITHIN_BUDGET_OOM = "within its device-memory budget"
-
-
 def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[float | None, float | None]]) -> bool:
     """Whether both sides are timed again side by side (PAIRED_SPREAD): `mode` is KBRL_EVAL_PAIRED (auto,
     always, off); `timings` are (median, IQR) of the solo baseline and the solo candidate, and either
@@ -236,44 +231,6 @@ def host_memory_limit_mb(limit_mb: int, transport: str, tensor_bytes: int) -> fl
     if transport == "ipc":
         return float(limit_mb)
     return float(limit_mb + ((2 * tensor_bytes) >> 20))
-
-
-def ran_out_of_device_memory(result: EvalResult) -> bool:
-    return (result.error_category in (ErrorCategory.RUNTIME, ErrorCategory.CRASH)
-            and any(marker in result.error_message for marker in _DEVICE_OOM_MARKERS))
-
-
-def oom_not_the_candidates(result: EvalResult) -> bool:
-    """An out-of-memory that no allocation of the candidate beyond its budget caused."""
-    return result.error_category == ErrorCategory.RUNTIME and (
-        result.error_message.startswith(WORKER_OOM) or WITHIN_BUDGET_OOM in result.error_message)
-
-
-def child_oom_fault(message: str, oom: dict[str, Any]) -> Fault:
-    """The child's allocation failed: the candidate's fault past its budget, else (maybe) ours."""
-    try:
-        reserved, cap = int(oom.get("reserved", 0)), int(oom.get("cap", 0))
-    except (TypeError, ValueError):
-        reserved, cap = 0, 0
-    requested = footprints.requested_bytes(message)
-    if footprints.over_budget(reserved, requested, cap):
-        return Fault(ErrorCategory.RUNTIME, (
-            f"the kernel's process held {footprints.gib(reserved)} of device memory and asked for "
-            f"{footprints.gib(requested)} more, past its budget of {footprints.gib(cap)} "
-            f"({footprints.CANDIDATE_MEMORY_FACTOR}x the reference's peak plus the harness's own buffers)")[:700])
-    return Fault(ErrorCategory.RUNTIME, (
-        f"out of device memory {WITHIN_BUDGET_OOM} ({footprints.gib(reserved)} held of {footprints.gib(cap)}): "
-        f"{message}")[:700])
-
-
-class Fault(Exception):
-    """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
-
-    def __init__(self, category: ErrorCategory, message: str, flags: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.category = category
-        self.message = message
-        self.flags = flags
 
 
 class Worker:
@@ -724,10 +681,7 @@ class Worker:
             # children that proves nothing, and evaluate() runs the candidate again alone. The candidate's
             # process cannot pass its budget (the child's allocator enforces it), so alone it is ours too.
             result.error_category = ErrorCategory.RUNTIME
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            free, total = torch.cuda.mem_get_info() if self.device == "cuda" else (0, 0)
-            result.error_message = (f"{WORKER_OOM} ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free, the worker holding "
-                                    f"{torch.cuda.memory_reserved() / 2**30:.1f}): OutOfMemoryError: {first_line}")[:500]
+            result.error_message = faults.own_oom_message(exc, self.device)
             # The traceback's frames hold the tensors that filled the device (24 GiB stayed allocated on an
             # H100 after two level-1 OOMs and starved every later evaluation): drop them before releasing.
             traceback.clear_frames(exc.__traceback__)
@@ -969,31 +923,12 @@ class Worker:
         try:
             wire.send_json(child.conn, message)
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            raise self._death(child, phase) from None
+            raise faults.death_fault(child, phase) from None
 
     @staticmethod
     def _fresh_buffers(state: ProblemState) -> bool:
         """The timing buffer plan, the same for the baseline and the candidate."""
         return FRESH_TIMING_BUFFERS and (state.plan.fresh_buffers if state.plan is not None else True)
-
-    @staticmethod
-    def _numerics_unchanged(header: dict[str, Any], result: EvalResult) -> None:
-        changed = header.get("numerics_changed")
-        if isinstance(changed, list) and changed:
-            result.flags.append(Flag.HACK.value)
-            raise Fault(ErrorCategory.RUNTIME, "the kernel changed the numerics settings the reference runs under: "
-                        + ", ".join(map(str, changed))[:300])
-
-    @staticmethod
-    def _aliasing_allowed(reported: Any, state: ProblemState, when: str = "", flags: tuple[str, ...] = ()) -> None:
-        """An output that is an input or a view of one, where the reference returns a new tensor, is a mismatch
-        whatever its values (returning the input is right wherever the operation leaves the inputs unchanged)."""
-        for got in reported if isinstance(reported, list) else [reported]:
-            if not outputs.well_formed_aliases(got):
-                raise Fault(ErrorCategory.RUNTIME, "the kernel's process reported malformed output aliasing")
-            fault = outputs.alias_fault(got, state.output_aliases)
-            if fault:
-                raise Fault(ErrorCategory.MISMATCH, when + fault, flags)
 
     def _children_now(self) -> str:
         return (f"children running {len(self.running)}, pre-started {len(self.warm)}, "
@@ -1040,8 +975,8 @@ class Worker:
             self._send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
                                "return_inputs": check_inputs}, "running forward")
             header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
-            self._numerics_unchanged(header, result)
-            self._aliasing_allowed([header.get("aliases")], state)
+            faults.numerics_unchanged(header, result)
+            faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
             received = self._receive(child, header, reference, state.input_bytes)
             parts["correctness_child"] += time.perf_counter() - mark
             mark = time.perf_counter()
@@ -1235,7 +1170,7 @@ class Worker:
         self._send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
                            "fresh_buffers": self._fresh_buffers(state)}, "timing")
         header = self._expect(child, {"timed"}, deadline - time.monotonic(), "timing")
-        self._numerics_unchanged(header, result)
+        faults.numerics_unchanged(header, result)
         times = header.get("times_ms")
         if not (isinstance(times, list) and len(times) == len(seeds) and all(isinstance(x, (int, float)) for x in times)):
             raise Fault(ErrorCategory.RUNTIME, "the timing run returned malformed figures")
@@ -1243,7 +1178,7 @@ class Worker:
             result.flags.append(Flag.HACK.value)
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
         # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
-        self._aliasing_allowed(header.get("aliases"), state, "during timing, ", (Flag.HACK.value,))
+        faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
         kept = self._receive(child, header, None, 0)
         if diagnostics is not None and isinstance(header.get("diagnostics"), dict):
             diagnostics.append(header["diagnostics"])
@@ -1315,7 +1250,7 @@ class Worker:
         except wire.ProtocolError as exc:
             raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent malformed results ({exc})") from None
         except (EOFError, OSError):
-            raise self._death(child, "sending results") from None
+            raise faults.death_fault(child, "sending results") from None
 
     def _expect(self, child: Child, events: set[str], timeout_s: float, phase: str) -> dict[str, Any]:
         """Wait for the next message, enforcing the deadline and the memory limit by killing."""
@@ -1329,12 +1264,12 @@ class Worker:
             try:
                 ready = child.conn.poll(min(0.25, remaining))
             except (EOFError, OSError):
-                raise self._death(child, phase) from None
+                raise faults.death_fault(child, phase) from None
             if ready:
                 try:
                     message = wire.recv_json(child.conn)
                 except (EOFError, OSError):
-                    raise self._death(child, phase) from None
+                    raise faults.death_fault(child, phase) from None
                 except wire.ProtocolError as exc:
                     raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent a malformed message ({exc})") from None
                 event = message.get("event")
@@ -1354,43 +1289,6 @@ class Worker:
             if limit_mb and child.rss_mb() > limit_mb:
                 child.kill()
                 raise Fault(ErrorCategory.CRASH, f"used more than {limit_mb:.0f} MB of host memory while {phase}")
-
-    def _death(self, child: Child, phase: str) -> Fault:
-        child.process.join(timeout=5)
-        code = child.process.exitcode
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            detail = f"the process was killed by {name}"
-        elif code is None:
-            detail = "the process stopped answering"
-        else:
-            detail = f"the process exited with status {code}"
-        key = _stderr_key_line(child.workdir)
-        if phase == "starting the sandbox":
-            # No candidate code has run yet (it is imported after "started"): a child lost here is ours,
-            # e.g. a CUDA context that could not be created on a crowded device.
-            return Fault(ErrorCategory.INFRA, f"the sandbox died while starting: {detail}" + (f" ({key})" if key else ""))
-        return Fault(ErrorCategory.CRASH, f"crashed while {phase}: {detail}" + (f" ({key})" if key else ""))
-
-
-def _stderr_key_line(workdir: str) -> str:
-    """The telling line of a dead child's stderr (faulthandler's 'Fatal Python error: ...')."""
-    if not workdir:
-        return ""
-    try:
-        with open(os.path.join(workdir, "stderr.txt"), "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 8192))
-            tail = handle.read().decode(errors="replace").splitlines()
-    except OSError:
-        return ""
-    for line in tail:
-        if line.startswith("Fatal Python error") or "CUDA error" in line or "Killed" in line:
-            return line.strip()[:200]
-    return ""
 
 
 def _triton_version() -> str:
