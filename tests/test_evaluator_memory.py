@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import checks, memory, timing
+from kernelbench_rl.evaluation import checks, children, memory, timing
 from kernelbench_rl.evaluation.memory import GIB, MIB, Footprint
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import kernels
@@ -137,7 +137,7 @@ def _fake_cuda_worker(outcomes: list[EvalResult]) -> Worker:
     worker = Worker.__new__(Worker)
     worker.device = "cuda"
     worker.residency = SharedOrAlone()
-    worker.reaping = SimpleNamespace(join=lambda: None)
+    worker.children = SimpleNamespace(reaping=SimpleNamespace(join=lambda: None))
     calls = iter(outcomes)
     worker._evaluate_once = lambda payload, received_at=None: (next(calls), None)
     return worker
@@ -289,12 +289,11 @@ def test_a_dead_child_before_start_is_infra_and_after_import_a_crash():
     child_end.close()
     parent.close()
     child = SimpleNamespace(conn=parent, process=process, workdir="")
-    worker = Worker.__new__(Worker)
     with pytest.raises(Fault) as early:
-        worker._send(child, {"cmd": "job"}, "starting the sandbox")
+        children.send(child, {"cmd": "job"}, "starting the sandbox")
     assert early.value.category == ErrorCategory.INFRA
     with pytest.raises(Fault) as late:
-        worker._send(child, {"cmd": "check"}, "running forward")
+        children.send(child, {"cmd": "check"}, "running forward")
     assert late.value.category == ErrorCategory.CRASH and "exited with status 0" in late.value.message
 
 

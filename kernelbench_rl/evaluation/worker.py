@@ -22,7 +22,6 @@ import json
 import multiprocessing
 import os
 import platform
-import queue
 import random
 import secrets
 import shutil
@@ -42,10 +41,12 @@ from kernelbench_rl.evaluation import (
     candidate_class, checks, discrimination, kernels, numerics, outputs, runtime, sandbox, tempdirs, timing, wire,
 )
 from kernelbench_rl.evaluation import memory as footprints
-from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag, tolerance_for
 from kernelbench_rl.evaluation import floor as floors
-from kernelbench_rl.evaluation import faults, scheduling
+from kernelbench_rl.evaluation import children, faults, scheduling
+from kernelbench_rl.evaluation.children import (  # noqa: F401 - importable from here as before
+    START_TIMEOUT_S, Child, ChildPool, WorkerStopping, _process_state, host_memory_limit_mb, stopped,
+)
 from kernelbench_rl.evaluation.faults import (  # noqa: F401 - importable from here as before
     WITHIN_BUDGET_OOM, WORKER_OOM, Fault, child_oom_fault, oom_not_the_candidates, ran_out_of_device_memory,
 )
@@ -59,7 +60,6 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOW_KERNEL_SHARE = 0.5
 TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
 HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
-START_TIMEOUT_S = 60.0
 # Once told to stop (or orphaned), the worker has this long to wind down before it kills what it knows of and
 # exits regardless: nothing it could still finish has anyone waiting for it.
 STOP_GRACE_S = float(os.environ.get("KBRL_EVAL_STOP_GRACE_S", "15"))
@@ -90,58 +90,6 @@ class WorkerConfig:
     same_uid: bool = False  # this worker already runs as the children's unprivileged uid (see main)
     ref_cache_bytes: int = 2 << 30
     nvcc: str = "nvcc"
-
-
-class ChildGone(Exception):
-    """The child died or stopped answering."""
-
-
-class WorkerStopping(Exception):
-    """The orchestrator is gone; no new child may start."""
-
-
-class Child:
-    """One forked sandbox process and its message pipe."""
-
-    def __init__(self, ctx: Any, device: str) -> None:
-        self.conn, child_conn = ctx.Pipe(duplex=True)
-        self.started_at = time.perf_counter()
-        self.rss_limit_mb: float | None = None
-        self.workdir = ""
-        self.process = ctx.Process(target=child_main, args=(child_conn, device), daemon=False)
-        self.process.start()
-        child_conn.close()
-        self.spawn_s = time.perf_counter() - self.started_at
-
-    @property
-    def pid(self) -> int:
-        return int(self.process.pid)
-
-    def kill(self) -> None:
-        self.signal_kill()
-        self.reap()
-
-    def signal_kill(self) -> None:
-        for kill in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
-            try:
-                kill()
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
-
-    def reap(self) -> None:
-        """Wait for a killed child to exit (a CUDA context takes ~0.1 s to tear down) and close its pipe."""
-        self.process.join(timeout=5)
-        self.conn.close()
-
-    def rss_mb(self) -> float:
-        try:
-            with open(f"/proc/{self.pid}/status") as handle:
-                for line in handle:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) / 1024.0
-        except (OSError, ValueError):
-            pass
-        return 0.0
 
 
 @dataclass
@@ -191,48 +139,6 @@ def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[
     return any(median and spread is not None and spread > PAIRED_SPREAD * float(median) for median, spread in timings)
 
 
-@contextlib.contextmanager
-def stopped(pid: int, settle_s: float = 0.05):
-    """The process group `pid` leads (or the process alone) stopped by SIGSTOP for the block, continued after.
-    Waits up to `settle_s` until the kernel reports it stopped."""
-    send = None
-    for candidate in (lambda sig: os.killpg(pid, sig), lambda sig: os.kill(pid, sig)):
-        try:
-            candidate(signal.SIGSTOP)
-            send = candidate
-            break
-        except OSError:
-            continue
-    try:
-        until = time.monotonic() + settle_s
-        while send is not None and time.monotonic() < until and _process_state(pid) not in ("T", "t", "", "Z", "X"):
-            time.sleep(0.001)
-        yield
-    finally:
-        if send is not None:
-            try:
-                send(signal.SIGCONT)
-            except OSError:
-                pass
-
-
-def _process_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-def host_memory_limit_mb(limit_mb: int, transport: str, tensor_bytes: int) -> float:
-    """Resident host memory a GPU child may hold before it is killed (its address space cannot be capped:
-    the CUDA driver maps far more than it uses). Over CUDA IPC tensors never touch host memory, so the
-    sandbox's limit stands as set; through files or the pipe, room for two copies of them is added."""
-    if transport == "ipc":
-        return float(limit_mb)
-    return float(limit_mb + ((2 * tensor_bytes) >> 20))
-
-
 class Worker:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
@@ -265,17 +171,9 @@ class Worker:
         os.environ.setdefault("TRITON_INTERPRET", "1" if self.device == "cpu" else "0")
         if self.device == "cpu":
             os.environ["TRITON_INTERPRET"] = "1"
-        self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child"])
-        # Killed children are reaped and their directories removed off the evaluation's path: the result
-        # goes back while the driver tears the CUDA context down.
-        self.reaping: queue.Queue[tuple[Child | None, str]] = queue.Queue()
-        self.reaper = threading.Thread(target=self._reap_loop, daemon=True, name="kbrl-reaper")
-        self.reaper.start()
-        self.warm: collections.deque[Child] = collections.deque()
-        self.warm_lock = threading.Lock()
-        self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
-        self.stopping = False
+        # Cores kept for the device section's holder; compiling children get the others.
+        self.all_cores, self.quiet_cores, self.busy_cores = scheduling.core_split(self.device)
+        self.children = ChildPool(self.device, config.warm_children, self.busy_cores)
         self.versions = {
             "torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version(),
             "cuda": str(torch.version.cuda or ""),
@@ -296,7 +194,6 @@ class Worker:
         self.versions["numerics"] = numerics.describe()
         self.memory: MemoryBudget | None = None
         self.alone_capacity = 0
-        self.making_room = 0  # big evaluations under way: no pre-started child is spawned meanwhile
         self.total_memory = 0
         self.l2_bytes = 0
         if self.device == "cuda":
@@ -305,16 +202,13 @@ class Worker:
             self.memory, self.alone_capacity = scheduling.device_budgets(
                 free, self.in_flight, config.warm_children, config.ref_cache_bytes)
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
-        # Cores kept for the device section's holder; compiling children get the others.
-        self.all_cores, self.quiet_cores, self.busy_cores = scheduling.core_split(self.device)
         if self.device == "cuda":
             self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda")
-        for _ in range(max(0, config.warm_children)):
-            self.warm.append(Child(self.ctx, self.device))
+        self.children.prestart()
 
     def _ipc_selftest(self) -> str:
         """Can this worker open CUDA IPC handles from a confined child? ('ok' or why not)."""
-        child = Child(self.ctx, self.device)
+        child = Child(self.children.ctx, self.device)
         try:
             drop = self.drop_uid
             wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop, "landlock": self.config.landlock,
@@ -333,79 +227,17 @@ class Worker:
         finally:
             child.kill()
 
-    # -- children --------------------------------------------------------------------------
+    # -- children (children.py) ------------------------------------------------------------
     def take_child(self) -> Child:
-        with self.warm_lock:
-            if self.stopping:
-                # The orchestrator is gone: a child started now would run its candidate with nobody to stop it
-                # (kill_running_children has already swept `running`).
-                raise WorkerStopping("the evaluation worker is stopping")
-            child = None
-            while self.warm:
-                candidate = self.warm.popleft()
-                if candidate.process.is_alive():
-                    child = candidate
-                    break
-                candidate.kill()
-            if child is None:
-                child = self._spawn()
-            # One replacement per child taken, and one more while the pool is short (after a big evaluation
-            # drained it): a burst of 18 CUDA start-ups slowed every start and build beside it to seconds.
-            if not self.making_room:
-                for _ in range(min(2, self.config.warm_children - len(self.warm))):
-                    self.warm.append(self._spawn())
-            self.running.add(child)
-        scheduling.pin(child.pid, self.busy_cores)
-        return child
-
-    def _spawn(self) -> Child:
-        try:
-            return Child(self.ctx, self.device)
-        except (EOFError, OSError, ConnectionError):
-            # The forkserver is gone (a candidate may have broken it before its fds were closed): restart it.
-            from multiprocessing import forkserver
-
-            stop = getattr(forkserver._forkserver, "_stop", None)
-            if stop is not None:
-                try:
-                    stop()
-                except Exception:  # noqa: BLE001
-                    pass
-            return Child(self.ctx, self.device)
-
-    def _retire(self, child: Child, workdir: str) -> None:
-        """Kill a child that served a job; the reaper waits for it and removes its directory off this path."""
-        child.signal_kill()
-        with self.warm_lock:
-            self.running.discard(child)
-        self.reaping.put((child, workdir))
+        """A pre-started child for a job; WorkerStopping once the orchestrator is gone."""
+        return self.children.take()
 
     def kill_running_children(self) -> None:
-        with self.warm_lock:
-            # Set under the lock take_child holds: every child is either in `running` now or never started.
-            self.stopping = True  # what the killed children's evaluations conclude is not a verdict
-            running = list(self.running)
-        for child in running:
-            child.kill()
-
-    def _reap_loop(self) -> None:
-        while True:
-            child, workdir = self.reaping.get()
-            try:
-                if child is not None:
-                    child.reap()
-                if workdir:
-                    shutil.rmtree(workdir, ignore_errors=True)
-            except Exception:  # noqa: BLE001 - a failed clean-up must not stop the reaper
-                traceback.print_exc(file=sys.stderr)
-            finally:
-                self.reaping.task_done()
+        """The orchestrator is gone: kill the children serving jobs, and start none from now on."""
+        self.children.kill_running()
 
     def shutdown(self) -> None:
-        with self.warm_lock:
-            while self.warm:
-                self.warm.popleft().kill()
-        self.reaping.join()  # every killed child reaped before the directories go
+        self.children.shutdown()
         shutil.rmtree(self.root, ignore_errors=True)
         home = os.environ.get("HOME", "")
         if self.config.same_uid and os.path.basename(home).startswith("kbrl-worker-home-"):
@@ -537,7 +369,7 @@ class Worker:
         t = time.perf_counter()
         with self.residency.alone():
             waited = time.perf_counter() - t
-            self.reaping.join()  # the killed children (the hoarder among them) have let go of the device
+            self.children.reaping.join()  # the killed children (the hoarder among them) have let go of the device
             torch.cuda.empty_cache()
             result, baseline = self._evaluate_once(payload, None)
         result.phase_seconds["alone_wait"] = waited
@@ -581,7 +413,7 @@ class Worker:
                     if self._unsized(state, settings.precision):
                         with self._device_section(DeviceQueue.URGENT), scheduling.sizing_admission(self.memory):
                             if self.memory is not None:
-                                scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self._children_now)
+                                scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self.children.describe)
                             result.phase_seconds["reference_wait"] = time.perf_counter() - t
                             with state.lock:
                                 if not state.sized:
@@ -612,9 +444,9 @@ class Worker:
             t = time.perf_counter()
             compiling.enter_context(self.compile_slots)
             result.phase_seconds["compile_wait"] = time.perf_counter() - t
-            self._send(child, job, "starting the sandbox")
+            children.send(child, job, "starting the sandbox")
             t = time.perf_counter()
-            started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
+            started = children.expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
             if started.get("numerics") is not None and dict(started["numerics"]) != numerics.snapshot():
                 raise Fault(ErrorCategory.INFRA, "the sandbox's numerics settings differ from the reference's: "
                             f"{numerics.describe(dict(started['numerics']))}")
@@ -623,7 +455,7 @@ class Worker:
             if self.device == "cuda":
                 result.versions["profiler_warmup"] = str(started.get("profiler_warmup", ""))
             result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
-            loaded = self._expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
+            loaded = children.expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
             result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
             if build_key:
                 result.versions["build_cache"] = self._save_build(workdir, build_key)
@@ -636,8 +468,8 @@ class Worker:
             t = time.perf_counter()
             deadline = time.monotonic() + settings.timeout_s
             with self.quiet_gate.noisy():  # parameter init launches GPU work: not beside a timed trial
-                self._send(child, {"cmd": "build", "seed": state.init_seed}, "building ModelNew")
-                self._expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
+                children.send(child, {"cmd": "build", "seed": state.init_seed}, "building ModelNew")
+                children.expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
             result.phase_seconds["build"] = time.perf_counter() - t
             if self.config.prewarm:
                 # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
@@ -646,15 +478,15 @@ class Worker:
                 remaining = deadline - time.monotonic()  # waiting for memory is not the candidate's time
                 with scheduling.admission(self.memory, state.plan, "warm"), self.quiet_gate.noisy():
                     result.phase_seconds["memory_wait"] = time.perf_counter() - t
-                    self._send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
-                    self._expect(child, {"warmed"}, remaining, "warming up (first forward)")
+                    children.send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
+                    children.expect(child, {"warmed"}, remaining, "warming up (first forward)")
                 result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
             compiling.close()
             t = time.perf_counter()
             # The candidate at its device-memory budget plus the worker's own references and copies.
             with self._device_section(), scheduling.admission(self.memory, state.plan, "section"), self._room_for(state) as big:
                 if big:
-                    scheduling.wait_for_free(state.plan.needed_bytes, result, self._children_now)
+                    scheduling.wait_for_free(state.plan.needed_bytes, result, self.children.describe)
                 entered = time.perf_counter()
                 result.phase_seconds["device_wait"] = entered - t
                 deadline = time.monotonic() + settings.timeout_s
@@ -697,9 +529,9 @@ class Worker:
             compiling.close()
             t = time.perf_counter()
             if child is not None:
-                self._retire(child, workdir)
+                self.children.retire(child, workdir)
             elif workdir:
-                self.reaping.put((None, workdir))
+                self.children.reap_later(None, workdir)
             result.phase_seconds["teardown"] = time.perf_counter() - t
         if result.error_category != ErrorCategory.OK:
             result.correct = False
@@ -802,23 +634,15 @@ class Worker:
             yield False
             return
         drain = state.plan.needed_bytes > self.memory.capacity
-        with self.warm_lock:
-            self.making_room += drain
-            drained = list(self.warm) if drain else []
-            if drain:
-                self.warm.clear()
-        for child in drained:
-            child.signal_kill()
-            self.reaping.put((child, ""))
+        self.children.drain(drain)
         self._trim_resident(keep=state)
         if drain:
-            self.reaping.join()
+            self.children.reaping.join()
         self._release_worker_memory(force=True)
         try:
             yield True
         finally:
-            with self.warm_lock:
-                self.making_room -= drain
+            self.children.undrain(drain)
 
     def _size(self, state: ProblemState, precision: str) -> None:
         """One reference forward on the device measures the problem; its plan decides buffers and admission."""
@@ -918,21 +742,10 @@ class Worker:
             finally:
                 state.lock.release()
 
-    def _send(self, child: Child, message: dict[str, Any], phase: str) -> None:
-        """A command to the child; a child that died meanwhile is a verdict on how it died, not our error."""
-        try:
-            wire.send_json(child.conn, message)
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            raise faults.death_fault(child, phase) from None
-
     @staticmethod
     def _fresh_buffers(state: ProblemState) -> bool:
         """The timing buffer plan, the same for the baseline and the candidate."""
         return FRESH_TIMING_BUFFERS and (state.plan.fresh_buffers if state.plan is not None else True)
-
-    def _children_now(self) -> str:
-        return (f"children running {len(self.running)}, pre-started {len(self.warm)}, "
-                f"being reaped {self.reaping.qsize()}")
 
     def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
@@ -972,12 +785,12 @@ class Worker:
                       else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
             # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
             check_inputs = position == 0 and not state.mutates_inputs
-            self._send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
+            children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
                                "return_inputs": check_inputs}, "running forward")
-            header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
+            header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
             faults.numerics_unchanged(header, result)
             faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
-            received = self._receive(child, header, reference, state.input_bytes)
+            received = children.receive(child, header, reference, state.input_bytes, self.transport)
             parts["correctness_child"] += time.perf_counter() - mark
             mark = time.perf_counter()
             if isinstance(header.get("seconds"), (int, float)):
@@ -1013,7 +826,7 @@ class Worker:
             if not any(kernels.is_own_kernel(name, names) for name, count in cpu_launches.items() if count > 0):
                 result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
         if self.device != "cuda":
-            self._send(child, {"cmd": "exit"}, "exiting")
+            children.send(child, {"cmd": "exit"}, "exiting")
             return None
         return self._time_on_device(child, state, settings, result, deadline, payload)
 
@@ -1072,7 +885,7 @@ class Worker:
                                             f"timing the reference beside the kernel failed: {fault.message}") from None
                 calm = calm and calm_paired
             finally:
-                self._retire(reference_child, reference_child.workdir)
+                self.children.retire(reference_child, reference_child.workdir)
             times = [by_index[i] for i in range(len(seeds))]
         if not calm:
             result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
@@ -1103,9 +916,9 @@ class Worker:
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
             host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
             with self.quiet_gate.quiet():
-                self._send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": self._fresh_buffers(state)},
+                children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": self._fresh_buffers(state)},
                            "re-timing on the host clock")
-                host = self._expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
+                host = children.expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
                 candidate_host = float(host.get("median_ms") or 0.0)
                 # As for the first baseline: a thread of the candidate's own must not load the device meanwhile.
                 with stopped(child.pid) if precision not in state.host_baselines else contextlib.nullcontext():
@@ -1116,8 +929,8 @@ class Worker:
                 if host_speedup >= HOST_CONFIRM_FRACTION * result.speedup:
                     result.flags.append(Flag.REVERIFIED.value)
         t = time.perf_counter()
-        self._send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
-        profiled = self._expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
+        children.send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
+        profiled = children.expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
         result.phase_seconds["profile"] = time.perf_counter() - t
         if isinstance(profiled.get("kernels"), list):
             names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
@@ -1167,9 +980,9 @@ class Worker:
         """The candidate's timed trials on `seeds`; the outputs of the trials at positions `verify` are checked
         against the reference. `indices` number the trials in messages (default: their positions); the child's
         timing diagnostics are appended to `diagnostics`."""
-        self._send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
+        children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
                            "fresh_buffers": self._fresh_buffers(state)}, "timing")
-        header = self._expect(child, {"timed"}, deadline - time.monotonic(), "timing")
+        header = children.expect(child, {"timed"}, deadline - time.monotonic(), "timing")
         faults.numerics_unchanged(header, result)
         times = header.get("times_ms")
         if not (isinstance(times, list) and len(times) == len(seeds) and all(isinstance(x, (int, float)) for x in times)):
@@ -1179,7 +992,7 @@ class Worker:
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
         # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
         faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
-        kept = self._receive(child, header, None, 0)
+        kept = children.receive(child, header, None, 0, self.transport)
         if diagnostics is not None and isinstance(header.get("diagnostics"), dict):
             diagnostics.append(header["diagnostics"])
         for position in verify:
@@ -1214,24 +1027,24 @@ class Worker:
             # The problem's own source, its Model under the candidate's name: the child's usual path runs it.
             job = self._job(workdir, payload["problem_source"] + "\n\nModelNew = Model\n", payload["problem_source"],
                             settings, state)
-            self._send(reference_child, job, "starting the reference's sandbox")
-            self._expect(reference_child, {"started"}, START_TIMEOUT_S, "starting the reference's sandbox")
-            self._expect(reference_child, {"loaded"}, deadline - time.monotonic(), "importing the reference")
-            self._send(reference_child, {"cmd": "build", "seed": state.init_seed}, "building the reference")
-            self._expect(reference_child, {"built"}, deadline - time.monotonic(), "building the reference")
+            children.send(reference_child, job, "starting the reference's sandbox")
+            children.expect(reference_child, {"started"}, START_TIMEOUT_S, "starting the reference's sandbox")
+            children.expect(reference_child, {"loaded"}, deadline - time.monotonic(), "importing the reference")
+            children.send(reference_child, {"cmd": "build", "seed": state.init_seed}, "building the reference")
+            children.expect(reference_child, {"built"}, deadline - time.monotonic(), "building the reference")
             return reference_child
         except Exception as exc:  # noqa: BLE001 - ours (a Fault from its child, or an OSError): time solo
             result.versions["timing_pairing_failed"] = (exc.message if isinstance(exc, Fault) else repr(exc))[:200]
-        self._retire(reference_child, workdir)
+        self.children.retire(reference_child, workdir)
         return None
 
     def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
                               deadline: float, diagnostics: list[dict]) -> list[float]:
         seeds = [secrets.randbits(31) for _ in indices]
-        self._send(reference_child, {"cmd": "time", "seeds": seeds, "verify": [], "warmup": warmup,
+        children.send(reference_child, {"cmd": "time", "seeds": seeds, "verify": [], "warmup": warmup,
                                      "fresh_buffers": self._fresh_buffers(state)}, "timing the reference")
-        header = self._expect(reference_child, {"timed"}, deadline - time.monotonic(), "timing the reference")
-        self._receive(reference_child, header, None, 0)
+        header = children.expect(reference_child, {"timed"}, deadline - time.monotonic(), "timing the reference")
+        children.receive(reference_child, header, None, 0, self.transport)
         times = header.get("times_ms")
         if not (isinstance(times, list) and len(times) == len(seeds)):
             raise Fault(ErrorCategory.INFRA, "the reference's timing run returned malformed figures")
@@ -1239,56 +1052,6 @@ class Worker:
             diagnostics.append(header["diagnostics"])
         return [float(x) for x in times]
 
-    def _receive(self, child: Child, header: dict[str, Any], reference: list[torch.Tensor] | None,
-                 input_bytes: int) -> dict[str, list[torch.Tensor]]:
-        limit = 64 << 30
-        if reference is not None:
-            limit = 4 * sum(r.numel() * r.element_size() for r in reference) + 2 * input_bytes + (256 << 20)
-        try:
-            return wire.receive_tensors(child.conn, header, limit, child.workdir if self.transport == "file" else None,
-                                        snapshot_ipc_max_bytes=footprints.SNAPSHOT_MAX_BYTES)
-        except wire.ProtocolError as exc:
-            raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent malformed results ({exc})") from None
-        except (EOFError, OSError):
-            raise faults.death_fault(child, "sending results") from None
-
-    def _expect(self, child: Child, events: set[str], timeout_s: float, phase: str) -> dict[str, Any]:
-        """Wait for the next message, enforcing the deadline and the memory limit by killing."""
-        deadline = time.monotonic() + max(0.0, timeout_s)
-        limit_mb = child.rss_limit_mb or float(os.environ.get("KBRL_EVAL_RSS_LIMIT_MB", "0")) or None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                child.kill()
-                raise Fault(ErrorCategory.TIMEOUT, f"timed out after {timeout_s:.0f} s while {phase}")
-            try:
-                ready = child.conn.poll(min(0.25, remaining))
-            except (EOFError, OSError):
-                raise faults.death_fault(child, phase) from None
-            if ready:
-                try:
-                    message = wire.recv_json(child.conn)
-                except (EOFError, OSError):
-                    raise faults.death_fault(child, phase) from None
-                except wire.ProtocolError as exc:
-                    raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent a malformed message ({exc})") from None
-                event = message.get("event")
-                if event in events:
-                    return message
-                if event == "error":
-                    category = str(message.get("category", "runtime"))
-                    text = str(message.get("message", ""))[:700]
-                    if isinstance(message.get("device_oom"), dict):
-                        raise child_oom_fault(text, message["device_oom"])
-                    if category == "infra" and phase == "starting the sandbox":
-                        # Before the candidate's code was imported: the sandbox itself could not start.
-                        raise Fault(ErrorCategory.INFRA, f"the sandbox could not start: {text}"[:500])
-                    category = category if category in ("compile", "runtime", "unsupported") else "runtime"
-                    raise Fault(ErrorCategory(category), text, (Flag.HACK.value,) if message.get("hack") is True else ())
-                raise Fault(ErrorCategory.RUNTIME, f"unexpected message {event!r} while {phase}")
-            if limit_mb and child.rss_mb() > limit_mb:
-                child.kill()
-                raise Fault(ErrorCategory.CRASH, f"used more than {limit_mb:.0f} MB of host memory while {phase}")
 
 
 def _triton_version() -> str:
@@ -1463,7 +1226,7 @@ def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = No
     tag = message.get("id")
     try:
         result, baseline = worker.evaluate(message["request"], received_at)
-        if worker.stopping:  # its child was killed because the worker is stopping, not for anything it did
+        if worker.children.stopping:  # its child was killed because the worker is stopping, not for anything it did
             emit({"id": tag, "error": "the evaluation worker stopped before this evaluation finished"})
             return
         emit({"id": tag, "result": result.to_dict(), "baseline": baseline})
@@ -1583,11 +1346,11 @@ def _abandon(worker: Worker) -> None:
         pass  # no log to write to: still kill and exit
     for _ in range(3):  # the collections may change under us: no lock is taken here, as one may be what hangs
         try:
-            children = [*worker.running, *worker.warm]
+            known = [*worker.children.running, *worker.children.warm]
             break
         except RuntimeError:
-            children = []
-    for child in children:
+            known = []
+    for child in known:
         child.signal_kill()
     shutil.rmtree(worker.root, ignore_errors=True)
     os._exit(0)
