@@ -14,10 +14,8 @@ Imports only torch, triton, numpy and the standard library.
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import faulthandler
-import gc
 import json
 import multiprocessing
 import os
@@ -32,18 +30,21 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from kernelbench_rl.evaluation import (
-    candidate_class, checks, discrimination, kernels, numerics, outputs, runtime, sandbox, tempdirs, timing, wire,
+    candidate_class, checks, discrimination, kernels, numerics, runtime, sandbox, tempdirs, timing, wire,
 )
 from kernelbench_rl.evaluation import memory as footprints
-from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag, tolerance_for
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import floor as floors
 from kernelbench_rl.evaluation import children, faults, scheduling
+from kernelbench_rl.evaluation.reference_cache import (  # noqa: F401 - importable from here as before
+    FRESH_TIMING_BUFFERS, SEED_POOL_SIZE, ProblemState, ReferenceCache,
+)
 from kernelbench_rl.evaluation.children import (  # noqa: F401 - importable from here as before
     START_TIMEOUT_S, Child, ChildPool, WorkerStopping, _process_state, host_memory_limit_mb, stopped,
 )
@@ -54,7 +55,6 @@ from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable fr
     LOADED_CONTEXT_BYTES, QUIET_WAIT_S, WARM_CONTEXT_BYTES, DeviceQueue, MemoryBudget, QuietGate, SharedOrAlone,
 )
 
-SEED_POOL_SIZE = 16
 # Children may read our package (they run its code), never the rest of the checkout around it.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOW_KERNEL_SHARE = 0.5
@@ -72,9 +72,9 @@ PAIRED_SPREAD = 0.05
 PAIRED_BLOCKS = 5
 PAIRED_MAX_BYTES = 4 << 30  # the reference's child sits beside the candidate's: small problems only
 # Diagnostics for showing that one defence holds alone (bench/floor_check.py): "0" turns off the check of timed
-# calls' outputs, or fresh input buffers for every timed call. Never off in a real evaluation.
+# calls' outputs (and reference_cache.FRESH_TIMING_BUFFERS fresh input buffers for every timed call). Never off
+# in a real evaluation.
 VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
-FRESH_TIMING_BUFFERS = os.environ.get("KBRL_EVAL_FRESH_BUFFERS", "1") != "0"
 
 
 @dataclass
@@ -90,41 +90,6 @@ class WorkerConfig:
     same_uid: bool = False  # this worker already runs as the children's unprivileged uid (see main)
     ref_cache_bytes: int = 2 << 30
     nvcc: str = "nvcc"
-
-
-@dataclass
-class ProblemState:
-    problem_id: str
-    module: Any
-    init_seed: int
-    seed_pool: list[int]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    # Held by the request that sizes the problem (first reference on the device): the others wait here,
-    # not in the device queue, and find it done.
-    sizing: threading.Lock = field(default_factory=threading.Lock)
-    models: dict[str, torch.nn.Module] = field(default_factory=dict)
-    refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed, variant) -> outputs
-    # Per precision: which trivial candidates pass the problem's own inputs, and the widened inputs chosen.
-    discriminations: dict[str, discrimination.Discrimination] = field(default_factory=dict)
-    baselines: dict[str, dict[str, float]] = field(default_factory=dict)
-    host_baselines: dict[str, float] = field(default_factory=dict)
-    mutates_inputs: bool = False
-    # Per output, the input the reference returns itself or a view of (None: a new tensor); learnt with the above.
-    output_aliases: list[int | None] = field(default_factory=list)
-    input_bytes: int = 0
-    output_bytes: int = 0
-    param_bytes: int = 0
-    forward_bytes: int = 0  # allocation peak of one reference forward beyond parameters and inputs
-    sized: bool = False
-    plan: footprints.MemoryPlan | None = None  # on the GPU, from the sizing run
-    too_large: str = ""  # why no evaluation of this problem fits this device ('' when it does)
-    floors: dict[str, Any] = field(default_factory=dict)  # precision -> its physical floor on this GPU, or why none
-    suite: str = "kernelbench"  # whose tolerance judges its floating outputs (result.tolerance_for)
-    index_outputs: checks.IndexOutputs = field(default_factory=dict)  # tie-tolerant index outputs it declares
-    last_used: float = 0.0
-
-    def footprint(self) -> footprints.Footprint:
-        return footprints.Footprint(self.param_bytes, self.input_bytes, self.output_bytes, self.forward_bytes)
 
 
 def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[float | None, float | None]]) -> bool:
@@ -153,11 +118,8 @@ class Worker:
         # compile slot, so the CPU keeps compiling and a hang starts its timeout early instead of after
         # everything submitted before it.
         self.compile_slots = threading.Semaphore(max(1, config.parallel))
-        self.rng_lock = threading.RLock()
-        self.problems: dict[str, ProblemState] = {}
-        self.problems_lock = threading.Lock()
-        self.ref_bytes = 0
         self.clock = timing.Clock.capture() if self.device == "cuda" else None
+        self.references = ReferenceCache(self.device, self.root, config.ref_cache_bytes, self.clock)
         self.arch = ""
         if self.device == "cuda":
             if not torch.cuda.is_available():
@@ -243,116 +205,6 @@ class Worker:
         if self.config.same_uid and os.path.basename(home).startswith("kbrl-worker-home-"):
             shutil.rmtree(home, ignore_errors=True)
 
-    # -- problems and references -----------------------------------------------------------
-    def problem_state(self, problem_id: str, source: str, suite: str = "kernelbench") -> ProblemState:
-        key = f"{problem_id}:{suite}:{hash(source)}"
-        with self.problems_lock:
-            state = self.problems.get(key)
-            if state is None:
-                path = os.path.join(self.root, f"problem_{len(self.problems)}.py")
-                with open(path, "w") as handle:
-                    handle.write(source)
-                module = runtime.load_module_from_file(path, f"kbrl_reference_{len(self.problems)}")
-                state = ProblemState(
-                    problem_id=problem_id, module=module, init_seed=secrets.randbits(31),
-                    seed_pool=[secrets.randbits(31) for _ in range(SEED_POOL_SIZE)], suite=suite,
-                    index_outputs=checks.declared_index_outputs(getattr(module, checks.INDEX_OUTPUTS_NAME, None)),
-                )
-                self.problems[key] = state
-        return state
-
-    def reference_model(self, state: ProblemState, precision: str) -> torch.nn.Module:
-        with self.rng_lock:  # construction seeds and draws from the global generator
-            if precision not in state.models:
-                before = torch.cuda.memory_allocated() if self.device == "cuda" else 0
-                state.models[precision] = runtime.build_model(state.module.Model, state.module, state.init_seed, self.device, precision)
-                if self.device == "cuda":
-                    state.param_bytes = max(state.param_bytes, torch.cuda.memory_allocated() - before)
-        return state.models[precision]
-
-    def inputs(self, state: ProblemState, seed: int, precision: str,
-               variant: discrimination.Variant | None = None) -> list[Any]:
-        # get_inputs() draws from torch's global generator: one thread at a time, or seeds interleave.
-        with self.rng_lock:
-            return runtime.make_inputs(state.module, seed, self.device, precision, variant)
-
-    def reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool = True,
-                          variant: discrimination.Variant | None = None) -> list[torch.Tensor]:
-        with self.rng_lock:  # the reference forward may draw random numbers too (dropout)
-            return self._reference_outputs(state, precision, seed, cache, variant)
-
-    def _reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool,
-                           variant: discrimination.Variant | None = None) -> list[torch.Tensor]:
-        key = (precision, seed, discrimination.variant_key(variant))
-        if key in state.refs:
-            state.refs.move_to_end(key)
-            return state.refs[key]
-        model = self.reference_model(state, precision)
-        inputs = self.inputs(state, seed, precision, variant)
-        state.input_bytes = max(state.input_bytes, sum(t.numel() * t.element_size() for t in runtime.tensor_inputs(inputs)))
-        # Whether the reference itself writes its inputs is learnt once, when the problem is sized.
-        pristine = runtime.clone_inputs(runtime.tensor_inputs(inputs)) if not state.sized else None
-        if self.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-            before_forward = torch.cuda.memory_allocated()
-        with torch.no_grad():
-            results = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
-        if self.device == "cuda":
-            state.forward_bytes = max(state.forward_bytes, torch.cuda.max_memory_allocated() - before_forward)
-        if pristine is not None and checks.inputs_unmodified(pristine, runtime.tensor_inputs(inputs)):
-            state.mutates_inputs = True  # the reference itself writes its inputs: skip that check
-        if pristine is not None:  # (learnt once, like the above: where a candidate may return an input too)
-            state.output_aliases = outputs.input_aliases(results, inputs)
-        del pristine, inputs
-        size = sum(t.numel() * t.element_size() for t in results)
-        state.output_bytes = max(state.output_bytes, size)
-        # One problem's outputs may take a quarter of the cache at most (a 6 GiB output is recomputed).
-        if cache and size <= self.config.ref_cache_bytes // 4:
-            state.refs[key] = results
-            self.ref_bytes += size
-            while self.ref_bytes > self.config.ref_cache_bytes and len(state.refs) > 1:
-                _, evicted = state.refs.popitem(last=False)
-                self.ref_bytes -= sum(t.numel() * t.element_size() for t in evicted)
-        return results
-
-    def baseline(self, state: ProblemState, precision: str, settings: EvalSettings, known: dict | None) -> dict[str, float]:
-        if known and known.get("eager_ms"):
-            state.baselines.setdefault(precision, dict(known))
-        if precision not in state.baselines:
-            model = self.reference_model(state, precision)
-            seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-            record = timing.time_forward(
-                model, lambda s: self.inputs(state, s, precision), seeds,
-                settings.warmup_trials, self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
-            )
-            entry = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None,
-                     "diagnostics": record.diagnostics()}  # kept in this worker only, never in the baseline cache
-            if settings.measure_compile_baseline:
-                entry["compile_ms"] = self._compile_baseline(state, precision, settings)
-            state.baselines[precision] = entry
-        return state.baselines[precision]
-
-    def _compile_baseline(self, state: ProblemState, precision: str, settings: EvalSettings) -> float | None:
-        try:
-            compiled = torch.compile(self.reference_model(state, precision))
-            seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-            record = timing.time_forward(
-                compiled, lambda s: self.inputs(state, s, precision), seeds,
-                max(settings.warmup_trials, 3), self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
-            )
-            return record.median_ms
-        except Exception:  # noqa: BLE001 - an optional figure; inductor may be unavailable
-            return None
-
-    def host_baseline(self, state: ProblemState, precision: str, settings: EvalSettings) -> float:
-        if precision not in state.host_baselines:
-            seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
-            state.host_baselines[precision] = timing.host_time_forward(
-                self.reference_model(state, precision), lambda s: self.inputs(state, s, precision),
-                seeds, self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
-            )
-        return state.host_baselines[precision]
-
     # -- one evaluation --------------------------------------------------------------------
     def evaluate(self, payload: dict[str, Any], received_at: float | None = None) -> tuple[EvalResult, dict | None]:
         """Evaluate one candidate beside others; if it ran out of device memory, once more with the device alone.
@@ -399,27 +251,28 @@ class Worker:
         if received_at is not None:
             result.phase_seconds["queue"] = max(0.0, t_start - received_at)  # waiting for a worker thread
         try:
-            state = self.problem_state(payload["problem_id"], payload["problem_source"],
+            state = self.references.problem_state(payload["problem_id"], payload["problem_source"],
                                        str(payload.get("suite") or "kernelbench"))
             result.versions["suite"] = state.suite
-            result.versions["tolerance"] = self._tolerance_note(state, settings.precision)
+            result.versions["tolerance"] = state.tolerance_note(settings.precision)
             t = time.perf_counter()
-            if self._unsized(state, settings.precision):
+            if state.unsized(settings.precision):
                 # The first request of a problem sizes it on the device (one reference forward: parameters,
                 # inputs, outputs, the forward's peak) and tries trivial candidates on its inputs, alone in
                 # device memory, going before queued candidates; the others wait here, not in the device
                 # queue, and find it done.
                 with state.sizing:
-                    if self._unsized(state, settings.precision):
+                    if state.unsized(settings.precision):
                         with self._device_section(DeviceQueue.URGENT), scheduling.sizing_admission(self.memory):
                             if self.memory is not None:
                                 scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self.children.describe)
                             result.phase_seconds["reference_wait"] = time.perf_counter() - t
                             with state.lock:
                                 if not state.sized:
-                                    self._size(state, settings.precision)
+                                    self.references.size(state, settings.precision, self.memory, self.alone_capacity,
+                                                              self.l2_bytes, self.total_memory)
                                 mark = time.perf_counter()
-                                self._discriminate(state, settings, payload.get("input_variant"))
+                                self.references.discriminate(state, settings, payload.get("input_variant"))
                                 result.phase_seconds["discrimination"] = time.perf_counter() - mark
                     else:  # sized by the request this one waited for
                         result.phase_seconds["reference_wait"] = time.perf_counter() - t
@@ -499,7 +352,7 @@ class Worker:
                     if big:  # its memory is back before its bytes are
                         child.signal_kill()
                         child.process.join(timeout=10)
-                    self._release_worker_memory()
+                    self.references.release_device_memory()
                     result.phase_seconds["device_section"] = time.perf_counter() - entered
         except Fault as fault:
             traceback.clear_frames(fault.__traceback__)  # its frames' references and inputs go now, not at a gc
@@ -518,7 +371,7 @@ class Worker:
             # H100 after two level-1 OOMs and starved every later evaluation): drop them before releasing.
             traceback.clear_frames(exc.__traceback__)
             del exc
-            self._release_worker_memory(force=True)
+            self.references.release_device_memory(force=True)
         except Exception as exc:  # noqa: BLE001 - our own failure: the pool retries INFRA
             traceback.clear_frames(exc.__traceback__)
             result.error_category = ErrorCategory.INFRA
@@ -635,117 +488,14 @@ class Worker:
             return
         drain = state.plan.needed_bytes > self.memory.capacity
         self.children.drain(drain)
-        self._trim_resident(keep=state)
+        self.references.trim_resident(keep=state)
         if drain:
             self.children.reaping.join()
-        self._release_worker_memory(force=True)
+        self.references.release_device_memory(force=True)
         try:
             yield True
         finally:
             self.children.undrain(drain)
-
-    def _size(self, state: ProblemState, precision: str) -> None:
-        """One reference forward on the device measures the problem; its plan decides buffers and admission."""
-        try:
-            self.reference_outputs(state, precision, state.seed_pool[0])
-        except torch.OutOfMemoryError as exc:
-            self._release_worker_memory(force=True)
-            if self.memory is None:
-                raise
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            state.too_large = (f"the reference alone does not fit this device's memory beside the evaluator's "
-                               f"children ({footprints.gib(self.memory.capacity)} available to evaluations): {first_line}")[:500]
-        finally:
-            state.sized = True
-        if self.device == "cuda" and not state.too_large:
-            state.plan = footprints.plan(state.footprint(), self.l2_bytes)
-            if self.memory is not None and not state.plan.fits(self.alone_capacity):
-                state.too_large = footprints.too_large_message(state.plan, self.alone_capacity, self.total_memory)
-        self._release_worker_memory()
-
-    @staticmethod
-    def _unsized(state: ProblemState, precision: str) -> bool:
-        return not state.sized or (not state.too_large and precision not in state.discriminations)
-
-    def _compare(self, state: ProblemState, precision: str, seed: int, variant: discrimination.Variant | None,
-                 reference: list[torch.Tensor], candidate: list[torch.Tensor]) -> checks.CheckOutcome:
-        """The candidate's outputs against the reference's, by the problem suite's tolerance; the seed's inputs are
-        made again only for a problem that declares tie-tolerant index outputs."""
-        atol, rtol = tolerance_for(state.suite, precision)
-        inputs = (runtime.tensor_inputs(self.inputs(state, seed, precision, variant)) if state.index_outputs else None)
-        return checks.compare_outputs(reference, candidate, atol, rtol, index_outputs=state.index_outputs, inputs=inputs)
-
-    @staticmethod
-    def _tolerance_note(state: ProblemState, precision: str) -> str:
-        atol, rtol = tolerance_for(state.suite, precision)
-        note = f"{state.suite} {precision}: floats atol={atol:g} rtol={rtol:g}; integer and boolean outputs exact"
-        if state.index_outputs:
-            note += "; tie-tolerant index outputs " + ", ".join(
-                f"{o} (input {i}, dim {d})" for o, (i, d) in sorted(state.index_outputs.items()))
-        return note
-
-    def _discriminate(self, state: ProblemState, settings: EvalSettings,
-                      given: discrimination.Variant | None = None) -> None:
-        """Which trivial candidates pass the problem's own inputs, and the widened inputs that tell them apart
-        (discrimination.py). Runs beside the sizing forward, alone in device memory."""
-        precision = settings.precision
-        if state.too_large or precision in state.discriminations:
-            return
-
-        def run(seed: int, variant: discrimination.Variant | None) -> tuple[list[Any], list[torch.Tensor]]:
-            outputs = self.reference_outputs(state, precision, seed, cache=variant is None, variant=variant)
-            return self.inputs(state, seed, precision, variant), outputs
-
-        try:
-            atol, rtol = tolerance_for(state.suite, precision)
-            found = discrimination.discriminate(run, state.seed_pool[:2], atol, rtol, given)
-        except torch.OutOfMemoryError as exc:  # the trivial candidates' buffers: judge on the problem's own inputs
-            traceback.clear_frames(exc.__traceback__)
-            found = discrimination.Discrimination(audited=False, reason=f"out of device memory ({str(exc)[:120]})")
-        finally:
-            self._release_worker_memory(force=True)
-        state.discriminations[precision] = found
-
-    def _release_worker_memory(self, force: bool = False) -> None:
-        """Hand the worker's cached-but-free device memory back (its caching allocator keeps what the last
-        baseline or comparison freed, GiBs at level-1 sizes) and drop the models and outputs of the
-        problems used longest ago beyond the resident budget."""
-        if self.device != "cuda":
-            return
-        self._trim_resident()
-        if force:
-            gc.collect()  # tensors kept alive only by reference cycles (exceptions and their frames)
-        if force or torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > (1 << 30):
-            torch.cuda.empty_cache()
-
-    def _trim_resident(self, keep: ProblemState | None = None) -> None:
-        """Drop the least recently used problems' models and outputs past the resident budget (never the
-        most recent one); with `keep`, drop every problem's but that one's."""
-        with self.problems_lock:
-            states = sorted(self.problems.values(), key=lambda st: st.last_used)
-        resident = self.ref_bytes + sum(st.param_bytes for st in states if st.models)
-        for state in (states if keep is not None else states[:-1]):
-            if state is keep:
-                continue
-            if keep is None and resident <= self.config.ref_cache_bytes:
-                break
-            if not state.models and not state.refs:
-                continue
-            if not state.lock.acquire(blocking=False):
-                continue  # in use right now
-            try:
-                freed = sum(t.numel() * t.element_size() for outs in state.refs.values() for t in outs)
-                self.ref_bytes -= freed
-                resident -= freed + (state.param_bytes if state.models else 0)
-                state.refs.clear()
-                state.models.clear()
-            finally:
-                state.lock.release()
-
-    @staticmethod
-    def _fresh_buffers(state: ProblemState) -> bool:
-        """The timing buffer plan, the same for the baseline and the candidate."""
-        return FRESH_TIMING_BUFFERS and (state.plan.fresh_buffers if state.plan is not None else True)
 
     def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
@@ -778,7 +528,7 @@ class Worker:
         for position, (seed, variant) in enumerate(plan):
             mark = time.perf_counter()
             with state.lock:
-                reference = self.reference_outputs(state, precision, seed, variant=variant)
+                reference = self.references.reference_outputs(state, precision, seed, variant=variant)
             parts["correctness_reference"] += time.perf_counter() - mark
             mark = time.perf_counter()
             poison = (state.plan.poison_bytes if state.plan is not None
@@ -800,7 +550,7 @@ class Worker:
                 for name, count in header["launches"].items():
                     if isinstance(count, int):
                         cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
-            outcome = self._compare(state, precision, seed, variant, reference, received.get("outputs", []))
+            outcome = self.references.compare(state, precision, seed, variant, reference, received.get("outputs", []))
             parts["correctness_compare"] += time.perf_counter() - mark
             if outcome.max_abs_err is not None:
                 worst = max(worst, outcome.max_abs_err)
@@ -809,7 +559,7 @@ class Worker:
                 raise Fault(outcome.category, outcome.message)
             if check_inputs:
                 mark = time.perf_counter()
-                pristine = runtime.tensor_inputs(self.inputs(state, seed, precision, variant))
+                pristine = runtime.tensor_inputs(self.references.inputs(state, seed, precision, variant))
                 mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                 del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
                 parts["correctness_input_check"] += time.perf_counter() - mark
@@ -839,7 +589,7 @@ class Worker:
         # The candidate's child is stopped meanwhile: a thread of its own loading the device would inflate the
         # baseline, and the first candidate's baseline is cached for every later one of its problem.
         with self.quiet_gate.quiet(), stopped(child.pid) if fresh else contextlib.nullcontext():
-            base = self.baseline(state, precision, settings, known)
+            base = self.references.baseline(state, precision, settings, known)
         result.phase_seconds["baseline"] = time.perf_counter() - t
         result.baseline_ms = base["eager_ms"]
         result.baseline_compile_ms = base.get("compile_ms")
@@ -916,13 +666,13 @@ class Worker:
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
             host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
             with self.quiet_gate.quiet():
-                children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": self._fresh_buffers(state)},
+                children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": state.fresh_buffers()},
                            "re-timing on the host clock")
                 host = children.expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
                 candidate_host = float(host.get("median_ms") or 0.0)
                 # As for the first baseline: a thread of the candidate's own must not load the device meanwhile.
                 with stopped(child.pid) if precision not in state.host_baselines else contextlib.nullcontext():
-                    baseline_host = self.host_baseline(state, precision, settings)
+                    baseline_host = self.references.host_baseline(state, precision, settings)
             if candidate_host > 0 and not host.get("tampered"):
                 host_speedup = baseline_host / candidate_host
                 result.host_speedup = host_speedup
@@ -981,7 +731,7 @@ class Worker:
         against the reference. `indices` number the trials in messages (default: their positions); the child's
         timing diagnostics are appended to `diagnostics`."""
         children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
-                           "fresh_buffers": self._fresh_buffers(state)}, "timing")
+                           "fresh_buffers": state.fresh_buffers()}, "timing")
         header = children.expect(child, {"timed"}, deadline - time.monotonic(), "timing")
         faults.numerics_unchanged(header, result)
         times = header.get("times_ms")
@@ -997,8 +747,8 @@ class Worker:
             diagnostics.append(header["diagnostics"])
         for position in verify:
             with state.lock:
-                reference = self.reference_outputs(state, settings.precision, seeds[position], cache=False)  # one-off seeds
-            outcome = self._compare(state, settings.precision, seeds[position], None, reference,
+                reference = self.references.reference_outputs(state, settings.precision, seeds[position], cache=False)  # one-off seeds
+            outcome = self.references.compare(state, settings.precision, seeds[position], None, reference,
                                     kept.get(f"trial_{position}", []))
             if not outcome.ok:
                 trial = indices[position] if indices else position
@@ -1042,7 +792,7 @@ class Worker:
                               deadline: float, diagnostics: list[dict]) -> list[float]:
         seeds = [secrets.randbits(31) for _ in indices]
         children.send(reference_child, {"cmd": "time", "seeds": seeds, "verify": [], "warmup": warmup,
-                                     "fresh_buffers": self._fresh_buffers(state)}, "timing the reference")
+                                     "fresh_buffers": state.fresh_buffers()}, "timing the reference")
         header = children.expect(reference_child, {"timed"}, deadline - time.monotonic(), "timing the reference")
         children.receive(reference_child, header, None, 0, self.transport)
         times = header.get("times_ms")
