@@ -29,6 +29,8 @@ from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.faults import Fault
 from kernelbench_rl.evaluation.result import ErrorCategory, Flag
 
+# Children may read our package (they run its code), never the rest of the checkout around it.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_S = 60.0
 
 

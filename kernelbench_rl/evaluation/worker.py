@@ -17,13 +17,11 @@ import argparse
 import contextlib
 import faulthandler
 import json
-import multiprocessing
 import os
 import platform
 import random
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -42,11 +40,15 @@ from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import floor as floors
 from kernelbench_rl.evaluation import children, faults, scheduling
+from kernelbench_rl.evaluation.build_cache import BuildCache
+from kernelbench_rl.evaluation.same_uid import (  # noqa: F401 - importable from here as before
+    SAME_UID_NPROC, SAME_UID_PROBE_TIMEOUT_S, become_same_uid_worker, same_uid_possible, same_uid_probe,
+)
 from kernelbench_rl.evaluation.reference_cache import (  # noqa: F401 - importable from here as before
     FRESH_TIMING_BUFFERS, SEED_POOL_SIZE, ProblemState, ReferenceCache,
 )
 from kernelbench_rl.evaluation.children import (  # noqa: F401 - importable from here as before
-    START_TIMEOUT_S, Child, ChildPool, WorkerStopping, _process_state, host_memory_limit_mb, stopped,
+    PACKAGE_DIR, START_TIMEOUT_S, Child, ChildPool, WorkerStopping, _process_state, host_memory_limit_mb, stopped,
 )
 from kernelbench_rl.evaluation.faults import (  # noqa: F401 - importable from here as before
     WITHIN_BUDGET_OOM, WORKER_OOM, Fault, child_oom_fault, oom_not_the_candidates, ran_out_of_device_memory,
@@ -55,8 +57,6 @@ from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable fr
     LOADED_CONTEXT_BYTES, QUIET_WAIT_S, WARM_CONTEXT_BYTES, DeviceQueue, MemoryBudget, QuietGate, SharedOrAlone,
 )
 
-# Children may read our package (they run its code), never the rest of the checkout around it.
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOW_KERNEL_SHARE = 0.5
 TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
 HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
@@ -144,6 +144,7 @@ class Worker:
         self.drop_uid = config.drop_uid and os.geteuid() == 0 and sandbox.python_readable_by_others()
         if config.drop_uid and os.geteuid() == 0 and not self.drop_uid:
             self.versions["sandbox_note"] = "children keep root: the Python installation is not readable by nobody"
+        self.builds = BuildCache(self.cache_root, self.arch, self.drop_uid)
         self.transport = config.transport if config.transport != "auto" else "file"
         self.ipc_selftest = ""
         if self.device == "cuda" and config.transport in ("auto", "ipc"):
@@ -292,7 +293,7 @@ class Worker:
             result.phase_seconds["child_start"] = time.perf_counter() - t
             # A candidate named Model (kernrl's convention) runs as the ModelNew the static policy judged.
             job = self._job(workdir, candidate_class.as_model_new(source), payload["problem_source"], settings, state)
-            build_key = self._restore_build(workdir, source, settings)
+            build_key = self.builds.restore(workdir, source, settings, self.device)
             job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
             t = time.perf_counter()
             compiling.enter_context(self.compile_slots)
@@ -311,7 +312,7 @@ class Worker:
             loaded = children.expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
             result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
             if build_key:
-                result.versions["build_cache"] = self._save_build(workdir, build_key)
+                result.versions["build_cache"] = self.builds.save(workdir, build_key)
             if loaded["event"] == "nvcc":
                 self._nvcc_verdict(result, loaded)
                 return result, None
@@ -420,7 +421,7 @@ class Worker:
             "landlock": self.config.landlock, "transport": self.transport, "block_unix_sockets": self.config.same_uid,
             "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
-            "readable": [_PACKAGE_DIR, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
+            "readable": [PACKAGE_DIR, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
         }
         if state.plan is not None:
             job["device_memory_cap"] = footprints.enforced_cap_bytes(state.plan, self.total_memory)
@@ -428,45 +429,6 @@ class Worker:
         # Tensors travel as files of the private dir: the file-size limit must admit them.
         job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
         return job
-
-    def _restore_build(self, workdir: str, source: str, settings: EvalSettings) -> str:
-        """CUDA extensions built before from the same source are copied in, so load_inline finds them built.
-
-        The cache lives in the worker's own dir (not writable by candidates); a child only ever gets
-        a copy. Returns the cache key ('' when not a CUDA build).
-        """
-        if settings.backend != "cuda" or self.device != "cuda":
-            return ""
-        import hashlib
-
-        key = hashlib.sha256(f"{source}|{torch.__version__}|{self.arch}".encode()).hexdigest()[:32]
-        cached = os.path.join(self.cache_root, key)
-        target = os.path.join(workdir, "torch_extensions")
-        if os.path.isdir(cached) and not os.path.exists(target):
-            try:
-                shutil.copytree(cached, target, symlinks=True)
-                if self.drop_uid:
-                    for root, dirs, files in os.walk(target):
-                        for name in [root] + [os.path.join(root, n) for n in dirs + files]:
-                            os.lchown(name, sandbox.UNPRIVILEGED_UID, sandbox.UNPRIVILEGED_UID)
-            except OSError:
-                shutil.rmtree(target, ignore_errors=True)
-        return key
-
-    def _save_build(self, workdir: str, key: str) -> str:
-        cached = os.path.join(self.cache_root, key)
-        if os.path.isdir(cached):
-            return "hit"
-        built = os.path.join(workdir, "torch_extensions")
-        if not os.path.isdir(built):
-            return "none"
-        staging = cached + f".tmp{os.getpid()}{threading.get_ident()}"
-        try:
-            shutil.copytree(built, staging, symlinks=True)
-            os.rename(staging, cached)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-        return "miss"
 
     def _nvcc_verdict(self, result: EvalResult, message: dict[str, Any]) -> None:
         text = str(message.get("message", ""))[:700]
@@ -811,164 +773,6 @@ def _triton_version() -> str:
         return str(triton.__version__)
     except Exception:  # noqa: BLE001
         return ""
-
-
-# -- same-uid mode ------------------------------------------------------------------------------
-# CUDA IPC works only between processes of one uid (the driver refuses to map another user's
-# buffer: "mapping of buffer object failed"), and without it every output and input crosses
-# child -> worker through files (GiBs per candidate at real sizes). So where it is safe, the worker
-# itself becomes the unprivileged uid its children use, instead of the children dropping from root:
-#  - the worker turns non-dumpable (no same-uid ptrace, no /proc/<worker>/mem, environ or fds);
-#  - each child still gets Landlock with a READ allow-list (so it cannot read the worker's directory,
-#    other candidates' directories or other processes' /proc entries) plus a seccomp filter refusing
-#    new AF_UNIX sockets (so it cannot reach the worker's forkserver and get an unconfined process);
-#    Landlock also stops a child from ptracing anything outside its own domain;
-#  - reference outputs still live in the worker, and comparison still happens there: the child only
-#    exports IPC handles to its own output buffers, which the worker copies at once.
-# Before committing to it (an irreversible setuid), a forked probe does exactly that and runs a
-# child confined like a real job that compiles a Triton kernel and shares its output over IPC.
-# If anything fails the worker stays root and the children drop to nobody (the old path, files).
-SAME_UID_NPROC = sandbox.SAME_UID_WORKER_NPROC
-SAME_UID_PROBE_TIMEOUT_S = 75.0
-_PROBE_KERNEL = """
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2.0, mask=mask)
-
-
-def run():
-    x = torch.arange(1024, dtype=torch.float32, device="cuda")
-    y = torch.empty_like(x)
-    _double[(4,)](x, y, 1024, BLOCK=256)
-    torch.cuda.synchronize()
-    return y
-"""
-
-
-def same_uid_possible(config_landlock: bool, drop_uid: bool) -> str:
-    """'' when same-uid mode may be tried here, else why not."""
-    if os.environ.get("KBRL_EVAL_SAME_UID", "auto").lower() in ("0", "off", "no", "false"):
-        return "disabled by KBRL_EVAL_SAME_UID"
-    if os.geteuid() != 0:
-        return "the worker is not root (children keep its uid already)"
-    if not (config_landlock and drop_uid):
-        return "Landlock or the uid drop is turned off"
-    if sandbox.landlock_abi() <= 0:
-        return "no Landlock"
-    if not sandbox.python_readable_by_others():
-        return "the Python installation is not readable by the unprivileged user"
-    return ""
-
-
-def _probe_child(conn: Any, workdir: str, landlock: bool) -> None:
-    """A job-like child under the same-uid confinement: Triton kernel, output over CUDA IPC."""
-    from kernelbench_rl.evaluation import child as child_module
-
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: never outlive the probe
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
-        kernel_path = os.path.join(workdir, "kernel.py")
-        with open(kernel_path, "w") as handle:
-            handle.write(_PROBE_KERNEL)
-        env = sandbox.scrubbed_env(HOME=workdir, TMPDIR=workdir, TRITON_CACHE_DIR=os.path.join(workdir, ".triton"),
-                                   TRITON_INTERPRET="0", PYTHONDONTWRITEBYTECODE="1")
-        confinement = child_module._confine({
-            "workdir": workdir, "env": env, "device": "cuda", "drop_uid": False, "landlock": landlock,
-            "block_unix_sockets": True, "readable": [_PACKAGE_DIR, "/usr/bin"],
-        })
-        module = runtime.load_module_from_file(kernel_path, "kbrl_probe_kernel")
-        output = module.run()
-        keep = wire.send_tensors(conn, "probe", {"t": [output]}, True, {"sandbox": confinement.label()})
-        wire.recv_json(conn)
-        del keep
-    except BaseException as exc:  # noqa: BLE001 - reported to the probe
-        try:
-            wire.send_json(conn, {"event": "error", "message": f"{type(exc).__name__}: {exc}"[:300]})
-        except Exception:  # noqa: BLE001
-            pass
-    finally:
-        os._exit(0)
-
-
-def _probe_body(landlock: bool) -> str:
-    if not sandbox.drop_privileges(processes=SAME_UID_NPROC):
-        return "cannot become the unprivileged user"
-    if not sandbox.set_non_dumpable():
-        return "cannot make the worker non-dumpable"
-    workdir = tempfile.mkdtemp(prefix="kbrl-probe-")
-    ctx = multiprocessing.get_context("fork")  # this process has not initialised CUDA: forking is safe
-    conn, child_conn = ctx.Pipe(duplex=True)
-    process = ctx.Process(target=_probe_child, args=(child_conn, workdir, landlock), daemon=True)
-    process.start()
-    child_conn.close()
-    try:
-        if not conn.poll(SAME_UID_PROBE_TIMEOUT_S - 10):
-            return "the probe child did not answer"
-        header = wire.recv_json(conn)
-        if header.get("event") != "probe":
-            return f"probe child: {header.get('message', header.get('event'))}"
-        if "seccomp" not in str(header.get("sandbox", "")) or "+reads" not in str(header.get("sandbox", "")):
-            return f"probe child confinement incomplete: {header.get('sandbox')}"
-        received = wire.receive_tensors(conn, header, 1 << 20)["t"][0]
-        expected = torch.arange(1024, dtype=torch.float32, device="cuda") * 2.0
-        ok = torch.equal(received, expected)
-        del received
-        wire.send_json(conn, {"cmd": "exit"})
-        return "ok" if ok else "wrong values over IPC"
-    finally:
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def same_uid_probe(landlock: bool) -> str:
-    """Run `_probe_body` in a forked copy of this (root, CUDA-free) worker; 'ok' or why not."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        try:
-            answer = _probe_body(landlock)
-        except BaseException as exc:  # noqa: BLE001
-            answer = f"{type(exc).__name__}: {exc}"
-        try:
-            os.write(write_fd, answer.encode(errors="replace")[:400])
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    import select
-
-    try:
-        ready, _, _ = select.select([read_fd], [], [], SAME_UID_PROBE_TIMEOUT_S)
-        answer = os.read(read_fd, 400).decode(errors="replace") if ready else "the probe timed out"
-    finally:
-        os.close(read_fd)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(pid, 0)
-    return answer or "the probe died"
-
-
-def become_same_uid_worker() -> None:
-    """The irreversible step, after a passing probe: unprivileged, non-dumpable, its own HOME."""
-    if not sandbox.drop_privileges(processes=SAME_UID_NPROC) or not sandbox.set_non_dumpable():
-        raise RuntimeError("could not become the unprivileged, non-dumpable worker")
-    home = tempfile.mkdtemp(prefix="kbrl-worker-home-")
-    os.environ["HOME"] = home  # the pool's HOME belongs to root; inductor and Triton caches go here
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(home, ".triton")
 
 
 def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = None) -> None:
