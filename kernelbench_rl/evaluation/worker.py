@@ -229,37 +229,7 @@ class Worker:
         if received_at is not None:
             result.phase_seconds["queue"] = max(0.0, t_start - received_at)  # waiting for a worker thread
         try:
-            state = self.references.problem_state(payload["problem_id"], payload["problem_source"],
-                                       str(payload.get("suite") or "kernelbench"))
-            result.versions["suite"] = state.suite
-            result.versions["tolerance"] = state.tolerance_note(settings.precision)
-            t = time.perf_counter()
-            if state.unsized(settings.precision):
-                # The first request of a problem sizes it on the device (one reference forward: parameters,
-                # inputs, outputs, the forward's peak) and tries trivial candidates on its inputs, alone in
-                # device memory, going before queued candidates; the others wait here, not in the device
-                # queue, and find it done.
-                with state.sizing:
-                    if state.unsized(settings.precision):
-                        with self._device_section(DeviceQueue.URGENT), scheduling.sizing_admission(self.memory):
-                            if self.memory is not None:
-                                scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self.children.describe)
-                            result.phase_seconds["reference_wait"] = time.perf_counter() - t
-                            with state.lock:
-                                if not state.sized:
-                                    self.references.size(state, settings.precision, self.memory, self.alone_capacity,
-                                                              self.l2_bytes, self.total_memory)
-                                mark = time.perf_counter()
-                                self.references.discriminate(state, settings, payload.get("input_variant"))
-                                result.phase_seconds["discrimination"] = time.perf_counter() - mark
-                    else:  # sized by the request this one waited for
-                        result.phase_seconds["reference_wait"] = time.perf_counter() - t
-            state.last_used = time.monotonic()
-            if state.too_large:
-                raise Fault(ErrorCategory.TOO_LARGE, state.too_large)
-            # Sizing the problem (once per problem and worker), including the wait for the device or for
-            # the request that sized it.
-            result.phase_seconds["reference"] = time.perf_counter() - t
+            state = self._reference_for(payload, settings, result)
             workdir = tempfile.mkdtemp(prefix="c-", dir=self.root)
             t = time.perf_counter()
             child = self.take_child()
@@ -268,70 +238,14 @@ class Worker:
                 child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
                                                           state.input_bytes + state.output_bytes)
             result.phase_seconds["child_start"] = time.perf_counter() - t
-            # A candidate named Model (kernrl's convention) runs as the ModelNew the static policy judged.
-            job = self._job(workdir, candidate_class.as_model_new(source), payload["problem_source"], settings, state)
-            build_key = self.builds.restore(workdir, source, settings, self.device)
-            job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
-            t = time.perf_counter()
-            compiling.enter_context(self.compile_slots)
-            result.phase_seconds["compile_wait"] = time.perf_counter() - t
-            children.send(child, job, "starting the sandbox")
-            t = time.perf_counter()
-            started = children.expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
-            if started.get("numerics") is not None and dict(started["numerics"]) != numerics.snapshot():
-                raise Fault(ErrorCategory.INFRA, "the sandbox's numerics settings differ from the reference's: "
-                            f"{numerics.describe(dict(started['numerics']))}")
-            result.phase_seconds["start_wait"] = time.perf_counter() - t
-            result.versions["sandbox"] = str(started.get("sandbox", ""))
-            if self.device == "cuda":
-                result.versions["profiler_warmup"] = str(started.get("profiler_warmup", ""))
-            result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
-            loaded = children.expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
-            result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
-            if build_key:
-                result.versions["build_cache"] = self.builds.save(workdir, build_key)
+            loaded = self._start_candidate(child, workdir, source, payload, settings, state, result, compiling)
             if loaded["event"] == "nvcc":
                 self._nvcc_verdict(result, loaded)
                 return result, None
             result.compiled = True
-            # Construction (which may build a CUDA extension) runs outside the exclusive section, in
-            # parallel with other children; so does an optional warm-up forward (Triton JIT).
-            t = time.perf_counter()
-            deadline = time.monotonic() + settings.timeout_s
-            with self.quiet_gate.noisy():  # parameter init launches GPU work: not beside a timed trial
-                children.send(child, {"cmd": "build", "seed": state.init_seed}, "building ModelNew")
-                children.expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
-            result.phase_seconds["build"] = time.perf_counter() - t
-            if self.config.prewarm:
-                # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
-                # The child frees its inputs and outputs afterwards, so its memory is held only meanwhile.
-                t = time.perf_counter()
-                remaining = deadline - time.monotonic()  # waiting for memory is not the candidate's time
-                with scheduling.admission(self.memory, state.plan, "warm"), self.quiet_gate.noisy():
-                    result.phase_seconds["memory_wait"] = time.perf_counter() - t
-                    children.send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
-                    children.expect(child, {"warmed"}, remaining, "warming up (first forward)")
-                result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
+            self._build_and_warm(child, state, settings, result)
             compiling.close()
-            t = time.perf_counter()
-            # The candidate at its device-memory budget plus the worker's own references and copies.
-            with self._device_section(), scheduling.admission(self.memory, state.plan, "section"), self._room_for(state) as big:
-                if big:
-                    scheduling.wait_for_free(state.plan.needed_bytes, result, self.children.describe)
-                entered = time.perf_counter()
-                result.phase_seconds["device_wait"] = entered - t
-                deadline = time.monotonic() + settings.timeout_s
-                scheduling.pin(child.pid, self.quiet_cores)
-                scheduling.pin(0, self.quiet_cores)
-                try:
-                    baseline_out = self._run_on_device(child, state, settings, result, deadline, payload)
-                finally:
-                    scheduling.pin(0, self.all_cores)
-                    if big:  # its memory is back before its bytes are
-                        child.signal_kill()
-                        child.process.join(timeout=10)
-                    self.references.release_device_memory()
-                    result.phase_seconds["device_section"] = time.perf_counter() - entered
+            baseline_out = self._device_section_for(child, state, settings, result, payload)
         except Fault as fault:
             traceback.clear_frames(fault.__traceback__)  # its frames' references and inputs go now, not at a gc
             result.error_category = fault.category
@@ -372,6 +286,113 @@ class Worker:
             result.flags.append(Flag.NO_SPEEDUP_ON_CPU.value)
         result.phase_seconds["worker_total"] = time.perf_counter() - t_start
         return result, baseline_out
+
+    def _reference_for(self, payload: dict[str, Any], settings: EvalSettings, result: EvalResult) -> ProblemState:
+        """The problem's state, sized (and its inputs' discrimination found) if this is its first request."""
+        state = self.references.problem_state(payload["problem_id"], payload["problem_source"],
+                                              str(payload.get("suite") or "kernelbench"))
+        result.versions["suite"] = state.suite
+        result.versions["tolerance"] = state.tolerance_note(settings.precision)
+        t = time.perf_counter()
+        if state.unsized(settings.precision):
+            # The first request of a problem sizes it on the device (one reference forward: parameters,
+            # inputs, outputs, the forward's peak) and tries trivial candidates on its inputs, alone in
+            # device memory, going before queued candidates; the others wait here, not in the device
+            # queue, and find it done.
+            with state.sizing:
+                if state.unsized(settings.precision):
+                    with self._device_section(DeviceQueue.URGENT), scheduling.sizing_admission(self.memory):
+                        if self.memory is not None:
+                            scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self.children.describe)
+                        result.phase_seconds["reference_wait"] = time.perf_counter() - t
+                        with state.lock:
+                            if not state.sized:
+                                self.references.size(state, settings.precision, self.memory, self.alone_capacity,
+                                                     self.l2_bytes, self.total_memory)
+                            mark = time.perf_counter()
+                            self.references.discriminate(state, settings, payload.get("input_variant"))
+                            result.phase_seconds["discrimination"] = time.perf_counter() - mark
+                else:  # sized by the request this one waited for
+                    result.phase_seconds["reference_wait"] = time.perf_counter() - t
+        state.last_used = time.monotonic()
+        if state.too_large:
+            raise Fault(ErrorCategory.TOO_LARGE, state.too_large)
+        # Sizing the problem (once per problem and worker), including the wait for the device or for
+        # the request that sized it.
+        result.phase_seconds["reference"] = time.perf_counter() - t
+        return state
+
+    def _start_candidate(self, child: Child, workdir: str, source: str, payload: dict[str, Any], settings: EvalSettings,
+                         state: ProblemState, result: EvalResult, compiling: contextlib.ExitStack) -> dict[str, Any]:
+        """The child's sandbox started and the candidate compiled and imported in it (holding a compile slot from
+        `compiling`); the child's 'loaded' message, or its 'nvcc' verdict for a build-only evaluation."""
+        # A candidate named Model (kernrl's convention) runs as the ModelNew the static policy judged.
+        job = self._job(workdir, candidate_class.as_model_new(source), payload["problem_source"], settings, state)
+        build_key = self.builds.restore(workdir, source, settings, self.device)
+        job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
+        t = time.perf_counter()
+        compiling.enter_context(self.compile_slots)
+        result.phase_seconds["compile_wait"] = time.perf_counter() - t
+        children.send(child, job, "starting the sandbox")
+        t = time.perf_counter()
+        started = children.expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
+        if started.get("numerics") is not None and dict(started["numerics"]) != numerics.snapshot():
+            raise Fault(ErrorCategory.INFRA, "the sandbox's numerics settings differ from the reference's: "
+                        f"{numerics.describe(dict(started['numerics']))}")
+        result.phase_seconds["start_wait"] = time.perf_counter() - t
+        result.versions["sandbox"] = str(started.get("sandbox", ""))
+        if self.device == "cuda":
+            result.versions["profiler_warmup"] = str(started.get("profiler_warmup", ""))
+        result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
+        loaded = children.expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
+        result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
+        if build_key:
+            result.versions["build_cache"] = self.builds.save(workdir, build_key)
+        return loaded
+
+    def _build_and_warm(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult) -> None:
+        """ModelNew constructed in the child and, with prewarm, called once."""
+        # Construction (which may build a CUDA extension) runs outside the exclusive section, in
+        # parallel with other children; so does an optional warm-up forward (Triton JIT).
+        t = time.perf_counter()
+        deadline = time.monotonic() + settings.timeout_s
+        with self.quiet_gate.noisy():  # parameter init launches GPU work: not beside a timed trial
+            children.send(child, {"cmd": "build", "seed": state.init_seed}, "building ModelNew")
+            children.expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
+        result.phase_seconds["build"] = time.perf_counter() - t
+        if self.config.prewarm:
+            # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
+            # The child frees its inputs and outputs afterwards, so its memory is held only meanwhile.
+            t = time.perf_counter()
+            remaining = deadline - time.monotonic()  # waiting for memory is not the candidate's time
+            with scheduling.admission(self.memory, state.plan, "warm"), self.quiet_gate.noisy():
+                result.phase_seconds["memory_wait"] = time.perf_counter() - t
+                children.send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
+                children.expect(child, {"warmed"}, remaining, "warming up (first forward)")
+            result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
+
+    def _device_section_for(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
+                            payload: dict[str, Any]) -> dict | None:
+        """Correctness and timing with the device held (and the memory they need admitted); the fresh baseline."""
+        t = time.perf_counter()
+        # The candidate at its device-memory budget plus the worker's own references and copies.
+        with self._device_section(), scheduling.admission(self.memory, state.plan, "section"), self._room_for(state) as big:
+            if big:
+                scheduling.wait_for_free(state.plan.needed_bytes, result, self.children.describe)
+            entered = time.perf_counter()
+            result.phase_seconds["device_wait"] = entered - t
+            deadline = time.monotonic() + settings.timeout_s
+            scheduling.pin(child.pid, self.quiet_cores)
+            scheduling.pin(0, self.quiet_cores)
+            try:
+                return self._run_on_device(child, state, settings, result, deadline, payload)
+            finally:
+                scheduling.pin(0, self.all_cores)
+                if big:  # its memory is back before its bytes are
+                    child.signal_kill()
+                    child.process.join(timeout=10)
+                self.references.release_device_memory()
+                result.phase_seconds["device_section"] = time.perf_counter() - entered
 
     def _job(self, workdir: str, source: str, problem_source: str, settings: EvalSettings,
              state: ProblemState) -> dict[str, Any]:
