@@ -110,7 +110,7 @@ class ChildPool:
         with self.warm_lock:
             if self.stopping:
                 # The orchestrator is gone: a child started now would run its candidate with nobody to stop it
-                # (kill_running_children has already swept `running`).
+                # (kill_running has already swept `running`).
                 raise WorkerStopping("the evaluation worker is stopping")
             child = None
             while self.warm:
@@ -158,14 +158,14 @@ class ChildPool:
 
     def kill_running(self) -> None:
         with self.warm_lock:
-            # Set under the lock take_child holds: every child is either in `running` now or never started.
+            # Set under the lock `take` holds: every child is either in `running` now or never started.
             self.stopping = True  # what the killed children's evaluations conclude is not a verdict
             running = list(self.running)
         for child in running:
             child.kill()
 
-    def drain(self, drain: bool) -> None:
-        """For a big evaluation: with `drain`, kill the pre-started children and spawn none until `undrain`."""
+    def make_room(self, drain: bool) -> None:
+        """For a big evaluation: with `drain`, kill the pre-started children and spawn none until `room_made`."""
         with self.warm_lock:
             self.making_room += drain
             drained = list(self.warm) if drain else []
@@ -175,7 +175,7 @@ class ChildPool:
             child.signal_kill()
             self.reaping.put((child, ""))
 
-    def undrain(self, drain: bool) -> None:
+    def room_made(self, drain: bool) -> None:
         with self.warm_lock:
             self.making_room -= drain
 

@@ -9,6 +9,12 @@ once) and runs every candidate in a fresh child forked from a zygote (a forkserv
 torch and triton but never initialised CUDA), pre-started so a child is ready when a request comes.
 Compilation in children runs in parallel; correctness and timing hold the device exclusively.
 Imports only torch, triton, numpy and the standard library.
+
+This module holds the worker's main loop and the evaluation's phases; their parts live beside it:
+children.py (the candidate processes and the conversation with one), scheduling.py (who may use the
+device, when, with how many bytes), reference_cache.py (each problem's reference, baselines, sizing),
+device_timing.py (the timing step), faults.py (verdicts and whose fault they are), build_cache.py
+(CUDA builds kept across candidates) and same_uid.py (the worker as its children's unprivileged uid).
 """
 
 from __future__ import annotations
@@ -80,6 +86,9 @@ class WorkerConfig:
 
 
 class Worker:
+    """Evaluates candidates, several at once (one per thread of main's pool): each in a fresh child, against
+    the problem's reference held here."""
+
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.in_flight = config.in_flight or config.parallel + 1
@@ -447,7 +456,7 @@ class Worker:
             yield False
             return
         drain = state.plan.needed_bytes > self.memory.capacity
-        self.children.drain(drain)
+        self.children.make_room(drain)
         self.references.trim_resident(keep=state)
         if drain:
             self.children.reaping.join()
@@ -455,7 +464,7 @@ class Worker:
         try:
             yield True
         finally:
-            self.children.undrain(drain)
+            self.children.room_made(drain)
 
     def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
