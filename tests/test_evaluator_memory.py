@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import checks, memory, timing
+from kernelbench_rl.evaluation import checks, children, memory, timing
 from kernelbench_rl.evaluation.memory import GIB, MIB, Footprint
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import kernels
@@ -79,18 +79,18 @@ def test_a_problem_that_cannot_fit_even_alone_is_too_large_with_the_bytes_named(
 def test_a_big_evaluation_drops_every_other_problems_references_but_its_own():
     worker = Worker(WorkerConfig(device="cpu", warm_children=0, ref_cache_bytes=1 << 40))
     try:
-        states = [worker.problem_state(f"L1/{n}", f"# problem {n}\n") for n in range(3)]
+        states = [worker.references.problem_state(f"L1/{n}", f"# problem {n}\n") for n in range(3)]
         for n, state in enumerate(states):
             state.last_used = float(n)
             state.models["fp32"] = torch.nn.Linear(2, 2)
             state.refs[("fp32", 1)] = [torch.zeros(256)]
-            worker.ref_bytes += 1024
-        worker._trim_resident()  # within the resident budget: nothing goes
+            worker.references.ref_bytes += 1024
+        worker.references.trim_resident()  # within the resident budget: nothing goes
         assert all(state.refs and state.models for state in states)
-        worker._trim_resident(keep=states[0])  # the least recently used one is the big evaluation's
+        worker.references.trim_resident(keep=states[0])  # the least recently used one is the big evaluation's
         assert states[0].refs and states[0].models
         assert not any(state.refs or state.models for state in states[1:])
-        assert worker.ref_bytes == 1024
+        assert worker.references.ref_bytes == 1024
     finally:
         worker.shutdown()
 
@@ -137,7 +137,7 @@ def _fake_cuda_worker(outcomes: list[EvalResult]) -> Worker:
     worker = Worker.__new__(Worker)
     worker.device = "cuda"
     worker.residency = SharedOrAlone()
-    worker.reaping = SimpleNamespace(join=lambda: None)
+    worker.children = SimpleNamespace(reaping=SimpleNamespace(join=lambda: None))
     calls = iter(outcomes)
     worker._evaluate_once = lambda payload, received_at=None: (next(calls), None)
     return worker
@@ -289,12 +289,11 @@ def test_a_dead_child_before_start_is_infra_and_after_import_a_crash():
     child_end.close()
     parent.close()
     child = SimpleNamespace(conn=parent, process=process, workdir="")
-    worker = Worker.__new__(Worker)
     with pytest.raises(Fault) as early:
-        worker._send(child, {"cmd": "job"}, "starting the sandbox")
+        children.send(child, {"cmd": "job"}, "starting the sandbox")
     assert early.value.category == ErrorCategory.INFRA
     with pytest.raises(Fault) as late:
-        worker._send(child, {"cmd": "check"}, "running forward")
+        children.send(child, {"cmd": "check"}, "running forward")
     assert late.value.category == ErrorCategory.CRASH and "exited with status 0" in late.value.message
 
 

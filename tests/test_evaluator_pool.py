@@ -320,7 +320,7 @@ def test_once_the_worker_is_stopping_no_candidate_starts():
         worker.kill_running_children()
         with pytest.raises(WorkerStopping):
             worker.take_child()
-        assert not worker.running
+        assert not worker.children.running
     finally:
         worker.shutdown()
 
@@ -330,8 +330,8 @@ import threading
 from kernelbench_rl.evaluation import worker as w
 worker = w.Worker(w.WorkerConfig(device="cpu", warm_children=1))
 child = worker.take_child()
-print(child.pid, worker.warm[0].pid, flush=True)
-worker.warm_lock.acquire()  # a stop that hangs: kill_running_children waits on this lock for ever
+print(child.pid, worker.children.warm[0].pid, flush=True)
+worker.children.warm_lock.acquire()  # a stop that hangs: kill_running_children waits on this lock for ever
 timer = threading.Timer(1.0, w._abandon, args=(worker,))
 timer.daemon = True
 timer.start()

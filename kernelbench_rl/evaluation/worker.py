@@ -9,84 +9,65 @@ once) and runs every candidate in a fresh child forked from a zygote (a forkserv
 torch and triton but never initialised CUDA), pre-started so a child is ready when a request comes.
 Compilation in children runs in parallel; correctness and timing hold the device exclusively.
 Imports only torch, triton, numpy and the standard library.
+
+This module holds the worker's main loop and the evaluation's phases; their parts live beside it:
+children.py (the candidate processes and the conversation with one), scheduling.py (who may use the
+device, when, with how many bytes), reference_cache.py (each problem's reference, baselines, sizing),
+device_timing.py (the timing step), faults.py (verdicts and whose fault they are), build_cache.py
+(CUDA builds kept across candidates) and same_uid.py (the worker as its children's unprivileged uid).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import faulthandler
-import gc
-import itertools
 import json
-import multiprocessing
 import os
 import platform
-import queue
 import random
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from kernelbench_rl.evaluation import (
-    candidate_class, checks, discrimination, kernels, numerics, outputs, runtime, sandbox, tempdirs, timing, wire,
+    candidate_class, checks, discrimination, kernels, numerics, runtime, sandbox, tempdirs, timing, wire,
 )
 from kernelbench_rl.evaluation import memory as footprints
-from kernelbench_rl.evaluation.child import child_main
-from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag, tolerance_for
-from kernelbench_rl.evaluation import floor as floors
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
+from kernelbench_rl.evaluation import children, faults, scheduling
+from kernelbench_rl.evaluation.build_cache import BuildCache
+from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
+    PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, VERIFY_TIMED_OUTPUTS, CandidateTiming, pairing_wanted,
+)
+from kernelbench_rl.evaluation.same_uid import (  # noqa: F401 - importable from here as before
+    SAME_UID_NPROC, SAME_UID_PROBE_TIMEOUT_S, become_same_uid_worker, same_uid_possible, same_uid_probe,
+)
+from kernelbench_rl.evaluation.reference_cache import (  # noqa: F401 - importable from here as before
+    FRESH_TIMING_BUFFERS, SEED_POOL_SIZE, ProblemState, ReferenceCache,
+)
+from kernelbench_rl.evaluation.children import (  # noqa: F401 - importable from here as before
+    PACKAGE_DIR, START_TIMEOUT_S, Child, ChildPool, WorkerStopping, _process_state, host_memory_limit_mb, stopped,
+)
+from kernelbench_rl.evaluation.faults import (  # noqa: F401 - importable from here as before
+    WITHIN_BUDGET_OOM, WORKER_OOM, Fault, child_oom_fault, oom_not_the_candidates, ran_out_of_device_memory,
+)
+from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable from here as before
+    LOADED_CONTEXT_BYTES, QUIET_WAIT_S, WARM_CONTEXT_BYTES, DeviceQueue, MemoryBudget, QuietGate, SharedOrAlone,
+)
 
-SEED_POOL_SIZE = 16
-# Children may read our package (they run its code), never the rest of the checkout around it.
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOW_KERNEL_SHARE = 0.5
-TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
-HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
-START_TIMEOUT_S = 60.0
 # Once told to stop (or orphaned), the worker has this long to wind down before it kills what it knows of and
 # exits regardless: nothing it could still finish has anyone waiting for it.
 STOP_GRACE_S = float(os.environ.get("KBRL_EVAL_STOP_GRACE_S", "15"))
-# GPU memory per child: a pre-started one holds a bare CUDA context, one serving an evaluation also cuBLAS's
-# and cuDNN's handles and workspaces (H100, torch 2.11: 526 and 722 MiB, bench/context_probe.py).
-WARM_CONTEXT_BYTES = 560 << 20
-LOADED_CONTEXT_BYTES = 768 << 20
-# Of the device memory free when the worker starts, the share evaluations may plan with (the rest is
-# headroom for the driver, fragmentation and what no plan counts).
-USABLE_FRACTION = 0.92
-# Timing waits at most this long for warm-ups under way in other children to finish (a Triton JIT can
-# take seconds); past it, the trial runs and the overlap is recorded.
-QUIET_WAIT_S = 5.0
-# With at least this many cores, two are kept for whoever holds the device section (a delayed launch
-# counts in a 1 ms trial); compiling children run on the rest.
-QUIET_CORES_MIN_CPUS = 8
-# A plan needing more than this share of the budget is "big": its child is killed and reaped before its
-# bytes go back to the budget, and it is admitted only once the device shows them free (a killed child
-# holding 20 GiB releases it asynchronously; admitting the next one at once ran it out of memory).
-BIG_PLAN_FRACTION = 0.25
-FREE_WAIT_S = 30.0
-# When the solo baseline's or the candidate's timed trials spread (IQR) by more than this share of their
-# median, both are timed again side by side: the reference in a sibling child (same sandbox, no candidate
-# code), alternating blocks with the candidate. Level-3 launch-bound models moved by up to 50% between
-# consecutive medians of 100 calls in one quiet process on an H100 (bench/RESULTS.md), so a baseline timed
-# seconds earlier cannot tell identical code from a 1.3x change. KBRL_EVAL_PAIRED=off|always overrides.
-PAIRED_SPREAD = 0.05
-PAIRED_BLOCKS = 5
-PAIRED_MAX_BYTES = 4 << 30  # the reference's child sits beside the candidate's: small problems only
-# Diagnostics for showing that one defence holds alone (bench/floor_check.py): "0" turns off the check of timed
-# calls' outputs, or fresh input buffers for every timed call. Never off in a real evaluation.
-VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
-FRESH_TIMING_BUFFERS = os.environ.get("KBRL_EVAL_FRESH_BUFFERS", "1") != "0"
 
 
 @dataclass
@@ -104,346 +85,10 @@ class WorkerConfig:
     nvcc: str = "nvcc"
 
 
-class ChildGone(Exception):
-    """The child died or stopped answering."""
-
-
-class WorkerStopping(Exception):
-    """The orchestrator is gone; no new child may start."""
-
-
-class Child:
-    """One forked sandbox process and its message pipe."""
-
-    def __init__(self, ctx: Any, device: str) -> None:
-        self.conn, child_conn = ctx.Pipe(duplex=True)
-        self.started_at = time.perf_counter()
-        self.rss_limit_mb: float | None = None
-        self.workdir = ""
-        self.process = ctx.Process(target=child_main, args=(child_conn, device), daemon=False)
-        self.process.start()
-        child_conn.close()
-        self.spawn_s = time.perf_counter() - self.started_at
-
-    @property
-    def pid(self) -> int:
-        return int(self.process.pid)
-
-    def kill(self) -> None:
-        self.signal_kill()
-        self.reap()
-
-    def signal_kill(self) -> None:
-        for kill in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
-            try:
-                kill()
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
-
-    def reap(self) -> None:
-        """Wait for a killed child to exit (a CUDA context takes ~0.1 s to tear down) and close its pipe."""
-        self.process.join(timeout=5)
-        self.conn.close()
-
-    def rss_mb(self) -> float:
-        try:
-            with open(f"/proc/{self.pid}/status") as handle:
-                for line in handle:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) / 1024.0
-        except (OSError, ValueError):
-            pass
-        return 0.0
-
-
-@dataclass
-class ProblemState:
-    problem_id: str
-    module: Any
-    init_seed: int
-    seed_pool: list[int]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    # Held by the request that sizes the problem (first reference on the device): the others wait here,
-    # not in the device queue, and find it done.
-    sizing: threading.Lock = field(default_factory=threading.Lock)
-    models: dict[str, torch.nn.Module] = field(default_factory=dict)
-    refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed, variant) -> outputs
-    # Per precision: which trivial candidates pass the problem's own inputs, and the widened inputs chosen.
-    discriminations: dict[str, discrimination.Discrimination] = field(default_factory=dict)
-    baselines: dict[str, dict[str, float]] = field(default_factory=dict)
-    host_baselines: dict[str, float] = field(default_factory=dict)
-    mutates_inputs: bool = False
-    # Per output, the input the reference returns itself or a view of (None: a new tensor); learnt with the above.
-    output_aliases: list[int | None] = field(default_factory=list)
-    input_bytes: int = 0
-    output_bytes: int = 0
-    param_bytes: int = 0
-    forward_bytes: int = 0  # allocation peak of one reference forward beyond parameters and inputs
-    sized: bool = False
-    plan: footprints.MemoryPlan | None = None  # on the GPU, from the sizing run
-    too_large: str = ""  # why no evaluation of this problem fits this device ('' when it does)
-    floors: dict[str, Any] = field(default_factory=dict)  # precision -> its physical floor on this GPU, or why none
-    suite: str = "kernelbench"  # whose tolerance judges its floating outputs (result.tolerance_for)
-    index_outputs: checks.IndexOutputs = field(default_factory=dict)  # tie-tolerant index outputs it declares
-    last_used: float = 0.0
-
-    def footprint(self) -> footprints.Footprint:
-        return footprints.Footprint(self.param_bytes, self.input_bytes, self.output_bytes, self.forward_bytes)
-
-
-class MemoryBudget:
-    """Bytes of device memory the children may hold at once, handed out first come, first served.
-
-    Children warm up (Triton JIT, one forward) in parallel outside the exclusive device section; on a
-    smaller GPU, or with level-1 problems whose inputs and outputs reach GiBs, several of them at once
-    could run the device out of memory and turn a correct kernel into an OOM verdict. A request larger
-    than the whole budget waits until it can run alone.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self.used = 0
-        self._cond = threading.Condition()
-        self._queue: collections.deque[object] = collections.deque()
-
-    @contextlib.contextmanager
-    def hold(self, nbytes: int):
-        nbytes = max(0, min(int(nbytes), self.capacity))
-        ticket = object()
-        with self._cond:
-            self._queue.append(ticket)
-            self._cond.wait_for(lambda: self._queue[0] is ticket and self.used + nbytes <= self.capacity)
-            self._queue.popleft()
-            self.used += nbytes
-            self._cond.notify_all()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self.used -= nbytes
-                self._cond.notify_all()
-
-
-class QuietGate:
-    """Timed trials run with no other child's GPU work beside them.
-
-    Warm-ups and model construction in other children (Triton JIT, one forward, parameter init) take
-    the gate shared; timing (the candidate's trials, the baseline's) takes it alone. Writer-preferring:
-    once timing waits, new warm-ups wait behind it. Timing waits at most `max_wait_s` for those already
-    under way (a JIT can take seconds) and reports whether it ran quiet."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._noisy = 0
-        self._quiet = False
-        self._waiting = 0
-
-    @contextlib.contextmanager
-    def noisy(self):
-        with self._cond:
-            self._cond.wait_for(lambda: not self._quiet and self._waiting == 0)
-            self._noisy += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._noisy -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def quiet(self, max_wait_s: float = QUIET_WAIT_S):
-        """Yields True when no warm-up ran beside the section's start, False when it gave up waiting."""
-        with self._cond:
-            self._waiting += 1
-            try:
-                calm = self._cond.wait_for(lambda: self._noisy == 0 and not self._quiet, timeout=max_wait_s)
-                if not calm:  # give up on the warm-ups, but never share with another timing
-                    self._cond.wait_for(lambda: not self._quiet)
-            finally:
-                self._waiting -= 1
-            self._quiet = True
-        try:
-            yield calm
-        finally:
-            with self._cond:
-                self._quiet = False
-                self._cond.notify_all()
-
-
-class DeviceQueue:
-    """The exclusive device section: first come, first served, except that sizing a new problem (one
-    reference forward) goes before every candidate waiting.
-
-    Sizing gates a whole problem's evaluations before they even take a child; behind a queue of
-    candidates' timing it cost the problems that came late up to 9 s each on the H200, and a hang
-    among them started its timeout that much later."""
-
-    URGENT, NORMAL = 0, 1
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._held = False
-        self._waiting: list[tuple[int, int]] = []  # (priority, arrival), smallest served first
-        self._arrivals = itertools.count()
-
-    @contextlib.contextmanager
-    def hold(self, priority: int = NORMAL):
-        ticket = (priority, next(self._arrivals))
-        with self._cond:
-            self._waiting.append(ticket)
-            self._cond.wait_for(lambda: not self._held and min(self._waiting) == ticket)
-            self._waiting.remove(ticket)
-            self._held = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._held = False
-                self._cond.notify_all()
-
-
-class SharedOrAlone:
-    """Evaluations share the device; one that ran out of device memory beside others runs again alone.
-
-    Writer-preferring: once an evaluation waits to run alone, new ones wait behind it, so it cannot starve.
-    Running alone drains the pool (up to the slowest in-flight evaluation's timeout), which is why only a
-    device OOM earns it.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._sharing = 0
-        self._alone = False
-        self._waiting_alone = 0
-
-    @contextlib.contextmanager
-    def shared(self):
-        with self._cond:
-            self._cond.wait_for(lambda: not self._alone and self._waiting_alone == 0)
-            self._sharing += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._sharing -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def alone(self):
-        with self._cond:
-            self._waiting_alone += 1
-            self._cond.wait_for(lambda: not self._alone and self._sharing == 0)
-            self._waiting_alone -= 1
-            self._alone = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._alone = False
-                self._cond.notify_all()
-
-
-# torch's message, and the exception's name that the child's short_error and the worker's own OOM verdict carry.
-_DEVICE_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
-# Out of memory that is not the candidate's: the worker's own allocation failed, or the child's failed
-# while the child was within its budget (the device was short, not the kernel greedy).
-WORKER_OOM = "the evaluator's own allocation found the device full"
-WITHIN_BUDGET_OOM = "within its device-memory budget"
-
-
-def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[float | None, float | None]]) -> bool:
-    """Whether both sides are timed again side by side (PAIRED_SPREAD): `mode` is KBRL_EVAL_PAIRED (auto,
-    always, off); `timings` are (median, IQR) of the solo baseline and the solo candidate, and either
-    spreading past PAIRED_SPREAD of its median asks for it. Big plans never pair (a second child would not fit)."""
-    mode = mode.strip().lower()
-    if mode == "off" or big or needed_bytes > PAIRED_MAX_BYTES:
-        return False
-    if mode == "always":
-        return True
-    return any(median and spread is not None and spread > PAIRED_SPREAD * float(median) for median, spread in timings)
-
-
-@contextlib.contextmanager
-def stopped(pid: int, settle_s: float = 0.05):
-    """The process group `pid` leads (or the process alone) stopped by SIGSTOP for the block, continued after.
-    Waits up to `settle_s` until the kernel reports it stopped."""
-    send = None
-    for candidate in (lambda sig: os.killpg(pid, sig), lambda sig: os.kill(pid, sig)):
-        try:
-            candidate(signal.SIGSTOP)
-            send = candidate
-            break
-        except OSError:
-            continue
-    try:
-        until = time.monotonic() + settle_s
-        while send is not None and time.monotonic() < until and _process_state(pid) not in ("T", "t", "", "Z", "X"):
-            time.sleep(0.001)
-        yield
-    finally:
-        if send is not None:
-            try:
-                send(signal.SIGCONT)
-            except OSError:
-                pass
-
-
-def _process_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-def host_memory_limit_mb(limit_mb: int, transport: str, tensor_bytes: int) -> float:
-    """Resident host memory a GPU child may hold before it is killed (its address space cannot be capped:
-    the CUDA driver maps far more than it uses). Over CUDA IPC tensors never touch host memory, so the
-    sandbox's limit stands as set; through files or the pipe, room for two copies of them is added."""
-    if transport == "ipc":
-        return float(limit_mb)
-    return float(limit_mb + ((2 * tensor_bytes) >> 20))
-
-
-def ran_out_of_device_memory(result: EvalResult) -> bool:
-    return (result.error_category in (ErrorCategory.RUNTIME, ErrorCategory.CRASH)
-            and any(marker in result.error_message for marker in _DEVICE_OOM_MARKERS))
-
-
-def oom_not_the_candidates(result: EvalResult) -> bool:
-    """An out-of-memory that no allocation of the candidate beyond its budget caused."""
-    return result.error_category == ErrorCategory.RUNTIME and (
-        result.error_message.startswith(WORKER_OOM) or WITHIN_BUDGET_OOM in result.error_message)
-
-
-def child_oom_fault(message: str, oom: dict[str, Any]) -> Fault:
-    """The child's allocation failed: the candidate's fault past its budget, else (maybe) ours."""
-    try:
-        reserved, cap = int(oom.get("reserved", 0)), int(oom.get("cap", 0))
-    except (TypeError, ValueError):
-        reserved, cap = 0, 0
-    requested = footprints.requested_bytes(message)
-    if footprints.over_budget(reserved, requested, cap):
-        return Fault(ErrorCategory.RUNTIME, (
-            f"the kernel's process held {footprints.gib(reserved)} of device memory and asked for "
-            f"{footprints.gib(requested)} more, past its budget of {footprints.gib(cap)} "
-            f"({footprints.CANDIDATE_MEMORY_FACTOR}x the reference's peak plus the harness's own buffers)")[:700])
-    return Fault(ErrorCategory.RUNTIME, (
-        f"out of device memory {WITHIN_BUDGET_OOM} ({footprints.gib(reserved)} held of {footprints.gib(cap)}): "
-        f"{message}")[:700])
-
-
-class Fault(Exception):
-    """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
-
-    def __init__(self, category: ErrorCategory, message: str, flags: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.category = category
-        self.message = message
-        self.flags = flags
-
-
 class Worker:
+    """Evaluates candidates, several at once (one per thread of main's pool): each in a fresh child, against
+    the problem's reference held here."""
+
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.in_flight = config.in_flight or config.parallel + 1
@@ -457,11 +102,8 @@ class Worker:
         # compile slot, so the CPU keeps compiling and a hang starts its timeout early instead of after
         # everything submitted before it.
         self.compile_slots = threading.Semaphore(max(1, config.parallel))
-        self.rng_lock = threading.RLock()
-        self.problems: dict[str, ProblemState] = {}
-        self.problems_lock = threading.Lock()
-        self.ref_bytes = 0
         self.clock = timing.Clock.capture() if self.device == "cuda" else None
+        self.references = ReferenceCache(self.device, self.root, config.ref_cache_bytes, self.clock)
         self.arch = ""
         if self.device == "cuda":
             if not torch.cuda.is_available():
@@ -475,17 +117,9 @@ class Worker:
         os.environ.setdefault("TRITON_INTERPRET", "1" if self.device == "cpu" else "0")
         if self.device == "cpu":
             os.environ["TRITON_INTERPRET"] = "1"
-        self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child"])
-        # Killed children are reaped and their directories removed off the evaluation's path: the result
-        # goes back while the driver tears the CUDA context down.
-        self.reaping: queue.Queue[tuple[Child | None, str]] = queue.Queue()
-        self.reaper = threading.Thread(target=self._reap_loop, daemon=True, name="kbrl-reaper")
-        self.reaper.start()
-        self.warm: collections.deque[Child] = collections.deque()
-        self.warm_lock = threading.Lock()
-        self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
-        self.stopping = False
+        # Cores kept for the device section's holder; compiling children get the others.
+        self.all_cores, self.quiet_cores, self.busy_cores = scheduling.core_split(self.device)
+        self.children = ChildPool(self.device, config.warm_children, self.busy_cores)
         self.versions = {
             "torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version(),
             "cuda": str(torch.version.cuda or ""),
@@ -494,6 +128,7 @@ class Worker:
         self.drop_uid = config.drop_uid and os.geteuid() == 0 and sandbox.python_readable_by_others()
         if config.drop_uid and os.geteuid() == 0 and not self.drop_uid:
             self.versions["sandbox_note"] = "children keep root: the Python installation is not readable by nobody"
+        self.builds = BuildCache(self.cache_root, self.arch, self.drop_uid)
         self.transport = config.transport if config.transport != "auto" else "file"
         self.ipc_selftest = ""
         if self.device == "cuda" and config.transport in ("auto", "ipc"):
@@ -503,40 +138,26 @@ class Worker:
         self.versions["worker_uid"] = "same as children (unprivileged, non-dumpable)" if config.same_uid else str(os.geteuid())
         self.residency = SharedOrAlone()
         self.quiet_gate = QuietGate()
+        self.candidate_timing = CandidateTiming(self.references, self.quiet_gate, self.transport, self.hardware,
+                                                self._reference_child, self.children.retire)
         self.versions["numerics"] = numerics.describe()
         self.memory: MemoryBudget | None = None
         self.alone_capacity = 0
-        self.making_room = 0  # big evaluations under way: no pre-started child is spawned meanwhile
         self.total_memory = 0
         self.l2_bytes = 0
         if self.device == "cuda":
             free, self.total_memory = torch.cuda.mem_get_info()
             self.l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
-            # Every child holds a CUDA context; the worker keeps its reference models and cached outputs
-            # within ref_cache_bytes (evicting the least recently used problems). The rest is what
-            # evaluations are admitted against, by bytes.
-            contexts = self.in_flight * LOADED_CONTEXT_BYTES + config.warm_children * WARM_CONTEXT_BYTES
-            self.memory = MemoryBudget(max(1 << 30, int(USABLE_FRACTION * free) - config.ref_cache_bytes - contexts))
+            self.memory, self.alone_capacity = scheduling.device_budgets(
+                free, self.in_flight, config.warm_children, config.ref_cache_bytes)
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
-            # With the device to itself (pre-started children killed, other problems' references dropped), an
-            # evaluation still shares it with the other evaluations' children, each at most a loaded context.
-            self.alone_capacity = max(self.memory.capacity, int(USABLE_FRACTION * free) - self.in_flight * LOADED_CONTEXT_BYTES)
-        # Cores kept for the device section's holder; compiling children get the others.
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        self.all_cores = set(cores)
-        self.quiet_cores: set[int] = set()
-        self.busy_cores: set[int] = set()
-        # KBRL_EVAL_PIN_CORES=0 leaves every process on all cores (a diagnostic switch for timing studies).
-        if self.device == "cuda" and len(cores) >= QUIET_CORES_MIN_CPUS and os.environ.get("KBRL_EVAL_PIN_CORES", "1") != "0":
-            self.quiet_cores, self.busy_cores = set(cores[-2:]), set(cores[:-2])
         if self.device == "cuda":
             self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda")
-        for _ in range(max(0, config.warm_children)):
-            self.warm.append(Child(self.ctx, self.device))
+        self.children.prestart()
 
     def _ipc_selftest(self) -> str:
         """Can this worker open CUDA IPC handles from a confined child? ('ok' or why not)."""
-        child = Child(self.ctx, self.device)
+        child = Child(self.children.ctx, self.device)
         try:
             drop = self.drop_uid
             wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop, "landlock": self.config.landlock,
@@ -555,202 +176,21 @@ class Worker:
         finally:
             child.kill()
 
-    # -- children --------------------------------------------------------------------------
+    # -- children (children.py) ------------------------------------------------------------
     def take_child(self) -> Child:
-        with self.warm_lock:
-            if self.stopping:
-                # The orchestrator is gone: a child started now would run its candidate with nobody to stop it
-                # (kill_running_children has already swept `running`).
-                raise WorkerStopping("the evaluation worker is stopping")
-            child = None
-            while self.warm:
-                candidate = self.warm.popleft()
-                if candidate.process.is_alive():
-                    child = candidate
-                    break
-                candidate.kill()
-            if child is None:
-                child = self._spawn()
-            # One replacement per child taken, and one more while the pool is short (after a big evaluation
-            # drained it): a burst of 18 CUDA start-ups slowed every start and build beside it to seconds.
-            if not self.making_room:
-                for _ in range(min(2, self.config.warm_children - len(self.warm))):
-                    self.warm.append(self._spawn())
-            self.running.add(child)
-        self._pin(child.pid, self.busy_cores)
-        return child
-
-    @staticmethod
-    def _pin(pid: int, cores: set[int]) -> None:
-        """CPU affinity of a process's main thread (pid 0: the calling thread); best effort."""
-        if cores:
-            try:
-                os.sched_setaffinity(pid, cores)
-            except (OSError, AttributeError):
-                pass
-
-    def _spawn(self) -> Child:
-        try:
-            return Child(self.ctx, self.device)
-        except (EOFError, OSError, ConnectionError):
-            # The forkserver is gone (a candidate may have broken it before its fds were closed): restart it.
-            from multiprocessing import forkserver
-
-            stop = getattr(forkserver._forkserver, "_stop", None)
-            if stop is not None:
-                try:
-                    stop()
-                except Exception:  # noqa: BLE001
-                    pass
-            return Child(self.ctx, self.device)
-
-    def _retire(self, child: Child, workdir: str) -> None:
-        """Kill a child that served a job; the reaper waits for it and removes its directory off this path."""
-        child.signal_kill()
-        with self.warm_lock:
-            self.running.discard(child)
-        self.reaping.put((child, workdir))
+        """A pre-started child for a job; WorkerStopping once the orchestrator is gone."""
+        return self.children.take()
 
     def kill_running_children(self) -> None:
-        with self.warm_lock:
-            # Set under the lock take_child holds: every child is either in `running` now or never started.
-            self.stopping = True  # what the killed children's evaluations conclude is not a verdict
-            running = list(self.running)
-        for child in running:
-            child.kill()
-
-    def _reap_loop(self) -> None:
-        while True:
-            child, workdir = self.reaping.get()
-            try:
-                if child is not None:
-                    child.reap()
-                if workdir:
-                    shutil.rmtree(workdir, ignore_errors=True)
-            except Exception:  # noqa: BLE001 - a failed clean-up must not stop the reaper
-                traceback.print_exc(file=sys.stderr)
-            finally:
-                self.reaping.task_done()
+        """The orchestrator is gone: kill the children serving jobs, and start none from now on."""
+        self.children.kill_running()
 
     def shutdown(self) -> None:
-        with self.warm_lock:
-            while self.warm:
-                self.warm.popleft().kill()
-        self.reaping.join()  # every killed child reaped before the directories go
+        self.children.shutdown()
         shutil.rmtree(self.root, ignore_errors=True)
         home = os.environ.get("HOME", "")
         if self.config.same_uid and os.path.basename(home).startswith("kbrl-worker-home-"):
             shutil.rmtree(home, ignore_errors=True)
-
-    # -- problems and references -----------------------------------------------------------
-    def problem_state(self, problem_id: str, source: str, suite: str = "kernelbench") -> ProblemState:
-        key = f"{problem_id}:{suite}:{hash(source)}"
-        with self.problems_lock:
-            state = self.problems.get(key)
-            if state is None:
-                path = os.path.join(self.root, f"problem_{len(self.problems)}.py")
-                with open(path, "w") as handle:
-                    handle.write(source)
-                module = runtime.load_module_from_file(path, f"kbrl_reference_{len(self.problems)}")
-                state = ProblemState(
-                    problem_id=problem_id, module=module, init_seed=secrets.randbits(31),
-                    seed_pool=[secrets.randbits(31) for _ in range(SEED_POOL_SIZE)], suite=suite,
-                    index_outputs=checks.declared_index_outputs(getattr(module, checks.INDEX_OUTPUTS_NAME, None)),
-                )
-                self.problems[key] = state
-        return state
-
-    def reference_model(self, state: ProblemState, precision: str) -> torch.nn.Module:
-        with self.rng_lock:  # construction seeds and draws from the global generator
-            if precision not in state.models:
-                before = torch.cuda.memory_allocated() if self.device == "cuda" else 0
-                state.models[precision] = runtime.build_model(state.module.Model, state.module, state.init_seed, self.device, precision)
-                if self.device == "cuda":
-                    state.param_bytes = max(state.param_bytes, torch.cuda.memory_allocated() - before)
-        return state.models[precision]
-
-    def inputs(self, state: ProblemState, seed: int, precision: str,
-               variant: discrimination.Variant | None = None) -> list[Any]:
-        # get_inputs() draws from torch's global generator: one thread at a time, or seeds interleave.
-        with self.rng_lock:
-            return runtime.make_inputs(state.module, seed, self.device, precision, variant)
-
-    def reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool = True,
-                          variant: discrimination.Variant | None = None) -> list[torch.Tensor]:
-        with self.rng_lock:  # the reference forward may draw random numbers too (dropout)
-            return self._reference_outputs(state, precision, seed, cache, variant)
-
-    def _reference_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool,
-                           variant: discrimination.Variant | None = None) -> list[torch.Tensor]:
-        key = (precision, seed, discrimination.variant_key(variant))
-        if key in state.refs:
-            state.refs.move_to_end(key)
-            return state.refs[key]
-        model = self.reference_model(state, precision)
-        inputs = self.inputs(state, seed, precision, variant)
-        state.input_bytes = max(state.input_bytes, sum(t.numel() * t.element_size() for t in runtime.tensor_inputs(inputs)))
-        # Whether the reference itself writes its inputs is learnt once, when the problem is sized.
-        pristine = runtime.clone_inputs(runtime.tensor_inputs(inputs)) if not state.sized else None
-        if self.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-            before_forward = torch.cuda.memory_allocated()
-        with torch.no_grad():
-            results = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
-        if self.device == "cuda":
-            state.forward_bytes = max(state.forward_bytes, torch.cuda.max_memory_allocated() - before_forward)
-        if pristine is not None and checks.inputs_unmodified(pristine, runtime.tensor_inputs(inputs)):
-            state.mutates_inputs = True  # the reference itself writes its inputs: skip that check
-        if pristine is not None:  # (learnt once, like the above: where a candidate may return an input too)
-            state.output_aliases = outputs.input_aliases(results, inputs)
-        del pristine, inputs
-        size = sum(t.numel() * t.element_size() for t in results)
-        state.output_bytes = max(state.output_bytes, size)
-        # One problem's outputs may take a quarter of the cache at most (a 6 GiB output is recomputed).
-        if cache and size <= self.config.ref_cache_bytes // 4:
-            state.refs[key] = results
-            self.ref_bytes += size
-            while self.ref_bytes > self.config.ref_cache_bytes and len(state.refs) > 1:
-                _, evicted = state.refs.popitem(last=False)
-                self.ref_bytes -= sum(t.numel() * t.element_size() for t in evicted)
-        return results
-
-    def baseline(self, state: ProblemState, precision: str, settings: EvalSettings, known: dict | None) -> dict[str, float]:
-        if known and known.get("eager_ms"):
-            state.baselines.setdefault(precision, dict(known))
-        if precision not in state.baselines:
-            model = self.reference_model(state, precision)
-            seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-            record = timing.time_forward(
-                model, lambda s: self.inputs(state, s, precision), seeds,
-                settings.warmup_trials, self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
-            )
-            entry = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None,
-                     "diagnostics": record.diagnostics()}  # kept in this worker only, never in the baseline cache
-            if settings.measure_compile_baseline:
-                entry["compile_ms"] = self._compile_baseline(state, precision, settings)
-            state.baselines[precision] = entry
-        return state.baselines[precision]
-
-    def _compile_baseline(self, state: ProblemState, precision: str, settings: EvalSettings) -> float | None:
-        try:
-            compiled = torch.compile(self.reference_model(state, precision))
-            seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-            record = timing.time_forward(
-                compiled, lambda s: self.inputs(state, s, precision), seeds,
-                max(settings.warmup_trials, 3), self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
-            )
-            return record.median_ms
-        except Exception:  # noqa: BLE001 - an optional figure; inductor may be unavailable
-            return None
-
-    def host_baseline(self, state: ProblemState, precision: str, settings: EvalSettings) -> float:
-        if precision not in state.host_baselines:
-            seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
-            state.host_baselines[precision] = timing.host_time_forward(
-                self.reference_model(state, precision), lambda s: self.inputs(state, s, precision),
-                seeds, self.device, self.clock, fresh_buffers=self._fresh_buffers(state),
-            )
-        return state.host_baselines[precision]
 
     # -- one evaluation --------------------------------------------------------------------
     def evaluate(self, payload: dict[str, Any], received_at: float | None = None) -> tuple[EvalResult, dict | None]:
@@ -768,7 +208,7 @@ class Worker:
         t = time.perf_counter()
         with self.residency.alone():
             waited = time.perf_counter() - t
-            self.reaping.join()  # the killed children (the hoarder among them) have let go of the device
+            self.children.reaping.join()  # the killed children (the hoarder among them) have let go of the device
             torch.cuda.empty_cache()
             result, baseline = self._evaluate_once(payload, None)
         result.phase_seconds["alone_wait"] = waited
@@ -798,36 +238,7 @@ class Worker:
         if received_at is not None:
             result.phase_seconds["queue"] = max(0.0, t_start - received_at)  # waiting for a worker thread
         try:
-            state = self.problem_state(payload["problem_id"], payload["problem_source"],
-                                       str(payload.get("suite") or "kernelbench"))
-            result.versions["suite"] = state.suite
-            result.versions["tolerance"] = self._tolerance_note(state, settings.precision)
-            t = time.perf_counter()
-            if self._unsized(state, settings.precision):
-                # The first request of a problem sizes it on the device (one reference forward: parameters,
-                # inputs, outputs, the forward's peak) and tries trivial candidates on its inputs, alone in
-                # device memory, going before queued candidates; the others wait here, not in the device
-                # queue, and find it done.
-                with state.sizing:
-                    if self._unsized(state, settings.precision):
-                        with self._device_section(DeviceQueue.URGENT), self._memory_for_sizing():
-                            if self.memory is not None:
-                                self._wait_for_free(int(0.75 * self.memory.capacity), result)
-                            result.phase_seconds["reference_wait"] = time.perf_counter() - t
-                            with state.lock:
-                                if not state.sized:
-                                    self._size(state, settings.precision)
-                                mark = time.perf_counter()
-                                self._discriminate(state, settings, payload.get("input_variant"))
-                                result.phase_seconds["discrimination"] = time.perf_counter() - mark
-                    else:  # sized by the request this one waited for
-                        result.phase_seconds["reference_wait"] = time.perf_counter() - t
-            state.last_used = time.monotonic()
-            if state.too_large:
-                raise Fault(ErrorCategory.TOO_LARGE, state.too_large)
-            # Sizing the problem (once per problem and worker), including the wait for the device or for
-            # the request that sized it.
-            result.phase_seconds["reference"] = time.perf_counter() - t
+            state = self._reference_for(payload, settings, result)
             workdir = tempfile.mkdtemp(prefix="c-", dir=self.root)
             t = time.perf_counter()
             child = self.take_child()
@@ -836,70 +247,14 @@ class Worker:
                 child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
                                                           state.input_bytes + state.output_bytes)
             result.phase_seconds["child_start"] = time.perf_counter() - t
-            # A candidate named Model (kernrl's convention) runs as the ModelNew the static policy judged.
-            job = self._job(workdir, candidate_class.as_model_new(source), payload["problem_source"], settings, state)
-            build_key = self._restore_build(workdir, source, settings)
-            job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
-            t = time.perf_counter()
-            compiling.enter_context(self.compile_slots)
-            result.phase_seconds["compile_wait"] = time.perf_counter() - t
-            self._send(child, job, "starting the sandbox")
-            t = time.perf_counter()
-            started = self._expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
-            if started.get("numerics") is not None and dict(started["numerics"]) != numerics.snapshot():
-                raise Fault(ErrorCategory.INFRA, "the sandbox's numerics settings differ from the reference's: "
-                            f"{numerics.describe(dict(started['numerics']))}")
-            result.phase_seconds["start_wait"] = time.perf_counter() - t
-            result.versions["sandbox"] = str(started.get("sandbox", ""))
-            if self.device == "cuda":
-                result.versions["profiler_warmup"] = str(started.get("profiler_warmup", ""))
-            result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
-            loaded = self._expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
-            result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
-            if build_key:
-                result.versions["build_cache"] = self._save_build(workdir, build_key)
+            loaded = self._start_candidate(child, workdir, source, payload, settings, state, result, compiling)
             if loaded["event"] == "nvcc":
                 self._nvcc_verdict(result, loaded)
                 return result, None
             result.compiled = True
-            # Construction (which may build a CUDA extension) runs outside the exclusive section, in
-            # parallel with other children; so does an optional warm-up forward (Triton JIT).
-            t = time.perf_counter()
-            deadline = time.monotonic() + settings.timeout_s
-            with self.quiet_gate.noisy():  # parameter init launches GPU work: not beside a timed trial
-                self._send(child, {"cmd": "build", "seed": state.init_seed}, "building ModelNew")
-                self._expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
-            result.phase_seconds["build"] = time.perf_counter() - t
-            if self.config.prewarm:
-                # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
-                # The child frees its inputs and outputs afterwards, so its memory is held only meanwhile.
-                t = time.perf_counter()
-                remaining = deadline - time.monotonic()  # waiting for memory is not the candidate's time
-                with self._memory_for(state, "warm"), self.quiet_gate.noisy():
-                    result.phase_seconds["memory_wait"] = time.perf_counter() - t
-                    self._send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
-                    self._expect(child, {"warmed"}, remaining, "warming up (first forward)")
-                result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
+            self._build_and_warm(child, state, settings, result)
             compiling.close()
-            t = time.perf_counter()
-            # The candidate at its device-memory budget plus the worker's own references and copies.
-            with self._device_section(), self._memory_for(state, "section"), self._room_for(state) as big:
-                if big:
-                    self._wait_for_free(state.plan.needed_bytes, result)
-                entered = time.perf_counter()
-                result.phase_seconds["device_wait"] = entered - t
-                deadline = time.monotonic() + settings.timeout_s
-                self._pin(child.pid, self.quiet_cores)
-                self._pin(0, self.quiet_cores)
-                try:
-                    baseline_out = self._run_on_device(child, state, settings, result, deadline, payload)
-                finally:
-                    self._pin(0, self.all_cores)
-                    if big:  # its memory is back before its bytes are
-                        child.signal_kill()
-                        child.process.join(timeout=10)
-                    self._release_worker_memory()
-                    result.phase_seconds["device_section"] = time.perf_counter() - entered
+            baseline_out = self._device_section_for(child, state, settings, result, payload)
         except Fault as fault:
             traceback.clear_frames(fault.__traceback__)  # its frames' references and inputs go now, not at a gc
             result.error_category = fault.category
@@ -912,15 +267,12 @@ class Worker:
             # children that proves nothing, and evaluate() runs the candidate again alone. The candidate's
             # process cannot pass its budget (the child's allocator enforces it), so alone it is ours too.
             result.error_category = ErrorCategory.RUNTIME
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            free, total = torch.cuda.mem_get_info() if self.device == "cuda" else (0, 0)
-            result.error_message = (f"{WORKER_OOM} ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free, the worker holding "
-                                    f"{torch.cuda.memory_reserved() / 2**30:.1f}): OutOfMemoryError: {first_line}")[:500]
+            result.error_message = faults.own_oom_message(exc, self.device)
             # The traceback's frames hold the tensors that filled the device (24 GiB stayed allocated on an
             # H100 after two level-1 OOMs and starved every later evaluation): drop them before releasing.
             traceback.clear_frames(exc.__traceback__)
             del exc
-            self._release_worker_memory(force=True)
+            self.references.release_device_memory(force=True)
         except Exception as exc:  # noqa: BLE001 - our own failure: the pool retries INFRA
             traceback.clear_frames(exc.__traceback__)
             result.error_category = ErrorCategory.INFRA
@@ -931,9 +283,9 @@ class Worker:
             compiling.close()
             t = time.perf_counter()
             if child is not None:
-                self._retire(child, workdir)
+                self.children.retire(child, workdir)
             elif workdir:
-                self.reaping.put((None, workdir))
+                self.children.reap_later(None, workdir)
             result.phase_seconds["teardown"] = time.perf_counter() - t
         if result.error_category != ErrorCategory.OK:
             result.correct = False
@@ -943,6 +295,113 @@ class Worker:
             result.flags.append(Flag.NO_SPEEDUP_ON_CPU.value)
         result.phase_seconds["worker_total"] = time.perf_counter() - t_start
         return result, baseline_out
+
+    def _reference_for(self, payload: dict[str, Any], settings: EvalSettings, result: EvalResult) -> ProblemState:
+        """The problem's state, sized (and its inputs' discrimination found) if this is its first request."""
+        state = self.references.problem_state(payload["problem_id"], payload["problem_source"],
+                                              str(payload.get("suite") or "kernelbench"))
+        result.versions["suite"] = state.suite
+        result.versions["tolerance"] = state.tolerance_note(settings.precision)
+        t = time.perf_counter()
+        if state.unsized(settings.precision):
+            # The first request of a problem sizes it on the device (one reference forward: parameters,
+            # inputs, outputs, the forward's peak) and tries trivial candidates on its inputs, alone in
+            # device memory, going before queued candidates; the others wait here, not in the device
+            # queue, and find it done.
+            with state.sizing:
+                if state.unsized(settings.precision):
+                    with self._device_section(DeviceQueue.URGENT), scheduling.sizing_admission(self.memory):
+                        if self.memory is not None:
+                            scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self.children.describe)
+                        result.phase_seconds["reference_wait"] = time.perf_counter() - t
+                        with state.lock:
+                            if not state.sized:
+                                self.references.size(state, settings.precision, self.memory, self.alone_capacity,
+                                                     self.l2_bytes, self.total_memory)
+                            mark = time.perf_counter()
+                            self.references.discriminate(state, settings, payload.get("input_variant"))
+                            result.phase_seconds["discrimination"] = time.perf_counter() - mark
+                else:  # sized by the request this one waited for
+                    result.phase_seconds["reference_wait"] = time.perf_counter() - t
+        state.last_used = time.monotonic()
+        if state.too_large:
+            raise Fault(ErrorCategory.TOO_LARGE, state.too_large)
+        # Sizing the problem (once per problem and worker), including the wait for the device or for
+        # the request that sized it.
+        result.phase_seconds["reference"] = time.perf_counter() - t
+        return state
+
+    def _start_candidate(self, child: Child, workdir: str, source: str, payload: dict[str, Any], settings: EvalSettings,
+                         state: ProblemState, result: EvalResult, compiling: contextlib.ExitStack) -> dict[str, Any]:
+        """The child's sandbox started and the candidate compiled and imported in it (holding a compile slot from
+        `compiling`); the child's 'loaded' message, or its 'nvcc' verdict for a build-only evaluation."""
+        # A candidate named Model (kernrl's convention) runs as the ModelNew the static policy judged.
+        job = self._job(workdir, candidate_class.as_model_new(source), payload["problem_source"], settings, state)
+        build_key = self.builds.restore(workdir, source, settings, self.device)
+        job["build_restored"] = bool(build_key) and os.path.isdir(os.path.join(workdir, "torch_extensions"))
+        t = time.perf_counter()
+        compiling.enter_context(self.compile_slots)
+        result.phase_seconds["compile_wait"] = time.perf_counter() - t
+        children.send(child, job, "starting the sandbox")
+        t = time.perf_counter()
+        started = children.expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
+        if started.get("numerics") is not None and dict(started["numerics"]) != numerics.snapshot():
+            raise Fault(ErrorCategory.INFRA, "the sandbox's numerics settings differ from the reference's: "
+                        f"{numerics.describe(dict(started['numerics']))}")
+        result.phase_seconds["start_wait"] = time.perf_counter() - t
+        result.versions["sandbox"] = str(started.get("sandbox", ""))
+        if self.device == "cuda":
+            result.versions["profiler_warmup"] = str(started.get("profiler_warmup", ""))
+        result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
+        loaded = children.expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
+        result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
+        if build_key:
+            result.versions["build_cache"] = self.builds.save(workdir, build_key)
+        return loaded
+
+    def _build_and_warm(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult) -> None:
+        """ModelNew constructed in the child and, with prewarm, called once."""
+        # Construction (which may build a CUDA extension) runs outside the exclusive section, in
+        # parallel with other children; so does an optional warm-up forward (Triton JIT).
+        t = time.perf_counter()
+        deadline = time.monotonic() + settings.timeout_s
+        with self.quiet_gate.noisy():  # parameter init launches GPU work: not beside a timed trial
+            children.send(child, {"cmd": "build", "seed": state.init_seed}, "building ModelNew")
+            children.expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
+        result.phase_seconds["build"] = time.perf_counter() - t
+        if self.config.prewarm:
+            # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
+            # The child frees its inputs and outputs afterwards, so its memory is held only meanwhile.
+            t = time.perf_counter()
+            remaining = deadline - time.monotonic()  # waiting for memory is not the candidate's time
+            with scheduling.admission(self.memory, state.plan, "warm"), self.quiet_gate.noisy():
+                result.phase_seconds["memory_wait"] = time.perf_counter() - t
+                children.send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
+                children.expect(child, {"warmed"}, remaining, "warming up (first forward)")
+            result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
+
+    def _device_section_for(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
+                            payload: dict[str, Any]) -> dict | None:
+        """Correctness and timing with the device held (and the memory they need admitted); the fresh baseline."""
+        t = time.perf_counter()
+        # The candidate at its device-memory budget plus the worker's own references and copies.
+        with self._device_section(), scheduling.admission(self.memory, state.plan, "section"), self._room_for(state) as big:
+            if big:
+                scheduling.wait_for_free(state.plan.needed_bytes, result, self.children.describe)
+            entered = time.perf_counter()
+            result.phase_seconds["device_wait"] = entered - t
+            deadline = time.monotonic() + settings.timeout_s
+            scheduling.pin(child.pid, self.quiet_cores)
+            scheduling.pin(0, self.quiet_cores)
+            try:
+                return self._run_on_device(child, state, settings, result, deadline, payload)
+            finally:
+                scheduling.pin(0, self.all_cores)
+                if big:  # its memory is back before its bytes are
+                    child.signal_kill()
+                    child.process.join(timeout=10)
+                self.references.release_device_memory()
+                result.phase_seconds["device_section"] = time.perf_counter() - entered
 
     def _job(self, workdir: str, source: str, problem_source: str, settings: EvalSettings,
              state: ProblemState) -> dict[str, Any]:
@@ -969,7 +428,7 @@ class Worker:
             "landlock": self.config.landlock, "transport": self.transport, "block_unix_sockets": self.config.same_uid,
             "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
-            "readable": [_PACKAGE_DIR, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
+            "readable": [PACKAGE_DIR, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
         }
         if state.plan is not None:
             job["device_memory_cap"] = footprints.enforced_cap_bytes(state.plan, self.total_memory)
@@ -977,45 +436,6 @@ class Worker:
         # Tensors travel as files of the private dir: the file-size limit must admit them.
         job["file_size_mb"] = max(512, (3 * (state.input_bytes + state.output_bytes)) >> 20)
         return job
-
-    def _restore_build(self, workdir: str, source: str, settings: EvalSettings) -> str:
-        """CUDA extensions built before from the same source are copied in, so load_inline finds them built.
-
-        The cache lives in the worker's own dir (not writable by candidates); a child only ever gets
-        a copy. Returns the cache key ('' when not a CUDA build).
-        """
-        if settings.backend != "cuda" or self.device != "cuda":
-            return ""
-        import hashlib
-
-        key = hashlib.sha256(f"{source}|{torch.__version__}|{self.arch}".encode()).hexdigest()[:32]
-        cached = os.path.join(self.cache_root, key)
-        target = os.path.join(workdir, "torch_extensions")
-        if os.path.isdir(cached) and not os.path.exists(target):
-            try:
-                shutil.copytree(cached, target, symlinks=True)
-                if self.drop_uid:
-                    for root, dirs, files in os.walk(target):
-                        for name in [root] + [os.path.join(root, n) for n in dirs + files]:
-                            os.lchown(name, sandbox.UNPRIVILEGED_UID, sandbox.UNPRIVILEGED_UID)
-            except OSError:
-                shutil.rmtree(target, ignore_errors=True)
-        return key
-
-    def _save_build(self, workdir: str, key: str) -> str:
-        cached = os.path.join(self.cache_root, key)
-        if os.path.isdir(cached):
-            return "hit"
-        built = os.path.join(workdir, "torch_extensions")
-        if not os.path.isdir(built):
-            return "none"
-        staging = cached + f".tmp{os.getpid()}{threading.get_ident()}"
-        try:
-            shutil.copytree(built, staging, symlinks=True)
-            os.rename(staging, cached)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-        return "miss"
 
     def _nvcc_verdict(self, result: EvalResult, message: dict[str, Any]) -> None:
         text = str(message.get("message", ""))[:700]
@@ -1027,197 +447,24 @@ class Worker:
         else:
             result.error_category = ErrorCategory.COMPILE
 
-    def _memory_for(self, state: ProblemState, kind: str) -> contextlib.AbstractContextManager:
-        """Admission by bytes: a warm-up forward, or a device section (the candidate at its budget plus
-        the worker's own buffers); what exceeds the whole budget waits until it can run alone."""
-        if self.memory is None or state.plan is None:
-            return contextlib.nullcontext()
-        return self.memory.hold(state.plan.warm_bytes if kind == "warm" else state.plan.section_bytes)
-
-    def _is_big(self, state: ProblemState) -> bool:
-        return (self.memory is not None and state.plan is not None
-                and state.plan.needed_bytes > BIG_PLAN_FRACTION * self.memory.capacity)
-
     @contextlib.contextmanager
     def _room_for(self, state: ProblemState):
         """A big evaluation gets other problems' references dropped; one that does not fit beside the
         pre-started children (half a GiB of context each, 18 by default) also has them killed, and none
         spawned until it ends (take_child refills the pool gradually). Yields whether the plan is big."""
-        if not self._is_big(state):
+        if not scheduling.is_big(self.memory, state.plan):
             yield False
             return
         drain = state.plan.needed_bytes > self.memory.capacity
-        with self.warm_lock:
-            self.making_room += drain
-            drained = list(self.warm) if drain else []
-            if drain:
-                self.warm.clear()
-        for child in drained:
-            child.signal_kill()
-            self.reaping.put((child, ""))
-        self._trim_resident(keep=state)
+        self.children.make_room(drain)
+        self.references.trim_resident(keep=state)
         if drain:
-            self.reaping.join()
-        self._release_worker_memory(force=True)
+            self.children.reaping.join()
+        self.references.release_device_memory(force=True)
         try:
             yield True
         finally:
-            with self.warm_lock:
-                self.making_room -= drain
-
-    def _wait_for_free(self, nbytes: int, result: EvalResult) -> None:
-        """Wait (bounded) until the device really has `nbytes` free; the budget counts what was admitted,
-        this sees what dying children and the driver have not given back yet."""
-        t = time.perf_counter()
-        free = torch.cuda.mem_get_info()[0]
-        while free < nbytes and time.perf_counter() - t < FREE_WAIT_S:
-            time.sleep(0.05)
-            free = torch.cuda.mem_get_info()[0]
-        result.phase_seconds["free_wait"] = result.phase_seconds.get("free_wait", 0.0) + time.perf_counter() - t
-        if free < nbytes:
-            gc.collect()
-            torch.cuda.empty_cache()
-            free = torch.cuda.mem_get_info()[0]
-        result.versions["device_free_gb"] = f"{free / 2**30:.1f} (wanted {nbytes / 2**30:.1f})"
-        if free < nbytes:
-            print(f"[kbrl-worker] {result.problem_id}: waited {time.perf_counter() - t:.1f} s for {nbytes / 2**30:.1f} GiB free, "
-                  f"{free / 2**30:.1f} free; worker allocated {torch.cuda.memory_allocated() / 2**30:.1f} reserved "
-                  f"{torch.cuda.memory_reserved() / 2**30:.1f} GiB; children running {len(self.running)}, pre-started "
-                  f"{len(self.warm)}, being reaped {self.reaping.qsize()}; largest live tensors {_largest_cuda_tensors()}",
-                  file=sys.stderr, flush=True)
-
-    def _memory_for_sizing(self) -> contextlib.AbstractContextManager:
-        # The footprint is unknown until the reference has run once: size it with the device to itself.
-        return self.memory.hold(self.memory.capacity) if self.memory is not None else contextlib.nullcontext()
-
-    def _size(self, state: ProblemState, precision: str) -> None:
-        """One reference forward on the device measures the problem; its plan decides buffers and admission."""
-        try:
-            self.reference_outputs(state, precision, state.seed_pool[0])
-        except torch.OutOfMemoryError as exc:
-            self._release_worker_memory(force=True)
-            if self.memory is None:
-                raise
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            state.too_large = (f"the reference alone does not fit this device's memory beside the evaluator's "
-                               f"children ({footprints.gib(self.memory.capacity)} available to evaluations): {first_line}")[:500]
-        finally:
-            state.sized = True
-        if self.device == "cuda" and not state.too_large:
-            state.plan = footprints.plan(state.footprint(), self.l2_bytes)
-            if self.memory is not None and not state.plan.fits(self.alone_capacity):
-                state.too_large = footprints.too_large_message(state.plan, self.alone_capacity, self.total_memory)
-        self._release_worker_memory()
-
-    @staticmethod
-    def _unsized(state: ProblemState, precision: str) -> bool:
-        return not state.sized or (not state.too_large and precision not in state.discriminations)
-
-    def _compare(self, state: ProblemState, precision: str, seed: int, variant: discrimination.Variant | None,
-                 reference: list[torch.Tensor], candidate: list[torch.Tensor]) -> checks.CheckOutcome:
-        """The candidate's outputs against the reference's, by the problem suite's tolerance; the seed's inputs are
-        made again only for a problem that declares tie-tolerant index outputs."""
-        atol, rtol = tolerance_for(state.suite, precision)
-        inputs = (runtime.tensor_inputs(self.inputs(state, seed, precision, variant)) if state.index_outputs else None)
-        return checks.compare_outputs(reference, candidate, atol, rtol, index_outputs=state.index_outputs, inputs=inputs)
-
-    @staticmethod
-    def _tolerance_note(state: ProblemState, precision: str) -> str:
-        atol, rtol = tolerance_for(state.suite, precision)
-        note = f"{state.suite} {precision}: floats atol={atol:g} rtol={rtol:g}; integer and boolean outputs exact"
-        if state.index_outputs:
-            note += "; tie-tolerant index outputs " + ", ".join(
-                f"{o} (input {i}, dim {d})" for o, (i, d) in sorted(state.index_outputs.items()))
-        return note
-
-    def _discriminate(self, state: ProblemState, settings: EvalSettings,
-                      given: discrimination.Variant | None = None) -> None:
-        """Which trivial candidates pass the problem's own inputs, and the widened inputs that tell them apart
-        (discrimination.py). Runs beside the sizing forward, alone in device memory."""
-        precision = settings.precision
-        if state.too_large or precision in state.discriminations:
-            return
-
-        def run(seed: int, variant: discrimination.Variant | None) -> tuple[list[Any], list[torch.Tensor]]:
-            outputs = self.reference_outputs(state, precision, seed, cache=variant is None, variant=variant)
-            return self.inputs(state, seed, precision, variant), outputs
-
-        try:
-            atol, rtol = tolerance_for(state.suite, precision)
-            found = discrimination.discriminate(run, state.seed_pool[:2], atol, rtol, given)
-        except torch.OutOfMemoryError as exc:  # the trivial candidates' buffers: judge on the problem's own inputs
-            traceback.clear_frames(exc.__traceback__)
-            found = discrimination.Discrimination(audited=False, reason=f"out of device memory ({str(exc)[:120]})")
-        finally:
-            self._release_worker_memory(force=True)
-        state.discriminations[precision] = found
-
-    def _release_worker_memory(self, force: bool = False) -> None:
-        """Hand the worker's cached-but-free device memory back (its caching allocator keeps what the last
-        baseline or comparison freed, GiBs at level-1 sizes) and drop the models and outputs of the
-        problems used longest ago beyond the resident budget."""
-        if self.device != "cuda":
-            return
-        self._trim_resident()
-        if force:
-            gc.collect()  # tensors kept alive only by reference cycles (exceptions and their frames)
-        if force or torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > (1 << 30):
-            torch.cuda.empty_cache()
-
-    def _trim_resident(self, keep: ProblemState | None = None) -> None:
-        """Drop the least recently used problems' models and outputs past the resident budget (never the
-        most recent one); with `keep`, drop every problem's but that one's."""
-        with self.problems_lock:
-            states = sorted(self.problems.values(), key=lambda st: st.last_used)
-        resident = self.ref_bytes + sum(st.param_bytes for st in states if st.models)
-        for state in (states if keep is not None else states[:-1]):
-            if state is keep:
-                continue
-            if keep is None and resident <= self.config.ref_cache_bytes:
-                break
-            if not state.models and not state.refs:
-                continue
-            if not state.lock.acquire(blocking=False):
-                continue  # in use right now
-            try:
-                freed = sum(t.numel() * t.element_size() for outs in state.refs.values() for t in outs)
-                self.ref_bytes -= freed
-                resident -= freed + (state.param_bytes if state.models else 0)
-                state.refs.clear()
-                state.models.clear()
-            finally:
-                state.lock.release()
-
-    def _send(self, child: Child, message: dict[str, Any], phase: str) -> None:
-        """A command to the child; a child that died meanwhile is a verdict on how it died, not our error."""
-        try:
-            wire.send_json(child.conn, message)
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            raise self._death(child, phase) from None
-
-    @staticmethod
-    def _fresh_buffers(state: ProblemState) -> bool:
-        """The timing buffer plan, the same for the baseline and the candidate."""
-        return FRESH_TIMING_BUFFERS and (state.plan.fresh_buffers if state.plan is not None else True)
-
-    @staticmethod
-    def _numerics_unchanged(header: dict[str, Any], result: EvalResult) -> None:
-        changed = header.get("numerics_changed")
-        if isinstance(changed, list) and changed:
-            result.flags.append(Flag.HACK.value)
-            raise Fault(ErrorCategory.RUNTIME, "the kernel changed the numerics settings the reference runs under: "
-                        + ", ".join(map(str, changed))[:300])
-
-    @staticmethod
-    def _aliasing_allowed(reported: Any, state: ProblemState, when: str = "", flags: tuple[str, ...] = ()) -> None:
-        """An output that is an input or a view of one, where the reference returns a new tensor, is a mismatch
-        whatever its values (returning the input is right wherever the operation leaves the inputs unchanged)."""
-        for got in reported if isinstance(reported, list) else [reported]:
-            if not outputs.well_formed_aliases(got):
-                raise Fault(ErrorCategory.RUNTIME, "the kernel's process reported malformed output aliasing")
-            fault = outputs.alias_fault(got, state.output_aliases)
-            if fault:
-                raise Fault(ErrorCategory.MISMATCH, when + fault, flags)
+            self.children.room_made(drain)
 
     def _device_section(self, priority: int = DeviceQueue.NORMAL) -> contextlib.AbstractContextManager:
         # On the GPU, one child at a time runs (clean timings). On the CPU the cores are shared
@@ -1250,19 +497,19 @@ class Worker:
         for position, (seed, variant) in enumerate(plan):
             mark = time.perf_counter()
             with state.lock:
-                reference = self.reference_outputs(state, precision, seed, variant=variant)
+                reference = self.references.reference_outputs(state, precision, seed, variant=variant)
             parts["correctness_reference"] += time.perf_counter() - mark
             mark = time.perf_counter()
             poison = (state.plan.poison_bytes if state.plan is not None
                       else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
             # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
             check_inputs = position == 0 and not state.mutates_inputs
-            self._send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
+            children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
                                "return_inputs": check_inputs}, "running forward")
-            header = self._expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
-            self._numerics_unchanged(header, result)
-            self._aliasing_allowed([header.get("aliases")], state)
-            received = self._receive(child, header, reference, state.input_bytes)
+            header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
+            faults.numerics_unchanged(header, result)
+            faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
+            received = children.receive(child, header, reference, state.input_bytes, self.transport)
             parts["correctness_child"] += time.perf_counter() - mark
             mark = time.perf_counter()
             if isinstance(header.get("seconds"), (int, float)):
@@ -1272,7 +519,7 @@ class Worker:
                 for name, count in header["launches"].items():
                     if isinstance(count, int):
                         cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
-            outcome = self._compare(state, precision, seed, variant, reference, received.get("outputs", []))
+            outcome = self.references.compare(state, precision, seed, variant, reference, received.get("outputs", []))
             parts["correctness_compare"] += time.perf_counter() - mark
             if outcome.max_abs_err is not None:
                 worst = max(worst, outcome.max_abs_err)
@@ -1281,7 +528,7 @@ class Worker:
                 raise Fault(outcome.category, outcome.message)
             if check_inputs:
                 mark = time.perf_counter()
-                pristine = runtime.tensor_inputs(self.inputs(state, seed, precision, variant))
+                pristine = runtime.tensor_inputs(self.references.inputs(state, seed, precision, variant))
                 mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                 del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
                 parts["correctness_input_check"] += time.perf_counter() - mark
@@ -1298,186 +545,9 @@ class Worker:
             if not any(kernels.is_own_kernel(name, names) for name, count in cpu_launches.items() if count > 0):
                 result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
         if self.device != "cuda":
-            self._send(child, {"cmd": "exit"}, "exiting")
+            children.send(child, {"cmd": "exit"}, "exiting")
             return None
-        return self._time_on_device(child, state, settings, result, deadline, payload)
-
-    def _time_on_device(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
-                        deadline: float, payload: dict[str, Any]) -> dict | None:
-        precision = settings.precision
-        t = time.perf_counter()
-        known = payload.get("baseline")
-        fresh = precision not in state.baselines and not (known and known.get("eager_ms"))
-        # The candidate's child is stopped meanwhile: a thread of its own loading the device would inflate the
-        # baseline, and the first candidate's baseline is cached for every later one of its problem.
-        with self.quiet_gate.quiet(), stopped(child.pid) if fresh else contextlib.nullcontext():
-            base = self.baseline(state, precision, settings, known)
-        result.phase_seconds["baseline"] = time.perf_counter() - t
-        result.baseline_ms = base["eager_ms"]
-        result.baseline_compile_ms = base.get("compile_ms")
-        t = time.perf_counter()
-        seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-        verify_trials = (state.plan.verify_trials if state.plan is not None else 2) if VERIFY_TIMED_OUTPUTS else 0
-        verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
-        paired_ms: list[float] = []
-        kernel_diagnostics: list[dict] = []
-        reference_diagnostics: list[dict] = []
-        with self.quiet_gate.quiet() as calm:
-            times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
-                                     diagnostics=kernel_diagnostics)
-        solo = timing.TimingRecord(times_ms=times)
-        # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
-        # trials took most of its timeout must not time out for being timed twice).
-        deadline = time.monotonic() + settings.timeout_s
-        reference_child = self._reference_child(state, settings, payload, base, solo, result, deadline)
-        if reference_child is not None:
-            # Timed again, both sides in alternating blocks, the side going first alternating too (ABBA): a drift
-            # of the device or the host between blocks reaches both alike. The candidate is stopped during the
-            # reference's blocks, so no thread of its own can load the device meanwhile.
-            blocks = [list(range(len(seeds)))[i::PAIRED_BLOCKS] for i in range(PAIRED_BLOCKS)]
-            by_index: dict[int, float] = {}
-            try:
-                with self.quiet_gate.quiet() as calm_paired:
-                    for number, indices in enumerate(blocks):
-                        warmup = settings.warmup_trials if number < 2 else 1
-                        for side in (("reference", "kernel") if number % 2 == 0 else ("kernel", "reference")):
-                            if side == "kernel":
-                                block_seeds = [secrets.randbits(31) for _ in indices]
-                                block_times = self._time_block(child, state, settings, result, block_seeds,
-                                                               [0] if number == 0 and VERIFY_TIMED_OUTPUTS else [], warmup, deadline, indices,
-                                                               diagnostics=kernel_diagnostics)
-                                by_index.update(zip(indices, block_times))
-                                continue
-                            try:
-                                with stopped(child.pid):
-                                    paired_ms += self._time_reference_block(reference_child, state, indices, warmup,
-                                                                            deadline, reference_diagnostics)
-                            except Fault as fault:  # the reference's child: ours, retried, never the kernel's
-                                raise Fault(ErrorCategory.INFRA,
-                                            f"timing the reference beside the kernel failed: {fault.message}") from None
-                calm = calm and calm_paired
-            finally:
-                self._retire(reference_child, reference_child.workdir)
-            times = [by_index[i] for i in range(len(seeds))]
-        if not calm:
-            result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
-        record = timing.TimingRecord(times_ms=times)
-        result.versions["timing_diagnostics"] = timing.describe_diagnostics({
-            "kernel": kernel_diagnostics[0] if kernel_diagnostics else None,
-            "reference": base.get("diagnostics"),
-            **({"kernel paired": timing.merge_diagnostics(kernel_diagnostics[1:]),
-                "reference paired": timing.merge_diagnostics(reference_diagnostics)} if paired_ms else {}),
-        })[:500]
-        # The floor's share of timing: the solo trials, and both sides of a side-by-side run.
-        result.phase_seconds["timing_trials_gpu"] = (sum(solo.times_ms) + sum(paired_ms)
-                                                     + (sum(record.times_ms) if paired_ms else 0.0)) / 1000.0
-        result.runtime_ms = record.median_ms
-        result.runtime_spread_ms = record.iqr_ms
-        if paired_ms:
-            paired = timing.TimingRecord(times_ms=paired_ms)
-            result.versions["timing"] = (f"paired: the reference timed beside the kernel in {PAIRED_BLOCKS} alternating "
-                                         f"blocks; solo, the reference read {result.baseline_ms:.3f} ms (spread "
-                                         f"{base.get('eager_spread_ms') or 0.0:.3f}), the kernel {solo.median_ms:.3f} ms "
-                                         f"(spread {solo.iqr_ms:.3f})")
-            result.baseline_ms = paired.median_ms
-        result.phase_seconds["timing"] = time.perf_counter() - t
-        if result.runtime_ms > 0:
-            result.speedup = result.baseline_ms / result.runtime_ms
-        self._against_the_floor(state, precision, result)
-        if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
-            result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
-            host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
-            with self.quiet_gate.quiet():
-                self._send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": self._fresh_buffers(state)},
-                           "re-timing on the host clock")
-                host = self._expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
-                candidate_host = float(host.get("median_ms") or 0.0)
-                # As for the first baseline: a thread of the candidate's own must not load the device meanwhile.
-                with stopped(child.pid) if precision not in state.host_baselines else contextlib.nullcontext():
-                    baseline_host = self.host_baseline(state, precision, settings)
-            if candidate_host > 0 and not host.get("tampered"):
-                host_speedup = baseline_host / candidate_host
-                result.host_speedup = host_speedup
-                if host_speedup >= HOST_CONFIRM_FRACTION * result.speedup:
-                    result.flags.append(Flag.REVERIFIED.value)
-        t = time.perf_counter()
-        self._send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
-        profiled = self._expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
-        result.phase_seconds["profile"] = time.perf_counter() - t
-        if isinstance(profiled.get("kernels"), list):
-            names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
-            launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
-            result.kernel_share = share
-            result.versions["top_kernels"] = kernels.top_kernels(profiled["kernels"])
-            result.profile = kernels.profile_rows(profiled["kernels"])
-            if launches == 0:
-                result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
-            elif share < LOW_KERNEL_SHARE:
-                result.flags.append(Flag.LOW_KERNEL_SHARE.value)
-                if share < TOKEN_KERNEL_SHARE:
-                    result.flags.append(Flag.HACK.value)
-        else:
-            result.versions["profile_error"] = str(profiled.get("error", ""))[:300]
-        try:
-            wire.send_json(child.conn, {"cmd": "exit"})
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            pass  # the verdict stands; the child is killed anyway
-        if fresh:
-            return {"eager_ms": base["eager_ms"], "eager_spread_ms": base.get("eager_spread_ms"),
-                    "compile_ms": base.get("compile_ms")}
-        return None
-
-    def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:
-        """The speed of light of the problem on this GPU (once per problem and precision, on the meta device), the
-        candidate's and the reference's share of it, and the flag for a time under it."""
-        if precision not in state.floors:
-            try:
-                state.floors[precision] = floors.problem_floor(state.module, precision, self.hardware)
-            except Exception as exc:  # noqa: BLE001 - an unknown GPU, or a problem the meta device cannot run
-                state.floors[precision] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
-        floor = state.floors[precision]
-        if isinstance(floor, str):
-            result.versions["speed_of_light"] = f"no floor: {floor}"
-            return
-        result.speed_of_light = floors.speed_of_light(floor, result.runtime_ms, result.baseline_ms)
-        if result.speed_of_light["below_floor"]:
-            result.flags.append(Flag.BELOW_SPEED_OF_LIGHT.value)
-            result.versions["speed_of_light"] = (
-                f"timed at {result.runtime_ms:.4g} ms, under the floor of {floor.floor_ms:.4g} ms on {floor.gpu} "
-                f"({floor.bound}-bound: {floor.dram_bytes:.4g} bytes, {floor.flops:.4g} FLOPs): work was skipped")
-
-    def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
-                    seeds: list[int], verify: list[int], warmup: int, deadline: float,
-                    indices: list[int] | None = None, diagnostics: list[dict] | None = None) -> list[float]:
-        """The candidate's timed trials on `seeds`; the outputs of the trials at positions `verify` are checked
-        against the reference. `indices` number the trials in messages (default: their positions); the child's
-        timing diagnostics are appended to `diagnostics`."""
-        self._send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
-                           "fresh_buffers": self._fresh_buffers(state)}, "timing")
-        header = self._expect(child, {"timed"}, deadline - time.monotonic(), "timing")
-        self._numerics_unchanged(header, result)
-        times = header.get("times_ms")
-        if not (isinstance(times, list) and len(times) == len(seeds) and all(isinstance(x, (int, float)) for x in times)):
-            raise Fault(ErrorCategory.RUNTIME, "the timing run returned malformed figures")
-        if header.get("tampered"):
-            result.flags.append(Flag.HACK.value)
-            raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
-        # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
-        self._aliasing_allowed(header.get("aliases"), state, "during timing, ", (Flag.HACK.value,))
-        kept = self._receive(child, header, None, 0)
-        if diagnostics is not None and isinstance(header.get("diagnostics"), dict):
-            diagnostics.append(header["diagnostics"])
-        for position in verify:
-            with state.lock:
-                reference = self.reference_outputs(state, settings.precision, seeds[position], cache=False)  # one-off seeds
-            outcome = self._compare(state, settings.precision, seeds[position], None, reference,
-                                    kept.get(f"trial_{position}", []))
-            if not outcome.ok:
-                trial = indices[position] if indices else position
-                result.flags.append(Flag.HACK.value)
-                raise Fault(ErrorCategory.MISMATCH, f"outputs during timing were wrong (trial {trial}): {outcome.message}")
-        del kept
-        return [float(x) for x in times]
+        return self.candidate_timing.run(child, state, settings, result, deadline, payload)
 
     def _reference_child(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],
                          base: dict[str, Any], solo: timing.TimingRecord, result: EvalResult,
@@ -1486,7 +556,7 @@ class Worker:
         problem's timing needs the pairing (see PAIRED_SPREAD); None otherwise or when it cannot start, which
         is ours and leaves the solo baseline in place."""
         if self.device != "cuda" or not pairing_wanted(
-            os.environ.get("KBRL_EVAL_PAIRED", "auto"), self._is_big(state),
+            os.environ.get("KBRL_EVAL_PAIRED", "auto"), scheduling.is_big(self.memory, state.plan),
             state.plan.needed_bytes if state.plan is not None else 0,
             [(base.get("eager_ms"), base.get("eager_spread_ms")), (solo.median_ms, solo.iqr_ms)],
         ):
@@ -1494,142 +564,22 @@ class Worker:
         workdir = tempfile.mkdtemp(prefix="r-", dir=self.root)
         reference_child = self.take_child()
         reference_child.workdir = workdir
-        self._pin(reference_child.pid, self.quiet_cores)  # where the candidate's child times
+        scheduling.pin(reference_child.pid, self.quiet_cores)  # where the candidate's child times
         try:
             # The problem's own source, its Model under the candidate's name: the child's usual path runs it.
             job = self._job(workdir, payload["problem_source"] + "\n\nModelNew = Model\n", payload["problem_source"],
                             settings, state)
-            self._send(reference_child, job, "starting the reference's sandbox")
-            self._expect(reference_child, {"started"}, START_TIMEOUT_S, "starting the reference's sandbox")
-            self._expect(reference_child, {"loaded"}, deadline - time.monotonic(), "importing the reference")
-            self._send(reference_child, {"cmd": "build", "seed": state.init_seed}, "building the reference")
-            self._expect(reference_child, {"built"}, deadline - time.monotonic(), "building the reference")
+            children.send(reference_child, job, "starting the reference's sandbox")
+            children.expect(reference_child, {"started"}, START_TIMEOUT_S, "starting the reference's sandbox")
+            children.expect(reference_child, {"loaded"}, deadline - time.monotonic(), "importing the reference")
+            children.send(reference_child, {"cmd": "build", "seed": state.init_seed}, "building the reference")
+            children.expect(reference_child, {"built"}, deadline - time.monotonic(), "building the reference")
             return reference_child
         except Exception as exc:  # noqa: BLE001 - ours (a Fault from its child, or an OSError): time solo
             result.versions["timing_pairing_failed"] = (exc.message if isinstance(exc, Fault) else repr(exc))[:200]
-        self._retire(reference_child, workdir)
+        self.children.retire(reference_child, workdir)
         return None
 
-    def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
-                              deadline: float, diagnostics: list[dict]) -> list[float]:
-        seeds = [secrets.randbits(31) for _ in indices]
-        self._send(reference_child, {"cmd": "time", "seeds": seeds, "verify": [], "warmup": warmup,
-                                     "fresh_buffers": self._fresh_buffers(state)}, "timing the reference")
-        header = self._expect(reference_child, {"timed"}, deadline - time.monotonic(), "timing the reference")
-        self._receive(reference_child, header, None, 0)
-        times = header.get("times_ms")
-        if not (isinstance(times, list) and len(times) == len(seeds)):
-            raise Fault(ErrorCategory.INFRA, "the reference's timing run returned malformed figures")
-        if isinstance(header.get("diagnostics"), dict):
-            diagnostics.append(header["diagnostics"])
-        return [float(x) for x in times]
-
-    def _receive(self, child: Child, header: dict[str, Any], reference: list[torch.Tensor] | None,
-                 input_bytes: int) -> dict[str, list[torch.Tensor]]:
-        limit = 64 << 30
-        if reference is not None:
-            limit = 4 * sum(r.numel() * r.element_size() for r in reference) + 2 * input_bytes + (256 << 20)
-        try:
-            return wire.receive_tensors(child.conn, header, limit, child.workdir if self.transport == "file" else None,
-                                        snapshot_ipc_max_bytes=footprints.SNAPSHOT_MAX_BYTES)
-        except wire.ProtocolError as exc:
-            raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent malformed results ({exc})") from None
-        except (EOFError, OSError):
-            raise self._death(child, "sending results") from None
-
-    def _expect(self, child: Child, events: set[str], timeout_s: float, phase: str) -> dict[str, Any]:
-        """Wait for the next message, enforcing the deadline and the memory limit by killing."""
-        deadline = time.monotonic() + max(0.0, timeout_s)
-        limit_mb = child.rss_limit_mb or float(os.environ.get("KBRL_EVAL_RSS_LIMIT_MB", "0")) or None
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                child.kill()
-                raise Fault(ErrorCategory.TIMEOUT, f"timed out after {timeout_s:.0f} s while {phase}")
-            try:
-                ready = child.conn.poll(min(0.25, remaining))
-            except (EOFError, OSError):
-                raise self._death(child, phase) from None
-            if ready:
-                try:
-                    message = wire.recv_json(child.conn)
-                except (EOFError, OSError):
-                    raise self._death(child, phase) from None
-                except wire.ProtocolError as exc:
-                    raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent a malformed message ({exc})") from None
-                event = message.get("event")
-                if event in events:
-                    return message
-                if event == "error":
-                    category = str(message.get("category", "runtime"))
-                    text = str(message.get("message", ""))[:700]
-                    if isinstance(message.get("device_oom"), dict):
-                        raise child_oom_fault(text, message["device_oom"])
-                    if category == "infra" and phase == "starting the sandbox":
-                        # Before the candidate's code was imported: the sandbox itself could not start.
-                        raise Fault(ErrorCategory.INFRA, f"the sandbox could not start: {text}"[:500])
-                    category = category if category in ("compile", "runtime", "unsupported") else "runtime"
-                    raise Fault(ErrorCategory(category), text, (Flag.HACK.value,) if message.get("hack") is True else ())
-                raise Fault(ErrorCategory.RUNTIME, f"unexpected message {event!r} while {phase}")
-            if limit_mb and child.rss_mb() > limit_mb:
-                child.kill()
-                raise Fault(ErrorCategory.CRASH, f"used more than {limit_mb:.0f} MB of host memory while {phase}")
-
-    def _death(self, child: Child, phase: str) -> Fault:
-        child.process.join(timeout=5)
-        code = child.process.exitcode
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            detail = f"the process was killed by {name}"
-        elif code is None:
-            detail = "the process stopped answering"
-        else:
-            detail = f"the process exited with status {code}"
-        key = _stderr_key_line(child.workdir)
-        if phase == "starting the sandbox":
-            # No candidate code has run yet (it is imported after "started"): a child lost here is ours,
-            # e.g. a CUDA context that could not be created on a crowded device.
-            return Fault(ErrorCategory.INFRA, f"the sandbox died while starting: {detail}" + (f" ({key})" if key else ""))
-        return Fault(ErrorCategory.CRASH, f"crashed while {phase}: {detail}" + (f" ({key})" if key else ""))
-
-
-def _largest_cuda_tensors(count: int = 4) -> str:
-    """Diagnostics for a wait that found the device short: the biggest CUDA tensors this process still
-    holds and what refers to them."""
-    found = []
-    for obj in gc.get_objects():
-        try:
-            if isinstance(obj, torch.Tensor) and obj.is_cuda:
-                found.append(obj)
-        except Exception:  # noqa: BLE001 - some objects fail isinstance checks
-            continue
-    found.sort(key=lambda t: -t.numel() * t.element_size())
-    described = []
-    for tensor in found[:count]:
-        holders = sorted({type(r).__name__ for r in gc.get_referrers(tensor) if r is not found})[:3]
-        described.append(f"{tuple(tensor.shape)} {tensor.numel() * tensor.element_size() / 2**30:.1f} GiB held by {holders}")
-    del found
-    return "; ".join(described) or "none"
-
-
-def _stderr_key_line(workdir: str) -> str:
-    """The telling line of a dead child's stderr (faulthandler's 'Fatal Python error: ...')."""
-    if not workdir:
-        return ""
-    try:
-        with open(os.path.join(workdir, "stderr.txt"), "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 8192))
-            tail = handle.read().decode(errors="replace").splitlines()
-    except OSError:
-        return ""
-    for line in tail:
-        if line.startswith("Fatal Python error") or "CUDA error" in line or "Killed" in line:
-            return line.strip()[:200]
-    return ""
 
 
 def _triton_version() -> str:
@@ -1641,170 +591,12 @@ def _triton_version() -> str:
         return ""
 
 
-# -- same-uid mode ------------------------------------------------------------------------------
-# CUDA IPC works only between processes of one uid (the driver refuses to map another user's
-# buffer: "mapping of buffer object failed"), and without it every output and input crosses
-# child -> worker through files (GiBs per candidate at real sizes). So where it is safe, the worker
-# itself becomes the unprivileged uid its children use, instead of the children dropping from root:
-#  - the worker turns non-dumpable (no same-uid ptrace, no /proc/<worker>/mem, environ or fds);
-#  - each child still gets Landlock with a READ allow-list (so it cannot read the worker's directory,
-#    other candidates' directories or other processes' /proc entries) plus a seccomp filter refusing
-#    new AF_UNIX sockets (so it cannot reach the worker's forkserver and get an unconfined process);
-#    Landlock also stops a child from ptracing anything outside its own domain;
-#  - reference outputs still live in the worker, and comparison still happens there: the child only
-#    exports IPC handles to its own output buffers, which the worker copies at once.
-# Before committing to it (an irreversible setuid), a forked probe does exactly that and runs a
-# child confined like a real job that compiles a Triton kernel and shares its output over IPC.
-# If anything fails the worker stays root and the children drop to nobody (the old path, files).
-SAME_UID_NPROC = sandbox.SAME_UID_WORKER_NPROC
-SAME_UID_PROBE_TIMEOUT_S = 75.0
-_PROBE_KERNEL = """
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2.0, mask=mask)
-
-
-def run():
-    x = torch.arange(1024, dtype=torch.float32, device="cuda")
-    y = torch.empty_like(x)
-    _double[(4,)](x, y, 1024, BLOCK=256)
-    torch.cuda.synchronize()
-    return y
-"""
-
-
-def same_uid_possible(config_landlock: bool, drop_uid: bool) -> str:
-    """'' when same-uid mode may be tried here, else why not."""
-    if os.environ.get("KBRL_EVAL_SAME_UID", "auto").lower() in ("0", "off", "no", "false"):
-        return "disabled by KBRL_EVAL_SAME_UID"
-    if os.geteuid() != 0:
-        return "the worker is not root (children keep its uid already)"
-    if not (config_landlock and drop_uid):
-        return "Landlock or the uid drop is turned off"
-    if sandbox.landlock_abi() <= 0:
-        return "no Landlock"
-    if not sandbox.python_readable_by_others():
-        return "the Python installation is not readable by the unprivileged user"
-    return ""
-
-
-def _probe_child(conn: Any, workdir: str, landlock: bool) -> None:
-    """A job-like child under the same-uid confinement: Triton kernel, output over CUDA IPC."""
-    from kernelbench_rl.evaluation import child as child_module
-
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: never outlive the probe
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
-        kernel_path = os.path.join(workdir, "kernel.py")
-        with open(kernel_path, "w") as handle:
-            handle.write(_PROBE_KERNEL)
-        env = sandbox.scrubbed_env(HOME=workdir, TMPDIR=workdir, TRITON_CACHE_DIR=os.path.join(workdir, ".triton"),
-                                   TRITON_INTERPRET="0", PYTHONDONTWRITEBYTECODE="1")
-        confinement = child_module._confine({
-            "workdir": workdir, "env": env, "device": "cuda", "drop_uid": False, "landlock": landlock,
-            "block_unix_sockets": True, "readable": [_PACKAGE_DIR, "/usr/bin"],
-        })
-        module = runtime.load_module_from_file(kernel_path, "kbrl_probe_kernel")
-        output = module.run()
-        keep = wire.send_tensors(conn, "probe", {"t": [output]}, True, {"sandbox": confinement.label()})
-        wire.recv_json(conn)
-        del keep
-    except BaseException as exc:  # noqa: BLE001 - reported to the probe
-        try:
-            wire.send_json(conn, {"event": "error", "message": f"{type(exc).__name__}: {exc}"[:300]})
-        except Exception:  # noqa: BLE001
-            pass
-    finally:
-        os._exit(0)
-
-
-def _probe_body(landlock: bool) -> str:
-    if not sandbox.drop_privileges(processes=SAME_UID_NPROC):
-        return "cannot become the unprivileged user"
-    if not sandbox.set_non_dumpable():
-        return "cannot make the worker non-dumpable"
-    workdir = tempfile.mkdtemp(prefix="kbrl-probe-")
-    ctx = multiprocessing.get_context("fork")  # this process has not initialised CUDA: forking is safe
-    conn, child_conn = ctx.Pipe(duplex=True)
-    process = ctx.Process(target=_probe_child, args=(child_conn, workdir, landlock), daemon=True)
-    process.start()
-    child_conn.close()
-    try:
-        if not conn.poll(SAME_UID_PROBE_TIMEOUT_S - 10):
-            return "the probe child did not answer"
-        header = wire.recv_json(conn)
-        if header.get("event") != "probe":
-            return f"probe child: {header.get('message', header.get('event'))}"
-        if "seccomp" not in str(header.get("sandbox", "")) or "+reads" not in str(header.get("sandbox", "")):
-            return f"probe child confinement incomplete: {header.get('sandbox')}"
-        received = wire.receive_tensors(conn, header, 1 << 20)["t"][0]
-        expected = torch.arange(1024, dtype=torch.float32, device="cuda") * 2.0
-        ok = torch.equal(received, expected)
-        del received
-        wire.send_json(conn, {"cmd": "exit"})
-        return "ok" if ok else "wrong values over IPC"
-    finally:
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def same_uid_probe(landlock: bool) -> str:
-    """Run `_probe_body` in a forked copy of this (root, CUDA-free) worker; 'ok' or why not."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        try:
-            answer = _probe_body(landlock)
-        except BaseException as exc:  # noqa: BLE001
-            answer = f"{type(exc).__name__}: {exc}"
-        try:
-            os.write(write_fd, answer.encode(errors="replace")[:400])
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    import select
-
-    try:
-        ready, _, _ = select.select([read_fd], [], [], SAME_UID_PROBE_TIMEOUT_S)
-        answer = os.read(read_fd, 400).decode(errors="replace") if ready else "the probe timed out"
-    finally:
-        os.close(read_fd)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(pid, 0)
-    return answer or "the probe died"
-
-
-def become_same_uid_worker() -> None:
-    """The irreversible step, after a passing probe: unprivileged, non-dumpable, its own HOME."""
-    if not sandbox.drop_privileges(processes=SAME_UID_NPROC) or not sandbox.set_non_dumpable():
-        raise RuntimeError("could not become the unprivileged, non-dumpable worker")
-    home = tempfile.mkdtemp(prefix="kbrl-worker-home-")
-    os.environ["HOME"] = home  # the pool's HOME belongs to root; inductor and Triton caches go here
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(home, ".triton")
-
-
 def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = None) -> None:
     message = json.loads(line)
     tag = message.get("id")
     try:
         result, baseline = worker.evaluate(message["request"], received_at)
-        if worker.stopping:  # its child was killed because the worker is stopping, not for anything it did
+        if worker.children.stopping:  # its child was killed because the worker is stopping, not for anything it did
             emit({"id": tag, "error": "the evaluation worker stopped before this evaluation finished"})
             return
         emit({"id": tag, "result": result.to_dict(), "baseline": baseline})
@@ -1924,11 +716,11 @@ def _abandon(worker: Worker) -> None:
         pass  # no log to write to: still kill and exit
     for _ in range(3):  # the collections may change under us: no lock is taken here, as one may be what hangs
         try:
-            children = [*worker.running, *worker.warm]
+            known = [*worker.children.running, *worker.children.warm]
             break
         except RuntimeError:
-            children = []
-    for child in children:
+            known = []
+    for child in known:
         child.signal_kill()
     shutil.rmtree(worker.root, ignore_errors=True)
     os._exit(0)

@@ -1,0 +1,306 @@
+"""The worker's candidate processes: starting, handing out, retiring and reaping them, and talking to one.
+
+Every candidate runs in a fresh child forked from a zygote (a forkserver that imported torch and triton
+but never initialised CUDA), pre-started so one is ready when a request comes. A child that served a
+job is killed; a reaper thread waits for it and removes its directory off the evaluation's path. The
+child's side of the conversation is child.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import multiprocessing
+import os
+import queue
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from kernelbench_rl.evaluation import faults, scheduling, wire
+from kernelbench_rl.evaluation import memory as footprints
+from kernelbench_rl.evaluation.child import child_main
+from kernelbench_rl.evaluation.faults import Fault
+from kernelbench_rl.evaluation.result import ErrorCategory, Flag
+
+# Children may read our package (they run its code), never the rest of the checkout around it.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+START_TIMEOUT_S = 60.0
+
+
+class WorkerStopping(Exception):
+    """The orchestrator is gone; no new child may start."""
+
+
+class Child:
+    """One forked sandbox process and its message pipe."""
+
+    def __init__(self, ctx: Any, device: str) -> None:
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self.started_at = time.perf_counter()
+        self.rss_limit_mb: float | None = None
+        self.workdir = ""
+        self.process = ctx.Process(target=child_main, args=(child_conn, device), daemon=False)
+        self.process.start()
+        child_conn.close()
+        self.spawn_s = time.perf_counter() - self.started_at
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def kill(self) -> None:
+        self.signal_kill()
+        self.reap()
+
+    def signal_kill(self) -> None:
+        for kill in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+
+    def reap(self) -> None:
+        """Wait for a killed child to exit (a CUDA context takes ~0.1 s to tear down) and close its pipe."""
+        self.process.join(timeout=5)
+        self.conn.close()
+
+    def rss_mb(self) -> float:
+        try:
+            with open(f"/proc/{self.pid}/status") as handle:
+                for line in handle:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024.0
+        except (OSError, ValueError):
+            pass
+        return 0.0
+
+
+class ChildPool:
+    """The worker's children: pre-started ones (`warm`), those serving a job (`running`), those being reaped."""
+
+    def __init__(self, device: str, warm_children: int, busy_cores: set[int]) -> None:
+        self.device = device
+        self.warm_children = warm_children
+        self.busy_cores = busy_cores  # where children compile (scheduling.core_split)
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child"])
+        # Killed children are reaped and their directories removed off the evaluation's path: the result
+        # goes back while the driver tears the CUDA context down.
+        self.reaping: queue.Queue[tuple[Child | None, str]] = queue.Queue()
+        self.reaper = threading.Thread(target=self._reap_loop, daemon=True, name="kbrl-reaper")
+        self.reaper.start()
+        self.warm: collections.deque[Child] = collections.deque()
+        self.warm_lock = threading.Lock()
+        self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
+        self.stopping = False
+        self.making_room = 0  # big evaluations under way: no pre-started child is spawned meanwhile
+
+    def prestart(self) -> None:
+        for _ in range(max(0, self.warm_children)):
+            self.warm.append(Child(self.ctx, self.device))
+
+    def take(self) -> Child:
+        with self.warm_lock:
+            if self.stopping:
+                # The orchestrator is gone: a child started now would run its candidate with nobody to stop it
+                # (kill_running has already swept `running`).
+                raise WorkerStopping("the evaluation worker is stopping")
+            child = None
+            while self.warm:
+                candidate = self.warm.popleft()
+                if candidate.process.is_alive():
+                    child = candidate
+                    break
+                candidate.kill()
+            if child is None:
+                child = self._spawn()
+            # One replacement per child taken, and one more while the pool is short (after a big evaluation
+            # drained it): a burst of 18 CUDA start-ups slowed every start and build beside it to seconds.
+            if not self.making_room:
+                for _ in range(min(2, self.warm_children - len(self.warm))):
+                    self.warm.append(self._spawn())
+            self.running.add(child)
+        scheduling.pin(child.pid, self.busy_cores)
+        return child
+
+    def _spawn(self) -> Child:
+        try:
+            return Child(self.ctx, self.device)
+        except (EOFError, OSError, ConnectionError):
+            # The forkserver is gone (a candidate may have broken it before its fds were closed): restart it.
+            from multiprocessing import forkserver
+
+            stop = getattr(forkserver._forkserver, "_stop", None)
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:  # noqa: BLE001
+                    pass
+            return Child(self.ctx, self.device)
+
+    def retire(self, child: Child, workdir: str) -> None:
+        """Kill a child that served a job; the reaper waits for it and removes its directory off this path."""
+        child.signal_kill()
+        with self.warm_lock:
+            self.running.discard(child)
+        self.reaping.put((child, workdir))
+
+    def reap_later(self, child: Child | None, workdir: str) -> None:
+        """Hand a killed child (or only a directory) to the reaper."""
+        self.reaping.put((child, workdir))
+
+    def kill_running(self) -> None:
+        with self.warm_lock:
+            # Set under the lock `take` holds: every child is either in `running` now or never started.
+            self.stopping = True  # what the killed children's evaluations conclude is not a verdict
+            running = list(self.running)
+        for child in running:
+            child.kill()
+
+    def make_room(self, drain: bool) -> None:
+        """For a big evaluation: with `drain`, kill the pre-started children and spawn none until `room_made`."""
+        with self.warm_lock:
+            self.making_room += drain
+            drained = list(self.warm) if drain else []
+            if drain:
+                self.warm.clear()
+        for child in drained:
+            child.signal_kill()
+            self.reaping.put((child, ""))
+
+    def room_made(self, drain: bool) -> None:
+        with self.warm_lock:
+            self.making_room -= drain
+
+    def describe(self) -> str:
+        return (f"children running {len(self.running)}, pre-started {len(self.warm)}, "
+                f"being reaped {self.reaping.qsize()}")
+
+    def _reap_loop(self) -> None:
+        while True:
+            child, workdir = self.reaping.get()
+            try:
+                if child is not None:
+                    child.reap()
+                if workdir:
+                    shutil.rmtree(workdir, ignore_errors=True)
+            except Exception:  # noqa: BLE001 - a failed clean-up must not stop the reaper
+                traceback.print_exc(file=sys.stderr)
+            finally:
+                self.reaping.task_done()
+
+    def shutdown(self) -> None:
+        with self.warm_lock:
+            while self.warm:
+                self.warm.popleft().kill()
+        self.reaping.join()  # every killed child reaped before the directories go
+
+
+def send(child: Child, message: dict[str, Any], phase: str) -> None:
+    """A command to the child; a child that died meanwhile is a verdict on how it died, not our error."""
+    try:
+        wire.send_json(child.conn, message)
+    except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+        raise faults.death_fault(child, phase) from None
+
+
+def expect(child: Child, events: set[str], timeout_s: float, phase: str) -> dict[str, Any]:
+    """Wait for the next message, enforcing the deadline and the memory limit by killing."""
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    limit_mb = child.rss_limit_mb or float(os.environ.get("KBRL_EVAL_RSS_LIMIT_MB", "0")) or None
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            child.kill()
+            raise Fault(ErrorCategory.TIMEOUT, f"timed out after {timeout_s:.0f} s while {phase}")
+        try:
+            ready = child.conn.poll(min(0.25, remaining))
+        except (EOFError, OSError):
+            raise faults.death_fault(child, phase) from None
+        if ready:
+            try:
+                message = wire.recv_json(child.conn)
+            except (EOFError, OSError):
+                raise faults.death_fault(child, phase) from None
+            except wire.ProtocolError as exc:
+                raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent a malformed message ({exc})") from None
+            event = message.get("event")
+            if event in events:
+                return message
+            if event == "error":
+                category = str(message.get("category", "runtime"))
+                text = str(message.get("message", ""))[:700]
+                if isinstance(message.get("device_oom"), dict):
+                    raise faults.child_oom_fault(text, message["device_oom"])
+                if category == "infra" and phase == "starting the sandbox":
+                    # Before the candidate's code was imported: the sandbox itself could not start.
+                    raise Fault(ErrorCategory.INFRA, f"the sandbox could not start: {text}"[:500])
+                category = category if category in ("compile", "runtime", "unsupported") else "runtime"
+                raise Fault(ErrorCategory(category), text, (Flag.HACK.value,) if message.get("hack") is True else ())
+            raise Fault(ErrorCategory.RUNTIME, f"unexpected message {event!r} while {phase}")
+        if limit_mb and child.rss_mb() > limit_mb:
+            child.kill()
+            raise Fault(ErrorCategory.CRASH, f"used more than {limit_mb:.0f} MB of host memory while {phase}")
+
+
+def receive(child: Child, header: dict[str, Any], reference: list[torch.Tensor] | None,
+            input_bytes: int, transport: str) -> dict[str, list[torch.Tensor]]:
+    limit = 64 << 30
+    if reference is not None:
+        limit = 4 * sum(r.numel() * r.element_size() for r in reference) + 2 * input_bytes + (256 << 20)
+    try:
+        return wire.receive_tensors(child.conn, header, limit, child.workdir if transport == "file" else None,
+                                    snapshot_ipc_max_bytes=footprints.SNAPSHOT_MAX_BYTES)
+    except wire.ProtocolError as exc:
+        raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent malformed results ({exc})") from None
+    except (EOFError, OSError):
+        raise faults.death_fault(child, "sending results") from None
+
+
+def host_memory_limit_mb(limit_mb: int, transport: str, tensor_bytes: int) -> float:
+    """Resident host memory a GPU child may hold before it is killed (its address space cannot be capped:
+    the CUDA driver maps far more than it uses). Over CUDA IPC tensors never touch host memory, so the
+    sandbox's limit stands as set; through files or the pipe, room for two copies of them is added."""
+    if transport == "ipc":
+        return float(limit_mb)
+    return float(limit_mb + ((2 * tensor_bytes) >> 20))
+
+
+@contextlib.contextmanager
+def stopped(pid: int, settle_s: float = 0.05):
+    """The process group `pid` leads (or the process alone) stopped by SIGSTOP for the block, continued after.
+    Waits up to `settle_s` until the kernel reports it stopped."""
+    send = None
+    for candidate in (lambda sig: os.killpg(pid, sig), lambda sig: os.kill(pid, sig)):
+        try:
+            candidate(signal.SIGSTOP)
+            send = candidate
+            break
+        except OSError:
+            continue
+    try:
+        until = time.monotonic() + settle_s
+        while send is not None and time.monotonic() < until and _process_state(pid) not in ("T", "t", "", "Z", "X"):
+            time.sleep(0.001)
+        yield
+    finally:
+        if send is not None:
+            try:
+                send(signal.SIGCONT)
+            except OSError:
+                pass
+
+
+def _process_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""

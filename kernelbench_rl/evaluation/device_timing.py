@@ -1,0 +1,258 @@
+"""Timing a candidate that passed correctness, on the device, against its reference.
+
+The eager baseline (timed once per problem, the candidate's child stopped meanwhile), the candidate's timed
+trials with some of their outputs checked, a side-by-side re-timing with the reference in a sibling child
+where either side's trials spread, the problem's physical floor, a re-check on the host clock of an
+excessive speedup, and a profile telling whether the kernel's own code did the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import time
+from typing import Any, Callable
+
+from kernelbench_rl.evaluation import children, faults, kernels, timing, wire
+from kernelbench_rl.evaluation import floor as floors
+from kernelbench_rl.evaluation.children import Child, stopped
+from kernelbench_rl.evaluation.faults import Fault
+from kernelbench_rl.evaluation.reference_cache import ProblemState, ReferenceCache
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
+from kernelbench_rl.evaluation.scheduling import QuietGate
+
+LOW_KERNEL_SHARE = 0.5
+TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
+HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of the event speedup
+# When the solo baseline's or the candidate's timed trials spread (IQR) by more than this share of their
+# median, both are timed again side by side: the reference in a sibling child (same sandbox, no candidate
+# code), alternating blocks with the candidate. Level-3 launch-bound models moved by up to 50% between
+# consecutive medians of 100 calls in one quiet process on an H100 (bench/RESULTS.md), so a baseline timed
+# seconds earlier cannot tell identical code from a 1.3x change. KBRL_EVAL_PAIRED=off|always overrides.
+PAIRED_SPREAD = 0.05
+PAIRED_BLOCKS = 5
+PAIRED_MAX_BYTES = 4 << 30  # the reference's child sits beside the candidate's: small problems only
+# A diagnostic for showing that one defence holds alone (bench/floor_check.py): "0" turns off the check of timed
+# calls' outputs (reference_cache.FRESH_TIMING_BUFFERS is its sibling). Never off in a real evaluation.
+VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
+
+
+def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[float | None, float | None]]) -> bool:
+    """Whether both sides are timed again side by side (PAIRED_SPREAD): `mode` is KBRL_EVAL_PAIRED (auto,
+    always, off); `timings` are (median, IQR) of the solo baseline and the solo candidate, and either
+    spreading past PAIRED_SPREAD of its median asks for it. Big plans never pair (a second child would not fit)."""
+    mode = mode.strip().lower()
+    if mode == "off" or big or needed_bytes > PAIRED_MAX_BYTES:
+        return False
+    if mode == "always":
+        return True
+    return any(median and spread is not None and spread > PAIRED_SPREAD * float(median) for median, spread in timings)
+
+
+class CandidateTiming:
+    """The timing step of the worker's evaluations. `reference_child` starts the sibling running the reference
+    when the timing needs it (None otherwise); `retire` hands a child that served back to the pool."""
+
+    def __init__(self, references: ReferenceCache, quiet_gate: QuietGate, transport: str, hardware: str,
+                 reference_child: Callable[..., Child | None], retire: Callable[[Child, str], None]) -> None:
+        self.references = references
+        self.quiet_gate = quiet_gate
+        self.transport = transport
+        self.hardware = hardware
+        self.reference_child = reference_child
+        self.retire = retire
+
+    def run(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
+            deadline: float, payload: dict[str, Any]) -> dict | None:
+        """Baseline, timed trials (paired with the reference's where they spread), floor, host re-check and
+        profile of a candidate that passed correctness; the fresh baseline for the orchestrator's cache, if one."""
+        precision = settings.precision
+        t = time.perf_counter()
+        known = payload.get("baseline")
+        fresh = precision not in state.baselines and not (known and known.get("eager_ms"))
+        # The candidate's child is stopped meanwhile: a thread of its own loading the device would inflate the
+        # baseline, and the first candidate's baseline is cached for every later one of its problem.
+        with self.quiet_gate.quiet(), stopped(child.pid) if fresh else contextlib.nullcontext():
+            base = self.references.baseline(state, precision, settings, known)
+        result.phase_seconds["baseline"] = time.perf_counter() - t
+        result.baseline_ms = base["eager_ms"]
+        result.baseline_compile_ms = base.get("compile_ms")
+        t = time.perf_counter()
+        seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
+        verify_trials = (state.plan.verify_trials if state.plan is not None else 2) if VERIFY_TIMED_OUTPUTS else 0
+        verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
+        paired_ms: list[float] = []
+        kernel_diagnostics: list[dict] = []
+        reference_diagnostics: list[dict] = []
+        with self.quiet_gate.quiet() as calm:
+            times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
+                                     diagnostics=kernel_diagnostics)
+        solo = timing.TimingRecord(times_ms=times)
+        # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
+        # trials took most of its timeout must not time out for being timed twice).
+        deadline = time.monotonic() + settings.timeout_s
+        reference_child = self.reference_child(state, settings, payload, base, solo, result, deadline)
+        if reference_child is not None:
+            # Timed again, both sides in alternating blocks, the side going first alternating too (ABBA): a drift
+            # of the device or the host between blocks reaches both alike. The candidate is stopped during the
+            # reference's blocks, so no thread of its own can load the device meanwhile.
+            blocks = [list(range(len(seeds)))[i::PAIRED_BLOCKS] for i in range(PAIRED_BLOCKS)]
+            by_index: dict[int, float] = {}
+            try:
+                with self.quiet_gate.quiet() as calm_paired:
+                    for number, indices in enumerate(blocks):
+                        warmup = settings.warmup_trials if number < 2 else 1
+                        for side in (("reference", "kernel") if number % 2 == 0 else ("kernel", "reference")):
+                            if side == "kernel":
+                                block_seeds = [secrets.randbits(31) for _ in indices]
+                                block_times = self._time_block(child, state, settings, result, block_seeds,
+                                                               [0] if number == 0 and VERIFY_TIMED_OUTPUTS else [], warmup, deadline, indices,
+                                                               diagnostics=kernel_diagnostics)
+                                by_index.update(zip(indices, block_times))
+                                continue
+                            try:
+                                with stopped(child.pid):
+                                    paired_ms += self._time_reference_block(reference_child, state, indices, warmup,
+                                                                            deadline, reference_diagnostics)
+                            except Fault as fault:  # the reference's child: ours, retried, never the kernel's
+                                raise Fault(ErrorCategory.INFRA,
+                                            f"timing the reference beside the kernel failed: {fault.message}") from None
+                calm = calm and calm_paired
+            finally:
+                self.retire(reference_child, reference_child.workdir)
+            times = [by_index[i] for i in range(len(seeds))]
+        if not calm:
+            result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
+        record = timing.TimingRecord(times_ms=times)
+        result.versions["timing_diagnostics"] = timing.describe_diagnostics({
+            "kernel": kernel_diagnostics[0] if kernel_diagnostics else None,
+            "reference": base.get("diagnostics"),
+            **({"kernel paired": timing.merge_diagnostics(kernel_diagnostics[1:]),
+                "reference paired": timing.merge_diagnostics(reference_diagnostics)} if paired_ms else {}),
+        })[:500]
+        # The floor's share of timing: the solo trials, and both sides of a side-by-side run.
+        result.phase_seconds["timing_trials_gpu"] = (sum(solo.times_ms) + sum(paired_ms)
+                                                     + (sum(record.times_ms) if paired_ms else 0.0)) / 1000.0
+        result.runtime_ms = record.median_ms
+        result.runtime_spread_ms = record.iqr_ms
+        if paired_ms:
+            paired = timing.TimingRecord(times_ms=paired_ms)
+            result.versions["timing"] = (f"paired: the reference timed beside the kernel in {PAIRED_BLOCKS} alternating "
+                                         f"blocks; solo, the reference read {result.baseline_ms:.3f} ms (spread "
+                                         f"{base.get('eager_spread_ms') or 0.0:.3f}), the kernel {solo.median_ms:.3f} ms "
+                                         f"(spread {solo.iqr_ms:.3f})")
+            result.baseline_ms = paired.median_ms
+        result.phase_seconds["timing"] = time.perf_counter() - t
+        if result.runtime_ms > 0:
+            result.speedup = result.baseline_ms / result.runtime_ms
+        self._against_the_floor(state, precision, result)
+        if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
+            result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
+            host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
+            with self.quiet_gate.quiet():
+                children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": state.fresh_buffers()},
+                           "re-timing on the host clock")
+                host = children.expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
+                candidate_host = float(host.get("median_ms") or 0.0)
+                # As for the first baseline: a thread of the candidate's own must not load the device meanwhile.
+                with stopped(child.pid) if precision not in state.host_baselines else contextlib.nullcontext():
+                    baseline_host = self.references.host_baseline(state, precision, settings)
+            if candidate_host > 0 and not host.get("tampered"):
+                host_speedup = baseline_host / candidate_host
+                result.host_speedup = host_speedup
+                if host_speedup >= HOST_CONFIRM_FRACTION * result.speedup:
+                    result.flags.append(Flag.REVERIFIED.value)
+        t = time.perf_counter()
+        children.send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
+        profiled = children.expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
+        result.phase_seconds["profile"] = time.perf_counter() - t
+        if isinstance(profiled.get("kernels"), list):
+            names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
+            launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
+            result.kernel_share = share
+            result.versions["top_kernels"] = kernels.top_kernels(profiled["kernels"])
+            result.profile = kernels.profile_rows(profiled["kernels"])
+            if launches == 0:
+                result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
+            elif share < LOW_KERNEL_SHARE:
+                result.flags.append(Flag.LOW_KERNEL_SHARE.value)
+                if share < TOKEN_KERNEL_SHARE:
+                    result.flags.append(Flag.HACK.value)
+        else:
+            result.versions["profile_error"] = str(profiled.get("error", ""))[:300]
+        try:
+            wire.send_json(child.conn, {"cmd": "exit"})
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            pass  # the verdict stands; the child is killed anyway
+        if fresh:
+            return {"eager_ms": base["eager_ms"], "eager_spread_ms": base.get("eager_spread_ms"),
+                    "compile_ms": base.get("compile_ms")}
+        return None
+
+    def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:
+        """The speed of light of the problem on this GPU (once per problem and precision, on the meta device), the
+        candidate's and the reference's share of it, and the flag for a time under it."""
+        if precision not in state.floors:
+            try:
+                state.floors[precision] = floors.problem_floor(state.module, precision, self.hardware)
+            except Exception as exc:  # noqa: BLE001 - an unknown GPU, or a problem the meta device cannot run
+                state.floors[precision] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        floor = state.floors[precision]
+        if isinstance(floor, str):
+            result.versions["speed_of_light"] = f"no floor: {floor}"
+            return
+        result.speed_of_light = floors.speed_of_light(floor, result.runtime_ms, result.baseline_ms)
+        if result.speed_of_light["below_floor"]:
+            result.flags.append(Flag.BELOW_SPEED_OF_LIGHT.value)
+            result.versions["speed_of_light"] = (
+                f"timed at {result.runtime_ms:.4g} ms, under the floor of {floor.floor_ms:.4g} ms on {floor.gpu} "
+                f"({floor.bound}-bound: {floor.dram_bytes:.4g} bytes, {floor.flops:.4g} FLOPs): work was skipped")
+
+    def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
+                    seeds: list[int], verify: list[int], warmup: int, deadline: float,
+                    indices: list[int] | None = None, diagnostics: list[dict] | None = None) -> list[float]:
+        """The candidate's timed trials on `seeds`; the outputs of the trials at positions `verify` are checked
+        against the reference. `indices` number the trials in messages (default: their positions); the child's
+        timing diagnostics are appended to `diagnostics`."""
+        children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
+                           "fresh_buffers": state.fresh_buffers()}, "timing")
+        header = children.expect(child, {"timed"}, deadline - time.monotonic(), "timing")
+        faults.numerics_unchanged(header, result)
+        times = header.get("times_ms")
+        if not (isinstance(times, list) and len(times) == len(seeds) and all(isinstance(x, (int, float)) for x in times)):
+            raise Fault(ErrorCategory.RUNTIME, "the timing run returned malformed figures")
+        if header.get("tampered"):
+            result.flags.append(Flag.HACK.value)
+            raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
+        # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
+        faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
+        kept = children.receive(child, header, None, 0, self.transport)
+        if diagnostics is not None and isinstance(header.get("diagnostics"), dict):
+            diagnostics.append(header["diagnostics"])
+        for position in verify:
+            with state.lock:
+                reference = self.references.reference_outputs(state, settings.precision, seeds[position], cache=False)  # one-off seeds
+            outcome = self.references.compare(state, settings.precision, seeds[position], None, reference,
+                                    kept.get(f"trial_{position}", []))
+            if not outcome.ok:
+                trial = indices[position] if indices else position
+                result.flags.append(Flag.HACK.value)
+                raise Fault(ErrorCategory.MISMATCH, f"outputs during timing were wrong (trial {trial}): {outcome.message}")
+        del kept
+        return [float(x) for x in times]
+
+    def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
+                              deadline: float, diagnostics: list[dict]) -> list[float]:
+        seeds = [secrets.randbits(31) for _ in indices]
+        children.send(reference_child, {"cmd": "time", "seeds": seeds, "verify": [], "warmup": warmup,
+                                     "fresh_buffers": state.fresh_buffers()}, "timing the reference")
+        header = children.expect(reference_child, {"timed"}, deadline - time.monotonic(), "timing the reference")
+        children.receive(reference_child, header, None, 0, self.transport)
+        times = header.get("times_ms")
+        if not (isinstance(times, list) and len(times) == len(seeds)):
+            raise Fault(ErrorCategory.INFRA, "the reference's timing run returned malformed figures")
+        if isinstance(header.get("diagnostics"), dict):
+            diagnostics.append(header["diagnostics"])
+        return [float(x) for x in times]

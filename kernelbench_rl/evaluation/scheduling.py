@@ -1,0 +1,286 @@
+"""Who may use the evaluation worker's device, when, and with how many bytes.
+
+Children compile and warm up in parallel; correctness and timing hold the device one at a time
+(`DeviceQueue`); timed trials run with no warm-up beside them (`QuietGate`); device memory is handed
+out by bytes against a budget (`MemoryBudget`), and an evaluation that ran out of memory beside
+others runs again with the device to itself (`SharedOrAlone`). Also where the worker's CPU cores go.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gc
+import itertools
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+from kernelbench_rl.evaluation import memory as footprints
+
+# GPU memory per child: a pre-started one holds a bare CUDA context, one serving an evaluation also cuBLAS's
+# and cuDNN's handles and workspaces (H100, torch 2.11: 526 and 722 MiB, bench/context_probe.py).
+WARM_CONTEXT_BYTES = 560 << 20
+LOADED_CONTEXT_BYTES = 768 << 20
+# Of the device memory free when the worker starts, the share evaluations may plan with (the rest is
+# headroom for the driver, fragmentation and what no plan counts).
+USABLE_FRACTION = 0.92
+# Timing waits at most this long for warm-ups under way in other children to finish (a Triton JIT can
+# take seconds); past it, the trial runs and the overlap is recorded.
+QUIET_WAIT_S = 5.0
+# With at least this many cores, two are kept for whoever holds the device section (a delayed launch
+# counts in a 1 ms trial); compiling children run on the rest.
+QUIET_CORES_MIN_CPUS = 8
+# A plan needing more than this share of the budget is "big": its child is killed and reaped before its
+# bytes go back to the budget, and it is admitted only once the device shows them free (a killed child
+# holding 20 GiB releases it asynchronously; admitting the next one at once ran it out of memory).
+BIG_PLAN_FRACTION = 0.25
+FREE_WAIT_S = 30.0
+
+
+class MemoryBudget:
+    """Bytes of device memory the children may hold at once, handed out first come, first served.
+
+    Children warm up (Triton JIT, one forward) in parallel outside the exclusive device section; on a
+    smaller GPU, or with level-1 problems whose inputs and outputs reach GiBs, several of them at once
+    could run the device out of memory and turn a correct kernel into an OOM verdict. A request larger
+    than the whole budget waits until it can run alone.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self.used = 0
+        self._cond = threading.Condition()
+        self._queue: collections.deque[object] = collections.deque()
+
+    @contextlib.contextmanager
+    def hold(self, nbytes: int):
+        nbytes = max(0, min(int(nbytes), self.capacity))
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            self._cond.wait_for(lambda: self._queue[0] is ticket and self.used + nbytes <= self.capacity)
+            self._queue.popleft()
+            self.used += nbytes
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= nbytes
+                self._cond.notify_all()
+
+
+class QuietGate:
+    """Timed trials run with no other child's GPU work beside them.
+
+    Warm-ups and model construction in other children (Triton JIT, one forward, parameter init) take
+    the gate shared; timing (the candidate's trials, the baseline's) takes it alone. Writer-preferring:
+    once timing waits, new warm-ups wait behind it. Timing waits at most `max_wait_s` for those already
+    under way (a JIT can take seconds) and reports whether it ran quiet."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._noisy = 0
+        self._quiet = False
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def noisy(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._quiet and self._waiting == 0)
+            self._noisy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._noisy -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def quiet(self, max_wait_s: float = QUIET_WAIT_S):
+        """Yields True when no warm-up ran beside the section's start, False when it gave up waiting."""
+        with self._cond:
+            self._waiting += 1
+            try:
+                calm = self._cond.wait_for(lambda: self._noisy == 0 and not self._quiet, timeout=max_wait_s)
+                if not calm:  # give up on the warm-ups, but never share with another timing
+                    self._cond.wait_for(lambda: not self._quiet)
+            finally:
+                self._waiting -= 1
+            self._quiet = True
+        try:
+            yield calm
+        finally:
+            with self._cond:
+                self._quiet = False
+                self._cond.notify_all()
+
+
+class DeviceQueue:
+    """The exclusive device section: first come, first served, except that sizing a new problem (one
+    reference forward) goes before every candidate waiting.
+
+    Sizing gates a whole problem's evaluations before they even take a child; behind a queue of
+    candidates' timing it cost the problems that came late up to 9 s each on the H200, and a hang
+    among them started its timeout that much later."""
+
+    URGENT, NORMAL = 0, 1
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._held = False
+        self._waiting: list[tuple[int, int]] = []  # (priority, arrival), smallest served first
+        self._arrivals = itertools.count()
+
+    @contextlib.contextmanager
+    def hold(self, priority: int = NORMAL):
+        ticket = (priority, next(self._arrivals))
+        with self._cond:
+            self._waiting.append(ticket)
+            self._cond.wait_for(lambda: not self._held and min(self._waiting) == ticket)
+            self._waiting.remove(ticket)
+            self._held = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held = False
+                self._cond.notify_all()
+
+
+class SharedOrAlone:
+    """Evaluations share the device; one that ran out of device memory beside others runs again alone.
+
+    Writer-preferring: once an evaluation waits to run alone, new ones wait behind it, so it cannot starve.
+    Running alone drains the pool (up to the slowest in-flight evaluation's timeout), which is why only a
+    device OOM earns it.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._sharing = 0
+        self._alone = False
+        self._waiting_alone = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._alone and self._waiting_alone == 0)
+            self._sharing += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._sharing -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self):
+        with self._cond:
+            self._waiting_alone += 1
+            self._cond.wait_for(lambda: not self._alone and self._sharing == 0)
+            self._waiting_alone -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
+
+
+
+def device_budgets(free: int, in_flight: int, warm_children: int, ref_cache_bytes: int) -> tuple[MemoryBudget, int]:
+    """The budget evaluations are admitted against, and the capacity of one that has the device to itself.
+
+    Every child holds a CUDA context; the worker keeps its reference models and cached outputs within
+    ref_cache_bytes (evicting the least recently used problems). The rest of `free` is the budget. With the
+    device to itself (pre-started children killed, other problems' references dropped), an evaluation still
+    shares it with the other evaluations' children, each at most a loaded context."""
+    contexts = in_flight * LOADED_CONTEXT_BYTES + warm_children * WARM_CONTEXT_BYTES
+    memory = MemoryBudget(max(1 << 30, int(USABLE_FRACTION * free) - ref_cache_bytes - contexts))
+    return memory, max(memory.capacity, int(USABLE_FRACTION * free) - in_flight * LOADED_CONTEXT_BYTES)
+
+
+def admission(memory: MemoryBudget | None, plan: footprints.MemoryPlan | None, kind: str) -> contextlib.AbstractContextManager:
+    """Admission by bytes: a warm-up forward, or a device section (the candidate at its budget plus
+    the worker's own buffers); what exceeds the whole budget waits until it can run alone."""
+    if memory is None or plan is None:
+        return contextlib.nullcontext()
+    return memory.hold(plan.warm_bytes if kind == "warm" else plan.section_bytes)
+
+
+def sizing_admission(memory: MemoryBudget | None) -> contextlib.AbstractContextManager:
+    # The footprint is unknown until the reference has run once: size it with the device to itself.
+    return memory.hold(memory.capacity) if memory is not None else contextlib.nullcontext()
+
+
+def is_big(memory: MemoryBudget | None, plan: footprints.MemoryPlan | None) -> bool:
+    return memory is not None and plan is not None and plan.needed_bytes > BIG_PLAN_FRACTION * memory.capacity
+
+
+def wait_for_free(nbytes: int, result: Any, holders: Callable[[], str]) -> None:
+    """Wait (bounded) until the device really has `nbytes` free; the budget counts what was admitted,
+    this sees what dying children and the driver have not given back yet. `holders` describes the
+    worker's children for the log of a wait that found the device short."""
+    t = time.perf_counter()
+    free = torch.cuda.mem_get_info()[0]
+    while free < nbytes and time.perf_counter() - t < FREE_WAIT_S:
+        time.sleep(0.05)
+        free = torch.cuda.mem_get_info()[0]
+    result.phase_seconds["free_wait"] = result.phase_seconds.get("free_wait", 0.0) + time.perf_counter() - t
+    if free < nbytes:
+        gc.collect()
+        torch.cuda.empty_cache()
+        free = torch.cuda.mem_get_info()[0]
+    result.versions["device_free_gb"] = f"{free / 2**30:.1f} (wanted {nbytes / 2**30:.1f})"
+    if free < nbytes:
+        print(f"[kbrl-worker] {result.problem_id}: waited {time.perf_counter() - t:.1f} s for {nbytes / 2**30:.1f} GiB free, "
+              f"{free / 2**30:.1f} free; worker allocated {torch.cuda.memory_allocated() / 2**30:.1f} reserved "
+              f"{torch.cuda.memory_reserved() / 2**30:.1f} GiB; {holders()}; largest live tensors {_largest_cuda_tensors()}",
+              file=sys.stderr, flush=True)
+
+
+def _largest_cuda_tensors(count: int = 4) -> str:
+    """Diagnostics for a wait that found the device short: the biggest CUDA tensors this process still
+    holds and what refers to them."""
+    found = []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.Tensor) and obj.is_cuda:
+                found.append(obj)
+        except Exception:  # noqa: BLE001 - some objects fail isinstance checks
+            continue
+    found.sort(key=lambda t: -t.numel() * t.element_size())
+    described = []
+    for tensor in found[:count]:
+        holders = sorted({type(r).__name__ for r in gc.get_referrers(tensor) if r is not found})[:3]
+        described.append(f"{tuple(tensor.shape)} {tensor.numel() * tensor.element_size() / 2**30:.1f} GiB held by {holders}")
+    del found
+    return "; ".join(described) or "none"
+
+
+
+
+def core_split(device: str) -> tuple[set[int], set[int], set[int]]:
+    """(all cores, cores kept for the device section's holder, cores for compiling children); the last two
+    empty where no cores are kept. KBRL_EVAL_PIN_CORES=0 leaves every process on all cores (a diagnostic
+    switch for timing studies)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if device == "cuda" and len(cores) >= QUIET_CORES_MIN_CPUS and os.environ.get("KBRL_EVAL_PIN_CORES", "1") != "0":
+        return set(cores), set(cores[-2:]), set(cores[:-2])
+    return set(cores), set(), set()
+
+
+def pin(pid: int, cores: set[int]) -> None:
+    """CPU affinity of a process's main thread (pid 0: the calling thread); best effort."""
+    if cores:
+        try:
+            os.sched_setaffinity(pid, cores)
+        except (OSError, AttributeError):
+            pass
