@@ -41,8 +41,15 @@ def documented_commands() -> list[tuple[str, str]]:
 
 
 def words_of(line: str) -> list[str]:
-    words = shlex.split(line.replace("[", " ").replace("]", " "))[1:]
-    return [word.split("|")[0] if "|" in word and not OVERRIDE.match(word) else word for word in words]
+    words = []
+    for word in shlex.split(line)[1:]:
+        if OVERRIDE.match(word):
+            words.append(word)  # its brackets are a YAML list: problems.levels=[1]
+            continue
+        word = word.strip("[]")  # an optional part: [--level 1]
+        if word:
+            words.append(word.split("|")[0])
+    return words
 
 
 def parse(words: list[str]):
