@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.problems.model import Problem, declared_small_sizes, parse_problem_id, resolve_problem
+from kernelbench_rl.problems.model import (
+    Problem,
+    declared_small_sizes,
+    declares_small_sizes,
+    parse_problem_id,
+    resolve_problem,
+)
 from kernelbench_rl.problems.sizing import infer_small_sizes
 from kernelbench_rl.problems.suite_sizes import suite_small_sizes
 
@@ -49,7 +55,7 @@ def _problem_from_file(path: Path, level: int, origin: str, suite: str = "kernel
     source = path.read_text()
     validate_source(source, str(path))
     small = declared_small_sizes(source)
-    if not small:
+    if not small and not declares_small_sizes(source):
         table = suite_small_sizes(suite, f"L{level}_{path.stem}")
         small = table if table is not None else infer_small_sizes(source)
     return Problem(

@@ -194,6 +194,17 @@ def rewrite_module_constants(source: str, values: dict[str, object]) -> str:
     return "".join(lines)
 
 
+def declares_small_sizes(source: str) -> bool:
+    """Whether the source assigns `KBRL_SMALL_SIZES` at module level: then its sizes, even none, are the word
+    (an empty dict says the problem is small enough as written, and no constant may be guessed at)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "KBRL_SMALL_SIZES"
+                                                    for t in node.targets) for node in tree.body)
+
+
 def declared_small_sizes(source: str) -> dict[str, object]:
     """Read a module-level `KBRL_SMALL_SIZES = {...}` dict literal, if the source has one."""
     try:
