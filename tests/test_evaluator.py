@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from bundled_problems import bundled_problem
 from kernelbench_rl.evaluation import kernels, sandbox
 from kernelbench_rl.evaluation.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, Flag
-from kernelbench_rl.problems import list_solutions
+from kernelbench_rl.problems import get_problem, list_solutions
 
 SETTINGS = EvalSettings(device="cpu", timeout_s=60)
 
@@ -80,7 +79,7 @@ def run(ev: Evaluator, source: str, problem: str = "L1/19", **overrides):
 def test_every_bundled_solution_passes(evaluator):
     solutions = list_solutions()
     assert solutions, "the bundled solutions are missing"
-    evaluator.problems.update({pid: bundled_problem(pid) for pid, _ in solutions})  # every bundled level
+    evaluator.problems.update({pid: get_problem(pid) for pid, _ in solutions})  # every bundled level
     evaluator.static_checks = True  # known-correct solutions must also pass the static policy
     try:
         results = evaluator.evaluate([EvalRequest(pid, path.read_text(), SETTINGS) for pid, path in solutions])

@@ -17,10 +17,10 @@ import sys
 
 import pytest
 
-from bundled_problems import KERNRL_LEVELS, KERNRL_PROBLEMS, REPO, bundled_problem
+from bundled_problems import KERNRL_LEVELS, KERNRL_PROBLEMS, REPO
 from kernelbench_rl.evaluation.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
-from kernelbench_rl.problems import BUNDLED_ROOT, list_solutions
+from kernelbench_rl.problems import BUNDLED_ROOT, get_problem, list_solutions
 from kernelbench_rl.problems.model import declared_small_sizes
 
 SETTINGS = EvalSettings(device="cpu", timeout_s=120)
@@ -66,7 +66,7 @@ def test_bundled_problems_keep_kernrl_ids_and_sizes():
 
 @pytest.fixture(scope="module")
 def evaluator():
-    problems = {pid: bundled_problem(pid) for pid, _ in SOLUTIONS}
+    problems = {pid: get_problem(pid) for pid, _ in SOLUTIONS}
     with Evaluator(SETTINGS, problems=problems, parallel_compiles=2) as ev:
         yield ev
 
@@ -157,5 +157,5 @@ def test_bundled_kernrl_problems_pass_the_problem_audit():
     from test_problem_audit import audit_problem
 
     for pid, _ in SOLUTIONS:
-        report = audit_problem(bundled_problem(pid))
+        report = audit_problem(get_problem(pid))
         assert report.findings == [], f"{pid}: " + "; ".join(report.findings)

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pytest
 
-from bundled_problems import bundled_problem
 from kernelbench_rl.problems import SOLUTIONS_ROOT, get_problem, list_solutions
 
 SEEDS = (42, 7)
@@ -238,7 +237,7 @@ def _jobs(seeds: tuple[int, ...]) -> list[dict]:
     jobs = []
     for problem_id, path in SOLUTIONS:
         jobs.append({
-            "id": problem_id, "problem_source": bundled_problem(problem_id).source_for("small"),
+            "id": problem_id, "problem_source": get_problem(problem_id).source_for("small"),
             "solution_source": path.read_text(), "seeds": list(seeds), "atol": ATOL, "rtol": RTOL,
             "timeout_s": PER_SOLUTION_TIMEOUT_S,
         })

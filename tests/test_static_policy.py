@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from bundled_problems import bundled_problem
 from kernelbench_rl.evaluation.result import StaticReport
 from kernelbench_rl.evaluation.static_policy import (
     HACK_RULES,
@@ -17,7 +16,7 @@ from kernelbench_rl.evaluation.static_policy import (
     fired_rules,
     is_hack,
 )
-from kernelbench_rl.problems.loaders import list_solutions
+from kernelbench_rl.problems.loaders import get_problem, list_solutions
 
 CASES_DIR = Path(__file__).resolve().parent / "static_cases"
 CUDA_ADD = (CASES_DIR / "cuda_elementwise_add.py").read_text()
@@ -340,7 +339,7 @@ def _solutions() -> list:
 def test_every_bundled_solution_passes_with_zero_errors(problem_id: str, path: Path):
     source = path.read_text()
     backend = "cuda" if "load_inline" in source else "triton"
-    report = check_static(source, backend, reference_source=bundled_problem(problem_id).source)
+    report = check_static(source, backend, reference_source=get_problem(problem_id).source)
     assert report.errors == [], (problem_id, report.errors)
 
 

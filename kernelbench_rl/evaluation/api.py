@@ -318,7 +318,7 @@ class Evaluator:
                 "candidate_sha256": request.candidate_sha256,
                 "settings": dataclasses.asdict(request.settings),
                 "problem_source": item.problem.source_for(request.settings.size),
-                # Whose tolerance judges it (result.tolerance_for); problems of loaders that predate suites are KernelBench's.
+                # Whose tolerance judges it (result.tolerance_for): the problem's suite, KernelBench's or kernrl's.
                 "suite": item.problem.suite,
                 "baseline": self._baseline_for(item.problem, request.settings),
                 "input_variant": self.input_variants.get(request.problem_id),
