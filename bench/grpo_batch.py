@@ -1,0 +1,634 @@
+"""A GRPO-shaped evaluation batch against its GPU floor, and KernelBench's own harness on the same problems.
+
+One run, three parts, each with its own budget (the JSON is rewritten after every result, so a run cut off keeps
+what finished):
+
+  1. warm batch, per level: P problems x S samples, every sample a distinct candidate (the problem's reference
+     as ModelNew plus a trailing `# sample k` comment, so no cache dedupes it), all sent in ONE
+     `Evaluator.evaluate` call to a pool started and warmed (one candidate of another problem) before the clock.
+     Static checks are off, as in kernelbench_sweep.py's identity mode: the reference is torch ops. Reports the
+     wall, the GPU floor of the same work and their ratio, verdicts, identical-code speedups, candidates/min,
+     the phases (summed, median per candidate) and the five slowest candidates with theirs.
+  2. cold one-per-problem folder: the level's problems (default 2), one identity candidate each, written as
+     KernelBench-named files (level_{L}_problem_{P}_sample_0_kernel.py, eval-dir's naming) and evaluated as
+     `kernelbench-rl eval-dir` does (a fresh DuckDB, a fresh pool, one batch, eval_results.json) in a fresh
+     process, timed from its start to its exit; the pool's start-to-ready time separately. Needs duckdb (on the
+     GPU machine from `--duck-site`); skipped, with the reason, where it does not import.
+  3. KernelBench's harness: one sample per problem of each level through its own eval_kernel_against_ref, a
+     fresh process per candidate (kernelbench_sweep.py's kb-harness runner), cut by --kb-budget-s (what it did
+     not reach is listed). Needs CUDA and a KernelBench checkout with src/.
+
+    python bench/grpo_batch.py --problems-root .kb --kb-site /tmp/kb_site --duck-site /tmp/duck_site --out grpo.json
+    python bench/grpo_batch.py --device cpu --size small --problems L1/19,L2/76 --samples 2   # machinery only
+
+On the CPU (`--device cpu --size small`) nothing is timed: the run checks the machinery, not speeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(BENCH))
+
+import kernelbench_sweep as sweep  # noqa: E402 - after the path set-up above
+from kernelbench_sweep import BadInput, JsonReport, SweepCandidate, say  # noqa: E402
+
+# Eight problems a level, chosen once and kept so that runs compare: every op family KernelBench's levels 1 and 2
+# have (matmul, matvec, norms, pooling, convolution, activation, loss; GEMM/conv with epilogues), all in the bundled
+# set too. L1/20 stays out: the pool's warm-up candidate is its solution. L1/19 comes last of level 1 because
+# KernelBench's harness spends 60-90 s on it (its inputs are built on the CPU), so a budget cut drops it first.
+DEFAULT_PROBLEMS = {
+    1: ("L1/1", "L1/4", "L1/40", "L1/42", "L1/63", "L1/88", "L1/95", "L1/19"),
+    2: ("L2/1", "L2/12", "L2/29", "L2/40", "L2/57", "L2/59", "L2/76", "L2/99"),
+}
+COLD_RESULT_PREFIX = "GRPO_COLD_RESULT "
+FLOOR_DEFINITION = (
+    "GPU floor of a batch = sum over its candidates of runtime_ms x (correctness calls, widened seeds included "
+    "(trials_total) + warm-up calls + timed calls), + for each problem once: baseline_ms x (warm-up + timed calls), "
+    "the reference's own timing as the worker does it. Not in it: compiles and imports, the reference's outputs "
+    "for the correctness seeds, input generation; a candidate that is not correct counts 0.")
+
+
+# ---------------------------------------------------------------- problems and candidates
+
+
+def resolve_root(value: str | None) -> Path:
+    """The problem source (a KernelBench checkout or kernrl's folder), else the bundled set."""
+    from kernelbench_rl.errors import UserError
+    from kernelbench_rl.problems import BUNDLED_ROOT
+    from kernelbench_rl.problems.loaders import resolve_kernelbench_root
+
+    value = value or os.environ.get("KBRL_PROBLEMS_ROOT") or os.environ.get("KERNELBENCH_ROOT")
+    if not value:
+        return BUNDLED_ROOT.resolve()
+    try:
+        root = resolve_kernelbench_root(value)
+    except UserError as exc:
+        raise BadInput(str(exc)) from None
+    return (root or BUNDLED_ROOT).resolve()
+
+
+def choose_problems(args: argparse.Namespace, root: Path) -> tuple[dict[int, list[Any]], dict[str, Any], list[str]]:
+    """Per level, the problems of the batch; every problem of those levels; notes on substitutions."""
+    from kernelbench_rl.problems import parse_problem_id
+
+    notes: list[str] = []
+    if args.problems:
+        ids = sweep.parse_problem_ids(args.problems)
+        levels = sorted({parse_problem_id(i)[0] for i in ids})
+        problems = sweep.load_root_problems(root, levels)
+        missing = [i for i in ids if i not in problems]
+        if missing:
+            raise BadInput(f"No problem {', '.join(missing)} in {root}; its ids run L<level>/<number> as in its file names.")
+        chosen: dict[int, list[Any]] = {}
+        for i in ids:
+            chosen.setdefault(parse_problem_id(i)[0], []).append(problems[i])
+        return chosen, problems, notes
+    levels = sweep.parse_levels(args.levels)
+    problems = sweep.load_root_problems(root, levels)
+    chosen = {}
+    for level in levels:
+        own = [p for p in problems.values() if p.level == level]
+        if not own:
+            raise BadInput(f"{root} has no problems of level {level} that load.")
+        fixed = [problems[i] for i in DEFAULT_PROBLEMS.get(level, ()) if i in problems]
+        if len(fixed) < len(DEFAULT_PROBLEMS.get(level, ())) or not fixed:
+            # another suite's ids (kernrl's): the first problems of the level in number order, and say so
+            fixed = sorted((p for p in own if p.id != "L1/20"), key=lambda p: parse_problem_id(p.id)[1])[: args.per_level]
+            notes.append(f"level {level}: the fixed list is not all in {root}; took its first {len(fixed)} problems")
+        chosen[level] = fixed[: args.per_level]
+    return chosen, problems, notes
+
+
+def batch_candidates(problems: list[Any], samples: int, size: str) -> list[SweepCandidate]:
+    """Every problem's identity candidate `samples` times, each copy textually distinct (a trailing comment), in
+    sample-major order (sample 0 of every problem, then sample 1, ...), as a policy's batch would arrive."""
+    base = sweep.identity_candidates(problems, size)
+    out = []
+    for k in range(samples):
+        for c in base:
+            out.append(SweepCandidate(f"{c.problem_id}/s{k}", c.problem_id, "identity",
+                                      c.source.rstrip("\n") + f"\n# sample {k}\n", c.name))
+    return out
+
+
+# ---------------------------------------------------------------- figures
+
+
+def gpu_floor(records: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    """The GPU time the batch's work needs at the least (FLOOR_DEFINITION), split into its two parts."""
+    warm, timed = settings["warmup_trials"], settings["timing_trials"]
+    candidates_s = sum((r["runtime_ms"] or 0.0) * (r["trials_total"] + warm + timed) / 1000.0
+                       for r in records if r["correct"] and r["runtime_ms"])
+    baseline_ms: dict[str, float] = {}
+    for r in records:
+        if r.get("baseline_ms"):
+            baseline_ms.setdefault(r["problem_id"], r["baseline_ms"])
+    baselines_s = sum(ms * (warm + timed) / 1000.0 for ms in baseline_ms.values())
+    return {"candidates_s": round(candidates_s, 3), "baselines_s": round(baselines_s, 3),
+            "total_s": round(candidates_s + baselines_s, 3), "problems_with_baseline": len(baseline_ms)}
+
+
+def phase_breakdown(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each phase key of EvalResult.phase_seconds summed over the candidates and its median per candidate (a
+    candidate without the key counts 0); waits overlap other candidates' work, so sums can exceed the wall."""
+    keys = sorted({k for r in records for k in r["phase_seconds"]})
+    summed = {k: round(sum(r["phase_seconds"].get(k, 0.0) for r in records), 3) for k in keys}
+    median = {k: round(statistics.median(r["phase_seconds"].get(k, 0.0) for r in records), 4) for k in keys} if records else {}
+    return {"summed_s": dict(sorted(summed.items(), key=lambda kv: -kv[1])), "median_per_candidate_s": median}
+
+
+def slowest(records: list[dict[str, Any]], count: int = 5) -> list[dict[str, Any]]:
+    def latency(r: dict[str, Any]) -> float:
+        return r["phase_seconds"].get("worker_total", 0.0)
+
+    return [{"label": r["label"], "worker_total_s": round(latency(r), 3), "runtime_ms": r["runtime_ms"],
+             "finished_at_s": r["finished_at_s"], "phase_seconds": r["phase_seconds"]}
+            for r in sorted(records, key=latency, reverse=True)[:count]]
+
+
+def summarise_level(records: list[dict[str, Any]], group: dict[str, Any], settings: dict[str, Any],
+                    planned: int) -> dict[str, Any]:
+    wall = group.get("wall_s")
+    floor = gpu_floor(records, settings)
+    return {
+        "planned": planned, "finished": len(records), "budget_cut": bool(group.get("budget_cut")),
+        "not_finished": group.get("not_finished", []), "error": group.get("error"),
+        "wall_s": wall, "gpu_floor": floor,
+        "wall_over_floor": sweep._round(wall / floor["total_s"], 2) if wall and floor["total_s"] else None,
+        "candidates_per_min": sweep._round(60.0 * len(records) / wall, 2) if wall and records else None,
+        "wall_per_candidate_s": sweep._round(wall / len(records), 3) if wall and records else None,
+        "correct": sum(1 for r in records if r["correct"]),
+        "all_correct": bool(records) and all(r["correct"] for r in records) and len(records) == planned,
+        "not_correct": [{"label": r["label"], "category": r["category"], "message": r["message"]}
+                        for r in records if not r["correct"]],
+        "cached": sum(1 for r in records if r["cached"]),
+        "speedup": sweep.speedup_distribution(records),
+        "phases": phase_breakdown(records),
+        "slowest": slowest(records),
+    }
+
+
+# ---------------------------------------------------------------- part 1: the warm batch
+
+
+class WarmBatch:
+    """One pool, started and warmed before any clock; one `evaluate` call per level. A level cut by its budget
+    leaves work in the pool, so the next level gets a fresh pool (started outside its clock too)."""
+
+    def __init__(self, args: argparse.Namespace, root: Path, problems: dict[str, Any], on_record: Any) -> None:
+        self.args, self.root, self.problems, self.on_record = args, root, problems, on_record
+        self.run: sweep.OursRun | None = None
+        self.levels: dict[str, dict[str, Any]] = {}  # name -> {"group", "records", "planned", "pool_startup_s"}
+        self.pools: list[dict[str, Any]] = []
+
+    def _fresh_pool(self) -> None:
+        if self.run is not None:
+            self.run.close()
+        self.run = sweep.OursRun(self.args, self.root, self.problems, static_checks=False, on_record=self.on_record)
+        self.run.start()
+        self.pools.append({"startup_s": sweep._round(self.run.startup_s, 2), "info": self.run.pool_info})
+
+    def run_level(self, name: str, candidates: list[SweepCandidate], budget_s: float | None) -> None:
+        if self.run is None:
+            self._fresh_pool()
+        assert self.run is not None
+        first = len(self.run.records)
+        entry = {"planned": len(candidates), "pool": len(self.pools) - 1, "records": []}
+        self.levels[name] = entry
+        group = self.run.run_group(name, candidates, budget_s)
+        entry["group"] = group
+        entry["records"] = list(self.run.records[first:])  # frozen: a cut batch's late results are not its own
+        if group.get("budget_cut") or group.get("error"):
+            self.run.close()
+            self.run = None
+
+    def records(self, name: str) -> list[dict[str, Any]]:
+        entry = self.levels.get(name)
+        if entry is None:
+            return []
+        if "group" not in entry and self.run is not None:  # still running: what has finished so far
+            return [r for r in self.run.records if r["label"].startswith(name + "/")]
+        return entry["records"]
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.close()
+            self.run = None
+
+
+# ---------------------------------------------------------------- part 2: cold folder, eval-dir's way
+
+
+def generation_file_name(problem: Any) -> str:
+    """eval-dir's naming: KernelBench's level_{L}_problem_{P}_sample_{S}_kernel.py for L<l>/<n> ids, else
+    kernrl's {id}_sample_{S}_kernel.py."""
+    from kernelbench_rl.problems import parse_problem_id
+
+    try:
+        level, number = parse_problem_id(problem.id)
+        return f"level_{level}_problem_{number}_sample_0_kernel.py"
+    except ValueError:
+        return f"{problem.id}_sample_0_kernel.py"
+
+
+def run_cold(args: argparse.Namespace, root: Path, problems: list[Any], level: int) -> dict[str, Any]:
+    """A fresh process evaluates a folder of one candidate per problem as eval-dir does; wall from start to exit."""
+    out: dict[str, Any] = {"status": "not run", "level": level, "problems": [p.id for p in problems]}
+    with tempfile.TemporaryDirectory(prefix="grpo_cold_") as work:
+        folder = Path(work) / "generations"
+        folder.mkdir()
+        for cand, problem in zip(sweep.identity_candidates(problems, args.size), problems):
+            (folder / generation_file_name(problem)).write_text(cand.source)
+        spec = {"folder": str(folder), "level": level, "root": str(root), "db": str(Path(work) / "cold.duckdb"),
+                "device": args.device, "size": args.size, "timeout_s": args.timeout,
+                "correctness_trials": args.correctness_trials, "timing_trials": args.timing_trials,
+                "warmup_trials": args.warmup_trials}
+        spec_path = Path(work) / "cold_spec.json"
+        spec_path.write_text(json.dumps(spec))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (args.duck_site, str(BENCH.parent), os.environ.get("PYTHONPATH")) if p)
+        started = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--cold-child", str(spec_path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=work, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=args.cold_budget_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            stdout, stderr = proc.communicate()
+        wall = time.perf_counter() - started
+    found = None
+    for line in stdout.decode(errors="replace").splitlines():
+        if line.startswith(COLD_RESULT_PREFIX):
+            found = json.loads(line[len(COLD_RESULT_PREFIX):])
+    if found is None:
+        tail = stderr.decode(errors="replace").strip().splitlines()
+        out["status"] = "failed"
+        out["reason"] = (f"cut at its budget of {args.cold_budget_s:.0f} s" if timed_out else
+                         f"the process ended with no result (exit code {proc.returncode}"
+                         + (f", {tail[-1][:300]}" if tail else "") + ")")
+        return out
+    if found.get("skipped"):
+        out.update(status="skipped", reason=found["skipped"])
+        return out
+    out.update(found)
+    out["status"] = "done"
+    out["process_wall_s"] = round(wall, 2)
+    return out
+
+
+def cold_child(spec_path: str) -> None:
+    """Inside the fresh process: eval-dir's steps (naming scan, a fresh DuckDB, an Evaluator with the store, one
+    batch, eval_results.json), with static checks off for the identity candidates (eval-dir has no switch)."""
+    import re
+
+    t_start = time.perf_counter()
+    spec = json.loads(Path(spec_path).read_text())
+    out: dict[str, Any] = {"phases_s": {}}
+    try:
+        import duckdb  # noqa: F401 - the store's only engine
+    except ImportError as exc:
+        print(COLD_RESULT_PREFIX + json.dumps({"skipped": f"duckdb does not import here ({exc}); the GPU suite "
+                                                           "installs it from .whl-duck/ into --duck-site"}), flush=True)
+        return
+    from kernelbench_rl.evaluation import Evaluator
+    from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
+    from kernelbench_rl.problems import get_problem
+    from kernelbench_rl.store import Store
+
+    out["phases_s"]["imports"] = round(time.perf_counter() - t_start, 3)
+    t = time.perf_counter()
+    level = spec["level"]
+    pattern = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
+    kernrl = re.compile(r"^(L(\d+)_.+)_sample_(\d+)_kernel\.py$")
+    files = []
+    for path in sorted(Path(spec["folder"]).iterdir()):
+        m = pattern.match(path.name)
+        if m and int(m.group(1)) == level:
+            files.append((f"L{level}/{int(m.group(2))}", int(m.group(3)), path))
+            continue
+        m = kernrl.match(path.name)
+        if m and int(m.group(2)) == level:
+            files.append((m.group(1), int(m.group(3)), path))
+    settings = EvalSettings(device=spec["device"], size=spec["size"], timeout_s=spec["timeout_s"],
+                            correctness_trials=spec["correctness_trials"], timing_trials=spec["timing_trials"],
+                            warmup_trials=spec["warmup_trials"])
+    store = Store(spec["db"])
+    requests = []
+    for pid, _sample, path in files:
+        get_problem(pid, spec["root"])  # eval-dir resolves every id before the pool starts
+        requests.append(EvalRequest(pid, path.read_text(), settings, request_id=path.name))
+    out["phases_s"]["scan_and_problems"] = round(time.perf_counter() - t, 3)
+    t = time.perf_counter()
+    evaluator = Evaluator(settings, store=store, problems_root=spec["root"], static_checks=False)
+    try:
+        evaluator.start()
+        out["phases_s"]["pool_start_to_ready"] = round(time.perf_counter() - t, 3)
+        t = time.perf_counter()
+        results = evaluator.evaluate(requests)
+        out["phases_s"]["evaluate"] = round(time.perf_counter() - t, 3)
+    finally:
+        t = time.perf_counter()
+        evaluator.close()
+        out["phases_s"]["pool_close"] = round(time.perf_counter() - t, 3)
+    t = time.perf_counter()
+    entries: dict[str, list[dict[str, Any]]] = {}
+    for (pid, sample, _path), result in zip(files, results):
+        entries.setdefault(pid.split("/")[-1], []).append(
+            {"sample_id": sample, "compiled": bool(result.compiled), "correctness": bool(result.correct),
+             "runtime": result.runtime_ms if result.runtime_ms is not None else -1.0})
+    (Path(spec["folder"]) / "eval_results.json").write_text(json.dumps(entries, indent=2))
+    stored = store.count("evaluations")
+    out["phases_s"]["results_file"] = round(time.perf_counter() - t, 3)
+    out["stored_verdicts"] = int(stored)
+    out["verdicts"] = [{"problem_id": r.problem_id, "file": p.name, "category": r.error_category.value,
+                        "correct": bool(r.correct), "runtime_ms": r.runtime_ms, "baseline_ms": r.baseline_ms,
+                        "speedup": r.speedup, "message": sweep.first_line(r.error_message),
+                        "worker_total_s": r.phase_seconds.get("worker_total")} for (_pid, _s, p), r in zip(files, results)]
+    out["correct"] = sum(1 for r in results if r.correct)
+    out["candidates"] = len(results)
+    out["in_process_s"] = round(time.perf_counter() - t_start, 3)
+    print(COLD_RESULT_PREFIX + json.dumps(out, default=str), flush=True)
+
+
+# ---------------------------------------------------------------- part 3: KernelBench's harness
+
+
+def run_kb(args: argparse.Namespace, root: Path, chosen: dict[int, list[Any]], state: dict[str, Any],
+           on_record: Any) -> None:
+    """One identity sample per problem through KernelBench's eval_kernel_against_ref, a process each, levels
+    alternating, none launched that would end past the budget (estimated from the mean so far)."""
+    if args.device != "cuda":
+        state.update(status="skipped", reason="KernelBench's eval_kernel_against_ref asserts CUDA; this run is on the CPU")
+        return
+    if args.no_kb:
+        state.update(status="skipped", reason="--no-kb")
+        return
+    try:
+        src_dir = sweep.kb_source_dir(root)
+    except BadInput as exc:
+        state.update(status="skipped", reason=str(exc))
+        return
+    try:
+        state["preflight"] = sweep.kb_preflight(src_dir, args)
+    except BadInput as exc:
+        state.update(status="skipped", reason=str(exc))
+        return
+    candidates = sweep.order_by_level([c for level in sorted(chosen) for c in sweep.identity_candidates(chosen[level], args.size)])
+    references = {p.id: p for ps in chosen.values() for p in ps}
+    state.update(status="running", planned=[c.label for c in candidates], not_reached=[])
+    budget = args.kb_budget_s
+    if budget is None and args.total_budget_s is not None:
+        budget = max(0.0, args.total_budget_s - (time.perf_counter() - args.script_start) - 5.0)
+    state["budget_s"] = sweep._round(budget, 1)
+    t0 = time.perf_counter()
+    for index, cand in enumerate(candidates):
+        elapsed = time.perf_counter() - t0
+        estimate = statistics.mean(r["wall_s"] for r in state["records"]) if state["records"] else 0.0
+        if budget is not None and elapsed + estimate > budget:
+            state["not_reached"] = [c.label for c in candidates[index:]]
+            say(f"kb    budget of {budget:.0f} s would be exceeded ({elapsed:.0f} s spent, about {estimate:.0f} s a "
+                f"candidate): {len(candidates) - index} problems not reached")
+            break
+        record = sweep.run_kb_candidate(cand, references[cand.problem_id].source_for(args.size), src_dir, args)
+        state["records"].append(record)
+        state["wall_s"] = round(time.perf_counter() - t0, 2)
+        say(f"kb    [{index + 1:3d}] {cand.label:18s} correct={str(record['correctness']):5s} runtime {record['runtime_ms']} ms "
+            f"wall {record['wall_s']:.1f} s" + (f"  {record['error'][:90]}" if record["error"] else ""))
+        on_record()
+    state["status"] = "done"
+    state["wall_s"] = round(time.perf_counter() - t0, 2)
+
+
+def kb_comparison(kb_state: dict[str, Any], warm_levels: dict[str, Any], cold: dict[str, Any]) -> dict[str, Any]:
+    """KernelBench's seconds per candidate over ours in the warm batch, per level; and its wall on the cold part's
+    problems over the cold part's process wall."""
+    records = kb_state.get("records", [])
+    out: dict[str, Any] = {"per_level": {}}
+    for name, summary in warm_levels.items():
+        kb = [r for r in records if f"L{r['level']}" == name]
+        ours = summary.get("wall_per_candidate_s")
+        kb_per = statistics.mean(r["wall_s"] for r in kb) if kb else None
+        out["per_level"][name] = {
+            "kb_candidates": len(kb), "kb_correct": sum(1 for r in kb if r["correctness"]),
+            "kb_s_per_candidate": sweep._round(kb_per, 2), "ours_warm_s_per_candidate": ours,
+            "kb_over_ours_warm": sweep._round(kb_per / ours, 2) if kb_per and ours else None,
+            "kb_not_correct": [{"label": r["label"], "error": sweep.first_line(r["error"])} for r in kb if not r["correctness"]],
+        }
+    if cold.get("status") == "done":
+        wanted = {f"{pid}/identity" for pid in cold["problems"]}
+        kb = [r for r in records if r["label"] in wanted]
+        kb_wall = sum(r["wall_s"] for r in kb)
+        entry: dict[str, Any] = {"problems": len(wanted), "kb_reached": len(kb), "kb_wall_s": round(kb_wall, 2),
+                                 "cold_process_wall_s": cold["process_wall_s"]}
+        if kb and len(kb) == len(wanted):
+            entry["kb_over_cold"] = sweep._round(kb_wall / cold["process_wall_s"], 2)
+        elif kb:
+            # not every problem reached: per candidate, the cold wall spread evenly
+            entry["kb_over_cold_per_candidate"] = sweep._round((kb_wall / len(kb)) / (cold["process_wall_s"] / len(wanted)), 2)
+            entry["note"] = "KernelBench's harness did not reach every problem: ratio of seconds per candidate"
+        out["cold"] = entry
+    out["note"] = ("kb_over_ours_warm = KernelBench's mean process wall per candidate (Python start, imports, its "
+                   "reference and candidate, timing, exit) over our warm batch's wall per candidate (the level's "
+                   "evaluate call over its candidates); kb_over_cold = its summed wall on the cold part's problems "
+                   "over the cold process's wall (start to exit, pool start included)")
+    return out
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run(args: argparse.Namespace) -> int:
+    root = resolve_root(args.problems_root)
+    chosen, problems, notes = choose_problems(args, root)
+    sweep.require_cuda(args.device)
+    settings = {"device": args.device, "size": args.size, "correctness_trials": args.correctness_trials,
+                "warmup_trials": args.warmup_trials, "timing_trials": args.timing_trials, "timeout_s": args.timeout,
+                "static_checks": False, "samples_per_problem": args.samples}
+    for note in notes:
+        say(f"note: {note}")
+    say(f"grpo-batch: levels {sorted(chosen)}, {sum(len(v) for v in chosen.values())} problems x {args.samples} samples "
+        f"on {args.device} at {args.size} size from {root}")
+    say(f"trial counts (the Evaluator's defaults unless flags say otherwise): correctness {args.correctness_trials} "
+        f"(+ widened seeds where a problem's inputs cannot tell), warm-up {args.warmup_trials}, timed {args.timing_trials}; "
+        f"timeout {args.timeout:.0f} s; static checks off (identity candidates are torch ops)")
+    env = sweep.environment(args.device)
+    out_path = args.out or "grpo_batch.json"
+    batches = {f"L{level}": batch_candidates(ps, args.samples, args.size) for level, ps in sorted(chosen.items())}
+    warm = WarmBatch(args, root, problems, on_record=lambda _r: report.write())
+    kb_state: dict[str, Any] = {"status": "not run", "records": [], "budget_s": args.kb_budget_s, "wall_s": None}
+    cold: dict[str, Any] = {"status": "not run"}
+    date = time.strftime("%Y-%m-%d")
+
+    def warm_summaries() -> dict[str, Any]:
+        return {name: summarise_level(warm.records(name), warm.levels[name].get("group", {}), settings, len(batches[name]))
+                for name in batches if name in warm.levels}
+
+    def build() -> dict[str, Any]:
+        levels = warm_summaries()
+        return {"mode": "grpo-batch", "date": date, "environment": env, "problems_root": str(root), "settings": settings,
+                "problems": {name: [p.id for p in chosen[int(name[1:])]] for name in batches}, "notes": notes,
+                "floor_definition": FLOOR_DEFINITION,
+                "warm": {"pools": warm.pools, "levels": levels,
+                         "per_candidate": {name: warm.records(name) for name in batches if name in warm.levels}},
+                "cold": cold, "kb": {k: v for k, v in kb_state.items() if k != "records"},
+                "comparison": kb_comparison(kb_state, levels, cold),
+                "per_candidate_kb": kb_state["records"]}
+
+    report = JsonReport(out_path, build)
+    report.write()
+    try:
+        for name, candidates in batches.items():
+            say(f"\n== warm batch {name}: {len(candidates)} candidates in one evaluate call"
+                + (f" (budget {args.warm_budget_s:.0f} s)" if args.warm_budget_s else ""))
+            warm.run_level(name, candidates, args.warm_budget_s)
+            report.write()
+            print_level(name, warm_summaries()[name])
+    finally:
+        warm.close()
+    report.write()
+    cold_problems = chosen.get(args.cold_level, [])
+    if args.no_cold:
+        cold.update(status="skipped", reason="--no-cold")
+    elif not cold_problems:
+        cold.update(status="skipped", reason=f"no level-{args.cold_level} problem in this run")
+    else:
+        say(f"\n== cold folder: level {args.cold_level}, {len(cold_problems)} candidates, eval-dir's way in a fresh process")
+        cold.update(run_cold(args, root, cold_problems, args.cold_level))
+        report.write()
+    print_cold(cold)
+    say("\n== KernelBench's harness: one sample per problem, a fresh process each")
+    run_kb(args, root, chosen, kb_state, report.write)
+    if kb_state["status"] == "skipped":
+        say(f"kb    skipped: {kb_state['reason']}")
+    report.write()
+    print_comparison(build()["comparison"])
+    say(f"floor: {FLOOR_DEFINITION}")
+    say(f"wrote {out_path}")
+    return 0
+
+
+def print_level(name: str, s: dict[str, Any]) -> None:
+    f = s["gpu_floor"]
+    say(f"{name}: {s['finished']} of {s['planned']} finished{' (budget cut)' if s['budget_cut'] else ''}, "
+        f"{s['correct']} correct; wall {s['wall_s']} s, GPU floor {f['total_s']} s (candidates {f['candidates_s']} + "
+        f"baselines {f['baselines_s']}), wall/floor {s['wall_over_floor']}, {s['candidates_per_min']} candidates/min")
+    for r in s["not_correct"]:
+        say(f"  not correct: {r['label']} {r['category']} {r['message'][:100]}")
+    sp = s["speedup"]
+    if sp.get("count"):
+        say(f"  identical-code speedup over {sp['count']}: median {sp['median']}, within [0.95, 1.05] "
+            f"{sp['share_within_0.95_1.05']}, outside [0.8, 1.25]: "
+            + (", ".join(f"{o['label']} {o['speedup']}" for o in sp["outside_0.8_1.25"]) or "none"))
+    med = s["phases"]["median_per_candidate_s"]
+    top = list(s["phases"]["summed_s"].items())[:10]
+    say("  phases summed (s): " + ", ".join(f"{k} {v}" for k, v in top))
+    say("  median per candidate (s): " + ", ".join(f"{k} {med[k]}" for k, _ in top))
+    for r in s["slowest"]:
+        ph = sorted(r["phase_seconds"].items(), key=lambda kv: -kv[1])[:6]
+        say(f"  slow: {r['label']:14s} total {r['worker_total_s']} s: " + ", ".join(f"{k} {v}" for k, v in ph))
+
+
+def print_cold(cold: dict[str, Any]) -> None:
+    if cold.get("status") != "done":
+        say(f"cold  {cold.get('status')}: {cold.get('reason', '')}")
+        return
+    say(f"cold  {cold['correct']} of {cold['candidates']} correct; process wall {cold['process_wall_s']} s (start to exit), "
+        f"pool start to ready {cold['phases_s'].get('pool_start_to_ready')} s; phases {cold['phases_s']}")
+
+
+def print_comparison(c: dict[str, Any]) -> None:
+    for name, s in c["per_level"].items():
+        say(f"{name}: KernelBench {s['kb_s_per_candidate']} s a candidate ({s['kb_candidates']} run, {s['kb_correct']} "
+            f"correct), ours warm {s['ours_warm_s_per_candidate']} s: KernelBench/ours {s['kb_over_ours_warm']}")
+    if "cold" in c:
+        s = c["cold"]
+        say(f"cold: KernelBench {s['kb_wall_s']} s on {s['kb_reached']} of {s['problems']} problems, our cold process "
+            f"{s['cold_process_wall_s']} s: " + (f"KernelBench/ours {s['kb_over_cold']}" if "kb_over_cold" in s else
+                                                  f"per candidate {s.get('kb_over_cold_per_candidate')}"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kernelbench_rl.evaluation.result import EvalSettings
+
+    defaults = EvalSettings()
+    parser = argparse.ArgumentParser(
+        prog="grpo_batch.py", description=__doc__.split("\n\n")[0],
+        epilog="On the GPU machine: bash bench/device_suite.sh grpo-batch (bench/README.md).")
+    parser.add_argument("--problems-root", "--kernelbench-root", dest="problems_root", default=None,
+                        help="a KernelBench checkout or kernrl's problems folder (default: $KBRL_PROBLEMS_ROOT, "
+                             "$KERNELBENCH_ROOT, else the bundled set)")
+    parser.add_argument("--levels", default="1,2", help="levels (default 1,2), 8 problems each from a fixed list")
+    parser.add_argument("--problems", default=None, help="problem ids instead of the fixed list, e.g. L1/19,L2/76")
+    parser.add_argument("--per-level", type=int, default=8, help="problems a level from the fixed list (default 8)")
+    parser.add_argument("--samples", type=int, default=8, help="distinct samples per problem (default 8)")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--size", choices=["real", "small"], default="real")
+    parser.add_argument("--correctness-trials", type=int, default=defaults.correctness_trials,
+                        help=f"correctness trials (default: the Evaluator's, {defaults.correctness_trials})")
+    parser.add_argument("--warmup-trials", type=int, default=defaults.warmup_trials,
+                        help=f"warm-up calls (default: the Evaluator's, {defaults.warmup_trials})")
+    parser.add_argument("--timing-trials", type=int, default=defaults.timing_trials,
+                        help=f"timed calls (default: the Evaluator's, {defaults.timing_trials})")
+    parser.add_argument("--timeout", type=float, default=defaults.timeout_s, help="seconds per candidate")
+    parser.add_argument("--warm-budget-s", type=float, default=None, help="seconds per level's warm batch")
+    parser.add_argument("--cold-level", type=int, default=2, help="the level of the cold folder part (default 2)")
+    parser.add_argument("--cold-budget-s", type=float, default=120.0, help="the cold process's limit (default 120)")
+    parser.add_argument("--no-cold", action="store_true", help="skip the cold folder part")
+    parser.add_argument("--duck-site", default=os.environ.get("DUCK_SITE"),
+                        help="a folder with duckdb (pip install --target), on the cold process's path only")
+    parser.add_argument("--kb-budget-s", type=float, default=None,
+                        help="KernelBench's harness launches no candidate that would end past this (default: what "
+                             "--total-budget-s leaves, else none)")
+    parser.add_argument("--total-budget-s", type=float, default=None,
+                        help="the whole run's seconds; KernelBench's harness gets what the other parts leave")
+    parser.add_argument("--no-kb", action="store_true", help="skip KernelBench's harness")
+    parser.add_argument("--kb-site", default=os.environ.get("KB_SITE"),
+                        help="a folder with KernelBench's pydantic, on its processes' path only")
+    parser.add_argument("--kb-exact-fp32", action="store_true", help="TF32 off in KernelBench's processes")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the pool's warm-up candidate")
+    parser.add_argument("--worker-logs", default=None, help="append the tail of our workers' logs to this file")
+    parser.add_argument("--parallel-compiles", type=int, default=None)
+    parser.add_argument("--in-flight", type=int, default=None)
+    parser.add_argument("--warm-children", type=int, default=None)
+    parser.add_argument("--out", default=None, help="JSON output (default grpo_batch.json)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 2 and argv[0] == "--cold-child":
+        cold_child(argv[1])
+        return 0
+    args = build_parser().parse_args(argv)
+    args.script_start = time.perf_counter()
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        if args.samples < 1 or args.per_level < 1:
+            raise BadInput("--samples and --per-level take a number of at least 1.")
+        return run(args)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
