@@ -30,6 +30,12 @@
 #   bash bench/device_suite.sh kb-floor          # <= 575 s: the real-size audit (~60 s), the floor check alone against a
 #                                                # half-work kernel (~60 s), every reference against its floor (~150 s),
 #                                                # then the bundled solutions with their speed of light (what is left)
+#   bash bench/device_suite.sh grpo-batch        # <= 575 s: bench/grpo_batch.py: a GRPO-shaped batch (8 problems x 8
+#                                                # samples in one evaluate call) per level 1 and 2 against its GPU floor
+#                                                # (<= GRPO_WARM_BUDGET, 120 s, a level), a cold eval-dir-style folder of
+#                                                # the level-2 problems in a fresh process with a fresh DuckDB (<= 90 s;
+#                                                # carry .whl-duck/, else skipped), then KernelBench's harness, one sample
+#                                                # a problem, with what is left (carry .kb and .whl as for kb-*)
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
@@ -129,6 +135,26 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
       --out "$OUT/sol_references.json" 2>&1 | tee "$OUT/sol_references.log"
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
     kb_solutions $LEFT $(( LEFT - 40 )) ;;
+  grpo-batch)
+    # KernelBench's pydantic (.whl/) into /tmp/kb_site for its processes only, as in the kb-* modes; duckdb (.whl-duck/)
+    # into /tmp/duck_site, on the cold part's process path only. Without .kb/ the bundled problems serve and its
+    # harness is skipped; without .whl-duck/ the cold part is skipped (both say so in the JSON).
+    ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)
+    if ls .whl/pydantic-*.whl >/dev/null 2>&1; then
+      timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kb_site .whl/*.whl 2>&1 | tail -3 \
+        || python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/kb_site') for w in glob.glob('.whl/*.whl')]"
+    fi
+    DUCK_ARGS=()
+    if ls .whl-duck/duckdb-*.whl >/dev/null 2>&1; then
+      timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/duck_site .whl-duck/*.whl 2>&1 | tail -3 \
+        || python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/duck_site') for w in glob.glob('.whl-duck/*.whl')]"
+      DUCK_ARGS=(--duck-site /tmp/duck_site)
+    fi
+    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+    timeout $LEFT python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --kb-site /tmp/kb_site "${DUCK_ARGS[@]}" \
+      --warm-budget-s ${GRPO_WARM_BUDGET:-120} --cold-budget-s ${GRPO_COLD_BUDGET:-90} --total-budget-s $(( LEFT - 10 )) \
+      --worker-logs "$OUT/grpo_batch_worker_logs.txt" --out "$OUT/grpo_batch.json" ${GRPO_ARGS:-} 2>&1 \
+      | tee "$OUT/grpo_batch.log" | grep -v "^ours  \[" ;;
   kb-selfcheck)
     if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py selfcheck --kernelbench-root .kb "${SELECT[@]}" ${KB_SELFCHECK_ARGS:-} \

@@ -1,0 +1,129 @@
+"""bench/grpo_batch.py on the CPU at small sizes, on the bundled problems: the machinery, never a speed.
+
+The script runs in a subprocess (as on the GPU machine): two problems x two distinct samples through one warm pool,
+the cold eval-dir-style folder in its own process with a fresh DuckDB, and KernelBench's harness reported skipped
+(it asserts CUDA).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "bench" / "grpo_batch.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("grpo_batch", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+grpo = _load_script()
+
+
+def run_script(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    for name in ("KERNELBENCH_ROOT", "KBRL_PROBLEMS_ROOT"):  # the bundled set
+        env.pop(name, None)
+    env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, env=env)
+
+
+def test_samples_are_distinct_candidates_of_the_reference():
+    from kernelbench_rl.problems import get_problem
+
+    problems = [get_problem("L1/19"), get_problem("L2/76")]
+    candidates = grpo.batch_candidates(problems, 3, "small")
+    assert [c.label for c in candidates] == ["L1/19/s0", "L2/76/s0", "L1/19/s1", "L2/76/s1", "L1/19/s2", "L2/76/s2"]
+    assert len({c.source for c in candidates}) == 6  # no cache or twin check can merge two samples
+    for c in candidates:
+        assert "class ModelNew(" in c.source and c.source.endswith(f"# sample {c.label[-1]}\n")
+        code = c.source.rsplit("# sample", 1)[0]
+        assert code.rstrip("\n") == candidates[0 if c.problem_id == "L1/19" else 1].source.rsplit("# sample", 1)[0].rstrip("\n")
+
+
+def test_gpu_floor_counts_every_call_of_correct_candidates_and_one_baseline_a_problem():
+    settings = {"warmup_trials": 3, "timing_trials": 50}
+    records = [
+        {"problem_id": "L1/1", "correct": True, "runtime_ms": 2.0, "trials_total": 3, "baseline_ms": 2.0},
+        {"problem_id": "L1/1", "correct": True, "runtime_ms": 2.0, "trials_total": 5, "baseline_ms": 2.0},
+        {"problem_id": "L1/2", "correct": False, "runtime_ms": None, "trials_total": 3, "baseline_ms": 4.0},
+    ]
+    floor = grpo.gpu_floor(records, settings)
+    assert floor["candidates_s"] == pytest.approx(2.0 * (56 + 58) / 1000)
+    assert floor["baselines_s"] == pytest.approx((2.0 + 4.0) * 53 / 1000)
+    assert floor["total_s"] == pytest.approx(floor["candidates_s"] + floor["baselines_s"], abs=1e-3)
+    assert floor["problems_with_baseline"] == 2
+
+
+def test_phase_breakdown_sums_and_takes_medians_with_missing_keys_as_zero():
+    records = [{"phase_seconds": {"compile": 1.0, "timing": 2.0}}, {"phase_seconds": {"compile": 3.0}},
+               {"phase_seconds": {"compile": 2.0, "timing": 4.0}}]
+    out = grpo.phase_breakdown(records)
+    assert out["summed_s"] == {"compile": 6.0, "timing": 6.0}
+    assert out["median_per_candidate_s"] == {"compile": 2.0, "timing": 2.0}
+
+
+def test_cpu_dry_run_on_bundled_problems(tmp_path):
+    out = tmp_path / "grpo.json"
+    proc = run_script("--device", "cpu", "--size", "small", "--problems", "L1/19,L2/76", "--samples", "2",
+                      "--correctness-trials", "2", "--timeout", "90", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "correctness 2" in proc.stdout and "warm-up 3" in proc.stdout  # the trial counts are printed
+    data = json.loads(out.read_text())
+    assert data["mode"] == "grpo-batch" and data["problems"] == {"L1": ["L1/19"], "L2": ["L2/76"]}
+    assert data["settings"]["samples_per_problem"] == 2 and data["settings"]["static_checks"] is False
+    for name, pid in (("L1", "L1/19"), ("L2", "L2/76")):
+        level = data["warm"]["levels"][name]
+        assert level["planned"] == level["finished"] == level["correct"] == 2 and level["all_correct"]
+        assert level["not_correct"] == [] and level["cached"] == 0 and not level["budget_cut"]
+        assert level["wall_s"] > 0 and level["candidates_per_min"] > 0
+        assert level["gpu_floor"]["total_s"] == 0  # nothing timed on the CPU
+        assert level["speedup"]["count"] == 0
+        assert "worker_total" in level["phases"]["summed_s"] and "worker_total" in level["phases"]["median_per_candidate_s"]
+        assert len(level["slowest"]) == 2 and all("phase_seconds" in s for s in level["slowest"])
+        records = data["warm"]["per_candidate"][name]
+        assert sorted(r["label"] for r in records) == [f"{pid}/s0", f"{pid}/s1"]
+        assert all(r["correct"] and r["category"] == "ok" and not r["cached"] for r in records)
+    assert len(data["warm"]["pools"]) == 1  # both levels on one pool
+    cold = data["cold"]
+    if cold["status"] == "skipped":
+        pytest.fail(f"duckdb imports here, so the cold part must run: {cold['reason']}")
+    assert cold["status"] == "done" and cold["problems"] == ["L2/76"] and cold["level"] == 2
+    assert cold["candidates"] == cold["correct"] == 1 and cold["stored_verdicts"] == 1
+    assert cold["verdicts"][0]["file"] == "level_2_problem_76_sample_0_kernel.py"
+    assert cold["process_wall_s"] >= cold["phases_s"]["pool_start_to_ready"] > 0
+    assert data["kb"]["status"] == "skipped" and "CUDA" in data["kb"]["reason"]
+    assert set(data["comparison"]["per_level"]) == {"L1", "L2"}
+    assert data["comparison"]["cold"]["kb_reached"] == 0
+
+
+def test_cold_part_is_skipped_with_its_reason_where_duckdb_does_not_import(tmp_path):
+    # a folder named duckdb that is no package shadows the real one on the cold process's path only
+    site = tmp_path / "site"
+    (site / "duckdb").mkdir(parents=True)
+    (site / "duckdb" / "__init__.py").write_text("raise ImportError('no duckdb in this test')\n")
+    out = tmp_path / "grpo.json"
+    proc = run_script("--device", "cpu", "--size", "small", "--problems", "L2/76", "--samples", "1",
+                      "--correctness-trials", "1", "--timeout", "90", "--duck-site", str(site), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["warm"]["levels"]["L2"]["all_correct"]
+    assert data["cold"]["status"] == "skipped" and "duckdb does not import" in data["cold"]["reason"]
+
+
+def test_bad_input_exits_2_with_one_sentence():
+    proc = run_script("--device", "cpu", "--size", "small", "--problems", "L1/999", timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "No problem L1/999" in proc.stderr
