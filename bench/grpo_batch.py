@@ -110,7 +110,8 @@ def choose_problems(args: argparse.Namespace, root: Path) -> tuple[dict[int, lis
         if len(fixed) < len(DEFAULT_PROBLEMS.get(level, ())) or not fixed:
             # another suite's ids (kernrl's): the first problems of the level in number order, and say so
             fixed = sorted((p for p in own if p.id != "L1/20"), key=lambda p: parse_problem_id(p.id)[1])[: args.per_level]
-            notes.append(f"level {level}: the fixed list is not all in {root}; took its first {len(fixed)} problems")
+            notes.append(f"level {level}: " + ("the fixed list is not all in " if level in DEFAULT_PROBLEMS else "no fixed list for it in ")
+                         + f"{root}; took its first {len(fixed)} problems")
         chosen[level] = fixed[: args.per_level]
     return chosen, problems, notes
 
@@ -173,6 +174,8 @@ def summarise_level(records: list[dict[str, Any]], group: dict[str, Any], settin
         "wall_over_floor": sweep._round(wall / floor["total_s"], 2) if wall and floor["total_s"] else None,
         "candidates_per_min": sweep._round(60.0 * len(records) / wall, 2) if wall and records else None,
         "wall_per_candidate_s": sweep._round(wall / len(records), 3) if wall and records else None,
+        "floor_per_candidate_s": sweep._round(floor["total_s"] / len(records), 3) if records else None,
+        "overhead_per_candidate_s": sweep._round((wall - floor["total_s"]) / len(records), 3) if wall and records else None,
         "correct": sum(1 for r in records if r["correct"]),
         "all_correct": bool(records) and all(r["correct"] for r in records) and len(records) == planned,
         "not_correct": [{"label": r["label"], "category": r["category"], "message": r["message"]}
@@ -398,7 +401,13 @@ def run_kb(args: argparse.Namespace, root: Path, chosen: dict[int, list[Any]], s
     # levels alternate; the problems its harness takes 60-120 s on go last, so a cut costs the fewest problems
     candidates = [c for c in candidates if c.problem_id not in KB_SLOW] + [c for c in candidates if c.problem_id in KB_SLOW]
     references = {p.id: p for ps in chosen.values() for p in ps}
-    state.update(status="running", planned=[c.label for c in candidates], not_reached=[])
+    state.update(status="running", planned=[c.label for c in candidates], not_reached=[],
+                 settings={"function": "kernelbench.eval.eval_kernel_against_ref", "seed_num": sweep.KB_SEED,
+                           "num_correct_trials": args.correctness_trials, "num_perf_trials": args.timing_trials,
+                           "trial_counts": "the same as ours in this run", "timing_method": "cuda_event",
+                           "backend": "cuda (exec'd source)", "precision": "torch.float32", "timeout_s": args.timeout,
+                           "process": "fresh python per candidate",
+                           "numerics": "TF32 off (--kb-exact-fp32)" if args.kb_exact_fp32 else "torch's defaults"})
     budget = args.kb_budget_s
     if budget is None and args.total_budget_s is not None:
         budget = max(0.0, args.total_budget_s - (time.perf_counter() - args.script_start) - 5.0)
@@ -534,7 +543,9 @@ def print_level(name: str, s: dict[str, Any]) -> None:
     f = s["gpu_floor"]
     say(f"{name}: {s['finished']} of {s['planned']} finished{' (budget cut)' if s['budget_cut'] else ''}, "
         f"{s['correct']} correct; wall {s['wall_s']} s, GPU floor {f['total_s']} s (candidates {f['candidates_s']} + "
-        f"baselines {f['baselines_s']}), wall/floor {s['wall_over_floor']}, {s['candidates_per_min']} candidates/min")
+        f"baselines {f['baselines_s']}), wall/floor {s['wall_over_floor']}, {s['candidates_per_min']} candidates/min; "
+        f"a candidate: wall {s['wall_per_candidate_s']} s, floor {s['floor_per_candidate_s']} s, "
+        f"overhead {s['overhead_per_candidate_s']} s")
     for r in s["not_correct"]:
         say(f"  not correct: {r['label']} {r['category']} {r['message'][:100]}")
     sp = s["speedup"]
