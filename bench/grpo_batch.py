@@ -445,6 +445,8 @@ def kb_comparison(kb_state: dict[str, Any], warm_levels: dict[str, Any], cold: d
             "kb_s_per_candidate": sweep._round(kb_per, 2), "ours_warm_s_per_candidate": ours,
             "kb_over_ours_warm": sweep._round(kb_per / ours, 2) if kb_per and ours else None,
             "kb_not_correct": [{"label": r["label"], "error": sweep.first_line(r["error"])} for r in kb if not r["correctness"]],
+            # a cut leaves its mean over fewer problems than our batch covers
+            "kb_not_reached": [label for label in kb_state.get("not_reached", []) if label.startswith(name + "/")],
         }
     if cold.get("status") == "done":
         wanted = {f"{pid}/identity" for pid in cold["problems"]}
@@ -573,7 +575,8 @@ def print_cold(cold: dict[str, Any]) -> None:
 def print_comparison(c: dict[str, Any]) -> None:
     for name, s in c["per_level"].items():
         say(f"{name}: KernelBench {s['kb_s_per_candidate']} s a candidate ({s['kb_candidates']} run, {s['kb_correct']} "
-            f"correct), ours warm {s['ours_warm_s_per_candidate']} s: KernelBench/ours {s['kb_over_ours_warm']}")
+            f"correct), ours warm {s['ours_warm_s_per_candidate']} s: KernelBench/ours {s['kb_over_ours_warm']}"
+            + (f" (its harness did not reach {', '.join(s['kb_not_reached'])})" if s["kb_not_reached"] else ""))
     if "cold" in c:
         s = c["cold"]
         say(f"cold: KernelBench {s['kb_wall_s']} s on {s['kb_reached']} of {s['problems']} problems, our cold process "
