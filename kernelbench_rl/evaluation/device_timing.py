@@ -52,22 +52,27 @@ def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[
 
 
 class CandidateTiming:
-    """The timing step of the worker's evaluations. `reference_child` starts the sibling running the reference
-    when the timing needs it (None otherwise); `retire` hands a child that served back to the pool."""
+    """The timing step of the worker's evaluations. `reference_child` starts (or lends) the sibling running the
+    reference when the timing needs it (None otherwise); `give_back(child, healthy, state, settings, payload)`
+    returns it after the timing (kept for the problem's next candidate, or retired)."""
 
     def __init__(self, references: ReferenceCache, quiet_gate: QuietGate, transport: str, hardware: str,
-                 reference_child: Callable[..., Child | None], retire: Callable[[Child, str], None]) -> None:
+                 reference_child: Callable[..., Child | None], give_back: Callable[..., None]) -> None:
         self.references = references
         self.quiet_gate = quiet_gate
         self.transport = transport
         self.hardware = hardware
         self.reference_child = reference_child
-        self.retire = retire
+        self.give_back = give_back
 
     def run(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
-            deadline: float, payload: dict[str, Any]) -> dict | None:
+            deadline: float, payload: dict[str, Any], timed: contextlib.ExitStack | None = None) -> dict | None:
         """Baseline, timed trials (paired with the reference's where they spread), floor, host re-check and
-        profile of a candidate that passed correctness; the fresh baseline for the orchestrator's cache, if one."""
+        profile of a candidate that passed correctness; the fresh baseline for the orchestrator's cache, if one.
+
+        `timed`, when given, holds the device alone for this evaluation: it is closed as soon as the timed work is
+        done, and the check of the timed outputs and the profile then run beside other candidates' untimed work
+        (taking the quiet gate shared, so never beside a timed trial)."""
         precision = settings.precision
         t = time.perf_counter()
         known = payload.get("baseline")
@@ -86,20 +91,26 @@ class CandidateTiming:
         paired_ms: list[float] = []
         kernel_diagnostics: list[dict] = []
         reference_diagnostics: list[dict] = []
+        kept: dict[str, Any] = {}
+        mark = time.perf_counter()
         with self.quiet_gate.quiet() as calm:
+            result.phase_seconds["timing_quiet_wait"] = time.perf_counter() - mark
             times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
-                                     diagnostics=kernel_diagnostics)
+                                     diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None)
         solo = timing.TimingRecord(times_ms=times)
         # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
         # trials took most of its timeout must not time out for being timed twice).
         deadline = time.monotonic() + settings.timeout_s
         reference_child = self.reference_child(state, settings, payload, base, solo, result, deadline)
         if reference_child is not None:
+            # The child's next command releases what it kept: check the solo trials' outputs first.
+            self._verify_kept(state, settings, result, seeds, kept)
             # Timed again, both sides in alternating blocks, the side going first alternating too (ABBA): a drift
             # of the device or the host between blocks reaches both alike. The candidate is stopped during the
             # reference's blocks, so no thread of its own can load the device meanwhile.
             blocks = [list(range(len(seeds)))[i::PAIRED_BLOCKS] for i in range(PAIRED_BLOCKS)]
             by_index: dict[int, float] = {}
+            healthy = False
             try:
                 with self.quiet_gate.quiet() as calm_paired:
                     for number, indices in enumerate(blocks):
@@ -120,8 +131,9 @@ class CandidateTiming:
                                 raise Fault(ErrorCategory.INFRA,
                                             f"timing the reference beside the kernel failed: {fault.message}") from None
                 calm = calm and calm_paired
+                healthy = True
             finally:
-                self.retire(reference_child, reference_child.workdir)
+                self.give_back(reference_child, healthy, state, settings, payload)
             times = [by_index[i] for i in range(len(seeds))]
         if not calm:
             result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
@@ -149,6 +161,7 @@ class CandidateTiming:
             result.speedup = result.baseline_ms / result.runtime_ms
         self._against_the_floor(state, precision, result)
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
+            self._verify_kept(state, settings, result, seeds, kept)  # (before the child's next command)
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
             host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
             with self.quiet_gate.quiet():
@@ -164,10 +177,20 @@ class CandidateTiming:
                 result.host_speedup = host_speedup
                 if host_speedup >= HOST_CONFIRM_FRACTION * result.speedup:
                     result.flags.append(Flag.REVERIFIED.value)
-        t = time.perf_counter()
-        children.send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
-        profiled = children.expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
-        result.phase_seconds["profile"] = time.perf_counter() - t
+        untimed = contextlib.ExitStack()
+        if timed is not None:
+            timed.close()  # the device for the next timing; what follows is untimed
+            mark = time.perf_counter()
+            untimed.enter_context(self.quiet_gate.noisy())
+            result.phase_seconds["untimed_quiet_wait"] = time.perf_counter() - mark
+        with untimed:
+            mark = time.perf_counter()
+            self._verify_kept(state, settings, result, seeds, kept)
+            result.phase_seconds["timing_verify"] = result.phase_seconds.get("timing_verify", 0.0) + time.perf_counter() - mark
+            t = time.perf_counter()
+            children.send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
+            profiled = children.expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
+            result.phase_seconds["profile"] = time.perf_counter() - t
         if isinstance(profiled.get("kernels"), list):
             names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
             launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
@@ -212,10 +235,12 @@ class CandidateTiming:
 
     def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                     seeds: list[int], verify: list[int], warmup: int, deadline: float,
-                    indices: list[int] | None = None, diagnostics: list[dict] | None = None) -> list[float]:
+                    indices: list[int] | None = None, diagnostics: list[dict] | None = None,
+                    kept_out: dict[str, Any] | None = None) -> list[float]:
         """The candidate's timed trials on `seeds`; the outputs of the trials at positions `verify` are checked
-        against the reference. `indices` number the trials in messages (default: their positions); the child's
-        timing diagnostics are appended to `diagnostics`."""
+        against the reference, or, with `kept_out`, left there for `_verify_kept` (before the child's next
+        command). `indices` number the trials in messages (default: their positions); the child's timing
+        diagnostics are appended to `diagnostics`."""
         children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
                            "fresh_buffers": state.fresh_buffers()}, "timing")
         header = children.expect(child, {"timed"}, deadline - time.monotonic(), "timing")
@@ -229,8 +254,23 @@ class CandidateTiming:
         # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
         faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
         kept = children.receive(child, header, None, 0, self.transport)
+        if isinstance(header.get("seconds"), (int, float)):
+            result.phase_seconds["timing_child"] = result.phase_seconds.get("timing_child", 0.0) + float(header["seconds"])
         if diagnostics is not None and isinstance(header.get("diagnostics"), dict):
             diagnostics.append(header["diagnostics"])
+        pending = {"verify": list(verify), "indices": indices, "outputs": kept}
+        if kept_out is not None:
+            kept_out.update(pending)
+        else:
+            self._verify_kept(state, settings, result, seeds, pending)
+        del kept, pending
+        return [float(x) for x in times]
+
+    def _verify_kept(self, state: ProblemState, settings: EvalSettings, result: EvalResult, seeds: list[int],
+                     pending: dict[str, Any]) -> None:
+        """Checks the timed outputs `_time_block` kept (once: `pending` is emptied) against the reference's on the
+        same seeds; wrong values while timed are a hack."""
+        verify, indices, kept = pending.pop("verify", []), pending.pop("indices", None), pending.pop("outputs", {})
         for position in verify:
             with state.lock:
                 reference = self.references.reference_outputs(state, settings.precision, seeds[position], cache=False)  # one-off seeds
@@ -241,7 +281,6 @@ class CandidateTiming:
                 result.flags.append(Flag.HACK.value)
                 raise Fault(ErrorCategory.MISMATCH, f"outputs during timing were wrong (trial {trial}): {outcome.message}")
         del kept
-        return [float(x) for x in times]
 
     def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
                               deadline: float, diagnostics: list[dict]) -> list[float]:

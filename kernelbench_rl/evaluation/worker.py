@@ -46,6 +46,7 @@ from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import children, faults, scheduling
 from kernelbench_rl.evaluation.build_cache import BuildCache
+from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key
 from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
     PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, VERIFY_TIMED_OUTPUTS, CandidateTiming, pairing_wanted,
 )
@@ -83,6 +84,12 @@ class WorkerConfig:
     same_uid: bool = False  # this worker already runs as the children's unprivileged uid (see main)
     ref_cache_bytes: int = 2 << 30
     nvcc: str = "nvcc"
+
+
+# Correctness, the check of timed outputs and the profile run beside other candidates' untimed work instead of
+# inside the exclusive device section (see Worker._device_section_for). "0" holds the device for all of it, as
+# big plans do: a switch for timing studies.
+OVERLAP_UNTIMED = os.environ.get("KBRL_EVAL_OVERLAP", "1") != "0"
 
 
 class Worker:
@@ -139,7 +146,8 @@ class Worker:
         self.residency = SharedOrAlone()
         self.quiet_gate = QuietGate()
         self.candidate_timing = CandidateTiming(self.references, self.quiet_gate, self.transport, self.hardware,
-                                                self._reference_child, self.children.retire)
+                                                self._reference_child, self._give_back_reference)
+        self.paired_reference = ResidentReference(self.children.retire)
         self.versions["numerics"] = numerics.describe()
         self.memory: MemoryBudget | None = None
         self.alone_capacity = 0
@@ -186,6 +194,7 @@ class Worker:
         self.children.kill_running()
 
     def shutdown(self) -> None:
+        self.paired_reference.drop()
         self.children.shutdown()
         shutil.rmtree(self.root, ignore_errors=True)
         home = os.environ.get("HOME", "")
@@ -208,6 +217,7 @@ class Worker:
         t = time.perf_counter()
         with self.residency.alone():
             waited = time.perf_counter() - t
+            self.paired_reference.drop()
             self.children.reaping.join()  # the killed children (the hoarder among them) have let go of the device
             torch.cuda.empty_cache()
             result, baseline = self._evaluate_once(payload, None)
@@ -310,7 +320,9 @@ class Worker:
             # queue, and find it done.
             with state.sizing:
                 if state.unsized(settings.precision):
-                    with self._device_section(DeviceQueue.URGENT), scheduling.sizing_admission(self.memory):
+                    # Memory before the device, as every evaluation takes them (timing holds its bytes while it
+                    # waits for the device): the other order could deadlock.
+                    with scheduling.sizing_admission(self.memory), self._device_section(DeviceQueue.URGENT):
                         if self.memory is not None:
                             scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self.children.describe)
                         result.phase_seconds["reference_wait"] = time.perf_counter() - t
@@ -382,10 +394,46 @@ class Worker:
 
     def _device_section_for(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                             payload: dict[str, Any]) -> dict | None:
-        """Correctness and timing with the device held (and the memory they need admitted); the fresh baseline."""
+        """Correctness and timing (with the memory they need admitted); the fresh baseline.
+
+        Only the timed work holds the device alone (`_timed_section`): correctness, the check of timed outputs
+        and the profile run beside other candidates' untimed work and never beside a timed trial (the quiet
+        gate), so their host-side cost (round trips, comparisons, the profiler's start) is off the device's
+        critical path. A big plan keeps the device to itself throughout, with its room made first."""
         t = time.perf_counter()
-        # The candidate at its device-memory budget plus the worker's own references and copies.
-        with self._device_section(), scheduling.admission(self.memory, state.plan, "section"), self._room_for(state) as big:
+        # Memory before the device, everywhere: a timed section waits for the device holding its bytes.
+        with scheduling.admission(self.memory, state.plan, "section"):
+            result.phase_seconds["section_memory_wait"] = time.perf_counter() - t
+            if self.device != "cuda" or not OVERLAP_UNTIMED or scheduling.is_big(self.memory, state.plan):
+                return self._exclusive_section_for(child, state, settings, result, payload, t)
+            deadline = time.monotonic() + settings.timeout_s
+            self._correctness(child, state, settings, result, deadline, payload, shared=True)
+            timed = contextlib.ExitStack()
+            try:
+                self._enter_timed_section(timed, child, result, time.perf_counter())
+                return self.candidate_timing.run(child, state, settings, result, deadline, payload, timed=timed)
+            finally:
+                timed.close()
+                self.references.release_device_memory()
+
+    def _enter_timed_section(self, timed: contextlib.ExitStack, child: Child, result: EvalResult, t: float) -> None:
+        """The device alone (other timings and sizing wait; untimed work waits at the quiet gate), the quiet cores
+        for the candidate's process and this thread; `timed.close()` gives them back."""
+        timed.enter_context(self._device_section())
+        entered = time.perf_counter()
+        result.phase_seconds["device_wait"] = result.phase_seconds.get("device_wait", 0.0) + entered - t
+        scheduling.pin(child.pid, self.quiet_cores)
+        scheduling.pin(0, self.quiet_cores)
+
+        def leave() -> None:
+            scheduling.pin(0, self.all_cores)
+            result.phase_seconds["device_section"] = result.phase_seconds.get("device_section", 0.0) + time.perf_counter() - entered
+        timed.callback(leave)
+
+    def _exclusive_section_for(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
+                               payload: dict[str, Any], t: float) -> dict | None:
+        """Correctness and timing with the device held throughout (big plans, the CPU)."""
+        with self._device_section(), self._room_for(state) as big:
             if big:
                 scheduling.wait_for_free(state.plan.needed_bytes, result, self.children.describe)
             entered = time.perf_counter()
@@ -394,7 +442,9 @@ class Worker:
             scheduling.pin(child.pid, self.quiet_cores)
             scheduling.pin(0, self.quiet_cores)
             try:
-                return self._run_on_device(child, state, settings, result, deadline, payload)
+                if not self._correctness(child, state, settings, result, deadline, payload, shared=False):
+                    return None
+                return self.candidate_timing.run(child, state, settings, result, deadline, payload)
             finally:
                 scheduling.pin(0, self.all_cores)
                 if big:  # its memory is back before its bytes are
@@ -456,6 +506,7 @@ class Worker:
             yield False
             return
         drain = state.plan.needed_bytes > self.memory.capacity
+        self.paired_reference.drop()
         self.children.make_room(drain)
         self.references.trim_resident(keep=state)
         if drain:
@@ -471,8 +522,11 @@ class Worker:
         # anyway, so children run concurrently.
         return self.device_queue.hold(priority) if self.device == "cuda" else contextlib.nullcontext()
 
-    def _run_on_device(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
-                       deadline: float, payload: dict[str, Any]) -> dict | None:
+    def _correctness(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
+                     deadline: float, payload: dict[str, Any], shared: bool) -> bool:
+        """The correctness seeds (raises a Fault on the first wrong one); False when the evaluation ends here
+        (the CPU: no timing). `shared`: each seed's device work takes the quiet gate shared instead of the
+        device being held for the whole phase."""
         precision = settings.precision
         t = time.perf_counter()
         seeds = random.sample(state.seed_pool, min(settings.correctness_trials, len(state.seed_pool)))
@@ -496,47 +550,54 @@ class Worker:
         # a few milliseconds and cost memory; it paid only while tensors crossed through files.
         for position, (seed, variant) in enumerate(plan):
             mark = time.perf_counter()
-            with state.lock:
-                reference = self.references.reference_outputs(state, precision, seed, variant=variant)
-            parts["correctness_reference"] += time.perf_counter() - mark
-            mark = time.perf_counter()
-            poison = (state.plan.poison_bytes if state.plan is not None
-                      else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
-            # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
-            check_inputs = position == 0 and not state.mutates_inputs
-            children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
-                               "return_inputs": check_inputs}, "running forward")
-            header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
-            faults.numerics_unchanged(header, result)
-            faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
-            received = children.receive(child, header, reference, state.input_bytes, self.transport)
-            parts["correctness_child"] += time.perf_counter() - mark
-            mark = time.perf_counter()
-            if isinstance(header.get("seconds"), (int, float)):
-                result.phase_seconds["correctness_forward"] = (
-                    result.phase_seconds.get("correctness_forward", 0.0) + float(header["seconds"]))
-            if isinstance(header.get("launches"), dict):
-                for name, count in header["launches"].items():
-                    if isinstance(count, int):
-                        cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
-            outcome = self.references.compare(state, precision, seed, variant, reference, received.get("outputs", []))
-            parts["correctness_compare"] += time.perf_counter() - mark
-            if outcome.max_abs_err is not None:
-                worst = max(worst, outcome.max_abs_err)
-                result.max_abs_err = worst
-            if not outcome.ok:
-                raise Fault(outcome.category, outcome.message)
-            if check_inputs:
+            seed_work = contextlib.ExitStack()
+            if shared:  # never beside a timed trial; a timing waits for at most this one seed
+                seed_work.enter_context(self.quiet_gate.noisy())
+                result.phase_seconds["correctness_quiet_wait"] = (
+                    result.phase_seconds.get("correctness_quiet_wait", 0.0) + time.perf_counter() - mark)
                 mark = time.perf_counter()
-                pristine = runtime.tensor_inputs(self.references.inputs(state, seed, precision, variant))
-                mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
-                del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
-                parts["correctness_input_check"] += time.perf_counter() - mark
-                if mutated:
-                    result.flags.append(Flag.INPUT_MUTATED.value)
-                    raise Fault(ErrorCategory.MISMATCH, mutated)
-            del received, reference
-            result.trials_passed += 1
+            with seed_work:
+                with state.lock:
+                    reference = self.references.reference_outputs(state, precision, seed, variant=variant)
+                parts["correctness_reference"] += time.perf_counter() - mark
+                mark = time.perf_counter()
+                poison = (state.plan.poison_bytes if state.plan is not None
+                          else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
+                # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
+                check_inputs = position == 0 and not state.mutates_inputs
+                children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
+                                   "return_inputs": check_inputs}, "running forward")
+                header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
+                faults.numerics_unchanged(header, result)
+                faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
+                received = children.receive(child, header, reference, state.input_bytes, self.transport)
+                parts["correctness_child"] += time.perf_counter() - mark
+                mark = time.perf_counter()
+                if isinstance(header.get("seconds"), (int, float)):
+                    result.phase_seconds["correctness_forward"] = (
+                        result.phase_seconds.get("correctness_forward", 0.0) + float(header["seconds"]))
+                if isinstance(header.get("launches"), dict):
+                    for name, count in header["launches"].items():
+                        if isinstance(count, int):
+                            cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
+                outcome = self.references.compare(state, precision, seed, variant, reference, received.get("outputs", []))
+                parts["correctness_compare"] += time.perf_counter() - mark
+                if outcome.max_abs_err is not None:
+                    worst = max(worst, outcome.max_abs_err)
+                    result.max_abs_err = worst
+                if not outcome.ok:
+                    raise Fault(outcome.category, outcome.message)
+                if check_inputs:
+                    mark = time.perf_counter()
+                    pristine = runtime.tensor_inputs(self.references.inputs(state, seed, precision, variant))
+                    mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
+                    del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
+                    parts["correctness_input_check"] += time.perf_counter() - mark
+                    if mutated:
+                        result.flags.append(Flag.INPUT_MUTATED.value)
+                        raise Fault(ErrorCategory.MISMATCH, mutated)
+                del received, reference
+                result.trials_passed += 1
         result.correct = True
         result.phase_seconds["correctness"] = time.perf_counter() - t
         result.phase_seconds.update(parts)
@@ -546,8 +607,8 @@ class Worker:
                 result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
         if self.device != "cuda":
             children.send(child, {"cmd": "exit"}, "exiting")
-            return None
-        return self.candidate_timing.run(child, state, settings, result, deadline, payload)
+            return False
+        return True
 
     def _reference_child(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],
                          base: dict[str, Any], solo: timing.TimingRecord, result: EvalResult,
@@ -561,6 +622,9 @@ class Worker:
             [(base.get("eager_ms"), base.get("eager_spread_ms")), (solo.median_ms, solo.iqr_ms)],
         ):
             return None
+        resident = self.paired_reference.take(paired_key(state, settings, payload))
+        if resident is not None:
+            return resident
         workdir = tempfile.mkdtemp(prefix="r-", dir=self.root)
         reference_child = self.take_child()
         reference_child.workdir = workdir
@@ -580,6 +644,10 @@ class Worker:
         self.children.retire(reference_child, workdir)
         return None
 
+    def _give_back_reference(self, child: Child, healthy: bool, state: ProblemState, settings: EvalSettings,
+                             payload: dict[str, Any]) -> None:
+        """The paired reference child after a timing: kept for the problem's next candidate when it served well."""
+        self.paired_reference.give_back(paired_key(state, settings, payload), child, healthy)
 
 
 def _triton_version() -> str:
