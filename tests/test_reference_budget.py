@@ -154,3 +154,29 @@ def test_the_config_key_is_validated_and_the_default_keeps_run_ids():
             != load_config("default", []).resolved_run_id())
     with pytest.raises(UserError, match="eval.reference_timeout_s should be greater than 0"):
         load_config("default", ["eval.reference_timeout_s=0"])
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="timing needs a GPU")
+def test_on_the_gpu_a_slow_reference_is_timed_for_fewer_calls_and_a_too_slow_one_gets_no_verdict(tmp_path):
+    # The reference takes 0.2 s a call (host sleep): 50 calls would be 10 s, past a quarter of a 20 s budget.
+    slowish = _slow_problem(9303, str(tmp_path / "slowish.txt"), 0.2)
+    too_slow = _slow_problem(9304, str(tmp_path / "too_slow.txt"), 600.0)
+    settings = EvalSettings(device="cuda", size="small", timeout_s=120, timing_trials=50, reference_timeout_s=20.0)
+    with Evaluator(settings, static_checks=False, problems={p.id: p for p in (slowish, too_slow)}) as ev:
+        started = time.monotonic()
+        timed, normal, none = ev.evaluate([EvalRequest(slowish.id, RELU, settings), EvalRequest("L1/19", RELU, settings),
+                                           EvalRequest(too_slow.id, RELU, settings)])
+        batch_s = time.monotonic() - started
+    assert timed.correct, timed.error_message
+    calls = int(timed.versions["timed_calls"].split()[0])
+    assert reference_budget.MIN_TIMED_CALLS <= calls <= 25 and "of 50 asked" in timed.versions["timed_calls"]
+    assert normal.correct and normal.versions["timed_calls"] == "50 as asked", normal.error_message
+    assert none.error_category == ErrorCategory.TOO_LARGE and "20 s" in none.error_message, none.error_message
+    assert _forwards(tmp_path / "too_slow.txt") == 1
+    assert batch_s < 300
