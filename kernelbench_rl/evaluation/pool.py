@@ -151,8 +151,9 @@ class _Slot:
 
     def reference_phase(self, message: dict[str, Any]) -> None:
         """The worker started (or ended) a reference phase for a request: the watchdog bounds it."""
+        tag = message.get("id")
         with self.lock:
-            job = self.inflight.get(int(message.get("id", -1)))
+            job = self.inflight.get(tag) if isinstance(tag, int) else None
             if job is not None:
                 job.reference_phase = str(message.get("phase") or "")
                 job.phase_started = time.monotonic()

@@ -60,15 +60,19 @@ def phase(name: str) -> Iterator[None]:
         yield
         return
     _reporter.depth = 1
-    report(name)
+    _tell(report, name)
     try:
         yield
     finally:
         _reporter.depth = 0
-        try:
-            report(None)
-        except (BrokenPipeError, OSError, ValueError):
-            pass  # the orchestrator is gone: nobody waits for this phase to end
+        _tell(report, None)
+
+
+def _tell(report: Callable[[str | None], None], name: str | None) -> None:
+    try:
+        report(name)
+    except (BrokenPipeError, OSError, ValueError):
+        pass  # the orchestrator is gone: nobody bounds this phase, and the worker is stopping
 
 
 def problem_key(payload: dict[str, Any]) -> str:
