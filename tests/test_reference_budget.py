@@ -55,15 +55,19 @@ def _forwards(path) -> int:
 
 
 def test_a_reference_past_its_budget_gets_no_verdict_and_the_batch_goes_on(tmp_path):
-    forwards = tmp_path / "forwards.txt"
+    forwards, other_forwards = tmp_path / "forwards.txt", tmp_path / "other_forwards.txt"
     slow = _slow_problem(9301, str(forwards), 600.0)
+    # A second one: the worker is killed twice, and a normal request in flight both times would have spent its
+    # one retry (and come back infra) were those kills counted against it.
+    other = _slow_problem(9305, str(other_forwards), 600.0)
     settings = EvalSettings(device="cpu", timeout_s=60, reference_timeout_s=BUDGET_S)
-    with Evaluator(settings, static_checks=False, parallel_compiles=2, problems={slow.id: slow}) as ev:
+    with Evaluator(settings, static_checks=False, parallel_compiles=2, problems={p.id: p for p in (slow, other)}) as ev:
         ev.start()
         first_pid = ev.pool.worker_pids[0]
         started = time.monotonic()
         results = ev.evaluate([EvalRequest(slow.id, RELU, settings), EvalRequest("L1/19", RELU, settings),
-                               EvalRequest(slow.id, RELU + "\n# another candidate\n", settings)])
+                               EvalRequest(slow.id, RELU + "\n# another candidate\n", settings),
+                               EvalRequest(other.id, RELU, settings)])
         batch_s = time.monotonic() - started
         started = time.monotonic()
         later = ev.evaluate([EvalRequest(slow.id, RELU + "\n# a third candidate\n", settings)])[0]
@@ -75,13 +79,13 @@ def test_a_reference_past_its_budget_gets_no_verdict_and_the_batch_goes_on(tmp_p
         [r.error_message for r in [*results, later]]
     normal = results[1]
     assert normal.correct and normal.error_category == ErrorCategory.OK, normal.error_message
-    for result in (results[0], results[2], later):
+    for result in (results[0], results[2], results[3], later):
         assert result.error_category == ErrorCategory.TOO_LARGE, result.error_message
         assert result.error_category.is_ours and not result.correct and result.speedup is None
         assert "5 s" in result.error_message and "eval.reference_timeout_s" in result.error_message
         assert "sizing" in result.error_message
     # One sizing forward started, and none since: the slow problem's other requests were answered without running.
-    assert _forwards(forwards) == 1
+    assert _forwards(forwards) == 1 and _forwards(other_forwards) == 1
     assert later_s < BUDGET_S
     # Killed on purpose, long before the pool's watchdog of a hung request (3 x 60 s + slack), and not counted
     # as a failing worker.
