@@ -154,6 +154,9 @@ class EvalConfig:
     precision: str = "fp32"
     num_workers: Annotated[int, Ge(1)] | None = None
     timeout_s: Annotated[float, Gt(0)] = 120.0
+    # Seconds a problem's reference may take for one of its phases (its sizing, one seed's outputs, its baseline
+    # timing) before the problem gets no verdict (too_large) on this evaluator; None: timeout_s. docs/evaluator.md
+    reference_timeout_s: Annotated[float, Gt(0)] | None = None
     correctness_trials: int = 3
     # Extra widened seeds where a trivial candidate passes a problem's own inputs (0: never widen).
     discriminating_trials: Annotated[int, Ge(0)] = 2
@@ -216,6 +219,8 @@ class TrainConfig:
         payload["problems"].pop("root", None)
         if payload["eval"].get("precision_policy") == "warn":
             payload["eval"].pop("precision_policy")  # the default: runs configured before the key keep their id
+        if payload["eval"].get("reference_timeout_s") is None:
+            payload["eval"].pop("reference_timeout_s", None)  # the default, as above
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
         return f"train-{digest}"
 

@@ -19,7 +19,7 @@ from kernelbench_rl.evaluation import children, faults, kernels, timing, wire
 from kernelbench_rl.evaluation import floor as floors
 from kernelbench_rl.evaluation.children import Child, stopped
 from kernelbench_rl.evaluation.faults import Fault
-from kernelbench_rl.evaluation.reference_cache import ProblemState, ReferenceCache
+from kernelbench_rl.evaluation.reference_cache import ProblemState, ReferenceCache, host_calls
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation.scheduling import QuietGate
 
@@ -82,10 +82,15 @@ class CandidateTiming:
         with self.quiet_gate.quiet(), stopped(child.pid) if fresh else contextlib.nullcontext():
             base = self.references.baseline(state, precision, settings, known)
         result.phase_seconds["baseline"] = time.perf_counter() - t
+        # The reference's time is bounded by its own budget (reference_budget.py), not taken from the kernel's.
+        deadline += result.phase_seconds["baseline"]
         result.baseline_ms = base["eager_ms"]
         result.baseline_compile_ms = base.get("compile_ms")
         t = time.perf_counter()
-        seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
+        # As many timed calls as the baseline had: fewer than asked for a reference too slow to time them all.
+        calls, why = state.timed_calls(settings)
+        result.versions["timed_calls"] = why
+        seeds = [secrets.randbits(31) for _ in range(calls)]
         verify_trials = (state.plan.verify_trials if state.plan is not None else 2) if VERIFY_TIMED_OUTPUTS else 0
         verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
         paired_ms: list[float] = []
@@ -163,7 +168,7 @@ class CandidateTiming:
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
             self._verify_kept(state, settings, result, seeds, kept)  # (before the child's next command)
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
-            host_seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
+            host_seeds = [secrets.randbits(31) for _ in range(host_calls(calls))]
             with self.quiet_gate.quiet():
                 children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": state.fresh_buffers()},
                            "re-timing on the host clock")

@@ -3,7 +3,8 @@
 Each worker is `python -m kernelbench_rl.evaluation.worker` started with a scrubbed environment
 and spoken to in JSON lines. A worker that dies (or hangs past a watchdog) is replaced and each of
 its in-flight requests is retried once, then answered as ErrorCategory.INFRA: a lost worker is
-never the kernel's fault.
+never the kernel's fault. A worker whose reference phase runs past its budget is killed on purpose
+(reference_budget.py): that problem's requests get a no-verdict answer, the others run again freely.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelbench_rl.evaluation import tempdirs
+from kernelbench_rl.evaluation import reference_budget, tempdirs
 from kernelbench_rl.evaluation.sandbox import scrubbed_env
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
@@ -39,6 +40,9 @@ class _Job:
     deadline_s: float
     attempts: int = 0
     sent_at: float = 0.0
+    problem_key: str = ""  # reference_budget.problem_key of its payload
+    reference_phase: str = ""  # the reference phase the worker runs for it now ('' when none)
+    phase_started: float = 0.0
 
 
 class WorkerProcess:
@@ -56,6 +60,7 @@ class WorkerProcess:
         self.info: dict[str, Any] = {}
         self.failed = ""
         self.dead = False
+        self.killed_for_reference = False  # killed by the pool for a reference past its budget, not lost
         self.reader = threading.Thread(target=self._read, name=f"kbrl-eval-reader-{self.proc.pid}", daemon=True)
         self.reader.start()
 
@@ -76,6 +81,8 @@ class WorkerProcess:
             elif message.get("event") == "failed":
                 self.failed = str(message.get("error", "worker failed to start"))
                 self.ready.set()
+            elif message.get("event") == "reference":
+                self.slot.reference_phase(message)
             elif "id" in message:
                 self.slot.answered(self, message)
         self.dead = True
@@ -142,6 +149,15 @@ class _Slot:
         else:
             job.future.set_result(message)
 
+    def reference_phase(self, message: dict[str, Any]) -> None:
+        """The worker started (or ended) a reference phase for a request: the watchdog bounds it."""
+        tag = message.get("id")
+        with self.lock:
+            job = self.inflight.get(tag) if isinstance(tag, int) else None
+            if job is not None:
+                job.reference_phase = str(message.get("phase") or "")
+                job.phase_started = time.monotonic()
+
     def died(self, worker: WorkerProcess) -> None:
         with self.lock:
             if worker is not self.worker:
@@ -153,13 +169,19 @@ class _Slot:
             self.capacity.release()
         if not self.pool.closed:
             tempdirs.sweep_stale()  # the dead worker's root (its candidates' folders)
-            self.restarts += 1
+            if not worker.killed_for_reference:  # a kill of ours is no sign of a failing worker
+                self.restarts += 1
             if self.restarts <= self.pool.max_restarts:
                 self.start()
         reason = worker.failed or f"evaluation worker (pid {worker.pid}) exited with status {worker.proc.returncode}"
         self.last_failure = reason
         for job in orphans:
-            self.pool.retry_or_fail(job, reason)
+            if self.pool.answer_if_too_slow(job, worker.info):
+                continue
+            if worker.killed_for_reference and not self.pool.closed:
+                self.pool.jobs.put(job)  # not at fault: another problem's reference was too slow; no retry spent
+            else:
+                self.pool.retry_or_fail(job, reason)
 
     def dispatch_loop(self) -> None:
         while True:
@@ -168,12 +190,17 @@ class _Slot:
             if job is None:
                 self.pool.jobs.put(None)  # let the other slots see it too
                 return
+            current = self.worker
+            if self.pool.answer_if_too_slow(job, current.info if current is not None else {}):
+                self.capacity.release()
+                continue
             with self.lock:
                 worker = self.worker
                 if worker is None or worker.dead:
                     worker = None
                 else:
                     job.sent_at = time.monotonic()
+                    job.reference_phase = ""
                     self.inflight[job.tag] = job
             if worker is None:
                 self.capacity.release()
@@ -213,6 +240,8 @@ class WorkerPool:
         self.watchdog_slack_s = watchdog_slack_s
         self.closed = False
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
+        # Problems whose reference ran past its budget here (reference_budget.problem_key -> the answer's message).
+        self.too_slow: dict[str, str] = {}
         self._tags = itertools.count()
         tempdirs.sweep_stale()  # folders of pools and workers that were killed before they could clean up
         self.home = tempdirs.owned_tempdir("home")
@@ -252,8 +281,19 @@ class WorkerPool:
         if self.closed:
             raise RuntimeError("the worker pool is closed")
         future: Future = Future()
-        self.jobs.put(_Job(next(self._tags), payload, future, deadline_s=3 * timeout_s + self.watchdog_slack_s))
+        self.jobs.put(_Job(next(self._tags), payload, future, deadline_s=3 * timeout_s + self.watchdog_slack_s,
+                           problem_key=reference_budget.problem_key(payload)))
         return future
+
+    def answer_if_too_slow(self, job: _Job, worker_info: dict[str, Any]) -> bool:
+        """A request of a problem whose reference was found too slow gets its no-verdict answer now."""
+        message = self.too_slow.get(job.problem_key)
+        if message is None:
+            return False
+        if not job.future.done():
+            job.future.set_result(reference_budget.too_slow_answer(job.payload, message,
+                                                                   str(worker_info.get("hardware", ""))))
+        return True
 
     def retry_or_fail(self, job: _Job, reason: str, final: bool = False) -> None:
         job.attempts += 1
@@ -264,15 +304,26 @@ class WorkerPool:
             self.jobs.put(job)
 
     def _watchdog(self) -> None:
-        """A worker that sits on a request far past its timeout is killed (and so replaced)."""
+        """A worker that sits on a request far past its timeout is killed (and so replaced); so is one whose
+        reference phase runs past its budget, and that problem is remembered as too slow."""
         while not self.closed:
             time.sleep(1.0)
             now = time.monotonic()
             for slot in self.slots:
                 with slot.lock:
                     late = any(now - j.sent_at > j.deadline_s for j in slot.inflight.values())
+                    slow = next((j for j in slot.inflight.values() if j.reference_phase
+                                 and now - j.phase_started > reference_budget.budget_of(j.payload)), None)
                     worker = slot.worker
-                if late and worker is not None:
+                if worker is None:
+                    continue
+                if slow is not None:
+                    self.too_slow.setdefault(slow.problem_key, reference_budget.over_budget_message(
+                        slow.reference_phase, now - slow.phase_started, reference_budget.budget_of(slow.payload),
+                        str(worker.info.get("hardware", ""))))
+                    worker.killed_for_reference = True
+                    worker.kill()
+                elif late:
                     worker.kill()
 
     def close(self) -> None:

@@ -14,18 +14,22 @@ import gc
 import os
 import secrets
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import checks, discrimination, outputs, runtime, timing, wire
+from kernelbench_rl.evaluation import checks, discrimination, outputs, reference_budget, runtime, timing, wire
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import EvalSettings, tolerance_for
 from kernelbench_rl.evaluation.scheduling import MemoryBudget
 
 SEED_POOL_SIZE = 16
+# The reference's first forwards are timed (synchronised) to learn its time a call: the least of them, as the
+# first pays for lazy initialisation. Later forwards add no synchronisation.
+TIMED_FORWARDS = 3
 # A diagnostic for showing that one defence holds alone (bench/floor_check.py): "0" gives the timed calls
 # no fresh input buffers each. Never off in a real evaluation.
 FRESH_TIMING_BUFFERS = os.environ.get("KBRL_EVAL_FRESH_BUFFERS", "1") != "0"
@@ -56,6 +60,8 @@ class ProblemState:
     output_bytes: int = 0
     param_bytes: int = 0
     forward_bytes: int = 0  # allocation peak of one reference forward beyond parameters and inputs
+    forward_s: float | None = None  # one reference forward's wall time, the least of its first TIMED_FORWARDS
+    forwards_timed: int = 0
     sized: bool = False
     plan: footprints.MemoryPlan | None = None  # on the GPU, from the sizing run
     too_large: str = ""  # why no evaluation of this problem fits this device ('' when it does)
@@ -77,6 +83,10 @@ class ProblemState:
             note += "; tie-tolerant index outputs " + ", ".join(
                 f"{o} (input {i}, dim {d})" for o, (i, d) in sorted(self.index_outputs.items()))
         return note
+
+    def timed_calls(self, settings: EvalSettings) -> tuple[int, str]:
+        """How many calls the baseline and the candidate are timed for, and why (reference_budget.timed_calls)."""
+        return reference_budget.timed_calls(settings.timing_trials, self.forward_s, settings.reference_budget_s)
 
     def fresh_buffers(self) -> bool:
         """The timing buffer plan, the same for the baseline and the candidate."""
@@ -139,6 +149,11 @@ class ReferenceCache:
         if key in state.refs:
             state.refs.move_to_end(key)
             return state.refs[key]
+        with reference_budget.phase("outputs"):  # bounded by the reference's budget (a sizing's forward: by the sizing's)
+            return self._compute_outputs(state, precision, seed, cache, variant, key)
+
+    def _compute_outputs(self, state: ProblemState, precision: str, seed: int, cache: bool,
+                         variant: discrimination.Variant | None, key: tuple) -> list[torch.Tensor]:
         model = self.reference_model(state, precision)
         inputs = self.inputs(state, seed, precision, variant)
         state.input_bytes = max(state.input_bytes, sum(t.numel() * t.element_size() for t in runtime.tensor_inputs(inputs)))
@@ -147,8 +162,16 @@ class ReferenceCache:
         if self.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
             before_forward = torch.cuda.memory_allocated()
+        timed = state.forwards_timed < TIMED_FORWARDS
+        started = time.perf_counter()
         with torch.no_grad():
             results = [t.detach() for t in wire.flatten_outputs(model(*inputs))]
+        if timed:
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - started
+            state.forward_s = seconds if state.forward_s is None else min(state.forward_s, seconds)
+            state.forwards_timed += 1
         if self.device == "cuda":
             state.forward_bytes = max(state.forward_bytes, torch.cuda.max_memory_allocated() - before_forward)
         if pristine is not None and checks.inputs_unmodified(pristine, runtime.tensor_inputs(inputs)):
@@ -171,12 +194,12 @@ class ReferenceCache:
         if known and known.get("eager_ms"):
             state.baselines.setdefault(precision, dict(known))
         if precision not in state.baselines:
-            model = self.reference_model(state, precision)
-            seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-            record = timing.time_forward(
-                model, lambda s: self.inputs(state, s, precision), seeds,
-                settings.warmup_trials, self.device, self.clock, fresh_buffers=state.fresh_buffers(),
-            )
+            seeds = [secrets.randbits(31) for _ in range(state.timed_calls(settings)[0])]
+            with reference_budget.phase("baseline"):
+                record = timing.time_forward(
+                    self.reference_model(state, precision), lambda s: self.inputs(state, s, precision), seeds,
+                    settings.warmup_trials, self.device, self.clock, fresh_buffers=state.fresh_buffers(),
+                )
             entry = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None,
                      "diagnostics": record.diagnostics()}  # kept in this worker only, never in the baseline cache
             if settings.measure_compile_baseline:
@@ -198,11 +221,12 @@ class ReferenceCache:
 
     def host_baseline(self, state: ProblemState, precision: str, settings: EvalSettings) -> float:
         if precision not in state.host_baselines:
-            seeds = [secrets.randbits(31) for _ in range(max(10, settings.timing_trials // 2))]
-            state.host_baselines[precision] = timing.host_time_forward(
-                self.reference_model(state, precision), lambda s: self.inputs(state, s, precision),
-                seeds, self.device, self.clock, fresh_buffers=state.fresh_buffers(),
-            )
+            seeds = [secrets.randbits(31) for _ in range(host_calls(state.timed_calls(settings)[0]))]
+            with reference_budget.phase("baseline"):
+                state.host_baselines[precision] = timing.host_time_forward(
+                    self.reference_model(state, precision), lambda s: self.inputs(state, s, precision),
+                    seeds, self.device, self.clock, fresh_buffers=state.fresh_buffers(),
+                )
         return state.host_baselines[precision]
 
     def size(self, state: ProblemState, precision: str, memory: MemoryBudget | None, alone_capacity: int,
@@ -290,3 +314,8 @@ class ReferenceCache:
                 state.models.clear()
             finally:
                 state.lock.release()
+
+
+def host_calls(timed_calls: int) -> int:
+    """Calls of the host-clock re-timing of an excessive speedup, each side: half the timed calls, at least 10."""
+    return max(reference_budget.MIN_TIMED_CALLS, timed_calls // 2)

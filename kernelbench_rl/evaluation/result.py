@@ -111,6 +111,9 @@ class EvalSettings:
     timing_trials: int = 50
     warmup_trials: int = 3
     timeout_s: float = 120.0
+    # The reference's own budget (evaluation/reference_budget.py): its sizing, one seed's outputs or its baseline
+    # timing past this many seconds, and the problem gets no verdict on this evaluator. None: timeout_s.
+    reference_timeout_s: float | None = None
     excessive_speedup_threshold: float = 10.0
     measure_compile_baseline: bool = False
     memory_limit_mb: int = 16384  # address-space limit of the sandbox (CPU side)
@@ -126,8 +129,15 @@ class EvalSettings:
     def rtol(self) -> float:
         return TOLERANCES[self.precision]
 
+    @property
+    def reference_budget_s(self) -> float:
+        return float(self.reference_timeout_s or self.timeout_s)
+
     def settings_hash(self) -> str:
-        payload = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if fields["reference_timeout_s"] is None:  # the default: verdicts keep the keys they had before the field
+            del fields["reference_timeout_s"]
+        payload = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

@@ -44,7 +44,7 @@ from kernelbench_rl.evaluation import (
 )
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
-from kernelbench_rl.evaluation import children, faults, scheduling
+from kernelbench_rl.evaluation import children, faults, reference_budget, scheduling
 from kernelbench_rl.evaluation.build_cache import BuildCache
 from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key
 from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
@@ -326,7 +326,8 @@ class Worker:
                         if self.memory is not None:
                             scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self.children.describe)
                         result.phase_seconds["reference_wait"] = time.perf_counter() - t
-                        with state.lock:
+                        # Bounded by the reference's budget (the pool's watchdog), from when the locks are held.
+                        with state.lock, self.references.rng_lock, reference_budget.phase("sizing"):
                             if not state.sized:
                                 self.references.size(state, settings.precision, self.memory, self.alone_capacity,
                                                      self.l2_bytes, self.total_memory)
@@ -663,7 +664,9 @@ def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = No
     message = json.loads(line)
     tag = message.get("id")
     try:
-        result, baseline = worker.evaluate(message["request"], received_at)
+        # The reference's phases are reported as they start and end: the pool bounds them (reference_budget.py).
+        with reference_budget.reporting(lambda phase: emit({"event": "reference", "id": tag, "phase": phase})):
+            result, baseline = worker.evaluate(message["request"], received_at)
         if worker.children.stopping:  # its child was killed because the worker is stopping, not for anything it did
             emit({"id": tag, "error": "the evaluation worker stopped before this evaluation finished"})
             return
