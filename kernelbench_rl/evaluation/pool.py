@@ -1,6 +1,7 @@
 """Orchestrator side: a pool of long-lived evaluation workers (one per GPU; one on the CPU).
 
-Each worker is `python -m kernelbench_rl.evaluation.worker` started with a scrubbed environment
+Each worker is `python -m kernelbench_rl.evaluation.boot` (the worker's entry point: it decides the
+uid and starts the zygote before the worker's imports) started with a scrubbed environment
 and spoken to in JSON lines. A worker that dies (or hangs past a watchdog) is replaced and each of
 its in-flight requests is retried once, then answered as ErrorCategory.INFRA: a lost worker is
 never the kernel's fault.
@@ -48,12 +49,15 @@ class WorkerProcess:
         self.slot = slot
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelbench_rl.evaluation.worker", "--device", device, *args],
+            [sys.executable, "-m", "kernelbench_rl.evaluation.boot", "--device", device, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=PACKAGE_PARENT,
             start_new_session=True,
         )
         self.ready = threading.Event()
         self.info: dict[str, Any] = {}
+        # The worker's "warm" event: what its start left for after ready (its phases), once that is done too.
+        self.warm = threading.Event()
+        self.warm_info: dict[str, Any] = {}
         self.failed = ""
         self.dead = False
         self.reader = threading.Thread(target=self._read, name=f"kbrl-eval-reader-{self.proc.pid}", daemon=True)
@@ -73,6 +77,9 @@ class WorkerProcess:
             if message.get("event") == "ready":
                 self.info = message
                 self.ready.set()
+            elif message.get("event") == "warm":
+                self.warm_info = message
+                self.warm.set()
             elif message.get("event") == "failed":
                 self.failed = str(message.get("error", "worker failed to start"))
                 self.ready.set()
