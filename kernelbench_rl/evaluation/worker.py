@@ -707,13 +707,13 @@ def main(argv: list[str] | None = None, boot: Any = None) -> None:
         return
     pool = ThreadPoolExecutor(max_workers=worker.in_flight)
     try:
+        ready_after_s, ready_seconds = phases.now(), phases.seconds()  # the steps done by now; the rest say so later
         try:
             emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "arch": worker.arch,
                   "versions": worker.versions,
                   "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
-                  "same_uid_probe": same_uid_note[:200], "ready_after_s": round(phases.now(), 4),
-                  "startup_seconds": phases.seconds(), "startup_timeline": phases.timeline()})
-            ready_steps = set(phases.seconds())
+                  "same_uid_probe": same_uid_note[:200], "ready_after_s": round(ready_after_s, 4),
+                  "startup_seconds": ready_seconds, "startup_timeline": phases.timeline(set(ready_seconds))})
         except (BrokenPipeError, OSError, ValueError):
             # The orchestrator died while this worker started (a Dask worker killed during its pool's start):
             # shut down below instead of lingering, warm children and all, with nobody to serve.
@@ -723,7 +723,7 @@ def main(argv: list[str] | None = None, boot: Any = None) -> None:
             """What the start left for after ready (the comparison's build, the other pre-started children)."""
             for thread in worker.background:
                 thread.join()
-            later = set(phases.seconds()) - ready_steps
+            later = set(phases.seconds()) - set(ready_seconds)
             try:
                 emit({"event": "warm", "warm_after_s": round(phases.now(), 4), "startup_seconds": phases.seconds(later),
                       "startup_timeline": phases.timeline(later)})
