@@ -34,8 +34,11 @@ from kernelbench_rl.evaluation.api import Evaluator  # noqa: E402
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings  # noqa: E402
 
 
-def one_start(settings: EvalSettings, candidate: tuple[str, str] | None, warm_timeout_s: float) -> dict[str, Any]:
-    evaluator = Evaluator(settings, num_workers=1, static_checks=False)
+def one_start(settings: EvalSettings, candidate: tuple[str, str] | None, warm_timeout_s: float,
+              workers: int | None) -> dict[str, Any]:
+    t_construct = time.perf_counter()
+    evaluator = Evaluator(settings, num_workers=workers, static_checks=False)  # sizes the pool (may count GPUs)
+    construct_s = time.perf_counter() - t_construct
     t0 = time.perf_counter()
     try:
         evaluator.start()
@@ -43,7 +46,8 @@ def one_start(settings: EvalSettings, candidate: tuple[str, str] | None, warm_ti
         worker = evaluator.pool.slots[0].worker
         info = dict(worker.info) if worker is not None else {}
         row: dict[str, Any] = {
-            "start_to_ready_s": round(ready_s, 3),
+            "start_to_ready_s": round(ready_s, 3), "evaluator_construct_s": round(construct_s, 3),
+            "workers": len(evaluator.pool.slots),
             "worker_ready_after_s": info.get("ready_after_s"),
             "failed": worker.failed if worker is not None else "no worker",
             "transport": info.get("transport"), "ipc_selftest": info.get("ipc_selftest"),
@@ -74,6 +78,7 @@ def print_row(index: int, row: dict[str, Any]) -> None:
     print(f"run {index}: start -> ready {row['start_to_ready_s']:.2f} s (worker ready {row['worker_ready_after_s']} s "
           f"after its exec); transport {row['transport']}, same-uid {row['same_uid']} ({row['same_uid_probe']})"
           + (f"; FAILED: {row['failed']}" if row["failed"] else ""))
+    print(f"    (before start(): Evaluator() {row['evaluator_construct_s']:.2f} s; workers {row['workers']})")
     timeline = row.get("startup_timeline") or {}
     for name, (start, end) in sorted(timeline.items(), key=lambda item: item[1][0]):
         print(f"    {name:<20} {start:7.3f} -> {end:7.3f}  ({end - start:6.3f} s)")
@@ -82,14 +87,17 @@ def print_row(index: int, row: dict[str, Any]) -> None:
         print(f"    {name:<20} {start:7.3f} -> {end:7.3f}  ({end - start:6.3f} s)  after ready")
     first = row.get("first_candidate")
     if first:
+        phases = first["phase_seconds"]
         print(f"    first candidate {first['problem']}: {first['wall_s']:.2f} s, {first['category']}"
-              f" (child_start {first['phase_seconds'].get('child_start', 0):.3f} s)")
+              f" (child_start {phases.get('child_start', 0):.3f} s, reference_wait {phases.get('reference_wait', 0):.3f} s,"
+              f" device_wait {phases.get('device_wait', 0):.3f} s)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=1, help="0: one per visible GPU, as the Evaluator's default")
     parser.add_argument("--no-candidate", action="store_true", help="do not judge a candidate after ready")
     parser.add_argument("--keep-cache", action="store_true",
                         help="use the usual private cache directory (a remembered probe stays) instead of a fresh one")
@@ -106,7 +114,7 @@ def main() -> None:
         candidate = ("L1/19", load_solution(get_problem("L1/19")))
     rows = []
     for index in range(args.runs):
-        row = one_start(settings, candidate, args.warm_timeout)
+        row = one_start(settings, candidate, args.warm_timeout, args.workers or None)
         row["run"] = index
         row["cache"] = "cold" if index == 0 and not args.keep_cache else "warm"
         rows.append(row)

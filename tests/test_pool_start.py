@@ -171,3 +171,17 @@ def test_no_probe_and_no_switch_where_same_uid_mode_does_not_apply(monkeypatch):
     assert same_uid.settle("cuda", "auto", True, True, phases, may_probe=False) == (
         True, False, "disabled by KBRL_EVAL_SAME_UID")
     assert os.geteuid() == os.getuid()  # nothing switched
+
+
+def test_counting_gpus_for_the_pool_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import os, sys\nos.environ.pop('CUDA_VISIBLE_DEVICES', None)\n"
+            "from kernelbench_rl.evaluation import pool\n"
+            "count = pool._default_worker_count('cuda')\n"
+            "print(count, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    count, imported = proc.stdout.split()
+    assert int(count) >= 1 and imported == "False"

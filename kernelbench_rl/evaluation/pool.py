@@ -352,9 +352,26 @@ def _default_worker_count(device: str) -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
         return len([d for d in visible.split(",") if d.strip()])
-    try:
-        import torch
+    return max(1, cuda_device_count())
 
-        return max(1, torch.cuda.device_count())
-    except Exception:  # noqa: BLE001
-        return 1
+
+def cuda_device_count() -> int:
+    """The CUDA devices this process sees, from the driver itself (what torch.cuda.device_count asks, without
+    importing torch: seconds of an orchestrator's start that needs torch for nothing else). 0 without a driver."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            driver = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return 0
+    count = ctypes.c_int(0)
+    try:
+        if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return 0
+    except AttributeError:
+        return 0
+    return max(0, count.value)

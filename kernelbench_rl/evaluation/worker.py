@@ -187,14 +187,19 @@ class Worker:
 
             self.background.append(threading.Thread(target=warm_up_comparison, daemon=True,
                                                     name="kbrl-comparison-warmup"))
-            self.background[-1].start()
+            try:
+                self.background[-1].start()
+            except BaseException:
+                section.__exit__(None, None, None)  # never leave the device queue held by a build that never ran
+                raise
 
     def _ipc_selftest(self) -> str:
         """Can this worker open CUDA IPC handles from a confined child? ('ok' or why not)."""
         child = None
         try:
             with self.phases.timed("ipc_selftest"):
-                child = Child(self.children.ctx, self.device)  # waits for the zygote's imports
+                with self.phases.timed("selftest_child_spawn"):
+                    child = Child(self.children.ctx, self.device)  # waits for the zygote's imports
                 drop = self.drop_uid
                 wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop, "landlock": self.config.landlock,
                                             "workdir": self.root, "block_unix_sockets": self.config.same_uid})
