@@ -185,3 +185,17 @@ def test_counting_gpus_for_the_pool_imports_no_torch():
     assert proc.returncode == 0, proc.stderr
     count, imported = proc.stdout.split()
     assert int(count) >= 1 and imported == "False"
+
+
+def test_reading_the_cache_leaves_the_processs_temporary_folder_unchosen(tmp_path, monkeypatch):
+    """A root worker reads the cache before it becomes unprivileged: had that fixed tempfile's folder for the
+    process, the unprivileged worker would go on making its folders where only root may write."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    cache = startup.PrivateCache()
+    assert cache.directory == str(tmp_path / f"kbrl-cache-{os.geteuid()}") and cache.usable
+    cache.put("probe", KEY, {"answer": "ok"})
+    assert cache.get("probe", KEY) is not None
+    assert tempfile.tempdir is None

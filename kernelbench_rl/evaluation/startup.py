@@ -109,10 +109,20 @@ def source_digest(paths: list[str]) -> str:
     return digest.hexdigest()
 
 
+def _temporary_root() -> str:
+    """Where the temporary folder is, found without `tempfile.gettempdir`: that one is remembered for the process,
+    and a root worker that is about to become unprivileged must not remember one that only root may write."""
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        value = os.environ.get(name, "")
+        if value and os.path.isdir(value):
+            return value
+    return "/tmp"
+
+
 class PrivateCache:
     """Small JSON entries kept across starts, in a directory that only this effective uid may write.
 
-    The directory is `$KBRL_EVAL_CACHE_DIR`, else `kbrl-cache-<euid>` in the temporary directory. It is
+    The directory is `$KBRL_EVAL_CACHE_DIR`, else `kbrl-cache-<euid>` in the temporary folder. It is
     used only if it is a real directory (not a link) owned by this uid with no group or other access;
     an entry is trusted only if it is a regular file owned by this uid that no one else may write, whose
     recorded key equals the one asked for, and which is younger than `max_age_s`. Anything else (a
@@ -121,7 +131,7 @@ class PrivateCache:
 
     def __init__(self, directory: str | None = None, max_age_s: float = 7 * 86400) -> None:
         self.directory = directory or os.environ.get(CACHE_DIR_ENV) or os.path.join(
-            tempfile.gettempdir(), f"kbrl-cache-{os.geteuid()}")
+            _temporary_root(), f"kbrl-cache-{os.geteuid()}")
         self.max_age_s = max_age_s
         self.refused = ""  # why the directory is not used ('' when it is)
         self.usable = self._prepare()
