@@ -101,6 +101,7 @@ class ChildPool:
         self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
         self.stopping = False
         self.closed = False  # shut down: no child is pre-started from now on
+        self.filling = False  # the start's background fill is under way (fill_in_background)
         self.making_room = 0  # big evaluations under way: no pre-started child is spawned meanwhile
 
     def prestart(self, count: int | None = None) -> None:
@@ -119,16 +120,23 @@ class ChildPool:
                     with self.warm_lock:
                         if (self.stopping or self.closed or self.making_room
                                 or len(self.warm) >= self.warm_children):
+                            self.filling = False  # under the lock: a `take` from now on replaces its child itself
                             return
                         self.warm.append(self._spawn())
             except Exception:  # noqa: BLE001 - a child that cannot start now is started by `take`, or says why there
                 traceback.print_exc(file=sys.stderr)
             finally:
+                self.filling = False
                 if phases is not None and phase:
                     phases.add(phase, started, time.perf_counter())
 
+        self.filling = True
         thread = threading.Thread(target=fill, daemon=True, name="kbrl-prestart")
-        thread.start()
+        try:
+            thread.start()
+        except BaseException:
+            self.filling = False
+            raise
         return thread
 
     def take(self) -> Child:
@@ -148,7 +156,8 @@ class ChildPool:
                 child = self._spawn()
             # One replacement per child taken, and one more while the pool is short (after a big evaluation
             # drained it): a burst of 18 CUDA start-ups slowed every start and build beside it to seconds.
-            if not self.making_room:
+            # While the start's background fill runs, it replaces them (this job need not wait for spawns).
+            if not self.making_room and not self.filling:
                 for _ in range(min(2, self.warm_children - len(self.warm))):
                     self.warm.append(self._spawn())
             self.running.add(child)
