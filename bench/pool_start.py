@@ -17,9 +17,11 @@ later ones warm (its pass remembered). The OS page cache is whatever the machine
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -104,8 +106,10 @@ def main() -> None:
     parser.add_argument("--warm-timeout", type=float, default=60.0)
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    if not args.keep_cache:
-        os.environ["KBRL_EVAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="kbrl-pool-start-cache-")  # 0700: trusted
+    fresh_cache = "" if args.keep_cache else tempfile.mkdtemp(prefix="kbrl-pool-start-cache-")  # 0700: trusted
+    if fresh_cache:
+        os.environ["KBRL_EVAL_CACHE_DIR"] = fresh_cache
+        atexit.register(shutil.rmtree, fresh_cache, ignore_errors=True)
     settings = EvalSettings(device=args.device, timeout_s=120)
     candidate = None
     if not args.no_candidate:
