@@ -42,13 +42,16 @@ def boot(argv: list[str]) -> Boot:
     args, _ = parser.parse_known_args(argv)  # the worker parses (and rejects) everything again
     transport = args.transport if args.transport in ("auto", "ipc", "file", "pipe") else "auto"
     startup.zygote_environment(args.device)
+    euid = os.geteuid()
     try:
         state.uid_decided, state.same_uid, state.same_uid_note = same_uid.settle(
             args.device, transport, not args.no_landlock, not args.no_drop_uid, state.phases, may_probe=False)
-    except Exception as exc:  # noqa: BLE001 - half-switched: refuse to run rather than run weaker, and say why
-        print(json.dumps({"event": "failed", "error": f"could not switch to the children's uid: {exc}"[:500]}),
-              flush=True)
-        raise SystemExit(1) from None
+    except Exception as exc:  # noqa: BLE001
+        if os.geteuid() != euid:  # half-switched: refuse to run rather than run weaker, and say why
+            print(json.dumps({"event": "failed", "error": f"could not switch to the children's uid: {exc}"[:500]}),
+                  flush=True)
+            raise SystemExit(1) from None
+        state.uid_decided = False  # nothing changed: the worker decides again, after its imports, as it always did
     if state.uid_decided:
         try:
             with state.phases.timed("zygote_spawn"):
