@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import faults, scheduling, wire
+from kernelbench_rl.evaluation import faults, scheduling, startup, wire
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.faults import Fault
@@ -90,7 +90,7 @@ class ChildPool:
         self.warm_children = warm_children
         self.busy_cores = busy_cores  # where children compile (scheduling.core_split)
         self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child"])
+        self.ctx.set_forkserver_preload(startup.ZYGOTE_PRELOAD)
         # Killed children are reaped and their directories removed off the evaluation's path: the result
         # goes back while the driver tears the CUDA context down.
         self.reaping: queue.Queue[tuple[Child | None, str]] = queue.Queue()
@@ -100,11 +100,44 @@ class ChildPool:
         self.warm_lock = threading.Lock()
         self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
         self.stopping = False
+        self.closed = False  # shut down: no child is pre-started from now on
+        self.filling = False  # the start's background fill is under way (fill_in_background)
         self.making_room = 0  # big evaluations under way: no pre-started child is spawned meanwhile
 
-    def prestart(self) -> None:
-        for _ in range(max(0, self.warm_children)):
+    def prestart(self, count: int | None = None) -> None:
+        """Pre-start `count` children (all `warm_children` by default) now; returns once the zygote served them."""
+        for _ in range(max(0, self.warm_children if count is None else count)):
             self.warm.append(Child(self.ctx, self.device))
+
+    def fill_in_background(self, phases: startup.Phases | None = None, phase: str = "") -> threading.Thread:
+        """Pre-start children up to `warm_children`, one at a time, off the worker's start (`take` spawns one
+        itself if none is ready yet). Stops when the pool stops, is shut down or makes room."""
+
+        def fill() -> None:
+            started = time.perf_counter()
+            try:
+                while True:
+                    with self.warm_lock:
+                        if (self.stopping or self.closed or self.making_room
+                                or len(self.warm) >= self.warm_children):
+                            self.filling = False  # under the lock: a `take` from now on replaces its child itself
+                            return
+                        self.warm.append(self._spawn())
+            except Exception:  # noqa: BLE001 - a child that cannot start now is started by `take`, or says why there
+                traceback.print_exc(file=sys.stderr)
+            finally:
+                self.filling = False
+                if phases is not None and phase:
+                    phases.add(phase, started, time.perf_counter())
+
+        self.filling = True
+        thread = threading.Thread(target=fill, daemon=True, name="kbrl-prestart")
+        try:
+            thread.start()
+        except BaseException:
+            self.filling = False
+            raise
+        return thread
 
     def take(self) -> Child:
         with self.warm_lock:
@@ -123,7 +156,8 @@ class ChildPool:
                 child = self._spawn()
             # One replacement per child taken, and one more while the pool is short (after a big evaluation
             # drained it): a burst of 18 CUDA start-ups slowed every start and build beside it to seconds.
-            if not self.making_room:
+            # While the start's background fill runs, it replaces them (this job need not wait for spawns).
+            if not self.making_room and not self.filling:
                 for _ in range(min(2, self.warm_children - len(self.warm))):
                     self.warm.append(self._spawn())
             self.running.add(child)
@@ -198,6 +232,7 @@ class ChildPool:
 
     def shutdown(self) -> None:
         with self.warm_lock:
+            self.closed = True
             while self.warm:
                 self.warm.popleft().kill()
         self.reaping.join()  # every killed child reaped before the directories go

@@ -1,6 +1,7 @@
 """Orchestrator side: a pool of long-lived evaluation workers (one per GPU; one on the CPU).
 
-Each worker is `python -m kernelbench_rl.evaluation.worker` started with a scrubbed environment
+Each worker is `python -m kernelbench_rl.evaluation.boot` (the worker's entry point: it decides the
+uid and starts the zygote before the worker's imports) started with a scrubbed environment
 and spoken to in JSON lines. A worker that dies (or hangs past a watchdog) is replaced and each of
 its in-flight requests is retried once, then answered as ErrorCategory.INFRA: a lost worker is
 never the kernel's fault. A worker whose reference phase runs past its budget is killed on purpose
@@ -52,12 +53,15 @@ class WorkerProcess:
         self.slot = slot
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelbench_rl.evaluation.worker", "--device", device, *args],
+            [sys.executable, "-m", "kernelbench_rl.evaluation.boot", "--device", device, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=PACKAGE_PARENT,
             start_new_session=True,
         )
         self.ready = threading.Event()
         self.info: dict[str, Any] = {}
+        # The worker's "warm" event: what its start left for after ready (its phases), once that is done too.
+        self.warm = threading.Event()
+        self.warm_info: dict[str, Any] = {}
         self.failed = ""
         self.dead = False
         self.killed_for_reference = False  # killed by the pool for a reference past its budget, not lost
@@ -78,6 +82,9 @@ class WorkerProcess:
             if message.get("event") == "ready":
                 self.info = message
                 self.ready.set()
+            elif message.get("event") == "warm":
+                self.warm_info = message
+                self.warm.set()
             elif message.get("event") == "failed":
                 self.failed = str(message.get("error", "worker failed to start"))
                 self.ready.set()
@@ -396,9 +403,26 @@ def _default_worker_count(device: str) -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
         return len([d for d in visible.split(",") if d.strip()])
-    try:
-        import torch
+    return max(1, cuda_device_count())
 
-        return max(1, torch.cuda.device_count())
-    except Exception:  # noqa: BLE001
-        return 1
+
+def cuda_device_count() -> int:
+    """The CUDA devices this process sees, from the driver itself (what torch.cuda.device_count asks, without
+    importing torch: seconds of an orchestrator's start that needs torch for nothing else). 0 without a driver."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            driver = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return 0
+    count = ctypes.c_int(0)
+    try:
+        if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return 0
+    except AttributeError:
+        return 0
+    return max(0, count.value)

@@ -14,22 +14,34 @@ itself becomes the unprivileged uid its children use, instead of the children dr
 Before committing to it (an irreversible setuid), a forked probe does exactly that and runs a
 child confined like a real job that compiles a Triton kernel and shares its output over IPC.
 If anything fails the worker stays root and the children drop to nobody (the old path, files).
+A passing probe is remembered (`probe_cache_key`) in root's private cache, for this boot of this host
+and exactly these kernel, driver, Landlock, Python, torch, Triton and sandbox sources: the next start
+skips the probe's seconds. Only a pass is kept; a failure is probed again next time.
+
+Imports torch only inside the probe, so the worker's entry point (boot.py) can decide before torch loads.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import multiprocessing
 import os
+import platform
 import shutil
 import signal
+import socket
+import sys
 import tempfile
+import time
 from typing import Any
 
-import torch
+from kernelbench_rl.evaluation import sandbox, startup
 
-from kernelbench_rl.evaluation import runtime, sandbox, wire
-from kernelbench_rl.evaluation.children import PACKAGE_DIR
-
+# Children may read our package (they run its code): the same folder as children.PACKAGE_DIR.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What the probe exercises: a change to any of them means probing again.
+_PROBED_SOURCES = ("same_uid.py", "sandbox.py", "child.py", "wire.py", "runtime.py")
 SAME_UID_NPROC = sandbox.SAME_UID_WORKER_NPROC
 SAME_UID_PROBE_TIMEOUT_S = 75.0
 _PROBE_KERNEL = """
@@ -71,7 +83,10 @@ def same_uid_possible(config_landlock: bool, drop_uid: bool) -> str:
 
 def _probe_child(conn: Any, workdir: str, landlock: bool) -> None:
     """A job-like child under the same-uid confinement: Triton kernel, output over CUDA IPC."""
+    import torch
+
     from kernelbench_rl.evaluation import child as child_module
+    from kernelbench_rl.evaluation import runtime, wire
 
     try:
         import ctypes
@@ -103,6 +118,10 @@ def _probe_child(conn: Any, workdir: str, landlock: bool) -> None:
 
 
 def _probe_body(landlock: bool) -> str:
+    import torch  # (already imported by the worker before it forked this probe)
+
+    from kernelbench_rl.evaluation import wire
+
     if not sandbox.drop_privileges(processes=SAME_UID_NPROC):
         return "cannot become the unprivileged user"
     if not sandbox.set_non_dumpable():
@@ -114,6 +133,8 @@ def _probe_body(landlock: bool) -> str:
     process.start()
     child_conn.close()
     try:
+        # Forked already: this process may now start CUDA, beside its child's start, compile and run.
+        torch.empty(1, device="cuda")
         if not conn.poll(SAME_UID_PROBE_TIMEOUT_S - 10):
             return "the probe child did not answer"
         header = wire.recv_json(conn)
@@ -171,3 +192,101 @@ def become_same_uid_worker() -> None:
     home = tempfile.mkdtemp(prefix="kbrl-worker-home-")
     os.environ["HOME"] = home  # the pool's HOME belongs to root; inductor and Triton caches go here
     os.environ["TRITON_CACHE_DIR"] = os.path.join(home, ".triton")
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read(4096).strip()
+    except OSError:
+        return ""
+
+
+def _package_stamp(name: str) -> str:
+    """Version and installed file of a package, found without importing it."""
+    try:
+        version = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    try:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None and spec.origin else ""
+        stamp = os.stat(origin).st_mtime_ns if origin else 0
+    except (ImportError, ValueError, OSError):
+        origin, stamp = "", 0
+    return f"{version} {origin} {stamp}"
+
+
+def probe_cache_key(landlock: bool) -> dict[str, Any]:
+    """Everything a passing probe's answer depends on: this boot of this host, this uid, the kernel and the NVIDIA
+    driver, Landlock, the interpreter, torch, Triton and our sandbox's sources."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return {
+        "host": socket.gethostname(), "boot_id": _read_text("/proc/sys/kernel/random/boot_id"),
+        "uid": os.geteuid(), "kernel": f"{platform.release()} {platform.version()}",
+        "driver": _read_text("/sys/module/nvidia/version") or _read_text("/proc/driver/nvidia/version"),
+        "landlock_abi": sandbox.landlock_abi(), "landlock": bool(landlock), "nproc": SAME_UID_NPROC,
+        "python": f"{sys.version} {sys.executable}", "torch": _package_stamp("torch"), "triton": _package_stamp("triton"),
+        "sources": startup.source_digest([os.path.join(here, name) for name in _PROBED_SOURCES]),
+    }
+
+
+PROBE_CACHE_ENTRY = "same-uid-probe"
+
+
+def remembered_pass(landlock: bool, cache: startup.PrivateCache | None = None) -> str:
+    """'' if no passing probe is remembered for exactly this machine and software, else when it passed."""
+    if os.environ.get("KBRL_EVAL_PROBE_CACHE", "on").lower() in ("0", "off", "no", "false"):
+        return ""
+    cache = cache or startup.PrivateCache()
+    entry = cache.get(PROBE_CACHE_ENTRY, probe_cache_key(landlock))
+    if entry is None or entry.get("answer") != "ok":
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["written"]))
+
+
+def remember_pass(landlock: bool, seconds: float, cache: startup.PrivateCache | None = None) -> bool:
+    if os.environ.get("KBRL_EVAL_PROBE_CACHE", "on").lower() in ("0", "off", "no", "false"):
+        return False
+    cache = cache or startup.PrivateCache()
+    return cache.put(PROBE_CACHE_ENTRY, probe_cache_key(landlock), {"answer": "ok", "seconds": round(seconds, 2)})
+
+
+def settle(device: str, transport: str, landlock: bool, drop_uid: bool, phases: startup.Phases,
+           may_probe: bool) -> tuple[bool, bool, str]:
+    """(decided, same_uid, note): whether this worker becomes its children's uid, decided before CUDA is touched
+    (the probe forks this process). A remembered pass switches at once; without one, the probe runs only when
+    `may_probe` (torch imported: the probe's fork must not import it twice), else the decision is left open.
+
+    Raises only where the switch went half-way for a worker that is no longer root: it must not run weaker."""
+    if device != "cuda" or transport not in ("auto", "ipc"):
+        return True, False, ""
+    with phases.timed("same_uid_check"):
+        note = same_uid_possible(landlock, drop_uid)
+        remembered = "" if note else remembered_pass(landlock)
+    if note:
+        return True, False, note
+    if remembered:
+        note = f"ok (remembered from {remembered})"
+    elif not may_probe:
+        return False, False, ""
+    else:
+        with phases.timed("same_uid_probe"):
+            t_probe = time.perf_counter()
+            try:
+                note = same_uid_probe(landlock)
+            except Exception as exc:  # noqa: BLE001 - no probe, no same-uid mode
+                note = f"probe failed: {type(exc).__name__}: {exc}"
+            seconds = time.perf_counter() - t_probe
+        if note != "ok":
+            return True, False, f"{note} ({seconds:.1f} s)"
+        remember_pass(landlock, seconds)  # as root, before the switch: the entry is root's
+        note = f"ok ({seconds:.1f} s)"
+    try:
+        with phases.timed("same_uid_switch"):
+            become_same_uid_worker()
+    except Exception as exc:  # noqa: BLE001
+        if os.geteuid() != 0:  # half-switched: refuse to run rather than run weaker
+            raise
+        return True, False, f"could not switch after the probe: {exc}"
+    return True, True, note

@@ -44,7 +44,7 @@ from kernelbench_rl.evaluation import (
 )
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
-from kernelbench_rl.evaluation import children, faults, reference_budget, scheduling
+from kernelbench_rl.evaluation import children, faults, reference_budget, scheduling, startup
 from kernelbench_rl.evaluation.build_cache import BuildCache
 from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key
 from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
@@ -53,6 +53,7 @@ from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable
 from kernelbench_rl.evaluation.same_uid import (  # noqa: F401 - importable from here as before
     SAME_UID_NPROC, SAME_UID_PROBE_TIMEOUT_S, become_same_uid_worker, same_uid_possible, same_uid_probe,
 )
+from kernelbench_rl.evaluation.same_uid import settle as same_uid_settle
 from kernelbench_rl.evaluation.reference_cache import (  # noqa: F401 - importable from here as before
     FRESH_TIMING_BUFFERS, SEED_POOL_SIZE, ProblemState, ReferenceCache,
 )
@@ -96,8 +97,15 @@ class Worker:
     """Evaluates candidates, several at once (one per thread of main's pool): each in a fresh child, against
     the problem's reference held here."""
 
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, phases: startup.Phases | None = None) -> None:
+        """Ready to take a candidate when this returns; the rest of the start goes on in `self.background`.
+
+        The steps overlap (see startup.py): the zygote imports while this process starts CUDA, and the IPC
+        self-test's child starts beside the worker's own CUDA context. The comparison kernel's build and all
+        but one pre-started child come after: the build holds the device queue, so the first evaluation's
+        device section waits for exactly that, and `take_child` spawns a child if none is ready yet."""
         self.config = config
+        self.phases = phases or startup.Phases()
         self.in_flight = config.in_flight or config.parallel + 1
         self.device = "cuda" if config.device == "cuda" else "cpu"
         self.root = tempdirs.owned_tempdir("worker")  # named for this pid: a pool sweeps it if we are killed
@@ -112,21 +120,15 @@ class Worker:
         self.clock = timing.Clock.capture() if self.device == "cuda" else None
         self.references = ReferenceCache(self.device, self.root, config.ref_cache_bytes, self.clock)
         self.arch = ""
-        if self.device == "cuda":
-            if not torch.cuda.is_available():
-                raise RuntimeError("no CUDA device is visible to this worker")
-            major, minor = torch.cuda.get_device_capability()
-            self.arch = f"{major}.{minor}"
-            self.hardware = torch.cuda.get_device_name()
-        else:
-            self.hardware = f"cpu:{platform.machine()}"
-        # The zygote inherits this environment when it starts (on the first child).
-        os.environ.setdefault("TRITON_INTERPRET", "1" if self.device == "cpu" else "0")
-        if self.device == "cpu":
-            os.environ["TRITON_INTERPRET"] = "1"
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device is visible to this worker")
+        startup.zygote_environment(self.device)  # (boot.py or main may have started the zygote with it already)
         # Cores kept for the device section's holder; compiling children get the others.
         self.all_cores, self.quiet_cores, self.busy_cores = scheduling.core_split(self.device)
         self.children = ChildPool(self.device, config.warm_children, self.busy_cores)
+        if "zygote_spawn" not in self.phases.seconds():
+            with self.phases.timed("zygote_spawn"):
+                startup.start_zygote()  # its imports go on beside this process's CUDA start
         self.versions = {
             "torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version(),
             "cuda": str(torch.version.cuda or ""),
@@ -135,11 +137,26 @@ class Worker:
         self.drop_uid = config.drop_uid and os.geteuid() == 0 and sandbox.python_readable_by_others()
         if config.drop_uid and os.geteuid() == 0 and not self.drop_uid:
             self.versions["sandbox_note"] = "children keep root: the Python installation is not readable by nobody"
-        self.builds = BuildCache(self.cache_root, self.arch, self.drop_uid)
         self.transport = config.transport if config.transport != "auto" else "file"
         self.ipc_selftest = ""
+        selftest: list[str] = []
+        selftest_thread = None
         if self.device == "cuda" and config.transport in ("auto", "ipc"):
-            self.ipc_selftest = self._ipc_selftest()
+            selftest_thread = threading.Thread(target=lambda: selftest.append(self._ipc_selftest()), daemon=True,
+                                               name="kbrl-ipc-selftest")
+            selftest_thread.start()
+        if self.device == "cuda":
+            with self.phases.timed("cuda_context"):
+                major, minor = torch.cuda.get_device_capability()
+                self.arch = f"{major}.{minor}"
+                self.hardware = torch.cuda.get_device_name()
+                torch.empty(1, device="cuda")  # this process's context, made while the self-test's child starts
+        else:
+            self.hardware = f"cpu:{platform.machine()}"
+        self.builds = BuildCache(self.cache_root, self.arch, self.drop_uid)
+        if selftest_thread is not None:
+            selftest_thread.join()
+            self.ipc_selftest = selftest[0] if selftest else "the self-test did not finish"
             self.transport = "ipc" if self.ipc_selftest == "ok" else "file"
         self.versions["transport"] = self.transport
         self.versions["worker_uid"] = "same as children (unprivileged, non-dumpable)" if config.same_uid else str(os.geteuid())
@@ -154,35 +171,60 @@ class Worker:
         self.total_memory = 0
         self.l2_bytes = 0
         if self.device == "cuda":
+            # After the self-test's child is gone and before any pre-started child: free memory as it always was.
             free, self.total_memory = torch.cuda.mem_get_info()
             self.l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
             self.memory, self.alone_capacity = scheduling.device_budgets(
                 free, self.in_flight, config.warm_children, config.ref_cache_bytes)
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
+        with self.phases.timed("first_child"):
+            self.children.prestart(min(1, config.warm_children))  # returns once the zygote serves
+        self.background: list[threading.Thread] = [self.children.fill_in_background(self.phases, "warm_children")]
         if self.device == "cuda":
-            self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda")
-        self.children.prestart()
+            # The fused comparison's build holds the device queue: the first device section waits for it, none
+            # shares the device with it, and the first candidate's compile (in its child) goes on meanwhile.
+            section = self.device_queue.hold(DeviceQueue.URGENT)
+            section.__enter__()  # the queue is free: taken now, before any request can queue, released by the build
+
+            def warm_up_comparison() -> None:
+                try:
+                    with self.phases.timed("comparison_warmup"):
+                        self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda")
+                finally:
+                    section.__exit__(None, None, None)
+
+            self.background.append(threading.Thread(target=warm_up_comparison, daemon=True,
+                                                    name="kbrl-comparison-warmup"))
+            try:
+                self.background[-1].start()
+            except BaseException:
+                section.__exit__(None, None, None)  # never leave the device queue held by a build that never ran
+                raise
 
     def _ipc_selftest(self) -> str:
         """Can this worker open CUDA IPC handles from a confined child? ('ok' or why not)."""
-        child = Child(self.children.ctx, self.device)
+        child = None
         try:
-            drop = self.drop_uid
-            wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop, "landlock": self.config.landlock,
-                                        "workdir": self.root, "block_unix_sockets": self.config.same_uid})
-            if not child.conn.poll(START_TIMEOUT_S):
-                return "no answer"
-            header = wire.recv_json(child.conn)
-            tensors = wire.receive_tensors(child.conn, header, 1 << 20)["t"]
-            expected = torch.arange(1024, dtype=torch.float32, device="cuda")
-            ok = torch.equal(tensors[0], expected)
-            del tensors
-            wire.send_json(child.conn, {"cmd": "exit"})
-            return "ok" if ok else "wrong values"
+            with self.phases.timed("ipc_selftest"):
+                with self.phases.timed("selftest_child_spawn"):
+                    child = Child(self.children.ctx, self.device)  # waits for the zygote's imports
+                drop = self.drop_uid
+                wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop, "landlock": self.config.landlock,
+                                            "workdir": self.root, "block_unix_sockets": self.config.same_uid})
+                if not child.conn.poll(START_TIMEOUT_S):
+                    return "no answer"
+                header = wire.recv_json(child.conn)
+                tensors = wire.receive_tensors(child.conn, header, 1 << 20)["t"]
+                expected = torch.arange(1024, dtype=torch.float32, device="cuda")
+                ok = torch.equal(tensors[0], expected)
+                del tensors
+                wire.send_json(child.conn, {"cmd": "exit"})
+                return "ok" if ok else "wrong values"
         except Exception as exc:  # noqa: BLE001 - any failure means: use files
             return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
         finally:
-            child.kill()
+            if child is not None:
+                child.kill()
 
     # -- children (children.py) ------------------------------------------------------------
     def take_child(self) -> Child:
@@ -676,7 +718,9 @@ def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = No
         emit({"id": tag, "error": f"{type(exc).__name__}: {exc}"[:500]})
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, boot: Any = None) -> None:
+    """`boot`: what boot.py (the pool's entry point) decided and started before this module was imported."""
+    phases = boot.phases if boot is not None else startup.Phases()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--parallel", type=int, default=2)
@@ -694,27 +738,18 @@ def main(argv: list[str] | None = None) -> None:
     numerics.apply()
     if args.transport not in ("auto", "ipc", "file", "pipe"):
         args.transport = "auto"
-    same_uid_note = ""
-    same_uid = False
-    if args.device == "cuda" and args.transport in ("auto", "ipc"):
-        # Decided before anything touches CUDA: the probe forks this process.
-        same_uid_note = same_uid_possible(not args.no_landlock, not args.no_drop_uid)
-        if not same_uid_note:
-            t_probe = time.perf_counter()
-            try:
-                same_uid_note = same_uid_probe(not args.no_landlock)
-            except Exception as exc:  # noqa: BLE001 - no probe, no same-uid mode
-                same_uid_note = f"probe failed: {type(exc).__name__}: {exc}"
-            ok = same_uid_note == "ok"
-            same_uid_note += f" ({time.perf_counter() - t_probe:.1f} s)"
-            if ok:
-                try:
-                    become_same_uid_worker()
-                    same_uid = True
-                except Exception as exc:  # noqa: BLE001
-                    same_uid_note = f"could not switch after the probe: {exc}"
-                    if os.geteuid() != 0:  # half-switched: refuse to run rather than run weaker
-                        raise
+    if boot is not None and boot.uid_decided:
+        same_uid, same_uid_note = boot.same_uid, boot.same_uid_note
+    else:
+        # Decided before anything touches CUDA: the probe forks this process (same_uid.settle says how, and
+        # raises where a half-done switch would leave this worker weaker than it says).
+        _, same_uid, same_uid_note = same_uid_settle(args.device, args.transport, not args.no_landlock,
+                                                     not args.no_drop_uid, phases, may_probe=True)
+    if "zygote_spawn" not in phases.seconds():
+        # The uid and environment the zygote inherits are final: its imports go on beside our CUDA start.
+        startup.zygote_environment(args.device)
+        with contextlib.suppress(Exception), phases.timed("zygote_spawn"):
+            startup.start_zygote()  # (should this fail, the Worker tries again and says why)
     # The protocol gets its own copy of stdout; anything else printed (torch, triton) goes to stderr.
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -734,12 +769,13 @@ def main(argv: list[str] | None = None) -> None:
         same_uid=same_uid,
     )
     if config.device == "cuda":
-        total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
+        with phases.timed("cuda_init"):
+            total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
         # Resident references (models and cached outputs), at most a tenth of the device: KernelBench's
         # level-1 tensors reach 6 GiB, and what is reserved here is lost to evaluations.
         config.ref_cache_bytes = min(8 << 30, max(1 << 30, total // 10))
     try:
-        worker = Worker(config)
+        worker = Worker(config, phases)
         if same_uid_note:
             worker.versions["same_uid_probe"] = same_uid_note[:200]
     except Exception as exc:  # noqa: BLE001
@@ -747,15 +783,30 @@ def main(argv: list[str] | None = None) -> None:
         return
     pool = ThreadPoolExecutor(max_workers=worker.in_flight)
     try:
+        ready_after_s, ready_seconds = phases.now(), phases.seconds()  # the steps done by now; the rest say so later
         try:
             emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "arch": worker.arch,
                   "versions": worker.versions,
                   "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
-                  "same_uid_probe": same_uid_note[:200]})
+                  "same_uid_probe": same_uid_note[:200], "ready_after_s": round(ready_after_s, 4),
+                  "startup_seconds": ready_seconds, "startup_timeline": phases.timeline(set(ready_seconds))})
         except (BrokenPipeError, OSError, ValueError):
             # The orchestrator died while this worker started (a Dask worker killed during its pool's start):
             # shut down below instead of lingering, warm children and all, with nobody to serve.
             return
+
+        def say_when_warm() -> None:
+            """What the start left for after ready (the comparison's build, the other pre-started children)."""
+            for thread in worker.background:
+                thread.join()
+            later = set(phases.seconds()) - set(ready_seconds)
+            try:
+                emit({"event": "warm", "warm_after_s": round(phases.now(), 4), "startup_seconds": phases.seconds(later),
+                      "startup_timeline": phases.timeline(later)})
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+
+        threading.Thread(target=say_when_warm, daemon=True, name="kbrl-say-when-warm").start()
         for line in sys.stdin:
             line = line.strip()
             if not line:
