@@ -83,6 +83,10 @@ class WorkerConfig:
     same_uid: bool = False  # this worker already runs as the children's unprivileged uid (see main)
     ref_cache_bytes: int = 2 << 30
     nvcc: str = "nvcc"
+    # What another process on this device (a policy trained beside the evaluator) may hold at its peak; kept
+    # out of the budget where it does not hold it yet. Applies only to the device of this UUID when one is given.
+    reserved_memory_bytes: int = 0
+    reserved_device_uuid: str = ""
 
 
 class Worker:
@@ -148,12 +152,26 @@ class Worker:
         if self.device == "cuda":
             free, self.total_memory = torch.cuda.mem_get_info()
             self.l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
+            reserved = self._reserved_for_others()
+            others = scheduling.held_by_others(free, self.total_memory, WARM_CONTEXT_BYTES + torch.cuda.memory_reserved())
+            # Re-read before each admission: another process on the device may have grown since.
             self.memory, self.alone_capacity = scheduling.device_budgets(
-                free, self.in_flight, config.warm_children, config.ref_cache_bytes)
+                free, self.in_flight, config.warm_children, config.ref_cache_bytes, reserved_bytes=reserved,
+                others_hold=others, free_probe=lambda: torch.cuda.mem_get_info()[0])
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
+            if reserved:
+                self.versions["reserved_for_others_gb"] = f"{reserved / 2**30:.1f} ({others / 2**30:.1f} held at start)"
         if self.device == "cuda":
             self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda")
         self.children.prestart()
+
+    def _reserved_for_others(self) -> int:
+        """config.reserved_memory_bytes where it applies to this worker's device (its UUID, when one is named)."""
+        wanted = self.config.reserved_memory_bytes
+        uuid = self.config.reserved_device_uuid
+        if wanted <= 0 or not uuid:
+            return max(0, wanted)
+        return wanted if str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) == uuid else 0
 
     def _ipc_selftest(self) -> str:
         """Can this worker open CUDA IPC handles from a confined child? ('ok' or why not)."""
@@ -619,6 +637,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transport", choices=["auto", "ipc", "file", "pipe"],
                         default=os.environ.get("KBRL_EVAL_TRANSPORT", "auto"),
                         help="auto: CUDA IPC where a self-test passes (same-uid mode when root), else files")
+    parser.add_argument("--reserved-memory-gb", type=float, default=0.0,
+                        help="device memory another process here (a policy trained beside the evaluator) may hold at its peak")
+    parser.add_argument("--reserved-device-uuid", default="",
+                        help="apply --reserved-memory-gb only on the GPU of this UUID (torch's device uuid)")
     args = parser.parse_args(argv)
     numerics.apply()
     if args.transport not in ("auto", "ipc", "file", "pipe"):
@@ -660,7 +682,8 @@ def main(argv: list[str] | None = None) -> None:
         in_flight=max(0, args.in_flight),
         drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, transport=args.transport,
         prewarm=args.prewarm == "on" or (args.prewarm == "auto" and args.device == "cuda"),
-        same_uid=same_uid,
+        same_uid=same_uid, reserved_memory_bytes=int(max(0.0, args.reserved_memory_gb) * 2**30),
+        reserved_device_uuid=args.reserved_device_uuid,
     )
     if config.device == "cuda":
         total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kernelbench_rl.config.schema import TrainConfig
@@ -51,14 +52,74 @@ def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem
     if config.eval.cluster in ("", "local"):
         from kernelbench_rl.evaluation import Evaluator
 
+        reserved_bytes, device_uuid = policy_memory_reservation(config)
+        worker_args = []
+        if reserved_bytes:
+            worker_args = ["--reserved-memory-gb", f"{reserved_bytes / GIB:.3f}"]
+            worker_args += ["--reserved-device-uuid", device_uuid] if device_uuid else []
         return Evaluator(eval_settings(config), num_workers=config.eval.num_workers, store=store,
                          problems_root=config.problems.source_root, problems={p.id: p for p in problems},
-                         input_variants=audited_input_variants(config))
+                         input_variants=audited_input_variants(config), worker_args=worker_args)
     from kernelbench_rl.evaluation.cluster import make_evaluator  # Dask: imported only when asked for
 
     return make_evaluator(eval_settings(config), cluster=config.eval.cluster, num_workers=config.eval.num_workers,
                           store=store, problems_root=config.problems.source_root,
                           problems={p.id: p for p in problems}, input_variants=audited_input_variants(config))
+
+
+GIB = 1 << 30
+# Beyond its weights, what a local policy holds at its peak: the prompt's logits for a whole group while
+# sampling (group x prompt tokens x vocabulary), one sequence's logits in fp32 with their softmax and
+# gradient while training, activations, the allocator's slack. A floor; a larger model gets its weights' size.
+POLICY_WORKING_BYTES = 6 * GIB
+
+
+def model_weight_bytes(base_model: str) -> int:
+    """Bytes of a local model folder's weight files (0 when base_model is no folder: local:tiny, a hub id)."""
+    folder = Path(base_model)
+    if not folder.is_dir():
+        return 0
+    return sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt") for f in folder.glob(pattern))
+
+
+def policy_memory_reservation(config: TrainConfig) -> tuple[int, str]:
+    """(bytes, device uuid): what the evaluator leaves to the policy on the policy's GPU.
+
+    eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA beside a local
+    evaluator on CUDA, an estimate of the policy's peak: two copies of its weights (the trainer's and the
+    sampler's) plus working memory. The uuid names the policy's GPU (only that worker keeps the room); ""
+    applies to every worker."""
+    ev = config.eval
+    shares = _policy_shares_eval_gpu(config)
+    uuid = _cuda_device_uuid(config.policy.device) if shares else ""
+    if ev.reserved_memory_gb is not None:
+        return int(ev.reserved_memory_gb * GIB), uuid
+    if not shares:
+        return 0, ""
+    weights = model_weight_bytes(resolve_base_model(config))
+    return 2 * weights + max(POLICY_WORKING_BYTES, weights), uuid
+
+
+def _policy_shares_eval_gpu(config: TrainConfig) -> bool:
+    from kernelbench_rl.policy import resolve_backend
+
+    if config.eval.cluster not in ("", "local") or resolve_backend(policy_config(config)) != "local":
+        return False
+    eval_device, _ = resolve_eval_device(config.eval.device, config.eval.size)
+    policy_device = config.policy.device
+    if policy_device == "auto":
+        policy_device = eval_device if eval_device == "cuda" else "cpu"
+    return eval_device == "cuda" and policy_device.startswith("cuda")
+
+
+def _cuda_device_uuid(device: str) -> str:
+    """The UUID of the GPU `device` names (auto or cuda: the current one), as the worker reads its own."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    index = torch.device(device).index if device.startswith("cuda:") else None
+    return str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index), "uuid", ""))
 
 
 def problem_audits(config: TrainConfig) -> dict[str, Any]:
