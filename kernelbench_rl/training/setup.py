@@ -6,6 +6,7 @@ without importing another loop.
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import Sequence
@@ -68,10 +69,14 @@ def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem
 
 
 GIB = 1 << 30
-# Beyond its weights, what a local policy holds at its peak: the prompt's logits for a whole group while
-# sampling (group x prompt tokens x vocabulary), one sequence's logits in fp32 with their softmax and
-# gradient while training, activations, the allocator's slack. A floor; a larger model gets its weights' size.
+# Beyond its weights and one training sequence's logits, what a local policy holds at its peak: activations
+# kept for the backward pass, a group's prompt logits while sampling, the allocator's slack. A floor; a
+# model larger than it gets its weights' size.
 POLICY_WORKING_BYTES = 6 * GIB
+# One training sequence's logits: bf16 from the model, the fp32 copy, its log-softmax, and both gradients.
+LOGIT_BYTES = 16
+# Prompt tokens allowed for in the estimate, beside the completion's max_tokens.
+PROMPT_TOKENS_ALLOWANCE = 2048
 
 
 def model_weight_bytes(base_model: str) -> int:
@@ -87,7 +92,7 @@ def policy_memory_reservation(config: TrainConfig) -> tuple[int, str]:
 
     eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA beside a local
     evaluator on CUDA, an estimate of the policy's peak: two copies of its weights (the trainer's and the
-    sampler's) plus working memory. The uuid names the policy's GPU (only that worker keeps the room); ""
+    sampler's), one training sequence's logits (prompt allowance + max_tokens) and working memory. The uuid names the policy's GPU (only that worker keeps the room); ""
     applies to every worker."""
     ev = config.eval
     shares = _policy_shares_eval_gpu(config)
@@ -96,8 +101,19 @@ def policy_memory_reservation(config: TrainConfig) -> tuple[int, str]:
         return int(ev.reserved_memory_gb * GIB), uuid
     if not shares:
         return 0, ""
-    weights = model_weight_bytes(resolve_base_model(config))
-    return 2 * weights + max(POLICY_WORKING_BYTES, weights), uuid
+    base_model = resolve_base_model(config)
+    weights = model_weight_bytes(base_model)
+    tokens = min(config.turn_token_budget(), PROMPT_TOKENS_ALLOWANCE + config.max_completion_tokens())
+    logits = LOGIT_BYTES * tokens * model_vocab_size(base_model)
+    return 2 * weights + logits + max(POLICY_WORKING_BYTES, weights), uuid
+
+
+def model_vocab_size(base_model: str) -> int:
+    """The vocabulary of a local model folder's config.json (0 when unknown)."""
+    try:
+        return int(json.loads((Path(base_model) / "config.json").read_text())["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def _policy_shares_eval_gpu(config: TrainConfig) -> bool:
