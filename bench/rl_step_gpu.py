@@ -313,7 +313,10 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
             "correct": sum(bool(r.correct) for r in side_verdicts),
             "mention_device_memory": len(side_memory),
             "blamed_on_candidate_for_memory": sum(r.error_category.is_kernel_fault for r in side_memory),
-            "examples": [f"{r.problem_id}: {r.error_message[:200]}" for r in side_memory[:3]]}
+            "examples": [f"{r.problem_id}: {r.error_message[:200]}" for r in side_memory[:3]],
+            # As the worker saw them when it started: its budget, and the room it kept for the policy.
+            "worker": {key: value for r in side_verdicts[:1] for key, value in r.versions.items()
+                       if key in ("child_memory_budget_gb", "reserved_for_others_gb", "transport")}}
     if args.device == "cuda":
         assert watch is not None
         report["memory"] = {"trainer_max_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),

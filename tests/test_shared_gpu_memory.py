@@ -140,3 +140,14 @@ def test_the_evaluator_hands_the_reservation_to_its_workers_and_the_run_id_ignor
         evaluator.close()
     assert cfg.resolved_run_id() == _config(tmp_path, "eval.device=cpu", "problems.ids=L1/19",
                                             "problems.levels=[1]").resolved_run_id()
+
+
+def test_the_worker_takes_the_reservation_from_the_arguments_the_evaluator_passes(tmp_path: Path):
+    from kernelbench_rl.evaluation.worker import argument_parser, config_from_args
+
+    cfg = _config(tmp_path, "eval.device=cpu", "eval.reserved_memory_gb=2.5")
+    reserved, _ = setup.policy_memory_reservation(cfg)
+    worker_args = ["--device", "cuda", "--reserved-memory-gb", f"{reserved / GIB:.3f}", "--reserved-device-uuid", "GPU-1"]
+    config = config_from_args(argument_parser().parse_args(worker_args), same_uid=False)
+    assert config.reserved_memory_bytes == int(2.5 * GIB) and config.reserved_device_uuid == "GPU-1"
+    assert config_from_args(argument_parser().parse_args([]), same_uid=False).reserved_memory_bytes == 0

@@ -623,7 +623,18 @@ def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = No
         emit({"id": tag, "error": f"{type(exc).__name__}: {exc}"[:500]})
 
 
-def main(argv: list[str] | None = None) -> None:
+def config_from_args(args: argparse.Namespace, same_uid: bool) -> WorkerConfig:
+    return WorkerConfig(
+        device=args.device, parallel=max(1, args.parallel), warm_children=max(0, args.warm_children),
+        in_flight=max(0, args.in_flight),
+        drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, transport=args.transport,
+        prewarm=args.prewarm == "on" or (args.prewarm == "auto" and args.device == "cuda"),
+        same_uid=same_uid, reserved_memory_bytes=int(max(0.0, args.reserved_memory_gb) * 2**30),
+        reserved_device_uuid=args.reserved_device_uuid,
+    )
+
+
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--parallel", type=int, default=2)
@@ -641,7 +652,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="device memory another process here (a policy trained beside the evaluator) may hold at its peak")
     parser.add_argument("--reserved-device-uuid", default="",
                         help="apply --reserved-memory-gb only on the GPU of this UUID (torch's device uuid)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = argument_parser().parse_args(argv)
     numerics.apply()
     if args.transport not in ("auto", "ipc", "file", "pipe"):
         args.transport = "auto"
@@ -677,14 +692,7 @@ def main(argv: list[str] | None = None) -> None:
             protocol.write(json.dumps(message) + "\n")
             protocol.flush()
 
-    config = WorkerConfig(
-        device=args.device, parallel=max(1, args.parallel), warm_children=max(0, args.warm_children),
-        in_flight=max(0, args.in_flight),
-        drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, transport=args.transport,
-        prewarm=args.prewarm == "on" or (args.prewarm == "auto" and args.device == "cuda"),
-        same_uid=same_uid, reserved_memory_bytes=int(max(0.0, args.reserved_memory_gb) * 2**30),
-        reserved_device_uuid=args.reserved_device_uuid,
-    )
+    config = config_from_args(args, same_uid)
     if config.device == "cuda":
         total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
         # Resident references (models and cached outputs), at most a tenth of the device: KernelBench's
