@@ -15,7 +15,8 @@ through the run's own evaluator while the step samples and trains: the worker st
 has loaded and admits real-size work while the policy grows (its verdicts are reported apart).
 
 Reports (JSON with --out): the step's time split (sampling, evaluation, forward_backward, optim_step,
-store writes, checkpoint), the GPU memory peak (the trainer's allocator, and the whole device as a
+store writes, checkpoint; `model_load` counts both copies of the weights, the trainer's at the start and
+the sampler's within the first `policy_sampling` call), the GPU memory peak (the trainer's allocator, and the whole device as a
 thread polling its free memory sees it, plus nvidia-smi's per-process figures when it shows them), the
 reservation the evaluator kept for the policy, the rows that landed in DuckDB, and the verdicts that
 mention device memory (none may blame the candidate).
@@ -243,6 +244,8 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
 
     store_methods = ("upsert", "write_batch", "insert_ignore", "put_texts", "put_kernel", "record_evaluations")
     targets: list[tuple[Any, str, Any]] = [
+        # Loading a copy of the base model (the trainer's at the start, the sampler's at the first sample).
+        (local, "load_base_model", timers.wrap("model_load", local.load_base_model)),
         (local.LocalSamplingClient, "_sample_now", timers.wrap("policy_sampling", local.LocalSamplingClient._sample_now)),
         (local.LocalTrainingClient, "_run_loss", timers.wrap("forward_backward", local.LocalTrainingClient._run_loss)),
         (local.LocalTrainingClient, "_optim_step_now",
@@ -268,6 +271,8 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
             started = time.perf_counter()
             run.start()
             report["start_s"] = round(time.perf_counter() - started, 2)  # the sampler's copy loads at the first sample
+            if args.device == "cuda":
+                report["trainer_reserved_after_start_gib"] = round(torch.cuda.memory_reserved() / 2**30, 2)
             if args.eval_load > 0 and run._evaluator is not None:
                 side = SideLoad(run._evaluator, original_evaluate, solutions_for(run.problems, args.eval_load), side_verdicts)
                 side.start()
@@ -322,6 +327,7 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
         report["memory"] = {"trainer_max_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
                             "trainer_max_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
                             **watch.report()}
+        report["memory"]["trainer_reserved_after_step_gib"] = round(torch.cuda.memory_reserved() / 2**30, 2)
         report["memory"]["reservation_covers_trainer_peak"] = reserved >= torch.cuda.max_memory_reserved()
     else:
         report["memory"] = {"max_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
