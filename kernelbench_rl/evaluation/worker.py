@@ -154,10 +154,11 @@ class Worker:
             self.l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
             reserved = self._reserved_for_others()
             others = scheduling.held_by_others(free, self.total_memory, WARM_CONTEXT_BYTES + torch.cuda.memory_reserved())
-            # Re-read before each admission: another process on the device may have grown since.
+            # Sharing the device with a policy: each admission also re-reads the device's free memory, since the
+            # policy may have grown since. (Alone on it, the budget fixed here is the rule, as it always was.)
             self.memory, self.alone_capacity = scheduling.device_budgets(
                 free, self.in_flight, config.warm_children, config.ref_cache_bytes, reserved_bytes=reserved,
-                others_hold=others, free_probe=lambda: torch.cuda.mem_get_info()[0])
+                others_hold=others, free_probe=(lambda: torch.cuda.mem_get_info()[0]) if reserved else None)
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
             if reserved:
                 self.versions["reserved_for_others_gb"] = f"{reserved / 2**30:.1f} ({others / 2**30:.1f} held at start)"
