@@ -121,6 +121,8 @@ def test_the_reservation_is_estimated_only_where_the_local_policy_shares_the_eva
     reserved, _ = setup.policy_memory_reservation(on_gpu)
     # Two copies of the weights, one training sequence's logits (2048 prompt + 512 completion tokens), working memory.
     assert reserved == 2 * 4096 + 16 * 2560 * 1000 + setup.POLICY_WORKING_BYTES
+    # A process that runs no policy (the environment server) keeps no room for one.
+    assert setup.policy_memory_reservation(on_gpu, policy_beside=False) == (0, "")
     remote = _config(tmp_path, "policy.backend=tinker", "policy.base_model=Qwen/Qwen3-8B", "eval.device=cuda")
     assert setup.policy_memory_reservation(remote) == (0, "")
     # Set by hand it applies whatever runs where; 0 turns it off.

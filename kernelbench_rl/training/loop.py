@@ -218,7 +218,7 @@ class TrainingRun:
         self._started = True
 
     def _make_evaluator(self) -> EvaluateFn:
-        self._evaluator = open_evaluator(self.config, self.store, self.problems)
+        self._evaluator = open_evaluator(self.config, self.store, self.problems, policy_beside=True)
         return self._evaluator.evaluate_responses
 
     def _sft_checkpoint(self) -> dict[str, Any] | None:

@@ -48,12 +48,15 @@ def eval_settings(config: TrainConfig) -> EvalSettings:
                         precision_policy=ev.precision_policy)  # type: ignore[arg-type]
 
 
-def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem]) -> Any:
-    """An Evaluator for `problems` with the run's settings (workers start on first use); the caller closes it."""
+def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem], *, policy_beside: bool = False) -> Any:
+    """An Evaluator for `problems` with the run's settings (workers start on first use); the caller closes it.
+
+    policy_beside: this process also runs the run's policy (training, checkpoint evaluation), so a local one
+    on the evaluator's GPU gets its memory reserved (policy_memory_reservation)."""
     if config.eval.cluster in ("", "local"):
         from kernelbench_rl.evaluation import Evaluator
 
-        reserved_bytes, device_uuid = policy_memory_reservation(config)
+        reserved_bytes, device_uuid = policy_memory_reservation(config, policy_beside=policy_beside)
         worker_args = []
         if reserved_bytes:
             worker_args = ["--reserved-memory-gb", f"{reserved_bytes / GIB:.3f}"]
@@ -87,15 +90,15 @@ def model_weight_bytes(base_model: str) -> int:
     return sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt") for f in folder.glob(pattern))
 
 
-def policy_memory_reservation(config: TrainConfig) -> tuple[int, str]:
+def policy_memory_reservation(config: TrainConfig, *, policy_beside: bool = True) -> tuple[int, str]:
     """(bytes, device uuid): what the evaluator leaves to the policy on the policy's GPU.
 
-    eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA beside a local
-    evaluator on CUDA, an estimate of the policy's peak: two copies of its weights (the trainer's and the
+    eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA (in this process:
+    `policy_beside`) beside a local evaluator on CUDA, an estimate of the policy's peak: two copies of its weights (the trainer's and the
     sampler's), one training sequence's logits (prompt allowance + max_tokens) and working memory. The uuid names the policy's GPU (only that worker keeps the room); ""
     applies to every worker."""
     ev = config.eval
-    shares = _policy_shares_eval_gpu(config)
+    shares = policy_beside and _policy_shares_eval_gpu(config)
     uuid = _cuda_device_uuid(config.policy.device) if shares else ""
     if ev.reserved_memory_gb is not None:
         return int(ev.reserved_memory_gb * GIB), uuid
