@@ -9,6 +9,10 @@
 #   bash bench/device_suite.sh eval-scaling # <= 575 s (about 400): the same mix on 1 GPU and on 2 GPUs through
 #                                           # dask-cuda's LocalCUDACluster, the ratio, and a worker SIGKILLed mid-batch
 #                                           # (carry .whl-dask: dask, distributed, dask-cuda and deps the image lacks)
+#   bash bench/device_suite.sh rl-step      # <= 575 s: one whole RL step on this GPU (bench/rl_step_gpu.py): a random-weight
+#                                           # Qwen2.5-Coder-1.5B built under /tmp, the local policy (LoRA 16) and the evaluator
+#                                           # side by side, 8 problems x 8 samples, 512 tokens; $OUT/rl_step.{json,log}
+#                                           # (carry .whl-rl: duckdb, tinker, tinker-cookbook, pydantic and what they import)
 #   bash bench/device_suite.sh same-mix     # <= 575 s: ours, then the naive harness on the WHOLE mix (no sample, no
 #                                           # estimate unless its budget runs out): the measured like-for-like ratio
 # KernelBench itself (bench/kernelbench_sweep.py; carry .kb and .whl: the snapshot and pydantic's wheels):
@@ -25,6 +29,8 @@
 #   bash bench/device_suite.sh kb-selfcheck IDS|JSON  # <= 575 s: do these references agree with themselves?
 #   bash bench/device_suite.sh kb-audit [LEVELS]  # <= 575 s: the problem audit (trivial candidates, widened inputs, other
 #                                                # problems' references) at real size on the GPU, levels 1-3 by default
+#   bash bench/device_suite.sh pool-start        # <= 400 s: the pool's start 4 times (the first cold: the same-uid probe runs),
+#                                                # its steps on a timeline
 #   bash bench/device_suite.sh kb-defences       # <= 575 s: the red team, both layers (<= 330 s), identity on a sample whose
 #                                                # inputs get widened or no verdict, then `profile` on a two-kernel solution
 #   bash bench/device_suite.sh kb-floor          # <= 575 s: the real-size audit (~60 s), the floor check alone against a
@@ -200,6 +206,22 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
     # 16-candidate batch with a worker SIGKILLed in the middle: about 400 s in all.
     timeout $LEFT python3 bench/eval_scaling.py --workers ${SCALING_WORKERS:-2} --window-s ${SCALING_WINDOW:-100} \
       ${SCALING_ARGS:---kill-check --kill-limit 16} --out-dir "$OUT" 2>&1 | tee -a "$OUT/eval_scaling.log" ;;
+  rl-step)
+    if ! ls .whl-rl/duckdb-*.whl .whl-rl/tinker-*.whl .whl-rl/tinker_cookbook-*.whl >/dev/null 2>&1; then
+      echo "rl-step needs .whl-rl/ (duckdb, tinker, tinker-cookbook, pydantic and their imports) carried along" | tee "$OUT/rl_step.log"
+      exit 2
+    fi
+    timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/rl_site \
+      .whl-rl/*.whl 2>&1 | tail -3
+    export PYTHONPATH=/tmp/rl_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+    python3 -c "import duckdb, tinker, tinker_cookbook, pydantic, transformers, peft; print('duckdb', duckdb.__version__, 'tinker', tinker.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tee "$OUT/rl_step.log"
+    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+    # The model is built on the GPU (seconds) into /tmp, then loaded by path as a downloaded one would be.
+    timeout $LEFT python3 bench/rl_step_gpu.py --model /tmp/qwen1.5b-random --make-model qwen2.5-coder-1.5b \
+      --workdir /tmp/rl_step ${RL_STEP_ARGS:-} --eval-load-wait-s $(( LEFT / 3 )) --out "$OUT/rl_step.json" 2>&1 | tee -a "$OUT/rl_step.log" ;;
+  pool-start)
+    timeout ${POOL_START_LIMIT:-400} python3 bench/pool_start.py --device cuda --runs ${POOL_START_RUNS:-4} \
+      --out "$OUT/pool_start.json" 2>&1 | tee "$OUT/pool_start.log" ;;
   compare-cost)
     # The correctness comparison alone: fused one-pass kernel vs torch ops vs the copy floor, after checking both judge alike;
     # then the red team (the comparison is on its path) with what is left.

@@ -167,8 +167,8 @@ def mark_interrupted_runs(store: Any) -> list[dict[str, Any]]:
     if not store.exists():
         return []
     try:
-        rows = store.query("SELECT run_id, last_step, owner_pid, owner_host FROM runs WHERE status = 'running'",
-                           read_only=True).to_dicts()
+        rows = store.dicts("SELECT run_id, last_step, owner_pid, owner_host FROM runs WHERE status = 'running'",
+                           read_only=True)
     except Exception:  # noqa: BLE001 - no runs table yet (or a database of an older schema)
         return []
     gone = [row for row in rows if not is_owned(store.path, row["run_id"])]

@@ -21,6 +21,7 @@ import torch
 
 from kernelbench_rl.evaluation import checks, children, memory, timing
 from kernelbench_rl.evaluation.memory import GIB, MIB, Footprint
+from kernelbench_rl.evaluation.paired_reference import ResidentReference
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import kernels
 from host_clock import HOST_CLOCK
@@ -138,6 +139,7 @@ def _fake_cuda_worker(outcomes: list[EvalResult]) -> Worker:
     worker.device = "cuda"
     worker.residency = SharedOrAlone()
     worker.children = SimpleNamespace(reaping=SimpleNamespace(join=lambda: None))
+    worker.paired_reference = ResidentReference(lambda child, workdir: None)  # none resident
     calls = iter(outcomes)
     worker._evaluate_once = lambda payload, received_at=None: (next(calls), None)
     return worker

@@ -164,6 +164,10 @@ class EvalConfig:
     # fp16/bf16/fp8 arithmetic or autocast in an fp32 problem: warn (the tolerance decides) | reject (static error)
     precision_policy: str = "warn"
     cluster: str = "local"  # local | dask-local | dask://HOST:PORT (where evaluations run; not part of the run id)
+    # Device memory (GiB) the evaluator leaves to a policy trained on its GPU, for the policy's peak (weights,
+    # sampling, training). None: estimated when the local policy runs on CUDA beside a local evaluator
+    # (twice the weights plus working memory), else 0. Not part of the run id.
+    reserved_memory_gb: Annotated[float, Ge(0)] | None = None
 
 
 @dataclass
@@ -213,6 +217,7 @@ class TrainConfig:
         payload = config_to_dict(self)
         payload.pop("run_id", None)
         payload["eval"].pop("cluster", None)  # the same run, resumed on other hardware, keeps its id
+        payload["eval"].pop("reserved_memory_gb", None)  # how memory is shared, not what is trained
         payload["env"].pop("idle_timeout_s", None)  # a setting of the env server, not of training
         # problems.root and its older name are one key: either spelling, and runs configured before it, keep their id.
         payload["problems"]["kernelbench_root"] = self.problems.source_root

@@ -339,3 +339,29 @@ def _process_state(pid: int) -> str:
             return handle.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return ""
+
+
+def ipc_selftest(ctx: Any, phases: Any, drop_uid: bool, landlock: bool, workdir: str,
+                 block_unix_sockets: bool) -> str:
+    """Can the worker open CUDA IPC handles from a confined child? ('ok' or why not)."""
+    child = None
+    try:
+        with phases.timed("ipc_selftest"):
+            with phases.timed("selftest_child_spawn"):
+                child = Child(ctx, "cuda")  # waits for the zygote's imports
+            wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop_uid, "landlock": landlock,
+                                        "workdir": workdir, "block_unix_sockets": block_unix_sockets})
+            if not child.conn.poll(START_TIMEOUT_S):
+                return "no answer"
+            header = wire.recv_json(child.conn)
+            tensors = wire.receive_tensors(child.conn, header, 1 << 20)["t"]
+            expected = torch.arange(1024, dtype=torch.float32, device="cuda")
+            ok = torch.equal(tensors[0], expected)
+            del tensors
+            wire.send_json(child.conn, {"cmd": "exit"})
+            return "ok" if ok else "wrong values"
+    except Exception as exc:  # noqa: BLE001 - any failure means: use files
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+    finally:
+        if child is not None:
+            child.kill()

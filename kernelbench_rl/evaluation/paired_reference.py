@@ -9,10 +9,14 @@ failed, or when a big evaluation needs the room.
 
 from __future__ import annotations
 
+import tempfile
 import threading
+import time
 from typing import Any, Callable, Hashable
 
-from kernelbench_rl.evaluation.children import Child
+from kernelbench_rl.evaluation import children, scheduling
+from kernelbench_rl.evaluation.faults import Fault
+from kernelbench_rl.evaluation.children import START_TIMEOUT_S, Child
 
 
 class ResidentReference:
@@ -67,3 +71,28 @@ class ResidentReference:
 def paired_key(state: Any, settings: Any, payload: dict[str, Any]) -> tuple[str, int, str, str]:
     """Which reference a paired child runs: the problem, its source, the precision and the size."""
     return (state.problem_id, hash(payload["problem_source"]), settings.precision, settings.size)
+
+
+def start_reference_child(take_child: Callable[[], Child], retire: Callable[[Child, str], None],
+                          make_job: Callable[..., dict[str, Any]], root: str, quiet_cores: set[int], state: Any,
+                          settings: Any, payload: dict[str, Any], result: Any, deadline: float) -> Child | None:
+    """A fresh child running the problem's reference (no candidate code in it), built and warm; None when it cannot
+    start, which is ours (noted in the result) and leaves the solo baseline in place."""
+    workdir = tempfile.mkdtemp(prefix="r-", dir=root)
+    reference_child = take_child()
+    reference_child.workdir = workdir
+    scheduling.pin(reference_child.pid, quiet_cores)  # where the candidate's child times
+    try:
+        # The problem's own source, its Model under the candidate's name: the child's usual path runs it.
+        job = make_job(workdir, payload["problem_source"] + "\n\nModelNew = Model\n", payload["problem_source"],
+                       settings, state)
+        children.send(reference_child, job, "starting the reference's sandbox")
+        children.expect(reference_child, {"started"}, START_TIMEOUT_S, "starting the reference's sandbox")
+        children.expect(reference_child, {"loaded"}, deadline - time.monotonic(), "importing the reference")
+        children.send(reference_child, {"cmd": "build", "seed": state.init_seed}, "building the reference")
+        children.expect(reference_child, {"built"}, deadline - time.monotonic(), "building the reference")
+        return reference_child
+    except Exception as exc:  # noqa: BLE001 - ours (a Fault from its child, or an OSError): time solo
+        result.versions["timing_pairing_failed"] = (exc.message if isinstance(exc, Fault) else repr(exc))[:200]
+    retire(reference_child, workdir)
+    return None

@@ -49,13 +49,38 @@ class MemoryBudget:
     smaller GPU, or with level-1 problems whose inputs and outputs reach GiBs, several of them at once
     could run the device out of memory and turn a correct kernel into an OOM verdict. A request larger
     than the whole budget waits until it can run alone.
+
+    `capacity` is fixed when the worker starts; another process on the device (a policy sampled and
+    trained beside the evaluator) may take memory after that. With `free_probe` (the device's free
+    bytes now), each admission also fits what the device shows free: what this budget has admitted plus
+    `usable_fraction` of the free bytes. Waiting requests look again every `poll_s`, since memory that
+    another process gives back wakes nobody. A request with nothing else admitted always runs: the
+    device cannot get freer by this worker's doing, and an out-of-memory then is judged alone (never the
+    candidate's within its budget).
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, free_probe: Callable[[], int] | None = None,
+                 usable_fraction: float = USABLE_FRACTION, poll_s: float = 0.1) -> None:
         self.capacity = max(1, capacity)
         self.used = 0
+        self.free_probe = free_probe
+        self.usable_fraction = usable_fraction
+        self.poll_s = poll_s
         self._cond = threading.Condition()
         self._queue: collections.deque[object] = collections.deque()
+
+    def available(self) -> int:
+        """Bytes a new request may be admitted with now (the caller holds no lock; a snapshot)."""
+        with self._cond:
+            return max(0, self._capacity_now() - self.used)
+
+    def _capacity_now(self) -> int:
+        if self.free_probe is None:
+            return self.capacity
+        return min(self.capacity, self.used + int(self.usable_fraction * max(0, self.free_probe())))
+
+    def _admissible(self, ticket: object, nbytes: int) -> bool:
+        return self._queue[0] is ticket and (self.used == 0 or self.used + nbytes <= self._capacity_now())
 
     @contextlib.contextmanager
     def hold(self, nbytes: int):
@@ -63,7 +88,8 @@ class MemoryBudget:
         ticket = object()
         with self._cond:
             self._queue.append(ticket)
-            self._cond.wait_for(lambda: self._queue[0] is ticket and self.used + nbytes <= self.capacity)
+            while not self._admissible(ticket, nbytes):
+                self._cond.wait(timeout=self.poll_s if self.free_probe is not None else None)
             self._queue.popleft()
             self.used += nbytes
             self._cond.notify_all()
@@ -195,16 +221,28 @@ class SharedOrAlone:
 
 
 
-def device_budgets(free: int, in_flight: int, warm_children: int, ref_cache_bytes: int) -> tuple[MemoryBudget, int]:
+def device_budgets(free: int, in_flight: int, warm_children: int, ref_cache_bytes: int, *,
+                   reserved_bytes: int = 0, others_hold: int = 0,
+                   free_probe: Callable[[], int] | None = None) -> tuple[MemoryBudget, int]:
     """The budget evaluations are admitted against, and the capacity of one that has the device to itself.
 
     Every child holds a CUDA context; the worker keeps its reference models and cached outputs within
     ref_cache_bytes (evicting the least recently used problems). The rest of `free` is the budget. With the
     device to itself (pre-started children killed, other problems' references dropped), an evaluation still
-    shares it with the other evaluations' children, each at most a loaded context."""
+    shares it with the other evaluations' children, each at most a loaded context.
+
+    reserved_bytes: what another user of the device (a policy trained on it) may hold at its peak; of it,
+    what it does not hold yet (beyond `others_hold`, the bytes others held when `free` was read) is kept
+    out of the budget, so the evaluator never plans with memory the policy will grow into."""
+    free = max(0, free - max(0, reserved_bytes - others_hold))
     contexts = in_flight * LOADED_CONTEXT_BYTES + warm_children * WARM_CONTEXT_BYTES
-    memory = MemoryBudget(max(1 << 30, int(USABLE_FRACTION * free) - ref_cache_bytes - contexts))
+    memory = MemoryBudget(max(1 << 30, int(USABLE_FRACTION * free) - ref_cache_bytes - contexts), free_probe)
     return memory, max(memory.capacity, int(USABLE_FRACTION * free) - in_flight * LOADED_CONTEXT_BYTES)
+
+
+def held_by_others(free: int, total: int, own_bytes: int) -> int:
+    """Device bytes neither free nor this process's own (its CUDA context and allocator): other processes'."""
+    return max(0, total - free - own_bytes)
 
 
 def admission(memory: MemoryBudget | None, plan: footprints.MemoryPlan | None, kind: str) -> contextlib.AbstractContextManager:

@@ -206,3 +206,4 @@ class PrivateCache:
         except OSError:
             return False
         return True
+

@@ -19,7 +19,6 @@ device_timing.py (the timing step), faults.py (verdicts and whose fault they are
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import faulthandler
 import json
@@ -34,19 +33,19 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from kernelbench_rl.evaluation import (
-    candidate_class, checks, discrimination, kernels, numerics, runtime, sandbox, tempdirs, timing, wire,
+    candidate_class, checks, discrimination, kernels, numerics, runtime, sandbox, tempdirs, timing,
 )
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import children, faults, reference_budget, scheduling, startup
 from kernelbench_rl.evaluation.build_cache import BuildCache
-from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key
+from kernelbench_rl.evaluation.worker_config import WorkerConfig, argument_parser, config_from_args  # noqa: F401
+from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key, start_reference_child
 from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
     PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, VERIFY_TIMED_OUTPUTS, CandidateTiming, pairing_wanted,
 )
@@ -72,25 +71,11 @@ from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable fr
 STOP_GRACE_S = float(os.environ.get("KBRL_EVAL_STOP_GRACE_S", "15"))
 
 
-@dataclass
-class WorkerConfig:
-    device: str = "cpu"
-    parallel: int = 2  # children compiling/loading/warming up at once (CPU-bound work)
-    in_flight: int = 0  # evaluations under way at once, queued for the device included (0: parallel + 1)
-    warm_children: int = 1
-    drop_uid: bool = True
-    landlock: bool = True
-    prewarm: bool = False  # one forward before the exclusive section: Triton JIT in parallel (GPU default)
-    transport: str = "auto"  # auto (CUDA IPC if a self-test passes, else files) | ipc | file | pipe
-    same_uid: bool = False  # this worker already runs as the children's unprivileged uid (see main)
-    ref_cache_bytes: int = 2 << 30
-    nvcc: str = "nvcc"
-
-
-# Correctness, the check of timed outputs and the profile run beside other candidates' untimed work instead of
-# inside the exclusive device section (see Worker._device_section_for). "0" holds the device for all of it, as
-# big plans do: a switch for timing studies.
-OVERLAP_UNTIMED = os.environ.get("KBRL_EVAL_OVERLAP", "1") != "0"
+# KBRL_EVAL_OVERLAP=1: correctness, the check of timed outputs and the profile run beside other candidates'
+# untimed work instead of inside the exclusive device section (see Worker._device_section_for). Off by default:
+# on an H100 it made the level-2 GRPO-shaped batch slower, 53.8 s against 46.2 s (bench/RESULTS.md), since the
+# seeds of many candidates then queue at the quiet gate and hold their memory meanwhile.
+OVERLAP_UNTIMED = os.environ.get("KBRL_EVAL_OVERLAP", "0") == "1"
 
 
 class Worker:
@@ -174,9 +159,16 @@ class Worker:
             # After the self-test's child is gone and before any pre-started child: free memory as it always was.
             free, self.total_memory = torch.cuda.mem_get_info()
             self.l2_bytes = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
+            reserved = self._reserved_for_others()
+            others = scheduling.held_by_others(free, self.total_memory, WARM_CONTEXT_BYTES + torch.cuda.memory_reserved())
+            # Sharing the device with a policy: each admission also re-reads the device's free memory, since the
+            # policy may have grown since. (Alone on it, the budget fixed here is the rule, as it always was.)
             self.memory, self.alone_capacity = scheduling.device_budgets(
-                free, self.in_flight, config.warm_children, config.ref_cache_bytes)
+                free, self.in_flight, config.warm_children, config.ref_cache_bytes, reserved_bytes=reserved,
+                others_hold=others, free_probe=(lambda: torch.cuda.mem_get_info()[0]) if reserved else None)
             self.versions["child_memory_budget_gb"] = f"{self.memory.capacity / 2**30:.1f}"
+            if reserved:
+                self.versions["reserved_for_others_gb"] = f"{reserved / 2**30:.1f} ({others / 2**30:.1f} held at start)"
         with self.phases.timed("first_child"):
             self.children.prestart(min(1, config.warm_children))  # returns once the zygote serves
         self.background: list[threading.Thread] = [self.children.fill_in_background(self.phases, "warm_children")]
@@ -201,30 +193,18 @@ class Worker:
                 section.__exit__(None, None, None)  # never leave the device queue held by a build that never ran
                 raise
 
+    def _reserved_for_others(self) -> int:
+        """config.reserved_memory_bytes where it applies to this worker's device (its UUID, when one is named)."""
+        wanted = self.config.reserved_memory_bytes
+        uuid = self.config.reserved_device_uuid
+        if wanted <= 0 or not uuid:
+            return max(0, wanted)
+        return wanted if str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) == uuid else 0
+
     def _ipc_selftest(self) -> str:
         """Can this worker open CUDA IPC handles from a confined child? ('ok' or why not)."""
-        child = None
-        try:
-            with self.phases.timed("ipc_selftest"):
-                with self.phases.timed("selftest_child_spawn"):
-                    child = Child(self.children.ctx, self.device)  # waits for the zygote's imports
-                drop = self.drop_uid
-                wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop, "landlock": self.config.landlock,
-                                            "workdir": self.root, "block_unix_sockets": self.config.same_uid})
-                if not child.conn.poll(START_TIMEOUT_S):
-                    return "no answer"
-                header = wire.recv_json(child.conn)
-                tensors = wire.receive_tensors(child.conn, header, 1 << 20)["t"]
-                expected = torch.arange(1024, dtype=torch.float32, device="cuda")
-                ok = torch.equal(tensors[0], expected)
-                del tensors
-                wire.send_json(child.conn, {"cmd": "exit"})
-                return "ok" if ok else "wrong values"
-        except Exception as exc:  # noqa: BLE001 - any failure means: use files
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
-        finally:
-            if child is not None:
-                child.kill()
+        return children.ipc_selftest(self.children.ctx, self.phases, self.drop_uid, self.config.landlock,
+                                    self.root, self.config.same_uid)
 
     # -- children (children.py) ------------------------------------------------------------
     def take_child(self) -> Child:
@@ -668,24 +648,8 @@ class Worker:
         resident = self.paired_reference.take(paired_key(state, settings, payload))
         if resident is not None:
             return resident
-        workdir = tempfile.mkdtemp(prefix="r-", dir=self.root)
-        reference_child = self.take_child()
-        reference_child.workdir = workdir
-        scheduling.pin(reference_child.pid, self.quiet_cores)  # where the candidate's child times
-        try:
-            # The problem's own source, its Model under the candidate's name: the child's usual path runs it.
-            job = self._job(workdir, payload["problem_source"] + "\n\nModelNew = Model\n", payload["problem_source"],
-                            settings, state)
-            children.send(reference_child, job, "starting the reference's sandbox")
-            children.expect(reference_child, {"started"}, START_TIMEOUT_S, "starting the reference's sandbox")
-            children.expect(reference_child, {"loaded"}, deadline - time.monotonic(), "importing the reference")
-            children.send(reference_child, {"cmd": "build", "seed": state.init_seed}, "building the reference")
-            children.expect(reference_child, {"built"}, deadline - time.monotonic(), "building the reference")
-            return reference_child
-        except Exception as exc:  # noqa: BLE001 - ours (a Fault from its child, or an OSError): time solo
-            result.versions["timing_pairing_failed"] = (exc.message if isinstance(exc, Fault) else repr(exc))[:200]
-        self.children.retire(reference_child, workdir)
-        return None
+        return start_reference_child(self.take_child, self.children.retire, self._job, self.root, self.quiet_cores,
+                                     state, settings, payload, result, deadline)
 
     def _give_back_reference(self, child: Child, healthy: bool, state: ProblemState, settings: EvalSettings,
                              payload: dict[str, Any]) -> None:
@@ -721,20 +685,7 @@ def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = No
 def main(argv: list[str] | None = None, boot: Any = None) -> None:
     """`boot`: what boot.py (the pool's entry point) decided and started before this module was imported."""
     phases = boot.phases if boot is not None else startup.Phases()
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--parallel", type=int, default=2)
-    parser.add_argument("--warm-children", type=int, default=1)
-    parser.add_argument("--in-flight", type=int, default=0,
-                        help="evaluations under way at once, those queued for the device included (0: parallel + 1)")
-    parser.add_argument("--no-drop-uid", action="store_true")
-    parser.add_argument("--no-landlock", action="store_true")
-    parser.add_argument("--prewarm", choices=["auto", "on", "off"], default="auto",
-                        help="one forward outside the exclusive GPU section (auto: on for cuda)")
-    parser.add_argument("--transport", choices=["auto", "ipc", "file", "pipe"],
-                        default=os.environ.get("KBRL_EVAL_TRANSPORT", "auto"),
-                        help="auto: CUDA IPC where a self-test passes (same-uid mode when root), else files")
-    args = parser.parse_args(argv)
+    args = argument_parser().parse_args(argv)
     numerics.apply()
     if args.transport not in ("auto", "ipc", "file", "pipe"):
         args.transport = "auto"
@@ -761,13 +712,7 @@ def main(argv: list[str] | None = None, boot: Any = None) -> None:
             protocol.write(json.dumps(message) + "\n")
             protocol.flush()
 
-    config = WorkerConfig(
-        device=args.device, parallel=max(1, args.parallel), warm_children=max(0, args.warm_children),
-        in_flight=max(0, args.in_flight),
-        drop_uid=not args.no_drop_uid, landlock=not args.no_landlock, transport=args.transport,
-        prewarm=args.prewarm == "on" or (args.prewarm == "auto" and args.device == "cuda"),
-        same_uid=same_uid,
-    )
+    config = config_from_args(args, same_uid)
     if config.device == "cuda":
         with phases.timed("cuda_init"):
             total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0

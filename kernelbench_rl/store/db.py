@@ -663,6 +663,18 @@ class Store:
             relation = con.sql(sql, params=_params(params))
             return relation.pl() if relation is not None else pl.DataFrame()
 
+    def dicts(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, read_only: bool = False
+    ) -> list[dict[str, Any]]:
+        """Run SQL and return its rows as {column: value} (no polars: training reads its rows this way, so it
+        runs where only duckdb is installed)."""
+        with self.connect(read_only=read_only) as con:
+            cursor = con.execute(sql, _params(params) or [])
+            if cursor.description is None:
+                return []
+            names = [column[0] for column in cursor.description]
+            return [dict(zip(names, row)) for row in cursor.fetchall()]
+
     def fetchall(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, read_only: bool = False
     ) -> list[tuple[Any, ...]]:

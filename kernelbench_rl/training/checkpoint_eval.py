@@ -202,7 +202,7 @@ def _evaluating(config: TrainConfig, store: Store, problems: Sequence[Problem], 
         return
     from kernelbench_rl.training.setup import open_evaluator
 
-    evaluator = open_evaluator(config, store, problems)
+    evaluator = open_evaluator(config, store, problems, policy_beside=True)
     if config.eval.cluster not in ("", "local"):
         # A cluster that does not answer is found before the first model request is paid for.
         try:

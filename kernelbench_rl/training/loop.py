@@ -218,7 +218,7 @@ class TrainingRun:
         self._started = True
 
     def _make_evaluator(self) -> EvaluateFn:
-        self._evaluator = open_evaluator(self.config, self.store, self.problems)
+        self._evaluator = open_evaluator(self.config, self.store, self.problems, policy_beside=True)
         return self._evaluator.evaluate_responses
 
     def _sft_checkpoint(self) -> dict[str, Any] | None:
@@ -228,19 +228,18 @@ class TrainingRun:
         return warm_start_checkpoint(self.store, self.config)
 
     def _last_checkpoint(self) -> dict[str, Any] | None:
-        frame = self.store.query(
+        rows = self.store.dicts(
             "SELECT step, state_path, sampler_path FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT 1",
             [self.run_id])
-        rows = frame.to_dicts()
         return rows[0] if rows else None
 
     def _replay_curriculum(self, up_to_step: int) -> None:
-        events = self.store.query(
+        events = self.store.dicts(
             "SELECT step, kind, from_value, to_value FROM curriculum_events WHERE run_id = ? AND step <= ? ORDER BY step",
-            [self.run_id, up_to_step]).to_dicts()
-        steps = self.store.query(
+            [self.run_id, up_to_step])
+        steps = self.store.dicts(
             "SELECT step, metrics_json FROM train_steps WHERE run_id = ? AND step <= ? ORDER BY step",
-            [self.run_id, up_to_step]).to_dicts()
+            [self.run_id, up_to_step])
         self.curriculum.replay(events, [(r["step"], json.loads(r["metrics_json"] or "{}")) for r in steps])
 
     def _write_run(self, status: str) -> None:
@@ -530,7 +529,7 @@ def describe_run_start(config: TrainConfig, store: Store | None = None) -> str:
     rows = []
     if store.exists():
         try:
-            rows = store.query("SELECT run_id, status, last_step FROM runs ORDER BY updated_at DESC", read_only=True).to_dicts()
+            rows = store.dicts("SELECT run_id, status, last_step FROM runs ORDER BY updated_at DESC", read_only=True)
         except Exception:  # noqa: BLE001 - no runs table yet
             rows = []
     mine = next((row for row in rows if row["run_id"] == run_id), None)

@@ -6,9 +6,11 @@ without importing another loop.
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kernelbench_rl.config.schema import TrainConfig
@@ -43,22 +45,101 @@ def eval_settings(config: TrainConfig) -> EvalSettings:
                         size=size, correctness_trials=ev.correctness_trials,  # type: ignore[arg-type]
                         discriminating_trials=ev.discriminating_trials,
                         timing_trials=ev.timing_trials, timeout_s=ev.timeout_s,
+                        reference_timeout_s=ev.reference_timeout_s,
                         precision_policy=ev.precision_policy)  # type: ignore[arg-type]
 
 
-def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem]) -> Any:
-    """An Evaluator for `problems` with the run's settings (workers start on first use); the caller closes it."""
+def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem], *, policy_beside: bool = False) -> Any:
+    """An Evaluator for `problems` with the run's settings (workers start on first use); the caller closes it.
+
+    policy_beside: this process also runs the run's policy (training, checkpoint evaluation), so a local one
+    on the evaluator's GPU gets its memory reserved (policy_memory_reservation)."""
     if config.eval.cluster in ("", "local"):
         from kernelbench_rl.evaluation import Evaluator
 
+        reserved_bytes, device_uuid = policy_memory_reservation(config, policy_beside=policy_beside)
+        worker_args = []
+        if reserved_bytes:
+            worker_args = ["--reserved-memory-gb", f"{reserved_bytes / GIB:.3f}"]
+            worker_args += ["--reserved-device-uuid", device_uuid] if device_uuid else []
         return Evaluator(eval_settings(config), num_workers=config.eval.num_workers, store=store,
                          problems_root=config.problems.source_root, problems={p.id: p for p in problems},
-                         input_variants=audited_input_variants(config))
+                         input_variants=audited_input_variants(config), worker_args=worker_args)
     from kernelbench_rl.evaluation.cluster import make_evaluator  # Dask: imported only when asked for
 
     return make_evaluator(eval_settings(config), cluster=config.eval.cluster, num_workers=config.eval.num_workers,
                           store=store, problems_root=config.problems.source_root,
                           problems={p.id: p for p in problems}, input_variants=audited_input_variants(config))
+
+
+GIB = 1 << 30
+# Beyond its weights and one training sequence's logits, what a local policy holds at its peak: activations
+# kept for the backward pass, a group's prompt logits while sampling, the allocator's slack. A floor; a
+# model larger than it gets its weights' size.
+POLICY_WORKING_BYTES = 6 * GIB
+# One training sequence's logits: bf16 from the model, the fp32 copy, its log-softmax, and both gradients.
+LOGIT_BYTES = 16
+# Prompt tokens allowed for in the estimate, beside the completion's max_tokens.
+PROMPT_TOKENS_ALLOWANCE = 2048
+
+
+def model_weight_bytes(base_model: str) -> int:
+    """Bytes of a local model folder's weight files (0 when base_model is no folder: local:tiny, a hub id)."""
+    folder = Path(base_model)
+    if not folder.is_dir():
+        return 0
+    return sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin", "*.pt") for f in folder.glob(pattern))
+
+
+def policy_memory_reservation(config: TrainConfig, *, policy_beside: bool = True) -> tuple[int, str]:
+    """(bytes, device uuid): what the evaluator leaves to the policy on the policy's GPU.
+
+    eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA (in this process:
+    `policy_beside`) beside a local evaluator on CUDA, an estimate of the policy's peak: two copies of its weights (the trainer's and the
+    sampler's), one training sequence's logits (prompt allowance + max_tokens) and working memory. The uuid names the policy's GPU (only that worker keeps the room); ""
+    applies to every worker."""
+    ev = config.eval
+    shares = policy_beside and _policy_shares_eval_gpu(config)
+    uuid = _cuda_device_uuid(config.policy.device) if shares else ""
+    if ev.reserved_memory_gb is not None:
+        return int(ev.reserved_memory_gb * GIB), uuid
+    if not shares:
+        return 0, ""
+    base_model = resolve_base_model(config)
+    weights = model_weight_bytes(base_model)
+    tokens = min(config.turn_token_budget(), PROMPT_TOKENS_ALLOWANCE + config.max_completion_tokens())
+    logits = LOGIT_BYTES * tokens * model_vocab_size(base_model)
+    return 2 * weights + logits + max(POLICY_WORKING_BYTES, weights), uuid
+
+
+def model_vocab_size(base_model: str) -> int:
+    """The vocabulary of a local model folder's config.json (0 when unknown)."""
+    try:
+        return int(json.loads((Path(base_model) / "config.json").read_text())["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def _policy_shares_eval_gpu(config: TrainConfig) -> bool:
+    from kernelbench_rl.policy import resolve_backend
+
+    if config.eval.cluster not in ("", "local") or resolve_backend(policy_config(config)) != "local":
+        return False
+    eval_device, _ = resolve_eval_device(config.eval.device, config.eval.size)
+    policy_device = config.policy.device
+    if policy_device == "auto":
+        policy_device = eval_device if eval_device == "cuda" else "cpu"
+    return eval_device == "cuda" and policy_device.startswith("cuda")
+
+
+def _cuda_device_uuid(device: str) -> str:
+    """The UUID of the GPU `device` names (auto or cuda: the current one), as the worker reads its own."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    index = torch.device(device).index if device.startswith("cuda:") else None
+    return str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index), "uuid", ""))
 
 
 def problem_audits(config: TrainConfig) -> dict[str, Any]:

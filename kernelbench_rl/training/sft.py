@@ -356,8 +356,8 @@ class SftRun:
         return name
 
     def summary(self, steps_run: int) -> SftSummary:
-        rows = self.store.query("SELECT step, loss, state_path FROM sft_steps WHERE run_id = ? ORDER BY step",
-                                [self.run_id]).to_dicts()
+        rows = self.store.dicts("SELECT step, loss, state_path FROM sft_steps WHERE run_id = ? ORDER BY step",
+                                [self.run_id])
         final = last_sft_checkpoint(self.store, self.run_id)
         return SftSummary(
             run_id=self.run_id, num_examples=len(self.dataset.examples), excluded=dict(self.dataset.excluded),
@@ -407,9 +407,9 @@ def _loss_sum(output: Any, batch: Sequence[tinker.Datum]) -> float:
 
 def last_sft_checkpoint(store: Store, run_id: str) -> dict[str, Any] | None:
     """The newest saved SFT state of a run: {step, state_path, sampler_path, total_steps}, or None."""
-    rows = store.query(
+    rows = store.dicts(
         "SELECT step, state_path, sampler_path, total_steps FROM sft_steps WHERE run_id = ? AND state_path IS NOT NULL "
-        "ORDER BY step DESC LIMIT 1", [run_id]).to_dicts()
+        "ORDER BY step DESC LIMIT 1", [run_id])
     return rows[0] if rows else None
 
 
