@@ -49,6 +49,12 @@ mkdir -p "$OUT"
 MODE=${1:-smoke}
 ARG2=${2:-}
 SUITE_START=$(date +%s)
+# install_wheels FOLDER TARGET [LIMIT]: the carried wheels of FOLDER into TARGET (pip without an index, or unzipped where
+# pip fails); only the processes that put TARGET on their path see them.
+install_wheels() {
+  timeout ${3:-90} python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$2" "$1"/*.whl 2>&1 | tail -3 \
+    || python3 -c "import glob, sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[2]) for w in glob.glob(sys.argv[1] + '/*.whl')]; print('no pip: wheels unzipped into', sys.argv[2])" "$1" "$2"
+}
 GPU_INFO_LIMIT=20
 [ "$MODE" = final ] && GPU_INFO_LIMIT=15
 timeout $GPU_INFO_LIMIT nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
@@ -62,8 +68,7 @@ case "$MODE" in
       echo "kb modes need .kb/ (a copy of the KernelBench snapshot) and .whl/ (pydantic's wheels) carried along" | tee "$OUT/kb.log"
       exit 2
     fi
-    timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kb_site .whl/*.whl 2>&1 | tail -3 \
-      || python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/kb_site') for w in glob.glob('.whl/*.whl')]; print('no pip: wheels unzipped into /tmp/kb_site')"
+    install_wheels .whl /tmp/kb_site 60
     KB_LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) )) ;;
 esac
 # kb_solutions LIMIT BUDGET: every bundled solution on KernelBench's problem of its id, launching none past BUDGET s.
@@ -147,13 +152,11 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
     # harness is skipped; without .whl-duck/ the cold part is skipped (both say so in the JSON).
     ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)
     if ls .whl/pydantic-*.whl >/dev/null 2>&1; then
-      timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kb_site .whl/*.whl 2>&1 | tail -3 \
-        || python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/kb_site') for w in glob.glob('.whl/*.whl')]"
+      install_wheels .whl /tmp/kb_site 60
     fi
     DUCK_ARGS=()
     if ls .whl-duck/duckdb-*.whl >/dev/null 2>&1; then
-      timeout 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/duck_site .whl-duck/*.whl 2>&1 | tail -3 \
-        || python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('/tmp/duck_site') for w in glob.glob('.whl-duck/*.whl')]"
+      install_wheels .whl-duck /tmp/duck_site 60
       DUCK_ARGS=(--duck-site /tmp/duck_site)
     fi
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
@@ -197,8 +200,7 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
       exit 2
     fi
     # Into a folder of their own, first on the path of this script and of the Dask workers it spawns.
-    timeout 90 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/dask_site \
-      .whl-dask/*.whl 2>&1 | tail -3
+    install_wheels .whl-dask /tmp/dask_site 90
     export PYTHONPATH=/tmp/dask_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
     python3 -c "import dask, distributed, dask_cuda; print('dask', dask.__version__, 'distributed', distributed.__version__, 'dask_cuda', dask_cuda.__version__)" 2>&1 | tee "$OUT/eval_scaling.log"
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
@@ -211,8 +213,7 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
       echo "rl-step needs .whl-rl/ (duckdb, tinker, tinker-cookbook, pydantic and their imports) carried along" | tee "$OUT/rl_step.log"
       exit 2
     fi
-    timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/rl_site \
-      .whl-rl/*.whl 2>&1 | tail -3
+    install_wheels .whl-rl /tmp/rl_site 120
     export PYTHONPATH=/tmp/rl_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
     python3 -c "import duckdb, tinker, tinker_cookbook, pydantic, transformers, peft; print('duckdb', duckdb.__version__, 'tinker', tinker.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tee "$OUT/rl_step.log"
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))

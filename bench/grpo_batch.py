@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -266,30 +264,12 @@ def run_cold(args: argparse.Namespace, root: Path, problems: list[Any], level: i
         spec_path.write_text(json.dumps(spec))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (args.duck_site, str(BENCH.parent), os.environ.get("PYTHONPATH")) if p)
-        started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--cold-child", str(spec_path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=work, start_new_session=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=args.cold_budget_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            stdout, stderr = proc.communicate()
-        wall = time.perf_counter() - started
-    found = None
-    for line in stdout.decode(errors="replace").splitlines():
-        if line.startswith(COLD_RESULT_PREFIX):
-            found = json.loads(line[len(COLD_RESULT_PREFIX):])
+        found, wall, tail, timed_out = sweep.run_child([str(Path(__file__).resolve()), "--cold-child", str(spec_path)],
+                                                       env, work, args.cold_budget_s, result_prefix=COLD_RESULT_PREFIX)
     if found is None:
-        tail = stderr.decode(errors="replace").strip().splitlines()
         out["status"] = "failed"
         out["reason"] = (f"cut at its budget of {args.cold_budget_s:.0f} s" if timed_out else
-                         f"the process ended with no result (exit code {proc.returncode}"
-                         + (f", {tail[-1][:300]}" if tail else "") + ")")
+                         f"the process ended with no result ({tail})")
         return out
     if found.get("skipped"):
         out.update(status="skipped", reason=found["skipped"])

@@ -702,8 +702,11 @@ def kb_child_env(src_dir: Path, kb_site: str | None) -> dict[str, str]:
     return env
 
 
-def run_child(argv: list[str], env: dict[str, str], cwd: str, timeout_s: float) -> tuple[dict[str, Any] | None, float, str, bool]:
-    """A fresh Python process; returns (its last result line, wall seconds start to exit, stderr tail, timed out)."""
+def run_child(argv: list[str], env: dict[str, str], cwd: str, timeout_s: float,
+              result_prefix: str | None = None) -> tuple[dict[str, Any] | None, float, str, bool]:
+    """A fresh Python process; returns (the JSON of its last line starting with `result_prefix` (default
+    KernelBench's), wall seconds start to exit, stderr tail, timed out)."""
+    result_prefix = result_prefix or KB_RESULT_PREFIX
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
                             start_new_session=True)
@@ -720,9 +723,9 @@ def run_child(argv: list[str], env: dict[str, str], cwd: str, timeout_s: float) 
     wall = time.perf_counter() - started
     found = None
     for line in stdout.decode(errors="replace").splitlines():
-        if line.startswith(KB_RESULT_PREFIX):
+        if line.startswith(result_prefix):
             try:
-                found = json.loads(line[len(KB_RESULT_PREFIX):])
+                found = json.loads(line[len(result_prefix):])
             except json.JSONDecodeError:
                 continue
     lines = stderr.decode(errors="replace").strip().splitlines()

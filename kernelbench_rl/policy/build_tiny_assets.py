@@ -15,6 +15,7 @@ import argparse
 import json
 import string
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -54,21 +55,27 @@ def build_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def write_assets(out_dir: Path, vocab_size: int, kernelbench_dir: Path) -> None:
+def chatml_tokenizer(corpus_dir: Path, vocab_size: int, model_max_length: int) -> Any:
+    """A ChatML byte-level BPE tokenizer (transformers' fast tokenizer, Qwen's special tokens and chat template)
+    trained on the texts of `corpus_dir`."""
     from transformers import PreTrainedTokenizerFast
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    raw = build_tokenizer(training_texts(kernelbench_dir), vocab_size)
     hf_tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=raw,
+        tokenizer_object=build_tokenizer(training_texts(corpus_dir), vocab_size),
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
         bos_token=BOS_TOKEN,
         additional_special_tokens=[IM_START_TOKEN, IM_END_TOKEN],
-        model_max_length=4096,
+        model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
     hf_tokenizer.chat_template = CHAT_TEMPLATE
+    return hf_tokenizer
+
+
+def write_assets(out_dir: Path, vocab_size: int, kernelbench_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hf_tokenizer = chatml_tokenizer(kernelbench_dir, vocab_size, 4096)
     hf_tokenizer.save_pretrained(str(out_dir))
     config = tiny_model_config_dict(
         vocab_size=len(hf_tokenizer),

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.policy.tiny import BOS_TOKEN, CHAT_TEMPLATE, EOS_TOKEN, IM_END_TOKEN, IM_START_TOKEN, PAD_TOKEN
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CORPUS_DIR = REPO_ROOT / "KernelBench"
@@ -80,25 +79,11 @@ def architecture(name: str) -> dict[str, Any]:
 
 def build_tokenizer(vocab_size: int, corpus_dir: Path = CORPUS_DIR) -> Any:
     """A ChatML byte-level BPE tokenizer (transformers' fast tokenizer) trained on the problem sources."""
-    from transformers import PreTrainedTokenizerFast
-
-    from kernelbench_rl.policy.build_tiny_assets import build_tokenizer as train_bpe
-    from kernelbench_rl.policy.build_tiny_assets import training_texts
+    from kernelbench_rl.policy.build_tiny_assets import chatml_tokenizer
 
     if not corpus_dir.is_dir():
         raise UserError(f"The tokenizer's training corpus {corpus_dir} is missing (run from a checkout of the repository).")
-    raw = train_bpe(training_texts(corpus_dir), vocab_size)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=raw,
-        eos_token=EOS_TOKEN,
-        pad_token=PAD_TOKEN,
-        bos_token=BOS_TOKEN,
-        additional_special_tokens=[IM_START_TOKEN, IM_END_TOKEN],
-        model_max_length=32768,
-        clean_up_tokenization_spaces=False,
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE  # ChatML, as Qwen's
-    return tokenizer
+    return chatml_tokenizer(corpus_dir, vocab_size, 32768)
 
 
 def make_random_model(arch: str, out_dir: str | Path, *, seed: int = 0, dtype: str = "bfloat16",
