@@ -113,14 +113,16 @@ def test_the_reservation_is_estimated_only_where_the_local_policy_shares_the_eva
     model = tmp_path / "model"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"\0" * 4096)
-    (model / "config.json").write_text('{"vocab_size": 1000, "max_position_embeddings": 32768}')
+    (model / "config.json").write_text('{"vocab_size": 1000, "max_position_embeddings": 32768, "hidden_size": 64, '
+                                       '"num_hidden_layers": 3}')
     on_cpu = _config(tmp_path, f"policy.base_model={model}", "policy.device=cpu", "eval.device=cuda")
     assert setup.policy_memory_reservation(on_cpu) == (0, "")
     on_gpu = _config(tmp_path, f"policy.base_model={model}", "policy.device=cuda", "eval.device=cuda",
                      "sampling.max_tokens=512")
     reserved, _ = setup.policy_memory_reservation(on_gpu)
-    # Two copies of the weights, one training sequence's logits (2048 prompt + 512 completion tokens), working memory.
-    assert reserved == 2 * 4096 + 16 * 2560 * 1000 + setup.POLICY_WORKING_BYTES
+    # Two copies of the weights, one training sequence's logits and activations (2048 prompt + 512 completion
+    # tokens; 34 bytes per token, hidden unit and layer), working memory.
+    assert reserved == 2 * 4096 + 16 * 2560 * 1000 + 34 * 2560 * 64 * 3 + setup.POLICY_WORKING_BYTES
     # A process that runs no policy (the environment server) keeps no room for one.
     assert setup.policy_memory_reservation(on_gpu, policy_beside=False) == (0, "")
     remote = _config(tmp_path, "policy.backend=tinker", "policy.base_model=Qwen/Qwen3-8B", "eval.device=cuda")

@@ -81,6 +81,11 @@ POLICY_WORKING_BYTES = 6 * GIB
 LOGIT_BYTES = 16
 # Prompt tokens allowed for in the estimate, beside the completion's max_tokens.
 PROMPT_TOKENS_ALLOWANCE = 2048
+# Activations a transformer layer keeps for the backward pass, bytes per token per hidden unit (34 s b h per layer
+# in 16-bit, fused attention, no recomputation: Korthikanti et al., "Reducing Activation Recomputation in Large
+# Transformer Models"). With it the estimate for a random 1.5B Qwen at 512 tokens is 21.0 GiB; the trainer's
+# allocated peak measured 21.2 GiB on an H100 (bench/RESULTS.md), where the estimate without it read 17.5 GiB.
+ACTIVATION_BYTES = 34
 
 
 def model_weight_bytes(base_model: str) -> int:
@@ -96,7 +101,7 @@ def policy_memory_reservation(config: TrainConfig, *, policy_beside: bool = True
 
     eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA (in this process:
     `policy_beside`) beside a local evaluator on CUDA, an estimate of the policy's peak: two copies of its weights (the trainer's and the
-    sampler's), one training sequence's logits (prompt allowance + max_tokens) and working memory. The uuid names the policy's GPU (only that worker keeps the room); ""
+    sampler's), one training sequence's logits and activations (prompt allowance + max_tokens) and working memory. The uuid names the policy's GPU (only that worker keeps the room); ""
     applies to every worker."""
     ev = config.eval
     shares = policy_beside and _policy_shares_eval_gpu(config)
@@ -109,13 +114,20 @@ def policy_memory_reservation(config: TrainConfig, *, policy_beside: bool = True
     weights = model_weight_bytes(base_model)
     tokens = min(config.turn_token_budget(), PROMPT_TOKENS_ALLOWANCE + config.max_completion_tokens())
     logits = LOGIT_BYTES * tokens * model_vocab_size(base_model)
-    return 2 * weights + logits + max(POLICY_WORKING_BYTES, weights), uuid
+    activations = ACTIVATION_BYTES * tokens * _model_config_int(base_model, "hidden_size") * _model_config_int(
+        base_model, "num_hidden_layers")
+    return 2 * weights + logits + activations + max(POLICY_WORKING_BYTES, weights), uuid
 
 
 def model_vocab_size(base_model: str) -> int:
     """The vocabulary of a local model folder's config.json (0 when unknown)."""
+    return _model_config_int(base_model, "vocab_size")
+
+
+def _model_config_int(base_model: str, key: str) -> int:
+    """An integer of a local model folder's config.json (0 when unknown)."""
     try:
-        return int(json.loads((Path(base_model) / "config.json").read_text())["vocab_size"])
+        return int(json.loads((Path(base_model) / "config.json").read_text())[key])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
 
