@@ -174,6 +174,10 @@ def reference_verdicts(kernrl_problems):
 # L9/3 is the max of torch.rand: about 1.0 whatever the seed, so ones (or any seed's answer) passes within kernrl's
 # atol of 0.05, and no widening of a uniform draw moves its maximum off the top of the range.
 UNDISCRIMINATING = {"L2/66", "L5/6", "L5/8", "L6/6", "L9/3", "L10/3"}
+# Borderline, so either verdict is right and which one comes depends on the hidden seeds drawn: L1/95's cross-entropy
+# over random logits sits near log(classes) whatever the seed, within about kernrl's atol of 0.05 of another seed's
+# value (on the H100 at real size it is undiscriminating; at CPU sizes usually, not always, correct).
+EITHER_CORRECT_OR_UNDISCRIMINATING = {"L1/95"}
 # Expected verdicts other than correct: all for reasons of the problems' own.
 EXPECTED = {
     **dict.fromkeys(NEEDS_FLA, ErrorCategory.UNSUPPORTED),
@@ -192,6 +196,8 @@ def test_every_reference_judged_as_its_own_candidate(reference_verdicts, kernrl_
         result = reference_verdicts[problem.id]
         assert result.problem_id == problem.id  # asked for by kernrl's id, recorded under ours
         expected = EXPECTED.get(problem.id, ErrorCategory.OK)
+        if problem.id in EITHER_CORRECT_OR_UNDISCRIMINATING and result.error_category is ErrorCategory.UNDISCRIMINATING:
+            continue
         if result.error_category is not expected:
             wrong[problem.id] = f"{result.error_category.value}: {result.error_message[:200]}"
     assert not wrong, wrong
