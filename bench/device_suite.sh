@@ -55,6 +55,20 @@ install_wheels() {
   timeout ${3:-90} python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$2" "$1"/*.whl 2>&1 | tail -3 \
     || python3 -c "import glob, sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[2]) for w in glob.glob(sys.argv[1] + '/*.whl')]; print('no pip: wheels unzipped into', sys.argv[2])" "$1" "$2"
 }
+# use_carried FOLDER SITE LOG WHEEL...: the mode's carried wheels (each WHEEL pattern must be in FOLDER, else one line
+# and exit 2) installed into SITE, which goes first on PYTHONPATH for this script and what it starts.
+use_carried() {
+  local folder=$1 site=$2 log=$3
+  shift 3
+  for wheel in "$@"; do
+    if ! ls "$folder"/$wheel >/dev/null 2>&1; then
+      echo "$MODE needs $folder/ (wheels: $*) carried along" | tee "$OUT/$log"
+      exit 2
+    fi
+  done
+  install_wheels "$folder" "$site" 120
+  export PYTHONPATH=$site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+}
 GPU_INFO_LIMIT=20
 [ "$MODE" = final ] && GPU_INFO_LIMIT=15
 timeout $GPU_INFO_LIMIT nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
@@ -195,13 +209,8 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
       --ours-budget-s $(( LEFT - 150 )) --total-budget-s $(( LEFT - 10 )) --worker-logs "$OUT/final_worker_logs.txt" --out "$OUT/final_throughput.json" 2>&1 | tee -a "$OUT/final.log"
     echo "suite wall $(( $(date +%s) - SUITE_START )) s" | tee -a "$OUT/final.log" ;;
   eval-scaling)
-    if ! ls .whl-dask/distributed-*.whl .whl-dask/dask_cuda-*.whl >/dev/null 2>&1; then
-      echo "eval-scaling needs .whl-dask/ (dask, distributed, dask-cuda wheels) carried along" | tee "$OUT/eval_scaling.log"
-      exit 2
-    fi
     # Into a folder of their own, first on the path of this script and of the Dask workers it spawns.
-    install_wheels .whl-dask /tmp/dask_site 90
-    export PYTHONPATH=/tmp/dask_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+    use_carried .whl-dask /tmp/dask_site eval_scaling.log 'distributed-*.whl' 'dask_cuda-*.whl'
     python3 -c "import dask, distributed, dask_cuda; print('dask', dask.__version__, 'distributed', distributed.__version__, 'dask_cuda', dask_cuda.__version__)" 2>&1 | tee "$OUT/eval_scaling.log"
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
     # Throughput over a ${SCALING_WINDOW:-100}-s window per configuration (queue kept full), then a
@@ -209,12 +218,7 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
     timeout $LEFT python3 bench/eval_scaling.py --workers ${SCALING_WORKERS:-2} --window-s ${SCALING_WINDOW:-100} \
       ${SCALING_ARGS:---kill-check --kill-limit 16} --out-dir "$OUT" 2>&1 | tee -a "$OUT/eval_scaling.log" ;;
   rl-step)
-    if ! ls .whl-rl/duckdb-*.whl .whl-rl/tinker-*.whl .whl-rl/tinker_cookbook-*.whl >/dev/null 2>&1; then
-      echo "rl-step needs .whl-rl/ (duckdb, tinker, tinker-cookbook, pydantic and their imports) carried along" | tee "$OUT/rl_step.log"
-      exit 2
-    fi
-    install_wheels .whl-rl /tmp/rl_site 120
-    export PYTHONPATH=/tmp/rl_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+    use_carried .whl-rl /tmp/rl_site rl_step.log 'duckdb-*.whl' 'tinker-*.whl' 'tinker_cookbook-*.whl'
     python3 -c "import duckdb, tinker, tinker_cookbook, pydantic, transformers, peft; print('duckdb', duckdb.__version__, 'tinker', tinker.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" 2>&1 | tee "$OUT/rl_step.log"
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
     # The model is built on the GPU (seconds) into /tmp, then loaded by path as a downloaded one would be.
