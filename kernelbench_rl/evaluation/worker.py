@@ -419,10 +419,10 @@ class Worker:
                             payload: dict[str, Any]) -> dict | None:
         """Correctness and timing (with the memory they need admitted); the fresh baseline.
 
-        Only the timed work holds the device alone (`_timed_section`): correctness, the check of timed outputs
-        and the profile run beside other candidates' untimed work and never beside a timed trial (the quiet
-        gate), so their host-side cost (round trips, comparisons, the profiler's start) is off the device's
-        critical path. A big plan keeps the device to itself throughout, with its room made first."""
+        By default the device is held for all of it (`_exclusive_section_for`). With KBRL_EVAL_OVERLAP=1 only the
+        timed work holds it alone (`_enter_timed_section`): correctness, the check of timed outputs and the profile
+        run beside other candidates' untimed work, never beside a timed trial (the quiet gate). A big plan keeps
+        the device to itself throughout, with its room made first."""
         t = time.perf_counter()
         # Memory before the device, everywhere: a timed section waits for the device holding its bytes.
         with scheduling.admission(self.memory, state.plan, "section"):

@@ -73,8 +73,8 @@ def open_evaluator(config: TrainConfig, store: Store, problems: Sequence[Problem
 
 
 GIB = 1 << 30
-# Beyond its weights and one training sequence's logits, what a local policy holds at its peak: activations
-# kept for the backward pass, a group's prompt logits while sampling, the allocator's slack. A floor; a
+# Beyond its weights and one training sequence's logits and activations, what a local policy holds at its peak:
+# the sampler's KV cache and a group's prompt logits, the optimiser's state, the allocator's slack. A floor; a
 # model larger than it gets its weights' size.
 POLICY_WORKING_BYTES = 6 * GIB
 # One training sequence's logits: bf16 from the model, the fp32 copy, its log-softmax, and both gradients.
