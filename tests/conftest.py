@@ -7,3 +7,21 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A multiprocessing child a test left alive holds the interpreter at exit (multiprocessing joins its
+    non-daemon children then): the run would hang after its summary. Kill such children and fail the run."""
+    import multiprocessing
+
+    left = []
+    for child in multiprocessing.active_children():
+        child.join(timeout=2.0)  # one being reaped right now is not a leak
+        if child.is_alive():
+            left.append(child)
+            child.kill()
+            child.join(timeout=5.0)
+    if left:
+        names = ", ".join(f"{child.name} (pid {child.pid})" for child in left)
+        print(f"\nthe tests left {len(left)} child process(es) alive, killed now: {names}")
+        session.exitstatus = 1

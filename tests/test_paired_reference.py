@@ -80,3 +80,15 @@ def test_drop_while_lent_leaves_it_to_its_timing(pool):
     assert child.process.is_alive()
     resident.give_back(("L1/1", 1, "fp32", "small"), child, healthy=True)
     assert resident.take(("L1/1", 1, "fp32", "small")) is child
+
+
+def test_shutdown_kills_a_child_still_lent(pool):
+    # A resident child lent to a timing when the worker stops: left alive, it would hold the process at exit.
+    resident = ResidentReference(pool.retire)
+    child = _child(pool)
+    resident.give_back(("L1/1", 1, "fp32", "small"), child, healthy=True)
+    assert resident.take(("L1/1", 1, "fp32", "small")) is child
+    resident.drop()  # lent: left to its timing, which never gives it back here
+    pool.shutdown()
+    assert not child.process.is_alive()
+    assert not pool.running

@@ -231,10 +231,15 @@ class ChildPool:
                 self.reaping.task_done()
 
     def shutdown(self) -> None:
+        """Kill every child still known, pre-started or lent, and wait until all are reaped. One left alive
+        would hold this process at exit: multiprocessing joins its non-daemon children then."""
         with self.warm_lock:
             self.closed = True
-            while self.warm:
-                self.warm.popleft().kill()
+            left = [*self.warm, *self.running]
+            self.warm.clear()
+            self.running.clear()
+        for child in left:
+            child.kill()
         self.reaping.join()  # every killed child reaped before the directories go
 
 
