@@ -42,6 +42,9 @@
 #                                                # the level-2 problems in a fresh process with a fresh DuckDB (<= 90 s;
 #                                                # carry .whl-duck/, else skipped), then KernelBench's harness, one sample
 #                                                # a problem, with what is left (carry .kb and .whl as for kb-*)
+# kernrl (carry .kr: a copy of its snapshot's problems folder):
+#   bash bench/device_suite.sh kr-identity [IDS]  # <= 575 s: reference-as-candidate over kernrl's problems whose reference
+#                                                # runs under 1 s a call at real size (72 of 89), or IDS
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
@@ -107,6 +110,18 @@ case "$MODE" in
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py identity --kernelbench-root .kb "${SELECT[@]}" \
       --budget-s $(( KB_LEFT - 40 )) --worker-logs "$OUT/kb_identity_L${TAG}_worker_logs.txt" \
       --out "$OUT/kb_identity_L${TAG}.json" 2>&1 | tee "$OUT/kb_identity_L${TAG}.log" ;;
+  kr-identity)
+    # The 72 of kernrl's 89 whose reference runs under 1 s a call, alone and warm, at real size on an H100 (the other 17 take
+    # longer, or fail on their own: bench/RESULTS.md, "kernrl's problems").
+    KR_FAST=L1/1,L1/2,L1/3,L1/4,L1/8,L1/9,L1/23,L1/26,L1/36,L1/40,L1/42,L1/47,L1/63,L1/82,L1/95,L2/6,L2/17,L2/40,L2/37
+    KR_FAST+=,L2/46,L2/52,L2/55,L2/59,L2/66,L2/73,L2/82,L2/85,L2/86,L2/98,L2/99,L3/31,L3/43,L3/44,L4/4,L4/3,L4/6,L4/5,L5/2
+    KR_FAST+=,L5/1,L5/4,L5/7,L5/6,L6/2,L6/3,L6/6,L6/5,L6/8,L6/7,L7/1,L7/2,L7/4,L7/3,L7/6,L7/7,L7/8,L8/3,L8/4,L8/5,L8/6,L8/8
+    KR_FAST+=,L9/1,L9/2,L9/3,L9/4,L9/6,L9/5,L9/7,L9/8,L10/1,L10/4,L10/5,L10/7
+    if [ ! -d .kr ]; then echo "kr-identity needs .kr/ (a copy of kernrl's snapshot) carried along" | tee "$OUT/kr.log"; exit 2; fi
+    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+    timeout $LEFT python3 bench/kernelbench_sweep.py identity --problems-root .kr --problems "${ARG2:-$KR_FAST}" \
+      --budget-s $(( LEFT - 30 )) --worker-logs "$OUT/kr_identity_worker_logs.txt" --out "$OUT/kr_identity.json" 2>&1 \
+      | tee "$OUT/kr_identity.log" ;;
   kb-solutions)
     kb_solutions $KB_LEFT $(( KB_LEFT - 40 )) ;;
   kb-harness)

@@ -17,6 +17,8 @@ import pytest
 
 from host_clock import HOST_CLOCK
 from kernelbench_rl.evaluation import child
+from kernelbench_rl.evaluation.device_timing import (AGREEMENT, CLOSE_CALL, PAIRED_BLOCKS, PAIRED_MAX_CALLS,
+                                                    PAIRED_BLOCK_CALLS, PAIRED_MIN_SIDE_MS, paired_blocks)
 from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
 
 SMALL = 64 << 20
@@ -46,6 +48,40 @@ class TestPairingWanted:
 
     def test_missing_figures_are_not_noise(self):
         assert not pairing_wanted("auto", False, SMALL, [(None, None), (0.0, 1.0), (10.0, None)])
+
+    @pytest.mark.parametrize("speedup", [0.85, 1.0 - 2 * AGREEMENT, 1.0 + 2 * AGREEMENT, 1.2])
+    def test_a_close_call_pairs_even_when_steady(self, speedup):
+        assert pairing_wanted("auto", False, SMALL, [(10.0 * speedup, 0.0), (10.0, 0.0)])
+
+    @pytest.mark.parametrize("speedup", [1.0, 1.0 + AGREEMENT / 2, CLOSE_CALL[0] * 0.9, CLOSE_CALL[1] * 1.1, 5.0])
+    def test_agreement_or_a_clear_difference_keeps_the_solo_baseline(self, speedup):
+        assert not pairing_wanted("auto", False, SMALL, [(10.0 * speedup, 0.0), (10.0, 0.0)])
+
+
+class TestPairedBlocks:
+    @staticmethod
+    def _numbers(blocks):
+        return sorted(n for block in blocks for n in block)
+
+    def test_long_kernels_keep_the_solo_count(self):
+        blocks = paired_blocks(100, 5.0)
+        assert self._numbers(blocks) == list(range(100)) and len(blocks) == 100 // PAIRED_BLOCK_CALLS
+        assert len(paired_blocks(20, 5.0)) == PAIRED_BLOCKS
+
+    def test_short_kernels_get_enough_gpu_time_in_small_blocks(self):
+        blocks = paired_blocks(100, 0.2)
+        calls = self._numbers(blocks)
+        assert calls == list(range(len(calls)))  # every trial numbered once
+        assert len(calls) * 0.2 >= PAIRED_MIN_SIDE_MS
+        assert len(blocks) >= len(calls) // 12  # about ten calls a block
+
+    def test_the_calls_are_capped(self):
+        assert len(self._numbers(paired_blocks(100, 1e-4))) == PAIRED_MAX_CALLS
+        assert len(self._numbers(paired_blocks(100, 0.0))) == PAIRED_MAX_CALLS
+
+    def test_few_calls_never_make_empty_blocks(self):
+        blocks = paired_blocks(3, 50.0)
+        assert all(blocks) and self._numbers(blocks) == [0, 1, 2]
 
 
 def _resumes(pid: int, within_s: float = 2.0) -> bool:

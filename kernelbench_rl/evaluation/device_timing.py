@@ -9,6 +9,7 @@ excessive speedup, and a profile telling whether the kernel's own code did the w
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import secrets
@@ -32,7 +33,17 @@ HOST_CONFIRM_FRACTION = 0.5  # host-clock speedup must reach this fraction of th
 # consecutive medians of 100 calls in one quiet process on an H100 (bench/RESULTS.md), so a baseline timed
 # seconds earlier cannot tell identical code from a 1.3x change. KBRL_EVAL_PAIRED=off|always overrides.
 PAIRED_SPREAD = 0.05
-PAIRED_BLOCKS = 5
+# A close call is timed side by side too: a solo speedup in CLOSE_CALL but off 1 by more than AGREEMENT. Near 1
+# is where a reward turns (beats the reference or not), and a baseline timed in the worker minutes earlier read
+# identical short kernels 5-9% apart with tight spreads on an H100 (kernrl's radix sort, FP8 GEMM).
+CLOSE_CALL = (0.8, 1.25)
+AGREEMENT = 0.03
+PAIRED_BLOCKS = 5  # at least; short kernels get more (paired_blocks)
+# Side by side, each side gets at least this much GPU time, in blocks of about PAIRED_BLOCK_CALLS calls:
+# 100 calls of a 0.2 ms launch-bound kernel spread by a third left identical code outside [0.95, 1.05].
+PAIRED_MIN_SIDE_MS = 100.0
+PAIRED_MAX_CALLS = 1000
+PAIRED_BLOCK_CALLS = 10
 PAIRED_MAX_BYTES = 4 << 30  # the reference's child sits beside the candidate's: small problems only
 # A diagnostic for showing that one defence holds alone (bench/floor_check.py): "0" turns off the check of timed
 # calls' outputs (reference_cache.FRESH_TIMING_BUFFERS is its sibling). Never off in a real evaluation.
@@ -48,7 +59,26 @@ def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[
         return False
     if mode == "always":
         return True
-    return any(median and spread is not None and spread > PAIRED_SPREAD * float(median) for median, spread in timings)
+    if any(median and spread is not None and spread > PAIRED_SPREAD * float(median) for median, spread in timings):
+        return True
+    if len(timings) != 2:
+        return False
+    (reference_ms, _), (kernel_ms, _) = timings
+    if not (reference_ms and kernel_ms):
+        return False
+    speedup = float(reference_ms) / float(kernel_ms)
+    return CLOSE_CALL[0] <= speedup <= CLOSE_CALL[1] and abs(speedup - 1.0) > AGREEMENT
+
+
+def paired_blocks(calls: int, shortest_ms: float) -> list[list[int]]:
+    """The side-by-side trials' numbers in alternating blocks: at least `calls` a side and PAIRED_MIN_SIDE_MS of
+    GPU time for the shorter side (at most PAIRED_MAX_CALLS), about PAIRED_BLOCK_CALLS to a block, at least
+    PAIRED_BLOCKS blocks."""
+    wanted = math.ceil(PAIRED_MIN_SIDE_MS / shortest_ms) if shortest_ms > 0 else PAIRED_MAX_CALLS
+    per_side = max(calls, min(PAIRED_MAX_CALLS, wanted))
+    count = max(PAIRED_BLOCKS, min(per_side // PAIRED_BLOCK_CALLS, PAIRED_MAX_CALLS // PAIRED_BLOCK_CALLS))
+    count = min(count, per_side)
+    return [list(range(per_side))[i::count] for i in range(count)]
 
 
 class CandidateTiming:
@@ -113,7 +143,7 @@ class CandidateTiming:
             # Timed again, both sides in alternating blocks, the side going first alternating too (ABBA): a drift
             # of the device or the host between blocks reaches both alike. The candidate is stopped during the
             # reference's blocks, so no thread of its own can load the device meanwhile.
-            blocks = [list(range(len(seeds)))[i::PAIRED_BLOCKS] for i in range(PAIRED_BLOCKS)]
+            blocks = paired_blocks(len(seeds), min(solo.median_ms, float(base["eager_ms"] or solo.median_ms)))
             by_index: dict[int, float] = {}
             healthy = False
             try:
@@ -139,7 +169,7 @@ class CandidateTiming:
                 healthy = True
             finally:
                 self.give_back(reference_child, healthy, state, settings, payload)
-            times = [by_index[i] for i in range(len(seeds))]
+            times = [by_index[i] for i in sorted(by_index)]
         if not calm:
             result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
         record = timing.TimingRecord(times_ms=times)
@@ -156,8 +186,8 @@ class CandidateTiming:
         result.runtime_spread_ms = record.iqr_ms
         if paired_ms:
             paired = timing.TimingRecord(times_ms=paired_ms)
-            result.versions["timing"] = (f"paired: the reference timed beside the kernel in {PAIRED_BLOCKS} alternating "
-                                         f"blocks; solo, the reference read {result.baseline_ms:.3f} ms (spread "
+            result.versions["timing"] = (f"paired: the reference timed beside the kernel, {len(paired_ms)} calls each in "
+                                         f"{len(blocks)} alternating blocks; solo, the reference read {result.baseline_ms:.3f} ms (spread "
                                          f"{base.get('eager_spread_ms') or 0.0:.3f}), the kernel {solo.median_ms:.3f} ms "
                                          f"(spread {solo.iqr_ms:.3f})")
             result.baseline_ms = paired.median_ms
