@@ -201,3 +201,56 @@ def test_reading_the_cache_leaves_the_processs_temporary_folder_unchosen(tmp_pat
     cache.put("probe", KEY, {"answer": "ok"})
     assert cache.get("probe", KEY) is not None
     assert tempfile.tempdir is None
+
+
+def test_the_probe_runs_in_a_process_of_its_own_and_answers_one_line():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "kernelbench_rl.evaluation.same_uid", "--probe", "--parent",
+                           str(os.getpid())], capture_output=True, text=True, timeout=same_uid.SAME_UID_PROBE_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0]
+    import torch
+
+    if not torch.cuda.is_available():
+        assert lines[0] != "ok"  # a probe needs a GPU to pass
+    usage = subprocess.run([sys.executable, "-m", "kernelbench_rl.evaluation.same_uid"], capture_output=True,
+                           text=True, timeout=60)
+    assert usage.returncode == 2 and "--probe" in usage.stderr
+
+
+def _no_switch(monkeypatch):
+    switched, remembered = [], []
+    monkeypatch.setattr(same_uid, "become_same_uid_worker", lambda: switched.append(True))
+    monkeypatch.setattr(same_uid, "remember_pass", lambda *args, **kwargs: remembered.append(args) or True)
+    monkeypatch.setattr(same_uid, "same_uid_possible", lambda *args: "")
+    return switched, remembered
+
+
+def test_the_worker_takes_the_answer_of_the_probe_started_beside_its_imports(monkeypatch):
+    switched, remembered = _no_switch(monkeypatch)
+    monkeypatch.setattr(same_uid, "remembered_pass", lambda *args: "")
+    phases = startup.Phases()
+    pending = same_uid.PendingProbe(True)
+    decided, same, note = same_uid.settle("cuda", "auto", True, True, phases, may_probe=True, pending=pending)
+    assert decided and pending.process.poll() is not None
+    assert phases.seconds()["same_uid_probe"] > 0
+    if same:  # a machine where the probe passes: remembered, then switched
+        assert note.startswith("ok (") and switched and remembered
+    else:
+        assert note and not note.startswith("ok") and not switched and not remembered
+        assert note.endswith(" s)")  # how long the probe took
+
+
+def test_a_remembered_pass_stops_the_probe_under_way(monkeypatch):
+    switched, _ = _no_switch(monkeypatch)
+    monkeypatch.setattr(same_uid, "remembered_pass", lambda *args: "2026-11-25 21:54:31")
+    pending = same_uid.PendingProbe(True)
+    assert same_uid.settle("cuda", "auto", True, True, startup.Phases(), may_probe=True, pending=pending) == (
+        True, True, "ok (remembered from 2026-11-25 21:54:31)")
+    assert pending.process.poll() is not None and switched
+    pending = same_uid.PendingProbe(True)
+    assert same_uid.settle("cpu", "auto", True, True, startup.Phases(), may_probe=True, pending=pending)[1] is False
+    assert pending.process.poll() is not None

@@ -6,8 +6,9 @@ Importing the worker (torch, our modules) takes seconds, and so do the zygote's 
 Triton, in the forkserver every candidate's child is forked from). They need not wait for each other:
 once the environment and the uid the zygote must inherit are final, it starts here and imports beside
 the worker. The uid is final at once on the CPU, where same-uid mode is not possible, or where a passing
-probe is remembered (same_uid.settle); otherwise the worker probes after its imports, as before, and
-starts the zygote after the switch. Then `worker.main` runs with what was decided here.
+probe is remembered (same_uid.settle); otherwise the probe starts here in a process of its own, beside the
+worker's imports, and the worker takes its answer after them and starts the zygote after the switch. Then
+`worker.main` runs with what was decided here.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Boot:
     same_uid: bool = False
     same_uid_note: str = ""
     zygote_started: bool = False
+    probe: same_uid.PendingProbe | None = None  # the same-uid probe under way, when the uid is not decided yet
 
 
 def boot(argv: list[str]) -> Boot:
@@ -52,6 +54,11 @@ def boot(argv: list[str]) -> Boot:
                   flush=True)
             raise SystemExit(1) from None
         state.uid_decided = False  # nothing changed: the worker decides again, after its imports, as it always did
+    if not state.uid_decided and args.device == "cuda":
+        try:
+            state.probe = same_uid.PendingProbe(not args.no_landlock)
+        except OSError:
+            state.probe = None  # the worker probes after its imports, in a fork of itself, as it always could
     if state.uid_decided:
         try:
             with state.phases.timed("zygote_spawn"):

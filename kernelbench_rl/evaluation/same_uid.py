@@ -31,6 +31,7 @@ import platform
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -185,6 +186,60 @@ def same_uid_probe(landlock: bool) -> str:
     return answer or "the probe died"
 
 
+class PendingProbe:
+    """The probe in a process of its own, started by the worker's entry point before the worker imports torch: its
+    own imports and CUDA start then run beside the worker's (about 1.9 s that the first start of a machine
+    otherwise spent after them). The process starts as root, becomes the unprivileged user and runs
+    `_probe_body`, as the forked probe does; it dies with its parent."""
+
+    def __init__(self, landlock: bool) -> None:
+        self.started = time.perf_counter()
+        env = dict(os.environ)
+        root = os.path.dirname(PACKAGE_DIR)  # where `kernelbench_rl` imports from, whatever the working folder
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "kernelbench_rl.evaluation.same_uid", "--probe",
+             "--landlock" if landlock else "--no-landlock", "--parent", str(os.getpid())],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env)
+
+    def answer(self, timeout_s: float = SAME_UID_PROBE_TIMEOUT_S) -> str:
+        """'ok' or why not; the process is gone when this returns."""
+        try:
+            out, _ = self.process.communicate(timeout=max(0.0, timeout_s - (time.perf_counter() - self.started)))
+            answer = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
+            return answer[0][:400] or f"the probe died (exit code {self.process.returncode})"
+        except subprocess.TimeoutExpired:
+            return "the probe timed out"
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+
+    def cancel(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+def _probe_main(argv: list[str]) -> None:
+    """`python -m kernelbench_rl.evaluation.same_uid --probe`: run the probe in this process, print its answer."""
+    landlock = "--no-landlock" not in argv
+    parent = int(argv[argv.index("--parent") + 1]) if "--parent" in argv else 0
+    sandbox.die_with_parent(parent)
+    try:
+        # What the worker has imported by the time it forks its probe, imported here while still root, so the
+        # unprivileged probe reads no more of the installation than the forked one does.
+        import torch  # noqa: F401
+
+        from kernelbench_rl.evaluation import child, runtime, wire  # noqa: F401
+
+        answer = _probe_body(landlock)
+    except BaseException as exc:  # noqa: BLE001 - the answer says why
+        answer = f"{type(exc).__name__}: {exc}"
+    print(answer.replace("\n", " ")[:400], flush=True)
+    os._exit(0)  # no interpreter teardown: the probe's CUDA context and child are done with
+
+
 def become_same_uid_worker() -> None:
     """The irreversible step, after a passing probe: unprivileged, non-dumpable, its own HOME."""
     if not sandbox.drop_privileges(processes=SAME_UID_NPROC) or not sandbox.set_non_dumpable():
@@ -253,21 +308,31 @@ def remember_pass(landlock: bool, seconds: float, cache: startup.PrivateCache | 
 
 
 def settle(device: str, transport: str, landlock: bool, drop_uid: bool, phases: startup.Phases,
-           may_probe: bool) -> tuple[bool, bool, str]:
+           may_probe: bool, pending: PendingProbe | None = None) -> tuple[bool, bool, str]:
     """(decided, same_uid, note): whether this worker becomes its children's uid, decided before CUDA is touched
-    (the probe forks this process). A remembered pass switches at once; without one, the probe runs only when
+    (the probe forks this process). A remembered pass switches at once; without one, the answer of `pending` (a
+    probe the entry point started in a process of its own) is taken, or else the probe runs only when
     `may_probe` (torch imported: the probe's fork must not import it twice), else the decision is left open.
 
     Raises only where the switch went half-way for a worker that is no longer root: it must not run weaker."""
     if device != "cuda" or transport not in ("auto", "ipc"):
+        if pending is not None:
+            pending.cancel()
         return True, False, ""
     with phases.timed("same_uid_check"):
         note = same_uid_possible(landlock, drop_uid)
         remembered = "" if note else remembered_pass(landlock)
+    if note or remembered:
+        if pending is not None:
+            pending.cancel()
     if note:
         return True, False, note
     if remembered:
         note = f"ok (remembered from {remembered})"
+    elif pending is not None:
+        note = pending.answer()
+        seconds = time.perf_counter() - pending.started
+        phases.add("same_uid_probe", pending.started, time.perf_counter())
     elif not may_probe:
         return False, False, ""
     else:
@@ -278,6 +343,7 @@ def settle(device: str, transport: str, landlock: bool, drop_uid: bool, phases: 
             except Exception as exc:  # noqa: BLE001 - no probe, no same-uid mode
                 note = f"probe failed: {type(exc).__name__}: {exc}"
             seconds = time.perf_counter() - t_probe
+    if not remembered:
         if note != "ok":
             return True, False, f"{note} ({seconds:.1f} s)"
         remember_pass(landlock, seconds)  # as root, before the switch: the entry is root's
@@ -290,3 +356,10 @@ def settle(device: str, transport: str, landlock: bool, drop_uid: bool, phases: 
             raise
         return True, False, f"could not switch after the probe: {exc}"
     return True, True, note
+
+
+if __name__ == "__main__":
+    if "--probe" in sys.argv[1:]:
+        _probe_main(sys.argv[1:])
+    print("usage: python -m kernelbench_rl.evaluation.same_uid --probe [--no-landlock] [--parent PID]", file=sys.stderr)
+    raise SystemExit(2)

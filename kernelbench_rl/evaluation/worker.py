@@ -692,10 +692,12 @@ def main(argv: list[str] | None = None, boot: Any = None) -> None:
     if boot is not None and boot.uid_decided:
         same_uid, same_uid_note = boot.same_uid, boot.same_uid_note
     else:
-        # Decided before anything touches CUDA: the probe forks this process (same_uid.settle says how, and
+        # Decided before anything touches CUDA: the probe (started by boot.py in a process of its own, else a
+        # fork of this one) answers now (same_uid.settle says how, and
         # raises where a half-done switch would leave this worker weaker than it says).
         _, same_uid, same_uid_note = same_uid_settle(args.device, args.transport, not args.no_landlock,
-                                                     not args.no_drop_uid, phases, may_probe=True)
+                                                     not args.no_drop_uid, phases, may_probe=True,
+                                                     pending=boot.probe if boot is not None else None)
     if "zygote_spawn" not in phases.seconds():
         # The uid and environment the zygote inherits are final: its imports go on beside our CUDA start.
         startup.zygote_environment(args.device)
