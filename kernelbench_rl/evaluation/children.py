@@ -238,8 +238,10 @@ class ChildPool:
             left = [*self.warm, *self.running]
             self.warm.clear()
             self.running.clear()
+        for child in left:  # all signalled first: their CUDA contexts are torn down side by side, not in turn
+            child.signal_kill()
         for child in left:
-            child.kill()
+            child.reap()
         self.reaping.join()  # every killed child reaped before the directories go
 
 

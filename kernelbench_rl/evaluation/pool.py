@@ -113,14 +113,20 @@ class WorkerProcess:
         except ProcessLookupError:
             pass
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def ask_to_stop(self) -> None:
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(b'{"cmd": "shutdown"}\n')
             self.proc.stdin.flush()
             self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+
+    def wait_stopped(self, timeout_s: float = 10.0) -> None:
+        """After ask_to_stop: wait for the orderly stop, kill what is left."""
+        try:
             self.proc.wait(timeout=timeout_s)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             pass
         self.kill()
         self.log.close()
@@ -338,10 +344,12 @@ class WorkerPool:
             return
         self.closed = True
         self.jobs.put(None)
+        workers = [slot.worker for slot in self.slots if slot.worker is not None]
+        for worker in workers:  # every worker stops at once (each tears its children down), then each is waited for
+            worker.ask_to_stop()
+        for worker in workers:
+            worker.wait_stopped()
         for slot in self.slots:
-            worker = slot.worker
-            if worker is not None:
-                worker.stop()
             for job in list(slot.inflight.values()):
                 if not job.future.done():
                     job.future.set_result({"infra": "the evaluator was closed"})
