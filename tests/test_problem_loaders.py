@@ -176,6 +176,20 @@ def test_external_problems_get_inferred_small_sizes_that_run(fake_checkout: Path
     assert _run(attention.source_for("small")).shape[0] == attention.small_sizes["batch_size"]
 
 
+def test_a_file_read_again_is_remembered_until_it_changes(fake_checkout: Path):
+    first = get_problem("L1/19", fake_checkout)
+    first.small_sizes["dim"] = 1  # one caller's change reaches no other
+    again = get_problem("L1/19", fake_checkout)
+    assert again == first and again.small_sizes == {"dim": 32}
+    path = fake_checkout / "KernelBench" / "level1" / "19_ReLU.py"
+    path.write_text(ELEMENTWISE.format(op="gelu") + "\n# edited\n")
+    edited = get_problem("L1/19", fake_checkout)
+    assert "gelu" in edited.source and "# edited" in edited.source
+    path.unlink()
+    with pytest.raises(UserError):
+        get_problem("L1/19", fake_checkout)
+
+
 def test_inferred_sizes_shrink_lists_and_keep_small_constants():
     sizes = infer_small_sizes("batch_size = 7\nkernel_size = 3\nlayer_sizes = [400, 800, 3]\nsize = 256\n")
     assert sizes == {"layer_sizes": [16, 16, 3], "size": 16}

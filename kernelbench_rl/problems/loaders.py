@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -48,7 +49,31 @@ def validate_source(source: str, where: str) -> None:
         raise ProblemFileError(f"{where} does not define {', '.join(missing)}, so it is not a KernelBench problem file.")
 
 
+# Problems read from files, by (path, its size and modification time, level, origin, suite): every `get_problem`
+# loads its level whole, and inferring the small sizes of a level's 100 files took about half a second each time
+# (an eval-dir folder of 8 level-2 solutions spent 1.7 s here before its pool started).
+_FILE_CACHE: dict[tuple, Problem] = {}
+_FILE_CACHE_MAX = 4096
+
+
 def _problem_from_file(path: Path, level: int, origin: str, suite: str = "kernelbench") -> Problem:
+    try:
+        stat = path.stat()
+        key: tuple | None = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, level, origin, suite)
+    except OSError:
+        key = None  # read_text below says what is wrong
+    cached = _FILE_CACHE.get(key) if key is not None else None
+    if cached is not None:
+        return dataclasses.replace(cached, small_sizes=dict(cached.small_sizes))  # callers never share one dict
+    problem = _read_problem_file(path, level, origin, suite)
+    if key is not None:
+        if len(_FILE_CACHE) >= _FILE_CACHE_MAX:
+            _FILE_CACHE.clear()
+        _FILE_CACHE[key] = dataclasses.replace(problem, small_sizes=dict(problem.small_sizes))
+    return problem
+
+
+def _read_problem_file(path: Path, level: int, origin: str, suite: str) -> Problem:
     match = _FILE_RE.match(path.name)
     if not match:
         raise ProblemFileError(f"{path} is not named <number>_<Name>.py as KernelBench problem files are.")
