@@ -25,3 +25,12 @@ def pytest_sessionfinish(session, exitstatus):
         names = ", ".join(f"{child.name} (pid {child.pid})" for child in left)
         print(f"\nthe tests left {len(left)} child process(es) alive, killed now: {names}")
         session.exitstatus = 1
+
+
+def pytest_unconfigure(config):
+    """The run is over: should the interpreter's exit hang (a thread or process nobody stopped), print where every
+    thread stands and exit non-zero after two minutes, instead of holding CI until its limit with nothing said."""
+    import faulthandler
+    import sys
+
+    faulthandler.dump_traceback_later(120, exit=True, file=sys.__stderr__)
