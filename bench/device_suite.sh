@@ -42,6 +42,8 @@
 #                                                # the level-2 problems in a fresh process with a fresh DuckDB (<= 90 s;
 #                                                # carry .whl-duck/, else skipped), then KernelBench's harness, one sample
 #                                                # a problem, with what is left (carry .kb and .whl as for kb-*)
+#   bash bench/device_suite.sh gpu-tests         # <= 575 s: the tests marked gpu (skipped on CPU machines), with pytest from
+#                                                # .whl-test/ (carry it; .whl-rl/ too for the local policy's test); $OUT/gpu_tests.{log,xml}
 # kernrl (carry .kr: a copy of its snapshot's problems folder):
 #   bash bench/device_suite.sh kr-identity [IDS]  # <= 575 s: reference-as-candidate over kernrl's problems whose reference
 #                                                # runs under 1 s a call at real size (72 of 89), or IDS
@@ -110,6 +112,15 @@ case "$MODE" in
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py identity --kernelbench-root .kb "${SELECT[@]}" \
       --budget-s $(( KB_LEFT - 40 )) --worker-logs "$OUT/kb_identity_L${TAG}_worker_logs.txt" \
       --out "$OUT/kb_identity_L${TAG}.json" 2>&1 | tee "$OUT/kb_identity_L${TAG}.log" ;;
+  gpu-tests)
+    # Only the test files that hold gpu-marked tests: the others import the orchestrator's stack (DuckDB, Prefect),
+    # which the image lacks.
+    use_carried .whl-test /tmp/test_site gpu_tests.log 'pytest-*.whl' 'pluggy-*.whl' 'iniconfig-*.whl'
+    [ -d .whl-rl ] && install_wheels .whl-rl /tmp/test_site 120
+    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+    timeout $LEFT python3 -m pytest -q -ra -m gpu -p no:cacheprovider --junitxml "$OUT/gpu_tests.xml" \
+      ${GPU_TESTS:-tests/hacks/test_hacks.py tests/test_evaluator.py tests/test_reference_budget.py tests/test_policy_local.py} \
+      2>&1 | tee "$OUT/gpu_tests.log" ;;
   kr-identity)
     # The 72 of kernrl's 89 whose reference runs under 1 s a call, alone and warm, at real size on an H100 (the other 17 take
     # longer, or fail on their own: bench/RESULTS.md, "kernrl's problems").

@@ -166,6 +166,7 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not _cuda(), reason="timing needs a GPU")
 def test_on_the_gpu_a_slow_reference_is_timed_for_fewer_calls_and_a_too_slow_one_gets_no_verdict(tmp_path):
     # The reference takes 0.2 s a call (host sleep): 50 calls would be 10 s, past a quarter of a 20 s budget.
