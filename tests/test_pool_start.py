@@ -232,16 +232,28 @@ def _no_switch(monkeypatch):
 def test_the_worker_takes_the_answer_of_the_probe_started_beside_its_imports(monkeypatch):
     switched, remembered = _no_switch(monkeypatch)
     monkeypatch.setattr(same_uid, "remembered_pass", lambda *args: "")
+    forked = []
+    monkeypatch.setattr(same_uid, "_forked_probe", lambda landlock: forked.append(landlock) or "no (forked)")
     phases = startup.Phases()
     pending = same_uid.PendingProbe(True)
     decided, same, note = same_uid.settle("cuda", "auto", True, True, phases, may_probe=True, pending=pending)
     assert decided and pending.process.poll() is not None
     assert phases.seconds()["same_uid_probe"] > 0
-    if same:  # a machine where the probe passes: remembered, then switched
-        assert note.startswith("ok (") and switched and remembered
-    else:
-        assert note and not note.startswith("ok") and not switched and not remembered
-        assert note.endswith(" s)")  # how long the probe took
+    if same:  # a machine where the probe passes: remembered, then switched, with no second probe
+        assert note.startswith("ok (") and switched and remembered and not forked
+    else:  # it failed here, and so did the forked probe asked once more
+        assert forked == [True] and note.endswith(" s)") and "; forked: no (forked)" in note
+        assert not switched and not remembered
+
+
+def test_a_failure_of_the_separate_probe_is_asked_again_in_a_fork(monkeypatch):
+    switched, remembered = _no_switch(monkeypatch)
+    monkeypatch.setattr(same_uid, "remembered_pass", lambda *args: "")
+    monkeypatch.setattr(same_uid, "_forked_probe", lambda landlock: "ok")
+    pending = same_uid.PendingProbe(True)
+    pending.cancel()  # killed: its answer is a failure, whatever this machine is
+    decided, same, note = same_uid.settle("cuda", "auto", True, True, startup.Phases(), may_probe=True, pending=pending)
+    assert (decided, same) == (True, True) and note.startswith("ok (") and switched and remembered
 
 
 def test_a_remembered_pass_stops_the_probe_under_way(monkeypatch):
