@@ -12,7 +12,8 @@
 #   bash bench/device_suite.sh rl-step      # <= 575 s: one whole RL step on this GPU (bench/rl_step_gpu.py): a random-weight
 #                                           # Qwen2.5-Coder-1.5B built under /tmp, the local policy (LoRA 16) and the evaluator
 #                                           # side by side, 8 problems x 8 samples, 512 tokens; $OUT/rl_step.{json,log}
-#                                           # (carry .whl-rl: duckdb, tinker, tinker-cookbook, pydantic and what they import)
+#                                           # (carry .whl-rl: duckdb, tinker, tinker-cookbook, pydantic and what they import);
+#                                           # then, with what is left, bench/batched_sampling.py on that model ($OUT/batched_sampling.json)
 #   bash bench/device_suite.sh same-mix     # <= 575 s: ours, then the naive harness on the WHOLE mix (no sample, no
 #                                           # estimate unless its budget runs out): the measured like-for-like ratio
 # KernelBench itself (bench/kernelbench_sweep.py; carry .kb and .whl: the snapshot and pydantic's wheels):
@@ -249,7 +250,12 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
     # The model is built on the GPU (seconds) into /tmp, then loaded by path as a downloaded one would be.
     timeout $LEFT python3 bench/rl_step_gpu.py --model /tmp/qwen1.5b-random --make-model qwen2.5-coder-1.5b \
-      --workdir /tmp/rl_step ${RL_STEP_ARGS:-} --eval-load-wait-s $(( LEFT / 3 )) --out "$OUT/rl_step.json" 2>&1 | tee -a "$OUT/rl_step.log" ;;
+      --workdir /tmp/rl_step ${RL_STEP_ARGS:-} --eval-load-wait-s $(( LEFT / 3 )) --out "$OUT/rl_step.json" 2>&1 | tee -a "$OUT/rl_step.log"
+    # With what is left: the same model's sampling of 8 x 8 rows, one request at a time against all sent together.
+    LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+    [ -d /tmp/qwen1.5b-random ] && [ $LEFT -gt 60 ] && timeout $LEFT python3 bench/batched_sampling.py \
+      --base-model /tmp/qwen1.5b-random --device cuda --tokens ${SAMPLING_TOKENS:-256} --repeats 1 \
+      --out "$OUT/batched_sampling.json" 2>&1 | tee "$OUT/batched_sampling.log" ;;
   pool-start)
     timeout ${POOL_START_LIMIT:-400} python3 bench/pool_start.py --device cuda --runs ${POOL_START_RUNS:-4} \
       --out "$OUT/pool_start.json" 2>&1 | tee "$OUT/pool_start.log" ;;

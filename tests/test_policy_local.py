@@ -331,3 +331,57 @@ def test_checkpoints_keep_the_tiny_base_they_were_trained_on(tmp_path: Path) -> 
     assert got == expected
     other.close("success")
     service.close("success")
+
+
+def test_requests_sent_together_decode_as_one_batch_and_match_alone(service: LocalServiceClient) -> None:
+    sampler = service.create_sampling_client(base_model="local:tiny").result()
+    tokenizer = sampler.get_tokenizer()
+    texts = [PROMPT_TEXT, "import torch\nimport triton\n\n@triton.jit\ndef kernel(x_ptr, n):", "x"]
+    prompts = [types.ModelInput.from_ints(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+    assert len({p.length for p in prompts}) == 3  # different lengths: the batch is left-padded
+    greedy = [types.SamplingParams(max_tokens=budget, temperature=0.0, stop=[]) for budget in (12, 5, 9)]
+
+    def alone(index: int, **extra):
+        return sampler.sample(prompt=prompts[index], num_samples=2, sampling_params=greedy[index], **extra).result()
+
+    decoded: list[int] = []
+    real_decode = sampler._decode
+    sampler._decode = lambda jobs: (decoded.append(len(jobs)), real_decode(jobs))[1]
+    with sampler.batched_sampling():
+        futures = [sampler.sample(prompt=p, num_samples=2, sampling_params=g, include_prompt_logprobs=(i == 1))
+                   for i, (p, g) in enumerate(zip(prompts, greedy))]
+        assert not any(f.future().done() for f in futures)  # held until the block ends
+    together = [f.result() for f in futures]
+    assert decoded == [3]  # one decode for all three requests
+    for index, response in enumerate(together):
+        single = alone(index, include_prompt_logprobs=(index == 1))
+        assert [len(s.tokens) for s in response.sequences] == [greedy[index].max_tokens] * 2  # each its own budget
+        assert [s.tokens for s in response.sequences] == [s.tokens for s in single.sequences]
+        for ours, theirs in zip(response.sequences, single.sequences):
+            assert ours.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+    assert together[1].prompt_logprobs[0] is None
+    assert together[1].prompt_logprobs[1:] == pytest.approx(alone(1, include_prompt_logprobs=True).prompt_logprobs[1:],
+                                                            abs=1e-4)
+    assert together[0].prompt_logprobs is None
+
+
+def test_a_batch_that_fails_is_decoded_again_request_by_request(service: LocalServiceClient) -> None:
+    sampler = service.create_sampling_client(base_model="local:tiny").result()
+    prompt = _prompt(sampler.get_tokenizer())
+    params = types.SamplingParams(max_tokens=4, temperature=0.0, stop=[])
+    real_decode = sampler._decode
+
+    def fails_together(jobs):
+        if len(jobs) > 1:
+            raise RuntimeError("out of memory together")
+        if jobs[0].num_samples == 3:
+            raise ValueError("this request alone")
+        return real_decode(jobs)
+
+    sampler._decode = fails_together
+    with sampler.batched_sampling():
+        good = sampler.sample(prompt=prompt, num_samples=2, sampling_params=params)
+        bad = sampler.sample(prompt=prompt, num_samples=3, sampling_params=params)
+    assert [len(s.tokens) for s in good.result().sequences] == [4, 4]
+    with pytest.raises(ValueError, match="this request alone"):
+        bad.result()

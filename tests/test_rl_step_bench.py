@@ -80,3 +80,12 @@ def test_one_rl_step_with_a_model_loaded_by_path_lands_its_rows(tiny_qwen: Path,
     if renderer == "auto":
         # A known-correct kernel went through the run's evaluator while the step ran.
         assert report["side_load"]["finished"] and report["side_load"]["correct"] == 1
+
+
+def test_the_sampling_bench_on_a_qwen2_loaded_by_path_agrees_batched_and_alone(tiny_qwen: Path, tmp_path: Path):
+    # Qwen2, as on the GPU: left-padded prompts of different lengths decode to the same greedy tokens batched.
+    report = _load("batched_sampling").main(["--base-model", str(tiny_qwen), "--problems", "3", "--samples", "2",
+                                             "--tokens", "6", "--repeats", "1", "--out", str(tmp_path / "s.json")])
+    assert len(set(report["prompt_tokens"])) > 1
+    assert report["greedy_rows_identical"] == "6/6"
+    assert json.loads((tmp_path / "s.json").read_text())["rows"] == 6

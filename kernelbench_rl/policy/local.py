@@ -30,8 +30,8 @@ import itertools
 import json
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,6 +45,15 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.policy.base import ClientFuture, SessionStatus, completed_future
 from kernelbench_rl.policy.config import PolicyConfig
+from kernelbench_rl.policy.local_sampling import (
+    SAMPLE_BATCH_ROWS,
+    SampleJob,
+    batches,
+    decode,
+    logprobs_of,
+    response,
+    stop_conditions,
+)
 from kernelbench_rl.policy.tiny import (
     TINY_MODEL_NAME,
     LoadedModel,
@@ -163,6 +172,7 @@ class LocalServiceClient:
         self._sampling_ids = itertools.count()
         self._closed = False
         self._lock = threading.Lock()
+        self._holding = threading.local()  # batched_sampling(): the requests this thread holds back
 
     # -- plumbing -------------------------------------------------------------------------
     def _init_worker_thread(self) -> None:
@@ -177,6 +187,71 @@ class LocalServiceClient:
         if self._closed:
             raise RuntimeError("ServiceClient is closed")
         return AwaitableConcurrentFuture(self._executor.submit(work))
+
+    def _submit_sample(self, client: LocalSamplingClient, prompt_tokens: list[int], num_samples: int,
+                       params: types.SamplingParams, include_prompt_logprobs: bool
+                       ) -> AwaitableConcurrentFuture[types.SampleResponse]:
+        if self._closed:
+            raise RuntimeError("ServiceClient is closed")
+        job = client._job(prompt_tokens, num_samples, params, include_prompt_logprobs)
+        held = getattr(self._holding, "jobs", None)
+        if held is not None:  # inside batched_sampling(): decoded with the others when the block ends
+            job.future = Future()
+            held.append((client, job))
+            return AwaitableConcurrentFuture(job.future)
+
+        def work() -> types.SampleResponse:
+            client._decode([job])
+            return client._response(job)
+
+        return self._submit(work)
+
+    @contextlib.contextmanager
+    def _batched_sampling(self) -> Iterator[None]:
+        """Sampling requests this thread sends inside the block are decoded together once it ends: a padded
+        batch (at most SAMPLE_BATCH_ROWS rows) per sampling client's weights, in the order sent. Their
+        futures resolve then. Outside a block, each request decodes alone, as before."""
+        if getattr(self._holding, "jobs", None) is not None:
+            yield  # nested: the outer block sends them
+            return
+        self._holding.jobs = []
+        try:
+            yield
+        finally:
+            held, self._holding.jobs = self._holding.jobs, None
+            if held:
+                try:
+                    self._executor.submit(self._decode_held, held)
+                except RuntimeError as exc:  # closed meanwhile
+                    for _client, job in held:
+                        job.future.set_exception(exc)
+
+    def _decode_held(self, held: list[tuple[LocalSamplingClient, SampleJob]]) -> None:
+        try:
+            self._decode_held_batches(held)
+        finally:  # whatever happened, nobody waits forever
+            for _client, job in held:
+                if not job.future.done():
+                    job.future.set_exception(RuntimeError("the local policy stopped before this request was decoded"))
+
+    def _decode_held_batches(self, held: list[tuple[LocalSamplingClient, SampleJob]]) -> None:
+        by_client: dict[int, tuple[LocalSamplingClient, list[SampleJob]]] = {}
+        for client, job in held:
+            by_client.setdefault(id(client), (client, []))[1].append(job)
+        for client, jobs in by_client.values():
+            for batch in batches(jobs, SAMPLE_BATCH_ROWS):
+                try:
+                    client._decode(batch)
+                except Exception as exc:  # noqa: BLE001 - e.g. out of memory together: each alone, each its own answer
+                    if len(batch) == 1:
+                        batch[0].future.set_exception(exc)
+                        continue
+                    for job in batch:
+                        job.reset()
+                        _decode_alone(job, client)
+                    continue
+                for job in batch:
+                    job.future.set_result(client._response(job))
 
     def _engine(self, base_model: str, base_seed: int) -> _SamplerEngine:
         # Only the tiny model's weights depend on the seed; a real model is loaded once.
@@ -299,12 +374,13 @@ class LocalServiceClient:
         self.close("success" if exc_info[0] is None else "errored")
 
 
-@dataclass
-class _SampleOutcome:
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    stop_reason: str = "length"
-    done: bool = False
+def _decode_alone(job: SampleJob, client: LocalSamplingClient) -> None:
+    """Decode `job` alone; its future gets the response, or the exception that stopped it."""
+    try:
+        client._decode([job])
+        job.future.set_result(client._response(job))
+    except Exception as exc:  # noqa: BLE001 - the caller's future carries it
+        job.future.set_exception(exc)
 
 
 class LocalSamplingClient:
@@ -326,6 +402,11 @@ class LocalSamplingClient:
 
     def get_base_model(self) -> str:
         return self._base_model
+
+    def batched_sampling(self) -> contextlib.AbstractContextManager[None]:
+        """Not in Tinker's SDK, the local backend's own: `sample` calls this thread makes inside the block are
+        decoded together when it ends (see local_sampling.py). The rollout runner uses it where a policy has it."""
+        return self._service._batched_sampling()
 
     def sample(
         self,
@@ -353,9 +434,7 @@ class LocalSamplingClient:
             raise ValueError("The prompt is empty.")
         if num_samples < 1:
             raise ValueError("num_samples must be at least 1.")
-        return self._service._submit(
-            lambda: self._sample_now(prompt_tokens, num_samples, sampling_params, include_prompt_logprobs)
-        )
+        return self._service._submit_sample(self, prompt_tokens, num_samples, sampling_params, include_prompt_logprobs)
 
     def compute_logprobs(
         self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
@@ -384,68 +463,22 @@ class LocalSamplingClient:
             self._generator.manual_seed(self._generator_seed)
         return self._generator
 
-    def _sample_now(
-        self,
-        prompt_tokens: list[int],
-        num_samples: int,
-        params: types.SamplingParams,
-        include_prompt_logprobs: bool,
-    ) -> types.SampleResponse:
-        service = self._service
-        tokenizer = self.get_tokenizer()
-        engine = service._engine(self._base_model, self._base_seed)
-        device = service.device
-        stop_token_ids, stop_strings = _stop_conditions(params.stop, tokenizer)
+    def _job(self, prompt_tokens: list[int], num_samples: int, params: types.SamplingParams,
+             include_prompt_logprobs: bool) -> SampleJob:
+        """The request as a job for the decoder."""
+        stop_token_ids, stop_strings = stop_conditions(params.stop, self.get_tokenizer())
         max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else int(params.max_tokens)
-        generator = self._next_generator(params, device)
-        outcomes = [_SampleOutcome() for _ in range(num_samples)]
-        prompt_logprobs: list[float | None] | None = None
+        return SampleJob(prompt_tokens, num_samples, params, include_prompt_logprobs,
+                         self._next_generator(params, self._service.device), stop_token_ids, stop_strings, max_tokens)
 
+    def _decode(self, jobs: list[SampleJob]) -> None:
+        """Decode jobs of this client's weights together (one batch), filling their outcomes."""
+        engine = self._service._engine(self._base_model, self._base_seed)
         with torch.no_grad(), engine.model_for(self._snapshot) as model:
-            input_ids = torch.tensor([prompt_tokens] * num_samples, dtype=torch.long, device=device)
-            output = model(input_ids=input_ids, use_cache=True)
-            if include_prompt_logprobs:
-                prompt_logprobs = _logprobs_of(output.logits[0, :-1].float(), input_ids[0, 1:])
-                prompt_logprobs = [None, *prompt_logprobs]
-            past = output.past_key_values
-            logits = output.logits[:, -1, :].float()
-            for _ in range(max_tokens):
-                log_probs = torch.log_softmax(logits, dim=-1)
-                chosen = _choose_tokens(logits, params, generator)
-                chosen_logprobs = log_probs.gather(1, chosen[:, None])[:, 0].tolist()
-                for outcome, token, logprob in zip(outcomes, chosen.tolist(), chosen_logprobs):
-                    if outcome.done:
-                        continue
-                    outcome.tokens.append(token)
-                    outcome.logprobs.append(logprob)
-                    if token in stop_token_ids or _ends_with_stop_string(outcome.tokens, stop_strings, tokenizer):
-                        outcome.done = True
-                        outcome.stop_reason = "stop"
-                if all(outcome.done for outcome in outcomes):
-                    break
-                output = model(input_ids=chosen[:, None], past_key_values=past, use_cache=True)
-                past = output.past_key_values
-                logits = output.logits[:, -1, :].float()
+            decode(model, jobs, self._service.device, self.get_tokenizer())
 
-        sequences = [
-            types.SampledSequence(
-                stop_reason=outcome.stop_reason,  # type: ignore[arg-type]
-                sequence_id=f"local-{id(self):x}-{next(self._sequence_ids)}",
-                tokens_np=np.asarray(outcome.tokens, dtype=np.int32),
-                logprobs_np=np.asarray(outcome.logprobs, dtype=np.float32),
-            )
-            for outcome in outcomes
-        ]
-        return types.SampleResponse(
-            sequences=sequences,
-            prompt_logprobs_np=None
-            if prompt_logprobs is None
-            else np.asarray([np.nan if v is None else v for v in prompt_logprobs], dtype=np.float32),
-        )
-
-
-def _logprobs_of(logits: torch.Tensor, targets: torch.Tensor) -> list[float]:
-    return torch.log_softmax(logits, dim=-1).gather(1, targets[:, None])[:, 0].tolist()
+    def _response(self, job: SampleJob) -> types.SampleResponse:
+        return response(job, lambda: f"local-{id(self):x}-{next(self._sequence_ids)}")
 
 
 def _prompt_logprobs(model: Any, tokens: list[int], device: torch.device) -> list[float | None]:
@@ -453,49 +486,7 @@ def _prompt_logprobs(model: Any, tokens: list[int], device: torch.device) -> lis
         return [None] * len(tokens)
     input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
     logits = model(input_ids=input_ids).logits[0, :-1].float()
-    return [None, *_logprobs_of(logits, input_ids[0, 1:])]
-
-
-def _stop_conditions(stop: str | Sequence[str] | Sequence[int] | None, tokenizer: Any) -> tuple[set[int], list[str]]:
-    """Tinker's rules: None stops at EOS only; [] never stops early; otherwise EOS plus the given stops."""
-    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    if stop is None:
-        return eos, []
-    if isinstance(stop, str):
-        return eos, [stop]
-    stops = list(stop)
-    if not stops:
-        return set(), []
-    token_ids = {int(s) for s in stops if isinstance(s, (int, np.integer))}
-    strings = [s for s in stops if isinstance(s, str)]
-    return eos | token_ids, strings
-
-
-def _ends_with_stop_string(tokens: list[int], stop_strings: list[str], tokenizer: Any) -> bool:
-    if not stop_strings:
-        return False
-    # Decoding only the tail keeps this cheap; a stop string spans at most len(stop) tokens.
-    window = max(len(s) for s in stop_strings) + 1
-    text = tokenizer.decode(tokens[-window:])
-    return any(s in text for s in stop_strings)
-
-
-def _choose_tokens(logits: torch.Tensor, params: types.SamplingParams, generator: torch.Generator) -> torch.Tensor:
-    if params.temperature <= 0:
-        return logits.argmax(dim=-1)
-    scaled = logits / params.temperature
-    if params.top_k is not None and params.top_k > 0 and params.top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if params.top_p is not None and params.top_p < 1.0:
-        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-        # Drop a token once the mass before it already reaches top_p (the first token always stays).
-        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= params.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-        scaled = scaled.masked_fill(drop, float("-inf"))
-    probabilities = torch.softmax(scaled, dim=-1)
-    return torch.multinomial(probabilities, 1, generator=generator)[:, 0]
+    return [None, *logprobs_of(logits, input_ids[0, 1:])]
 
 
 class LocalTrainingClient:

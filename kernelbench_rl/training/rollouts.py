@@ -8,6 +8,7 @@ its rows reach the store while later groups are still being sampled.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -226,9 +227,13 @@ class RolloutRunner:
                     executor.shutdown(wait=False, cancel_futures=True)  # evaluations not started never start
                     raise RolloutStopped()
                 start = time.perf_counter()
-                while ready:
-                    group = ready.popleft()
-                    sampling.append((group, self.submit_group(group)))
+                # The local policy decodes what is sent inside this block as one batch (Tinker's service batches
+                # on its side): one request at a time kept a 1.5B model on an H100 at 8 rows a forward.
+                batched = getattr(self.sampling_client, "batched_sampling", None)
+                with batched() if callable(batched) else contextlib.nullcontext():
+                    while ready:
+                        group = ready.popleft()
+                        sampling.append((group, self.submit_group(group)))
                 if sampling:
                     group, requests = sampling.popleft()
                     self.collect_group(requests)
