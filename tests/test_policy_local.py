@@ -385,3 +385,27 @@ def test_a_batch_that_fails_is_decoded_again_request_by_request(service: LocalSe
     assert [len(s.tokens) for s in good.result().sequences] == [4, 4]
     with pytest.raises(ValueError, match="this request alone"):
         bad.result()
+
+
+def test_a_padded_batch_with_non_finite_logits_is_refused(service: LocalServiceClient) -> None:
+    from types import SimpleNamespace
+
+    from kernelbench_rl.policy.local_sampling import SampleJob, decode
+
+    tokenizer = service.create_sampling_client(base_model="local:tiny").result().get_tokenizer()
+
+    def model(input_ids, attention_mask=None, **_):  # NaN wherever a pad could have spread it
+        logits = torch.zeros(input_ids.shape[0], input_ids.shape[1], 8)
+        if attention_mask is not None:
+            logits[:, -1, 0] = float("nan")
+        return SimpleNamespace(logits=logits, past_key_values=None)
+
+    def job(tokens):
+        return SampleJob(tokens, 1, types.SamplingParams(max_tokens=2, temperature=0.0), False, torch.Generator(),
+                         set(), [], 2)
+
+    with pytest.raises(FloatingPointError):
+        decode(model, [job([1, 2, 3]), job([4])], torch.device("cpu"), tokenizer)
+    alone = job([4])
+    decode(model, [alone], torch.device("cpu"), tokenizer)
+    assert [o.tokens for o in alone.outcomes] == [[0, 0]]

@@ -105,6 +105,10 @@ def decode(model: Any, jobs: Sequence[SampleJob], device: torch.device, tokenize
         first += job.num_samples
     past = output.past_key_values
     logits = output.logits[:, -1, :].float()
+    if padded and not bool(torch.isfinite(logits).all()):
+        # An attention backend that turns a pad's fully masked row into NaN spreads it to every row through the
+        # cache (0 x NaN): the caller decodes each request alone instead.
+        raise FloatingPointError("a left-padded batch gave non-finite logits")
     budget = max(job.max_tokens for job in jobs)
     slices, first = [], 0
     for job in jobs:
