@@ -116,7 +116,7 @@ case "$MODE" in
   gpu-tests)
     # Only the test files that hold gpu-marked tests: the others import the orchestrator's stack (DuckDB, Prefect),
     # which the image lacks.
-    use_carried .whl-test /tmp/test_site gpu_tests.log 'pytest-*.whl' 'pluggy-*.whl' 'iniconfig-*.whl'
+    use_carried .whl-test /tmp/test_site gpu_tests.log 'pytest-[0-9]*.whl' 'pytest_timeout-*.whl' 'pluggy-*.whl' 'iniconfig-*.whl'
     [ -d .whl-rl ] && install_wheels .whl-rl /tmp/test_site 120
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
     timeout $LEFT python3 -m pytest -q -ra -m gpu -p no:cacheprovider --junitxml "$OUT/gpu_tests.xml" \
