@@ -405,7 +405,8 @@ class LocalSamplingClient:
 
     def batched_sampling(self) -> contextlib.AbstractContextManager[None]:
         """Not in Tinker's SDK, the local backend's own: `sample` calls this thread makes inside the block are
-        decoded together when it ends (see local_sampling.py). The rollout runner uses it where a policy has it."""
+        decoded together when it ends (see local_sampling.py), so none of their futures may be waited on inside it.
+        The rollout runner uses it where a policy has it."""
         return self._service._batched_sampling()
 
     def sample(
