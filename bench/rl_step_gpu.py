@@ -246,7 +246,7 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
     targets: list[tuple[Any, str, Any]] = [
         # Loading a copy of the base model (the trainer's at the start, the sampler's at the first sample).
         (local, "load_base_model", timers.wrap("model_load", local.load_base_model)),
-        (local.LocalSamplingClient, "_sample_now", timers.wrap("policy_sampling", local.LocalSamplingClient._sample_now)),
+        (local.LocalSamplingClient, "_decode", timers.wrap("policy_sampling", local.LocalSamplingClient._decode)),
         (local.LocalTrainingClient, "_run_loss", timers.wrap("forward_backward", local.LocalTrainingClient._run_loss)),
         (local.LocalTrainingClient, "_optim_step_now",
          timers.wrap("optim_step", local.LocalTrainingClient._optim_step_now)),
