@@ -52,8 +52,9 @@ VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
 
 def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[float | None, float | None]]) -> bool:
     """Whether both sides are timed again side by side (PAIRED_SPREAD): `mode` is KBRL_EVAL_PAIRED (auto,
-    always, off); `timings` are (median, IQR) of the solo baseline and the solo candidate, and either
-    spreading past PAIRED_SPREAD of its median asks for it. Big plans never pair (a second child would not fit)."""
+    always, off); `timings` are (median, IQR) of the solo baseline and the solo candidate. Either spreading past
+    PAIRED_SPREAD of its median asks for it, and so does a close call (CLOSE_CALL, AGREEMENT). Big plans never
+    pair (a second child would not fit)."""
     mode = mode.strip().lower()
     if mode == "off" or big or needed_bytes > PAIRED_MAX_BYTES:
         return False

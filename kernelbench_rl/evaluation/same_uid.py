@@ -330,9 +330,8 @@ def settle(device: str, transport: str, landlock: bool, drop_uid: bool, phases: 
     with phases.timed("same_uid_check"):
         note = same_uid_possible(landlock, drop_uid)
         remembered = "" if note else remembered_pass(landlock)
-    if note or remembered:
-        if pending is not None:
-            pending.cancel()
+    if (note or remembered) and pending is not None:
+        pending.cancel()
     if note:
         return True, False, note
     if remembered:

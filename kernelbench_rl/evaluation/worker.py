@@ -637,7 +637,7 @@ class Worker:
                          base: dict[str, Any], solo: timing.TimingRecord, result: EvalResult,
                          deadline: float) -> Child | None:
         """A second child running the reference itself (no candidate code in it), built and warm, when this
-        problem's timing needs the pairing (see PAIRED_SPREAD); None otherwise or when it cannot start, which
+        problem's timing needs the pairing (see pairing_wanted); None otherwise or when it cannot start, which
         is ours and leaves the solo baseline in place."""
         if self.device != "cuda" or not pairing_wanted(
             os.environ.get("KBRL_EVAL_PAIRED", "auto"), scheduling.is_big(self.memory, state.plan),

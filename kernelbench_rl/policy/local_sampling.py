@@ -97,12 +97,15 @@ def decode(model: Any, jobs: Sequence[SampleJob], device: torch.device, tokenize
                              for job, _ in rows], dtype=torch.long, device=device)
         positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
         extra = {"attention_mask": mask, "position_ids": positions}
-    output = model(input_ids=input_ids, use_cache=True, **extra)
-    first = 0
+    slices, first = [], 0
     for job in jobs:
-        if job.include_prompt_logprobs:
-            job.prompt_logprobs = _prompt_logprobs_from(output.logits[first], job.prompt_tokens, longest, device)
+        slices.append(slice(first, first + job.num_samples))
         first += job.num_samples
+    output = model(input_ids=input_ids, use_cache=True, **extra)
+    for job, rows_of_job in zip(jobs, slices):
+        if job.include_prompt_logprobs:
+            job.prompt_logprobs = _prompt_logprobs_from(output.logits[rows_of_job.start], job.prompt_tokens, longest,
+                                                        device)
     past = output.past_key_values
     logits = output.logits[:, -1, :].float()
     if padded and not bool(torch.isfinite(logits).all()):
@@ -110,10 +113,6 @@ def decode(model: Any, jobs: Sequence[SampleJob], device: torch.device, tokenize
         # cache (0 x NaN): the caller decodes each request alone instead.
         raise FloatingPointError("a left-padded batch gave non-finite logits")
     budget = max(job.max_tokens for job in jobs)
-    slices, first = [], 0
-    for job in jobs:
-        slices.append(slice(first, first + job.num_samples))
-        first += job.num_samples
     for step in range(budget):
         log_probs = torch.log_softmax(logits, dim=-1)
         chosen = torch.full((len(rows),), pad, dtype=torch.long, device=device)
