@@ -176,8 +176,10 @@ def reference_verdicts(kernrl_problems):
 UNDISCRIMINATING = {"L2/66", "L5/6", "L5/8", "L6/6", "L9/3", "L10/3"}
 # Borderline, so either verdict is right and which one comes depends on the hidden seeds drawn: L1/95's cross-entropy
 # over random logits sits near log(classes) whatever the seed, within about kernrl's atol of 0.05 of another seed's
-# value (on the H100 at real size it is undiscriminating; at CPU sizes usually, not always, correct).
-EITHER_CORRECT_OR_UNDISCRIMINATING = {"L1/95"}
+# value (on the H100 at real size it is undiscriminating; at CPU sizes usually, not always, correct). L8/7's deblocking
+# filter moves only block edges: at CPU sizes the first input returned sometimes sits within atol 0.05 of its output
+# for every seed the audit draws (one evaluator in five here, 2026-11-26).
+EITHER_CORRECT_OR_UNDISCRIMINATING = {"L1/95", "L8/7"}
 # Expected verdicts other than correct: all for reasons of the problems' own.
 EXPECTED = {
     **dict.fromkeys(NEEDS_FLA, ErrorCategory.UNSUPPORTED),
