@@ -409,3 +409,72 @@ def test_a_padded_batch_with_non_finite_logits_is_refused(service: LocalServiceC
     alone = job([4])
     decode(model, [alone], torch.device("cpu"), tokenizer)
     assert [o.tokens for o in alone.outcomes] == [[0, 0]]
+
+
+def _record_prefills(monkeypatch: pytest.MonkeyPatch, hide_reorder: bool = False) -> list[int]:
+    """Rows of each prefill (a forward of more than one token) the decoder makes; with `hide_reorder`, its cache
+    lacks reorder_cache."""
+    from types import SimpleNamespace
+
+    from kernelbench_rl.policy import local
+
+    class Opaque:  # a cache the decoder cannot expand
+        def __init__(self, cache):
+            self.cache = cache
+
+    rows: list[int] = []
+    real_decode = local.decode
+
+    def decode(model, jobs, device, tokenizer):
+        def forward(input_ids, past_key_values=None, **kwargs):
+            if input_ids.shape[1] > 1:
+                rows.append(input_ids.shape[0])
+            if isinstance(past_key_values, Opaque):
+                past_key_values = past_key_values.cache
+            output = model(input_ids=input_ids, past_key_values=past_key_values, **kwargs)
+            if not hide_reorder:
+                return output
+            return SimpleNamespace(logits=output.logits, past_key_values=Opaque(output.past_key_values))
+
+        return real_decode(forward, jobs, device, tokenizer)
+
+    monkeypatch.setattr(local, "decode", decode)
+    return rows
+
+
+@pytest.mark.parametrize("hide_reorder", [False, True], ids=["expanded-cache", "prefill-per-sample"])
+def test_a_prompt_is_prefilled_once_and_its_samples_match_alone(service: LocalServiceClient,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                hide_reorder: bool) -> None:
+    sampler = service.create_sampling_client(base_model="local:tiny").result()
+    tokenizer = sampler.get_tokenizer()
+    texts = [PROMPT_TEXT, "import torch\nimport triton\n\n@triton.jit\ndef kernel(x_ptr, n):"]
+    prompts = [types.ModelInput.from_ints(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+    assert prompts[0].length != prompts[1].length  # the batch below is left-padded
+    greedy = [types.SamplingParams(max_tokens=budget, temperature=0.0, stop=[]) for budget in (8, 6)]
+    single = [sampler.sample(prompt=p, num_samples=1, sampling_params=g, include_prompt_logprobs=True).result()
+              for p, g in zip(prompts, greedy)]
+    prefills = _record_prefills(monkeypatch, hide_reorder)
+
+    # One request of 4 greedy samples: one prefill row, then 4 rows decoding, each the num_samples=1 sequence.
+    four = sampler.sample(prompt=prompts[0], num_samples=4, sampling_params=greedy[0],
+                          include_prompt_logprobs=True).result()
+    assert prefills == ([1, 4] if hide_reorder else [1])  # the fallback prefills again, one row per sample
+    assert [s.tokens for s in four.sequences] == [single[0].sequences[0].tokens] * 4
+    for sequence in four.sequences:
+        assert sequence.logprobs == pytest.approx(single[0].sequences[0].logprobs, abs=1e-4)
+    assert four.prompt_logprobs[1:] == pytest.approx(single[0].prompt_logprobs[1:], abs=1e-5)
+
+    # Two requests together (3 and 2 samples, prompts of different lengths): one prefill row per request.
+    prefills.clear()
+    with sampler.batched_sampling():
+        futures = [sampler.sample(prompt=p, num_samples=n, sampling_params=g, include_prompt_logprobs=True)
+                   for p, n, g in zip(prompts, (3, 2), greedy)]
+    together = [f.result() for f in futures]
+    assert prefills == ([2, 5] if hide_reorder else [2])
+    for response, alone, samples in zip(together, single, (3, 2)):
+        assert [s.tokens for s in response.sequences] == [alone.sequences[0].tokens] * samples
+        for sequence in response.sequences:
+            assert sequence.logprobs == pytest.approx(alone.sequences[0].logprobs, abs=1e-4)
+        assert response.prompt_logprobs[0] is None
+        assert response.prompt_logprobs[1:] == pytest.approx(alone.prompt_logprobs[1:], abs=1e-4)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,8 +33,11 @@ class Model(nn.Module):
         super().__init__()
 
     def forward(self, x):
-        with open(FORWARDS_FILE, "a") as handle:
-            handle.write("forward\\n")
+        try:
+            with open(FORWARDS_FILE, "a") as handle:
+                handle.write("forward\\n")
+        except OSError:
+            pass  # timed beside a kernel on the GPU, it runs in the sandboxed child, where such writes are refused
         time.sleep(SLEEP_S)
         return torch.relu(x)
 
@@ -50,12 +56,22 @@ def _slow_problem(number: int, forwards_file: str, sleep_s: float) -> Problem:
     return Problem(level=1, number=number, name=f"{number}_SlowReference", source=source, origin="inline")
 
 
+@pytest.fixture
+def forwards_dir():
+    """Where the references count their forwards: a folder every uid can write, since a worker started as root
+    drops to nobody and could not write under pytest's own (0700) tmp_path."""
+    path = Path(tempfile.mkdtemp(prefix="kbrl-forwards-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _forwards(path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def test_a_reference_past_its_budget_gets_no_verdict_and_the_batch_goes_on(tmp_path):
-    forwards, other_forwards = tmp_path / "forwards.txt", tmp_path / "other_forwards.txt"
+def test_a_reference_past_its_budget_gets_no_verdict_and_the_batch_goes_on(forwards_dir):
+    forwards, other_forwards = forwards_dir / "forwards.txt", forwards_dir / "other_forwards.txt"
     slow = _slow_problem(9301, str(forwards), 600.0)
     # A second one: the worker is killed twice, and a normal request in flight both times would have spent its
     # one retry (and come back infra) were those kills counted against it.
@@ -168,10 +184,10 @@ def _cuda() -> bool:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _cuda(), reason="timing needs a GPU")
-def test_on_the_gpu_a_slow_reference_is_timed_for_fewer_calls_and_a_too_slow_one_gets_no_verdict(tmp_path):
+def test_on_the_gpu_a_slow_reference_is_timed_for_fewer_calls_and_a_too_slow_one_gets_no_verdict(forwards_dir):
     # The reference takes 0.2 s a call (host sleep): 50 calls would be 10 s, past a quarter of a 20 s budget.
-    slowish = _slow_problem(9303, str(tmp_path / "slowish.txt"), 0.2)
-    too_slow = _slow_problem(9304, str(tmp_path / "too_slow.txt"), 600.0)
+    slowish = _slow_problem(9303, str(forwards_dir / "slowish.txt"), 0.2)
+    too_slow = _slow_problem(9304, str(forwards_dir / "too_slow.txt"), 600.0)
     settings = EvalSettings(device="cuda", size="small", timeout_s=120, timing_trials=50, reference_timeout_s=20.0)
     with Evaluator(settings, static_checks=False, problems={p.id: p for p in (slowish, too_slow)}) as ev:
         started = time.monotonic()
@@ -183,5 +199,5 @@ def test_on_the_gpu_a_slow_reference_is_timed_for_fewer_calls_and_a_too_slow_one
     assert reference_budget.MIN_TIMED_CALLS <= calls <= 25 and "of 50 asked" in timed.versions["timed_calls"]
     assert normal.correct and normal.versions["timed_calls"] == "50 as asked", normal.error_message
     assert none.error_category == ErrorCategory.TOO_LARGE and "20 s" in none.error_message, none.error_message
-    assert _forwards(tmp_path / "too_slow.txt") == 1
+    assert _forwards(forwards_dir / "too_slow.txt") == 1
     assert batch_s < 300
