@@ -18,7 +18,8 @@ import pytest
 from host_clock import HOST_CLOCK
 from kernelbench_rl.evaluation import child
 from kernelbench_rl.evaluation.device_timing import (AGREEMENT, CLOSE_CALL, PAIRED_BLOCKS, PAIRED_MAX_CALLS,
-                                                    PAIRED_BLOCK_CALLS, PAIRED_MIN_SIDE_MS, paired_blocks)
+                                                    PAIRED_BLOCK_CALLS, PAIRED_MAX_SIDE_MS, PAIRED_MIN_SIDE_MS,
+                                                    paired_blocks)
 from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
 
 SMALL = 64 << 20
@@ -78,6 +79,13 @@ class TestPairedBlocks:
     def test_the_calls_are_capped(self):
         assert len(self._numbers(paired_blocks(100, 1e-4))) == PAIRED_MAX_CALLS
         assert len(self._numbers(paired_blocks(100, 0.0))) == PAIRED_MAX_CALLS
+
+    def test_a_slow_side_keeps_the_solo_count(self):
+        # A 0.01 ms kernel beside a 200 ms reference: 1,000 calls a side would be 200 s of the reference.
+        assert len(self._numbers(paired_blocks(12, 0.01, 200.0))) == 12
+        calls = len(self._numbers(paired_blocks(100, 0.05, 2.0)))
+        assert calls * 2.0 <= PAIRED_MAX_SIDE_MS and calls * 0.05 < PAIRED_MIN_SIDE_MS  # capped by the longer side
+        assert len(self._numbers(paired_blocks(100, 0.2, 0.21))) * 0.2 >= PAIRED_MIN_SIDE_MS  # close call: unchanged
 
     def test_few_calls_never_make_empty_blocks(self):
         blocks = paired_blocks(3, 50.0)

@@ -43,6 +43,9 @@ PAIRED_BLOCKS = 5  # at least; short kernels get more (paired_blocks)
 # 100 calls of a 0.2 ms launch-bound kernel spread by a third left identical code outside [0.95, 1.05].
 PAIRED_MIN_SIDE_MS = 100.0
 PAIRED_MAX_CALLS = 1000
+# Those extra calls stop where the longer side would pass this much GPU time: a fast kernel beside a slow
+# reference (0.01 ms against 200 ms) keeps the solo count, which the reference's own budget already bounds.
+PAIRED_MAX_SIDE_MS = 1000.0
 PAIRED_BLOCK_CALLS = 10
 PAIRED_MAX_BYTES = 4 << 30  # the reference's child sits beside the candidate's: small problems only
 # A diagnostic for showing that one defence holds alone (bench/floor_check.py): "0" turns off the check of timed
@@ -71,11 +74,13 @@ def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[
     return CLOSE_CALL[0] <= speedup <= CLOSE_CALL[1] and abs(speedup - 1.0) > AGREEMENT
 
 
-def paired_blocks(calls: int, shortest_ms: float) -> list[list[int]]:
+def paired_blocks(calls: int, shortest_ms: float, longest_ms: float = 0.0) -> list[list[int]]:
     """The side-by-side trials' numbers in alternating blocks: at least `calls` a side and PAIRED_MIN_SIDE_MS of
-    GPU time for the shorter side (at most PAIRED_MAX_CALLS), about PAIRED_BLOCK_CALLS to a block, at least
-    PAIRED_BLOCKS blocks."""
+    GPU time for the shorter side (at most PAIRED_MAX_CALLS, and no more than PAIRED_MAX_SIDE_MS of the longer
+    side's), about PAIRED_BLOCK_CALLS to a block, at least PAIRED_BLOCKS blocks."""
     wanted = math.ceil(PAIRED_MIN_SIDE_MS / shortest_ms) if shortest_ms > 0 else PAIRED_MAX_CALLS
+    if longest_ms > 0:
+        wanted = min(wanted, int(PAIRED_MAX_SIDE_MS // longest_ms))
     per_side = max(calls, min(PAIRED_MAX_CALLS, wanted))
     count = max(PAIRED_BLOCKS, min(per_side // PAIRED_BLOCK_CALLS, PAIRED_MAX_CALLS // PAIRED_BLOCK_CALLS))
     count = min(count, per_side)
@@ -144,7 +149,8 @@ class CandidateTiming:
             # Timed again, both sides in alternating blocks, the side going first alternating too (ABBA): a drift
             # of the device or the host between blocks reaches both alike. The candidate is stopped during the
             # reference's blocks, so no thread of its own can load the device meanwhile.
-            blocks = paired_blocks(len(seeds), min(solo.median_ms, float(base["eager_ms"] or solo.median_ms)))
+            sides_ms = (solo.median_ms, float(base["eager_ms"] or solo.median_ms))
+            blocks = paired_blocks(len(seeds), min(sides_ms), max(sides_ms))
             by_index: dict[int, float] = {}
             healthy = False
             try:
