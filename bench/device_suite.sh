@@ -47,7 +47,8 @@
 #                                                # .whl-test/ (carry it; .whl-rl/ too for the local policy's test); $OUT/gpu_tests.{log,xml}
 # kernrl (carry .kr: a copy of its snapshot's problems folder):
 #   bash bench/device_suite.sh kr-identity [IDS]  # <= 575 s: reference-as-candidate over kernrl's problems whose reference
-#                                                # runs under 1 s a call at real size (72 of 89), or IDS
+#                                                # runs under 1 s a call at real size (72 of 89), or IDS; KR_ARGS="--timeout 60"
+#                                                # passes flags on to bench/kernelbench_sweep.py identity
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
@@ -132,7 +133,7 @@ case "$MODE" in
     if [ ! -d .kr ]; then echo "kr-identity needs .kr/ (a copy of kernrl's snapshot) carried along" | tee "$OUT/kr.log"; exit 2; fi
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
     timeout $LEFT python3 bench/kernelbench_sweep.py identity --problems-root .kr --problems "${ARG2:-$KR_FAST}" \
-      --budget-s $(( LEFT - 30 )) --worker-logs "$OUT/kr_identity_worker_logs.txt" --out "$OUT/kr_identity.json" 2>&1 \
+      --budget-s $(( LEFT - 30 )) ${KR_ARGS:-} --worker-logs "$OUT/kr_identity_worker_logs.txt" --out "$OUT/kr_identity.json" 2>&1 \
       | tee "$OUT/kr_identity.log" ;;
   kb-solutions)
     kb_solutions $KB_LEFT $(( KB_LEFT - 40 )) ;;

@@ -109,6 +109,18 @@ def test_a_reference_past_its_budget_gets_no_verdict_and_the_batch_goes_on(forwa
     assert batch_s < 120
 
 
+def test_the_references_forwards_are_not_charged_to_its_candidate(forwards_dir):
+    # Each correctness seed's reference forward takes 0.4 s; 5 seeds and 2 widened ones are over 2 s of the
+    # reference's, past the candidate's 1 s timeout, while the candidate (a ReLU) takes milliseconds.
+    slow = _slow_problem(9306, str(forwards_dir / "forwards.txt"), 0.4)
+    settings = EvalSettings(device="cpu", timeout_s=1.0, reference_timeout_s=30.0, correctness_trials=5)
+    with Evaluator(settings, static_checks=False, problems={slow.id: slow}) as ev:
+        result = ev.evaluate([EvalRequest(slow.id, RELU, settings)])[0]
+    assert result.correct and result.error_category == ErrorCategory.OK, result.error_message
+    assert result.phase_seconds["correctness_reference"] > settings.timeout_s
+    assert _forwards(forwards_dir / "forwards.txt") >= 4  # the reference's forwards really ran in that time
+
+
 def test_only_the_outermost_reference_phase_is_reported():
     events: list[str | None] = []
     with reference_budget.phase("outputs"):

@@ -431,6 +431,7 @@ class Worker:
                 return self._exclusive_section_for(child, state, settings, result, payload, t)
             deadline = time.monotonic() + settings.timeout_s
             self._correctness(child, state, settings, result, deadline, payload, shared=True)
+            deadline += result.phase_seconds.get("correctness_reference", 0.0)  # not the candidate's time
             timed = contextlib.ExitStack()
             try:
                 self._enter_timed_section(timed, child, result, time.perf_counter())
@@ -467,6 +468,7 @@ class Worker:
             try:
                 if not self._correctness(child, state, settings, result, deadline, payload, shared=False):
                     return None
+                deadline += result.phase_seconds.get("correctness_reference", 0.0)  # not the candidate's time
                 return self.candidate_timing.run(child, state, settings, result, deadline, payload)
             finally:
                 scheduling.pin(0, self.all_cores)
@@ -582,6 +584,9 @@ class Worker:
             with seed_work:
                 with state.lock:
                     reference = self.references.reference_outputs(state, precision, seed, variant=variant)
+                # The reference's forward is bounded by its own budget, not the candidate's: a reference of seconds
+                # a call (kernrl's PBKDF2, 7.4 s) otherwise timed out its identical candidate.
+                deadline += time.perf_counter() - mark
                 parts["correctness_reference"] += time.perf_counter() - mark
                 mark = time.perf_counter()
                 poison = (state.plan.poison_bytes if state.plan is not None

@@ -86,6 +86,11 @@ PROMPT_TOKENS_ALLOWANCE = 2048
 # Transformer Models"). With it the estimate for a random 1.5B Qwen at 512 tokens is 21.0 GiB; the trainer's
 # allocated peak measured 21.2 GiB on an H100 (bench/RESULTS.md), where the estimate without it read 17.5 GiB.
 ACTIVATION_BYTES = 34
+# What the process holds beyond the tensors it allocates: the caching allocator's reserved-but-free blocks (its
+# reserved peak was 1.09x its allocated one in that step, 23.1 against 21.2 GiB, on an H200) and the CUDA
+# context (about 1 GiB under nvidia-smi).
+ALLOCATOR_SLACK = 0.12
+CUDA_CONTEXT_BYTES = 1 * GIB
 
 
 def model_weight_bytes(base_model: str) -> int:
@@ -101,7 +106,8 @@ def policy_memory_reservation(config: TrainConfig, *, policy_beside: bool = True
 
     eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA (in this process:
     `policy_beside`) beside a local evaluator on CUDA, an estimate of the policy's peak: two copies of its weights (the trainer's and the
-    sampler's), one training sequence's logits and activations (prompt allowance + max_tokens) and working memory. The uuid names the policy's GPU (only that worker keeps the room); ""
+    sampler's), one training sequence's logits and activations (prompt allowance + max_tokens) and working memory,
+    plus the allocator's slack and the CUDA context. The uuid names the policy's GPU (only that worker keeps the room); ""
     applies to every worker."""
     ev = config.eval
     shares = policy_beside and _policy_shares_eval_gpu(config)
@@ -116,7 +122,8 @@ def policy_memory_reservation(config: TrainConfig, *, policy_beside: bool = True
     logits = LOGIT_BYTES * tokens * model_vocab_size(base_model)
     activations = ACTIVATION_BYTES * tokens * _model_config_int(base_model, "hidden_size") * _model_config_int(
         base_model, "num_hidden_layers")
-    return 2 * weights + logits + activations + max(POLICY_WORKING_BYTES, weights), uuid
+    allocated = 2 * weights + logits + activations + max(POLICY_WORKING_BYTES, weights)
+    return int(allocated * (1 + ALLOCATOR_SLACK)) + CUDA_CONTEXT_BYTES, uuid
 
 
 def model_vocab_size(base_model: str) -> int:
