@@ -19,7 +19,7 @@ from host_clock import HOST_CLOCK
 from kernelbench_rl.evaluation import child
 from kernelbench_rl.evaluation.device_timing import (AGREEMENT, CLOSE_CALL, PAIRED_BLOCKS, PAIRED_MAX_CALLS,
                                                     PAIRED_BLOCK_CALLS, PAIRED_MAX_SIDE_MS, PAIRED_MIN_SIDE_MS,
-                                                    paired_blocks)
+                                                    TIMING_ALLOWANCE, paired_blocks, timing_window_s)
 from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
 
 SMALL = 64 << 20
@@ -57,6 +57,13 @@ class TestPairingWanted:
     @pytest.mark.parametrize("speedup", [1.0, 1.0 + AGREEMENT / 2, CLOSE_CALL[0] * 0.9, CLOSE_CALL[1] * 1.1, 5.0])
     def test_agreement_or_a_clear_difference_keeps_the_solo_baseline(self, speedup):
         assert not pairing_wanted("auto", False, SMALL, [(10.0 * speedup, 0.0), (10.0, 0.0)])
+
+
+def test_a_candidate_as_slow_as_its_reference_has_time_for_its_timed_calls():
+    # 10 calls and 3 warm-ups of a 3.4 s reference: 44 s of the reference's own, past a 60 s timeout's remainder.
+    assert timing_window_s(10, 3, 3400.0, 60.0) == pytest.approx(TIMING_ALLOWANCE * 13 * 3.4)
+    assert timing_window_s(10, 3, 3400.0, 60.0, sides=2) == pytest.approx(2 * TIMING_ALLOWANCE * 13 * 3.4)
+    assert timing_window_s(100, 3, 0.5, 60.0) == 60.0  # short references keep the candidate's timeout
 
 
 class TestPairedBlocks:

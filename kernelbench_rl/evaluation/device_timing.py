@@ -74,6 +74,17 @@ def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[
     return CLOSE_CALL[0] <= speedup <= CLOSE_CALL[1] and abs(speedup - 1.0) > AGREEMENT
 
 
+# A candidate as slow as its reference can finish its timed calls: their deadline is at least this many times the
+# reference's own time for them (kernrl's SpMV, 3.4 s a call, otherwise timed out its identical candidate).
+TIMING_ALLOWANCE = 2.0
+
+
+def timing_window_s(calls: int, warmup: int, reference_ms: float, timeout_s: float, sides: int = 1) -> float:
+    """Seconds the timed calls may take: the candidate's timeout, or TIMING_ALLOWANCE times what the reference
+    itself takes for them (`sides` 2: both timed side by side), whichever is longer."""
+    return max(timeout_s, TIMING_ALLOWANCE * sides * (calls + warmup) * max(0.0, reference_ms) / 1000.0)
+
+
 def paired_blocks(calls: int, shortest_ms: float, longest_ms: float = 0.0) -> list[list[int]]:
     """The side-by-side trials' numbers in alternating blocks: at least `calls` a side and PAIRED_MIN_SIDE_MS of
     GPU time for the shorter side (at most PAIRED_MAX_CALLS, and no more than PAIRED_MAX_SIDE_MS of the longer
@@ -126,6 +137,8 @@ class CandidateTiming:
         # As many timed calls as the baseline had: fewer than asked for a reference too slow to time them all.
         calls, why = state.timed_calls(settings)
         result.versions["timed_calls"] = why
+        reference_ms = float(base["eager_ms"] or 0.0)
+        deadline = max(deadline, time.monotonic() + timing_window_s(calls, settings.warmup_trials, reference_ms, 0.0))
         seeds = [secrets.randbits(31) for _ in range(calls)]
         verify_trials = (state.plan.verify_trials if state.plan is not None else 2) if VERIFY_TIMED_OUTPUTS else 0
         verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
@@ -141,7 +154,8 @@ class CandidateTiming:
         solo = timing.TimingRecord(times_ms=times)
         # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
         # trials took most of its timeout must not time out for being timed twice).
-        deadline = time.monotonic() + settings.timeout_s
+        deadline = time.monotonic() + timing_window_s(len(seeds), settings.warmup_trials, reference_ms,
+                                                      settings.timeout_s, sides=2)
         reference_child = self.reference_child(state, settings, payload, base, solo, result, deadline)
         if reference_child is not None:
             # The child's next command releases what it kept: check the solo trials' outputs first.
