@@ -121,6 +121,34 @@ def test_the_references_forwards_are_not_charged_to_its_candidate(forwards_dir):
     assert _forwards(forwards_dir / "forwards.txt") >= 4  # the reference's forwards really ran in that time
 
 
+SLOW_CANDIDATE = """import time
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        time.sleep(0.6)
+        return torch.relu(x)
+"""
+
+
+def test_a_candidate_as_slow_as_its_reference_is_judged_not_timed_out(forwards_dir):
+    # 0.6 s a call on both sides: its first call and each of its 7 correctness calls would pass a 1 s timeout.
+    slow = _slow_problem(9307, str(forwards_dir / "forwards.txt"), 0.6)
+    settings = EvalSettings(device="cpu", timeout_s=1.0, reference_timeout_s=30.0, correctness_trials=5)
+    with Evaluator(settings, static_checks=False, problems={slow.id: slow}) as ev:
+        equal, slower = ev.evaluate([EvalRequest(slow.id, SLOW_CANDIDATE, settings),
+                                     EvalRequest(slow.id, SLOW_CANDIDATE.replace("sleep(0.6)", "sleep(5.0)"), settings)])
+    assert equal.correct and equal.error_category == ErrorCategory.OK, equal.error_message
+    # The allowance is twice the reference's call, no more: a candidate 8x slower still times out.
+    assert slower.error_category == ErrorCategory.TIMEOUT, slower.error_message
+
+
 def test_only_the_outermost_reference_phase_is_reported():
     events: list[str | None] = []
     with reference_budget.phase("outputs"):

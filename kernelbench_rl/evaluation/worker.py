@@ -47,7 +47,8 @@ from kernelbench_rl.evaluation.build_cache import BuildCache
 from kernelbench_rl.evaluation.worker_config import WorkerConfig, argument_parser, config_from_args  # noqa: F401
 from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key, start_reference_child
 from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
-    PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, VERIFY_TIMED_OUTPUTS, CandidateTiming, pairing_wanted,
+    PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, TIMING_ALLOWANCE, VERIFY_TIMED_OUTPUTS, CandidateTiming,
+    pairing_wanted,
 )
 from kernelbench_rl.evaluation.same_uid import (  # noqa: F401 - importable from here as before
     SAME_UID_NPROC, SAME_UID_PROBE_TIMEOUT_S, become_same_uid_worker, same_uid_possible, same_uid_probe,
@@ -76,6 +77,13 @@ STOP_GRACE_S = float(os.environ.get("KBRL_EVAL_STOP_GRACE_S", "15"))
 # on an H100 it made the level-2 GRPO-shaped batch slower, 53.8 s against 46.2 s (bench/RESULTS.md), since the
 # seeds of many candidates then queue at the quiet gate and hold their memory meanwhile.
 OVERLAP_UNTIMED = os.environ.get("KBRL_EVAL_OVERLAP", "0") == "1"
+
+
+def _per_call_allowance_s(state: ProblemState) -> float:
+    """The least time a candidate's call gets: TIMING_ALLOWANCE times one reference forward (0 when not learnt).
+    A candidate as slow as a reference of tens of seconds a call (kernrl's deblocking filter) otherwise timed out
+    on its first call, blamed for the reference's own cost."""
+    return TIMING_ALLOWANCE * float(state.forward_s or 0.0)
 
 
 class Worker:
@@ -408,7 +416,8 @@ class Worker:
             # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
             # The child frees its inputs and outputs afterwards, so its memory is held only meanwhile.
             t = time.perf_counter()
-            remaining = deadline - time.monotonic()  # waiting for memory is not the candidate's time
+            # Waiting for memory is not the candidate's time; a first call as slow as the reference's is allowed.
+            remaining = max(deadline - time.monotonic(), _per_call_allowance_s(state))
             with scheduling.admission(self.memory, state.plan, "warm"), self.quiet_gate.noisy():
                 result.phase_seconds["memory_wait"] = time.perf_counter() - t
                 children.send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
@@ -593,6 +602,7 @@ class Worker:
                           else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
                 # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
                 check_inputs = position == 0 and not state.mutates_inputs
+                deadline = max(deadline, time.monotonic() + _per_call_allowance_s(state))
                 children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
                                    "return_inputs": check_inputs}, "running forward")
                 header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
