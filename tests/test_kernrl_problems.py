@@ -178,8 +178,10 @@ UNDISCRIMINATING = {"L2/66", "L5/6", "L5/8", "L6/6", "L9/3", "L10/3"}
 # over random logits sits near log(classes) whatever the seed, within about kernrl's atol of 0.05 of another seed's
 # value (on the H100 at real size it is undiscriminating; at CPU sizes usually, not always, correct). L8/7's deblocking
 # filter moves only block edges: at CPU sizes the first input returned sometimes sits within atol 0.05 of its output
-# for every seed the audit draws (one evaluator in five here, 2026-11-26).
-EITHER_CORRECT_OR_UNDISCRIMINATING = {"L1/95", "L8/7"}
+# for every seed the audit draws (one evaluator in five here, 2026-11-26). L5/7's Monte Carlo estimate of pi is pi
+# within kernrl's tolerance whatever the seed; only widened inputs (a wider square moves the estimate) can tell, and
+# at CPU sizes their estimates are noisy enough that a constant sometimes still passes (a full run, 2026-11-26).
+EITHER_CORRECT_OR_UNDISCRIMINATING = {"L1/95", "L5/7", "L8/7"}
 # Expected verdicts other than correct: all for reasons of the problems' own.
 EXPECTED = {
     **dict.fromkeys(NEEDS_FLA, ErrorCategory.UNSUPPORTED),
