@@ -327,12 +327,12 @@ def test_once_the_worker_is_stopping_no_candidate_starts():
 
 _WEDGED_STOP_SCRIPT = """
 import threading
-from kernelbench_rl.evaluation import worker as w
+from kernelbench_rl.evaluation import worker as w, worker_process
 worker = w.Worker(w.WorkerConfig(device="cpu", warm_children=1))
 child = worker.take_child()
 print(child.pid, worker.children.warm[0].pid, flush=True)
 worker.children.warm_lock.acquire()  # a stop that hangs: kill_running_children waits on this lock for ever
-timer = threading.Timer(1.0, w._abandon, args=(worker,))
+timer = threading.Timer(1.0, worker_process._abandon, args=(worker,))
 timer.daemon = True
 timer.start()
 worker.kill_running_children()

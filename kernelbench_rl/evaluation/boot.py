@@ -8,7 +8,7 @@ once the environment and the uid the zygote must inherit are final, it starts he
 the worker. The uid is final at once on the CPU, where same-uid mode is not possible, or where a passing
 probe is remembered (same_uid.settle); otherwise the probe starts here in a process of its own, beside the
 worker's imports, and the worker takes its answer after them and starts the zygote after the switch. Then
-`worker.main` runs with what was decided here.
+`worker_process.main` runs with what was decided here.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     state = boot(argv)
     with state.phases.timed("worker_imports"):
-        from kernelbench_rl.evaluation import worker
-    worker.main(argv, state)
+        from kernelbench_rl.evaluation import worker_process
+    worker_process.main(argv, state)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,13 @@ def timing_window_s(calls: int, warmup: int, reference_ms: float, timeout_s: flo
     return max(timeout_s, TIMING_ALLOWANCE * sides * (calls + warmup) * max(0.0, reference_ms) / 1000.0)
 
 
+def call_allowance_s(reference_forward_s: float | None) -> float:
+    """The least time one call of a candidate gets: TIMING_ALLOWANCE times one reference forward (0 when not yet
+    learnt). A candidate as slow as a reference of tens of seconds a call (kernrl's deblocking filter) otherwise
+    timed out on its first call, blamed for the reference's own cost."""
+    return TIMING_ALLOWANCE * float(reference_forward_s or 0.0)
+
+
 def paired_blocks(calls: int, shortest_ms: float, longest_ms: float = 0.0) -> list[list[int]]:
     """The side-by-side trials' numbers in alternating blocks: at least `calls` a side and PAIRED_MIN_SIDE_MS of
     GPU time for the shorter side (at most PAIRED_MAX_CALLS, and no more than PAIRED_MAX_SIDE_MS of the longer

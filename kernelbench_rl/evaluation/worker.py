@@ -10,8 +10,8 @@ torch and triton but never initialised CUDA), pre-started so a child is ready wh
 Compilation in children runs in parallel; correctness and timing hold the device exclusively.
 Imports only torch, triton, numpy and the standard library.
 
-This module holds the worker's main loop and the evaluation's phases; their parts live beside it:
-children.py (the candidate processes and the conversation with one), scheduling.py (who may use the
+This module holds the evaluation's phases; their parts live beside it: worker_process.py (the process: its
+start, the request loop, its stop), children.py (the candidate processes and the conversation with one), scheduling.py (who may use the
 device, when, with how many bytes), reference_cache.py (each problem's reference, baselines, sizing),
 device_timing.py (the timing step), faults.py (verdicts and whose fault they are), build_cache.py
 (CUDA builds kept across candidates) and same_uid.py (the worker as its children's unprivileged uid).
@@ -20,8 +20,6 @@ device_timing.py (the timing step), faults.py (verdicts and whose fault they are
 from __future__ import annotations
 
 import contextlib
-import faulthandler
-import json
 import os
 import platform
 import random
@@ -32,7 +30,6 @@ import tempfile
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -47,13 +44,12 @@ from kernelbench_rl.evaluation.build_cache import BuildCache
 from kernelbench_rl.evaluation.worker_config import WorkerConfig, argument_parser, config_from_args  # noqa: F401
 from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key, start_reference_child
 from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
-    PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, TIMING_ALLOWANCE, VERIFY_TIMED_OUTPUTS, CandidateTiming,
+    PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, VERIFY_TIMED_OUTPUTS, CandidateTiming, call_allowance_s,
     pairing_wanted,
 )
 from kernelbench_rl.evaluation.same_uid import (  # noqa: F401 - importable from here as before
     SAME_UID_NPROC, SAME_UID_PROBE_TIMEOUT_S, become_same_uid_worker, same_uid_possible, same_uid_probe,
 )
-from kernelbench_rl.evaluation.same_uid import settle as same_uid_settle
 from kernelbench_rl.evaluation.reference_cache import (  # noqa: F401 - importable from here as before
     FRESH_TIMING_BUFFERS, SEED_POOL_SIZE, ProblemState, ReferenceCache,
 )
@@ -67,23 +63,11 @@ from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable fr
     LOADED_CONTEXT_BYTES, QUIET_WAIT_S, WARM_CONTEXT_BYTES, DeviceQueue, MemoryBudget, QuietGate, SharedOrAlone,
 )
 
-# Once told to stop (or orphaned), the worker has this long to wind down before it kills what it knows of and
-# exits regardless: nothing it could still finish has anyone waiting for it.
-STOP_GRACE_S = float(os.environ.get("KBRL_EVAL_STOP_GRACE_S", "15"))
-
-
 # KBRL_EVAL_OVERLAP=1: correctness, the check of timed outputs and the profile run beside other candidates'
 # untimed work instead of inside the exclusive device section (see Worker._device_section_for). Off by default:
 # on an H100 it made the level-2 GRPO-shaped batch slower, 53.8 s against 46.2 s (bench/RESULTS.md), since the
 # seeds of many candidates then queue at the quiet gate and hold their memory meanwhile.
 OVERLAP_UNTIMED = os.environ.get("KBRL_EVAL_OVERLAP", "0") == "1"
-
-
-def _per_call_allowance_s(state: ProblemState) -> float:
-    """The least time a candidate's call gets: TIMING_ALLOWANCE times one reference forward (0 when not learnt).
-    A candidate as slow as a reference of tens of seconds a call (kernrl's deblocking filter) otherwise timed out
-    on its first call, blamed for the reference's own cost."""
-    return TIMING_ALLOWANCE * float(state.forward_s or 0.0)
 
 
 class Worker:
@@ -417,7 +401,7 @@ class Worker:
             # The child frees its inputs and outputs afterwards, so its memory is held only meanwhile.
             t = time.perf_counter()
             # Waiting for memory is not the candidate's time; a first call as slow as the reference's is allowed.
-            remaining = max(deadline - time.monotonic(), _per_call_allowance_s(state))
+            remaining = max(deadline - time.monotonic(), call_allowance_s(state.forward_s))
             with scheduling.admission(self.memory, state.plan, "warm"), self.quiet_gate.noisy():
                 result.phase_seconds["memory_wait"] = time.perf_counter() - t
                 children.send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
@@ -602,7 +586,7 @@ class Worker:
                           else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
                 # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
                 check_inputs = position == 0 and not state.mutates_inputs
-                deadline = max(deadline, time.monotonic() + _per_call_allowance_s(state))
+                deadline = max(deadline, time.monotonic() + call_allowance_s(state.forward_s))
                 children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
                                    "return_inputs": check_inputs}, "running forward")
                 header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
@@ -681,134 +665,8 @@ def _triton_version() -> str:
         return ""
 
 
-def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = None) -> None:
-    message = json.loads(line)
-    tag = message.get("id")
-    try:
-        # The reference's phases are reported as they start and end: the pool bounds them (reference_budget.py).
-        with reference_budget.reporting(lambda phase: emit({"event": "reference", "id": tag, "phase": phase})):
-            result, baseline = worker.evaluate(message["request"], received_at)
-        if worker.children.stopping:  # its child was killed because the worker is stopping, not for anything it did
-            emit({"id": tag, "error": "the evaluation worker stopped before this evaluation finished"})
-            return
-        emit({"id": tag, "result": result.to_dict(), "baseline": baseline})
-    except Exception as exc:  # noqa: BLE001 - never leave the orchestrator waiting
-        traceback.print_exc(file=sys.stderr)
-        emit({"id": tag, "error": f"{type(exc).__name__}: {exc}"[:500]})
 
+if __name__ == "__main__":  # the process entry lives in worker_process (boot.py is the pool's)
+    from kernelbench_rl.evaluation.worker_process import main
 
-def main(argv: list[str] | None = None, boot: Any = None) -> None:
-    """`boot`: what boot.py (the pool's entry point) decided and started before this module was imported."""
-    phases = boot.phases if boot is not None else startup.Phases()
-    args = argument_parser().parse_args(argv)
-    numerics.apply()
-    if args.transport not in ("auto", "ipc", "file", "pipe"):
-        args.transport = "auto"
-    if boot is not None and boot.uid_decided:
-        same_uid, same_uid_note = boot.same_uid, boot.same_uid_note
-    else:
-        # Decided before anything touches CUDA: the probe (started by boot.py in a process of its own, else a
-        # fork of this one) answers now (same_uid.settle says how, and
-        # raises where a half-done switch would leave this worker weaker than it says).
-        _, same_uid, same_uid_note = same_uid_settle(args.device, args.transport, not args.no_landlock,
-                                                     not args.no_drop_uid, phases, may_probe=True,
-                                                     pending=boot.probe if boot is not None else None)
-    if "zygote_spawn" not in phases.seconds():
-        # The uid and environment the zygote inherits are final: its imports go on beside our CUDA start.
-        startup.zygote_environment(args.device)
-        with contextlib.suppress(Exception), phases.timed("zygote_spawn"):
-            startup.start_zygote()  # (should this fail, the Worker tries again and says why)
-    # The protocol gets its own copy of stdout; anything else printed (torch, triton) goes to stderr.
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    emit_lock = threading.Lock()
-
-    def emit(message: dict[str, Any]) -> None:
-        with emit_lock:
-            protocol.write(json.dumps(message) + "\n")
-            protocol.flush()
-
-    config = config_from_args(args, same_uid)
-    if config.device == "cuda":
-        with phases.timed("cuda_init"):
-            total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
-        # Resident references (models and cached outputs), at most a tenth of the device: KernelBench's
-        # level-1 tensors reach 6 GiB, and what is reserved here is lost to evaluations.
-        config.ref_cache_bytes = min(8 << 30, max(1 << 30, total // 10))
-    try:
-        worker = Worker(config, phases)
-        if same_uid_note:
-            worker.versions["same_uid_probe"] = same_uid_note[:200]
-    except Exception as exc:  # noqa: BLE001
-        emit({"event": "failed", "error": f"{type(exc).__name__}: {exc}"})
-        return
-    pool = ThreadPoolExecutor(max_workers=worker.in_flight)
-    try:
-        ready_after_s, ready_seconds = phases.now(), phases.seconds()  # the steps done by now; the rest say so later
-        try:
-            emit({"event": "ready", "pid": os.getpid(), "hardware": worker.hardware, "arch": worker.arch,
-                  "versions": worker.versions,
-                  "transport": worker.transport, "ipc_selftest": worker.ipc_selftest, "same_uid": same_uid,
-                  "same_uid_probe": same_uid_note[:200], "ready_after_s": round(ready_after_s, 4),
-                  "startup_seconds": ready_seconds, "startup_timeline": phases.timeline(set(ready_seconds))})
-        except (BrokenPipeError, OSError, ValueError):
-            # The orchestrator died while this worker started (a Dask worker killed during its pool's start):
-            # shut down below instead of lingering, warm children and all, with nobody to serve.
-            return
-
-        def say_when_warm() -> None:
-            """What the start left for after ready (the comparison's build, the other pre-started children)."""
-            for thread in worker.background:
-                thread.join()
-            later = set(phases.seconds()) - set(ready_seconds)
-            try:
-                emit({"event": "warm", "warm_after_s": round(phases.now(), 4), "startup_seconds": phases.seconds(later),
-                      "startup_timeline": phases.timeline(later)})
-            except (BrokenPipeError, OSError, ValueError):
-                pass
-
-        threading.Thread(target=say_when_warm, daemon=True, name="kbrl-say-when-warm").start()
-        for line in sys.stdin:
-            line = line.strip()
-            if not line:
-                continue
-            if line == '{"cmd": "shutdown"}':
-                break
-            pool.submit(_handle, worker, line, emit, time.perf_counter())
-    finally:
-        # Asked to stop, or the orchestrator is gone (stdin closed): nobody waits for these results (the
-        # pool answers them "infra"), and a running candidate (a hang, a memory hoard) would otherwise hold
-        # the device until its timeout, or for good once the pool kills this process.
-        # Never cancelled: it also bounds the interpreter's exit (multiprocessing joins its children then).
-        last_resort = threading.Timer(STOP_GRACE_S, _abandon, args=(worker,))
-        last_resort.daemon = True
-        last_resort.start()
-        worker.kill_running_children()
-        pool.shutdown(wait=True, cancel_futures=True)
-        worker.shutdown()
-
-
-def _abandon(worker: Worker) -> None:
-    """The orderly stop hung (CI once saw an orphaned worker alive 30 s after its running child was killed):
-    say where each thread stood, kill every child known, exit. The forkserver exits when this process does,
-    and takes any child missed here with it (each child's parent-death signal)."""
-    try:
-        print(f"the worker did not stop within {STOP_GRACE_S:.0f} s; its threads were:", file=sys.stderr, flush=True)
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    except (OSError, ValueError, AttributeError):
-        pass  # no log to write to: still kill and exit
-    for _ in range(3):  # the collections may change under us: no lock is taken here, as one may be what hangs
-        try:
-            known = [*worker.children.running, *worker.children.warm]
-            break
-        except RuntimeError:
-            known = []
-    for child in known:
-        child.signal_kill()
-    shutil.rmtree(worker.root, ignore_errors=True)
-    os._exit(0)
-
-
-if __name__ == "__main__":
     main()
