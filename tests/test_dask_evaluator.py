@@ -249,7 +249,7 @@ def test_an_evaluation_worker_whose_orchestrator_died_during_start_exits(tmp_pat
     from kernelbench_rl.evaluation.pool import PACKAGE_PARENT
 
     log = open(tmp_path / "worker.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "kernelbench_rl.evaluation.worker", "--device", "cpu"],
+    proc = subprocess.Popen([sys.executable, "-m", "kernelbench_rl.evaluation.worker_process", "--device", "cpu"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=PACKAGE_PARENT,
                             env={**os.environ, "PYTHONPATH": PACKAGE_PARENT}, start_new_session=True)
     proc.stdout.close()  # the orchestrator is gone before the worker says it is ready

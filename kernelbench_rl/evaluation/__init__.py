@@ -1,7 +1,7 @@
 """Evaluation: extraction, static policy, the sandboxed evaluator, timing and worker pools.
 
 The public names below are imported lazily, so the worker side (`python -m
-kernelbench_rl.evaluation.worker` on a bare GPU box) never pulls in the orchestrator's stack
+kernelbench_rl.evaluation.worker_process` on a bare GPU box) never pulls in the orchestrator's stack
 (DuckDB, polars).
 """
 

@@ -1,6 +1,6 @@
 """The evaluation worker: one per GPU (or one on the CPU), trusted, long-lived.
 
-    python -m kernelbench_rl.evaluation.worker --device cuda --parallel 4
+    python -m kernelbench_rl.evaluation.worker_process --device cuda --parallel 4
 
 Speaks JSON lines: requests on stdin ({"id", "request"}), results on stdout ({"id", "result",
 "baseline"}). It owns each problem's reference (model built after a hidden seed, inputs made on
@@ -663,10 +663,3 @@ def _triton_version() -> str:
         return str(triton.__version__)
     except Exception:  # noqa: BLE001
         return ""
-
-
-
-if __name__ == "__main__":  # the process entry lives in worker_process (boot.py is the pool's)
-    from kernelbench_rl.evaluation.worker_process import main
-
-    main()
