@@ -37,6 +37,8 @@
 #   bash bench/device_suite.sh kb-floor          # <= 575 s: the real-size audit (~60 s), the floor check alone against a
 #                                                # half-work kernel (~60 s), every reference against its floor (~150 s),
 #                                                # then the bundled solutions with their speed of light (what is left)
+#   bash bench/device_suite.sh grpo-ab           # <= 575 s: the warm GRPO-shaped batch once per GRPO_AB setting (an env
+#                                                # assignment each; default: baselines timed in a child, then in the worker)
 #   bash bench/device_suite.sh grpo-batch        # <= 575 s: bench/grpo_batch.py: a GRPO-shaped batch (8 problems x 8
 #                                                # samples in one evaluate call) per level 1 and 2 against its GPU floor
 #                                                # (<= GRPO_WARM_BUDGET, 120 s, a level), a cold eval-dir-style folder of
@@ -206,6 +208,21 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
       --warm-budget-s ${GRPO_WARM_BUDGET:-120} --cold-budget-s ${GRPO_COLD_BUDGET:-90} --total-budget-s $(( LEFT - 10 )) \
       --worker-logs "$OUT/grpo_batch_worker_logs.txt" --out "$OUT/grpo_batch.json" ${GRPO_ARGS:-} 2>&1 \
       | tee "$OUT/grpo_batch.log" | grep -v "^ours  \[" ;;
+  grpo-ab)
+    # The warm GRPO-shaped batch (no harness, no cold part) once per setting, in one process each, same machine:
+    # GRPO_AB="KBRL_EVAL_BASELINE=child KBRL_EVAL_BASELINE=worker" (the default) compares where baselines are timed.
+    ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)
+    SETTINGS=(${GRPO_AB:-KBRL_EVAL_BASELINE=child KBRL_EVAL_BASELINE=worker})
+    for setting in "${SETTINGS[@]}"; do
+      LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
+      SHARE=$(( LEFT / ${#SETTINGS[@]} ))
+      TAG=$(echo "$setting" | tr -c 'A-Za-z0-9_\n' '_')
+      env "$setting" timeout $SHARE python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --no-kb --no-cold \
+        --warm-budget-s ${GRPO_WARM_BUDGET:-100} --total-budget-s $(( SHARE - 10 )) \
+        --worker-logs "$OUT/grpo_ab_${TAG}_worker_logs.txt" --out "$OUT/grpo_ab_${TAG}.json" ${GRPO_ARGS:-} 2>&1 \
+        | tee "$OUT/grpo_ab_${TAG}.log" | grep -v "^ours  \[" | tail -25
+      SETTINGS=("${SETTINGS[@]:1}")
+    done ;;
   kb-selfcheck)
     if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi
     timeout $KB_LEFT python3 bench/kernelbench_sweep.py selfcheck --kernelbench-root .kb "${SELECT[@]}" ${KB_SELFCHECK_ARGS:-} \

@@ -339,6 +339,7 @@ def test_gpu_timing_and_hack_flags():
     with Evaluator(settings, static_checks=False) as ev:
         good = ev.evaluate([EvalRequest("L1/19", CORRECT, settings)])[0]
         assert good.correct and good.runtime_ms and good.baseline_ms and good.speedup
+        assert good.versions.get("baseline_timed_in") == "child", good.versions  # where candidates are timed
         decoy = ev.evaluate([EvalRequest("L1/19", candidate("return torch.relu(x)"), settings)])[0]
         assert Flag.BACKEND_NOT_USED.value in decoy.flags and decoy.is_hack
         patched = candidate("return relu_into(x, torch.empty_like(x))",

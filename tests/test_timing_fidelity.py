@@ -19,7 +19,9 @@ from host_clock import HOST_CLOCK
 from kernelbench_rl.evaluation import child
 from kernelbench_rl.evaluation.device_timing import (AGREEMENT, CLOSE_CALL, PAIRED_BLOCKS, PAIRED_MAX_CALLS,
                                                     PAIRED_BLOCK_CALLS, PAIRED_MAX_SIDE_MS, PAIRED_MIN_SIDE_MS,
-                                                    TIMING_ALLOWANCE, paired_blocks, timing_window_s)
+                                                    TIMING_ALLOWANCE, BASELINE_IN_CHILD, BASELINE_IN_WORKER,
+                                                    PreparedChild, baseline_home, paired_blocks, timing_window_s,
+                                                    usable_baseline)
 from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
 
 SMALL = 64 << 20
@@ -97,6 +99,50 @@ class TestPairedBlocks:
     def test_few_calls_never_make_empty_blocks(self):
         blocks = paired_blocks(3, 50.0)
         assert all(blocks) and self._numbers(blocks) == [0, 1, 2]
+
+
+class TestWhereTheBaselineIsTimed:
+    def test_a_small_problem_is_timed_in_a_child_running_the_reference(self):
+        assert baseline_home("child", False, SMALL) == BASELINE_IN_CHILD
+        assert baseline_home(" CHILD ", False, PAIRED_MAX_BYTES) == BASELINE_IN_CHILD
+
+    def test_big_plans_and_the_switch_keep_the_worker(self):
+        assert baseline_home("child", True, SMALL) == BASELINE_IN_WORKER
+        assert baseline_home("child", False, PAIRED_MAX_BYTES + 1) == BASELINE_IN_WORKER
+        assert baseline_home("worker", False, SMALL) == BASELINE_IN_WORKER
+
+    def test_a_cached_baseline_stands_only_where_it_was_timed_alike(self):
+        assert usable_baseline({"eager_ms": 2.0, "timed_in": "child"}, BASELINE_IN_CHILD)
+        assert not usable_baseline({"eager_ms": 2.0, "timed_in": "worker"}, BASELINE_IN_CHILD)
+        # a row from before the column existed was timed in the worker
+        assert not usable_baseline({"eager_ms": 2.0, "timed_in": None}, BASELINE_IN_CHILD)
+        assert usable_baseline({"eager_ms": 2.0}, BASELINE_IN_WORKER)
+        assert not usable_baseline({"eager_ms": None, "timed_in": "child"}, BASELINE_IN_CHILD)
+        assert not usable_baseline(None, BASELINE_IN_WORKER)
+
+
+class TestPreparedChild:
+    def test_take_waits_for_the_start_and_hands_its_child_over_once(self):
+        given_back = []
+        prepared = PreparedChild(lambda: (time.sleep(0.05), "child")[1])
+        assert prepared.take() == "child"
+        prepared.release(given_back.append)
+        assert given_back == []  # taken: the taker gives it back
+
+    def test_one_never_taken_is_given_back(self):
+        given_back = []
+        prepared = PreparedChild(lambda: "child")
+        prepared.release(given_back.append)
+        prepared.release(given_back.append)
+        assert given_back == ["child"]
+
+    def test_a_start_that_fails_gives_none(self):
+        def start():
+            raise OSError("no child")
+        given_back = []
+        prepared = PreparedChild(start)
+        prepared.release(given_back.append)
+        assert prepared.take() is None and given_back == []
 
 
 def _resumes(pid: int, within_s: float = 2.0) -> bool:

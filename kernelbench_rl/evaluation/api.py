@@ -292,7 +292,7 @@ class Evaluator:
             return None
         try:
             rows = self.store.fetchall(
-                "SELECT eager_ms, eager_spread_ms, compile_ms FROM baselines WHERE problem_id = ? AND source_sha256 = ? "
+                "SELECT eager_ms, eager_spread_ms, compile_ms, timed_in FROM baselines WHERE problem_id = ? AND source_sha256 = ? "
                 "AND precision = ? AND hardware = ? AND size = ?",
                 [problem.id, problem.sha256, settings.precision, self._hardware, settings.size], read_only=True,
             )
@@ -300,7 +300,8 @@ class Evaluator:
             return None
         if not rows or rows[0][0] is None:
             return None
-        self.baselines[key] = {"eager_ms": rows[0][0], "eager_spread_ms": rows[0][1], "compile_ms": rows[0][2]}
+        self.baselines[key] = {"eager_ms": rows[0][0], "eager_spread_ms": rows[0][1], "compile_ms": rows[0][2],
+                               "timed_in": rows[0][3]}
         return dict(self.baselines[key])
 
     def _run(self, pending: dict[str, _Pending], finished: Callable[[_Pending], None] | None = None) -> None:

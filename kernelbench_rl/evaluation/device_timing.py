@@ -13,6 +13,7 @@ import math
 import os
 import random
 import secrets
+import threading
 import time
 from typing import Any, Callable
 
@@ -74,6 +75,28 @@ def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[
     return CLOSE_CALL[0] <= speedup <= CLOSE_CALL[1] and abs(speedup - 1.0) > AGREEMENT
 
 
+# Where the problem's baseline is timed: in a sibling child running the reference (the process and code path a
+# candidate is timed in), not in the worker. On an H200 the worker's own baselines read 3-9% slower than every
+# identical candidate of L2/12, L2/99 and L1/95 (grpo_batch_h200.json), which sent a sixth of a GRPO batch to
+# side-by-side re-timing. Big plans keep the worker's (a second child would not fit). KBRL_EVAL_BASELINE=worker
+# times every baseline in the worker.
+BASELINE_IN_CHILD, BASELINE_IN_WORKER = "child", "worker"
+
+
+def baseline_home(mode: str, big: bool, needed_bytes: int) -> str:
+    """Where this problem's baseline is timed (BASELINE_IN_CHILD or BASELINE_IN_WORKER); `mode` is
+    KBRL_EVAL_BASELINE (child, the default, or worker)."""
+    if mode.strip().lower() == BASELINE_IN_WORKER or big or needed_bytes > PAIRED_MAX_BYTES:
+        return BASELINE_IN_WORKER
+    return BASELINE_IN_CHILD
+
+
+def usable_baseline(known: dict | None, home: str) -> bool:
+    """Whether a baseline the orchestrator cached may stand for this problem's: it has a time and was timed where
+    this worker would time it (a cached row from before baselines moved to a child says nothing: the worker's)."""
+    return bool(known and known.get("eager_ms")) and (known.get("timed_in") or BASELINE_IN_WORKER) == home
+
+
 # A candidate as slow as its reference can finish its timed calls: their deadline is at least this many times the
 # reference's own time for them (kernrl's SpMV, 3.4 s a call, otherwise timed out its identical candidate).
 TIMING_ALLOWANCE = 2.0
@@ -105,37 +128,86 @@ def paired_blocks(calls: int, shortest_ms: float, longest_ms: float = 0.0) -> li
     return [list(range(per_side))[i::count] for i in range(count)]
 
 
+class PreparedChild:
+    """A reference child started on a thread of its own (`start()` returns it, or None), so that its start overlaps
+    the candidate's correctness. `take()` waits for it and hands it over; `release(give_back)` returns one that was
+    never taken."""
+
+    def __init__(self, start: Callable[[], Child | None]) -> None:
+        self._child: Child | None = None
+        self._taken = False
+        self._thread = threading.Thread(target=self._run, args=(start,), name="reference-child-start", daemon=True)
+        self._thread.start()
+
+    def _run(self, start: Callable[[], Child | None]) -> None:
+        try:
+            self._child = start()
+        except Exception:  # noqa: BLE001 - ours; the baseline is then timed another way
+            self._child = None
+
+    def take(self) -> Child | None:
+        self._thread.join()
+        self._taken = True
+        return self._child
+
+    def release(self, give_back: Callable[[Child], None]) -> None:
+        self._thread.join()
+        if not self._taken and self._child is not None:
+            self._taken = True
+            give_back(self._child)
+
+
 class CandidateTiming:
     """The timing step of the worker's evaluations. `reference_child` starts (or lends) the sibling running the
     reference when the timing needs it (None otherwise); `give_back(child, healthy, state, settings, payload)`
     returns it after the timing (kept for the problem's next candidate, or retired)."""
 
     def __init__(self, references: ReferenceCache, quiet_gate: QuietGate, transport: str, hardware: str,
-                 reference_child: Callable[..., Child | None], give_back: Callable[..., None]) -> None:
+                 reference_child: Callable[..., Child | None], give_back: Callable[..., None],
+                 baseline_child: Callable[..., Child | None] | None = None,
+                 home_for: Callable[[ProblemState], str] | None = None) -> None:
         self.references = references
         self.quiet_gate = quiet_gate
         self.transport = transport
         self.hardware = hardware
         self.reference_child = reference_child
         self.give_back = give_back
+        # `baseline_child(state, settings, payload, result, deadline)`: a child running the reference (the resident
+        # one or a new one), None when it cannot start; `home_for(state)`: where the problem's baseline is timed.
+        self.baseline_child = baseline_child
+        self.home_for = home_for or (lambda state: BASELINE_IN_WORKER)
+
+    def needs_baseline(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any]) -> bool:
+        """Whether this evaluation times its problem's baseline (none known here, none usable from the cache)."""
+        return (settings.precision not in state.baselines
+                and not usable_baseline(payload.get("baseline"), self.home_for(state)))
 
     def run(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
-            deadline: float, payload: dict[str, Any], timed: contextlib.ExitStack | None = None) -> dict | None:
+            deadline: float, payload: dict[str, Any], timed: contextlib.ExitStack | None = None,
+            prepared: PreparedChild | None = None) -> dict | None:
         """Baseline, timed trials (paired with the reference's where they spread), floor, host re-check and
         profile of a candidate that passed correctness; the fresh baseline for the orchestrator's cache, if one.
 
         `timed`, when given, holds the device alone for this evaluation: it is closed as soon as the timed work is
         done, and the check of the timed outputs and the profile then run beside other candidates' untimed work
-        (taking the quiet gate shared, so never beside a timed trial)."""
+        (taking the quiet gate shared, so never beside a timed trial). `prepared`: a reference child started for
+        the baseline while correctness ran (the caller gives it back if it is not taken here)."""
         precision = settings.precision
         t = time.perf_counter()
-        known = payload.get("baseline")
-        fresh = precision not in state.baselines and not (known and known.get("eager_ms"))
+        home = self.home_for(state)
+        known = payload.get("baseline") if usable_baseline(payload.get("baseline"), home) else None
+        fresh = precision not in state.baselines and known is None
         # The candidate's child is stopped meanwhile: a thread of its own loading the device would inflate the
         # baseline, and the first candidate's baseline is cached for every later one of its problem.
         with self.quiet_gate.quiet(), stopped(child.pid) if fresh else contextlib.nullcontext():
-            base = self.references.baseline(state, precision, settings, known)
+            base = None
+            if fresh and home == BASELINE_IN_CHILD:
+                base = self._baseline_in_child(state, settings, payload, result, prepared)
+            if base is None:
+                base = self.references.baseline(state, precision, settings, known)
         result.phase_seconds["baseline"] = time.perf_counter() - t
+        if base.get("timed_in"):
+            result.versions["baseline_timed_in"] = str(base["timed_in"])
         # The reference's time is bounded by its own budget (reference_budget.py), not taken from the kernel's.
         deadline += result.phase_seconds["baseline"]
         result.baseline_ms = base["eager_ms"]
@@ -274,8 +346,36 @@ class CandidateTiming:
             pass  # the verdict stands; the child is killed anyway
         if fresh:
             return {"eager_ms": base["eager_ms"], "eager_spread_ms": base.get("eager_spread_ms"),
-                    "compile_ms": base.get("compile_ms")}
+                    "compile_ms": base.get("compile_ms"), "timed_in": base.get("timed_in") or BASELINE_IN_WORKER}
         return None
+
+    def _baseline_in_child(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],
+                           result: EvalResult, prepared: PreparedChild | None) -> dict[str, Any] | None:
+        """The problem's baseline timed in a child running the reference, as a candidate is timed; None (the worker
+        times it then) when no such child starts or its timing fails, which is ours and noted in the result."""
+        calls = state.timed_calls(settings)[0]
+        window = timing_window_s(calls, settings.warmup_trials, 1000.0 * (state.forward_s or 0.0), settings.timeout_s)
+        reference_child = prepared.take() if prepared is not None else None
+        if reference_child is None and self.baseline_child is not None:
+            reference_child = self.baseline_child(state, settings, payload, result, time.monotonic() + window)
+        if reference_child is None:
+            return None
+        diagnostics: list[dict] = []
+        healthy = False
+        try:
+            times = self._time_reference_block(reference_child, state, list(range(calls)), settings.warmup_trials,
+                                               time.monotonic() + window, diagnostics)
+            healthy = True
+        except Fault as fault:
+            result.versions["baseline_child_failed"] = fault.message[:200]
+            return None
+        finally:
+            self.give_back(reference_child, healthy, state, settings, payload)
+        record = timing.TimingRecord(times_ms=times)
+        entry = self.references.record_baseline(state, settings.precision, settings, record, BASELINE_IN_CHILD)
+        if diagnostics:
+            entry["diagnostics"] = diagnostics[0]
+        return entry
 
     def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:
         """The speed of light of the problem on this GPU (once per problem and precision, on the meta device), the

@@ -51,7 +51,7 @@ class ProblemState:
     refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed, variant) -> outputs
     # Per precision: which trivial candidates pass the problem's own inputs, and the widened inputs chosen.
     discriminations: dict[str, discrimination.Discrimination] = field(default_factory=dict)
-    baselines: dict[str, dict[str, float]] = field(default_factory=dict)
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_baselines: dict[str, float] = field(default_factory=dict)
     mutates_inputs: bool = False
     # Per output, the input the reference returns itself or a view of (None: a new tensor); learnt with the above.
@@ -200,12 +200,20 @@ class ReferenceCache:
                     self.reference_model(state, precision), lambda s: self.inputs(state, s, precision), seeds,
                     settings.warmup_trials, self.device, self.clock, fresh_buffers=state.fresh_buffers(),
                 )
-            entry = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None,
-                     "diagnostics": record.diagnostics()}  # kept in this worker only, never in the baseline cache
-            if settings.measure_compile_baseline:
-                entry["compile_ms"] = self._compile_baseline(state, precision, settings)
-            state.baselines[precision] = entry
+            self.record_baseline(state, precision, settings, record, "worker")
         return state.baselines[precision]
+
+    def record_baseline(self, state: ProblemState, precision: str, settings: EvalSettings,
+                        record: timing.TimingRecord, timed_in: str) -> dict[str, Any]:
+        """The problem's baseline from its timed calls (`timed_in`: the worker, or a child running the reference),
+        with the compiled reference's time when the settings ask for it."""
+        entry: dict[str, Any] = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None,
+                                 "timed_in": timed_in,
+                                 "diagnostics": record.diagnostics()}  # kept in this worker only, never cached
+        if settings.measure_compile_baseline:
+            entry["compile_ms"] = self._compile_baseline(state, precision, settings)
+        state.baselines[precision] = entry
+        return entry
 
     def _compile_baseline(self, state: ProblemState, precision: str, settings: EvalSettings) -> float | None:
         try:

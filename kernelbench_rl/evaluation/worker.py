@@ -44,8 +44,8 @@ from kernelbench_rl.evaluation.build_cache import BuildCache
 from kernelbench_rl.evaluation.worker_config import WorkerConfig, argument_parser, config_from_args  # noqa: F401
 from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key, start_reference_child
 from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
-    PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, VERIFY_TIMED_OUTPUTS, CandidateTiming, call_allowance_s,
-    pairing_wanted,
+    BASELINE_IN_CHILD, BASELINE_IN_WORKER, PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, VERIFY_TIMED_OUTPUTS,
+    CandidateTiming, PreparedChild, baseline_home, call_allowance_s, pairing_wanted,
 )
 from kernelbench_rl.evaluation.same_uid import (  # noqa: F401 - importable from here as before
     SAME_UID_NPROC, SAME_UID_PROBE_TIMEOUT_S, become_same_uid_worker, same_uid_possible, same_uid_probe,
@@ -140,7 +140,8 @@ class Worker:
         self.residency = SharedOrAlone()
         self.quiet_gate = QuietGate()
         self.candidate_timing = CandidateTiming(self.references, self.quiet_gate, self.transport, self.hardware,
-                                                self._reference_child, self._give_back_reference)
+                                                self._reference_child, self._give_back_reference,
+                                                self._baseline_child, self._baseline_home)
         self.paired_reference = ResidentReference(self.children.retire)
         self.versions["numerics"] = numerics.describe()
         self.memory: MemoryBudget | None = None
@@ -458,12 +459,21 @@ class Worker:
             deadline = time.monotonic() + settings.timeout_s
             scheduling.pin(child.pid, self.quiet_cores)
             scheduling.pin(0, self.quiet_cores)
+            prepared = None
+            if (self.device == "cuda" and self._baseline_home(state) == BASELINE_IN_CHILD
+                    and self.candidate_timing.needs_baseline(state, settings, payload)):
+                # The reference's child for the baseline starts while correctness runs (its start is host work
+                # and a model's construction, neither of them timed).
+                prepared = PreparedChild(lambda: self._baseline_child(
+                    state, settings, payload, result, time.monotonic() + max(settings.timeout_s, START_TIMEOUT_S)))
             try:
                 if not self._correctness(child, state, settings, result, deadline, payload, shared=False):
                     return None
                 deadline += result.phase_seconds.get("correctness_reference", 0.0)  # not the candidate's time
-                return self.candidate_timing.run(child, state, settings, result, deadline, payload)
+                return self.candidate_timing.run(child, state, settings, result, deadline, payload, prepared=prepared)
             finally:
+                if prepared is not None:  # not taken (correctness failed): kept for the problem's next candidate
+                    prepared.release(lambda kept: self._give_back_reference(kept, True, state, settings, payload))
                 scheduling.pin(0, self.all_cores)
                 if big:  # its memory is back before its bytes are
                     child.signal_kill()
@@ -644,6 +654,24 @@ class Worker:
             [(base.get("eager_ms"), base.get("eager_spread_ms")), (solo.median_ms, solo.iqr_ms)],
         ):
             return None
+        resident = self.paired_reference.take(paired_key(state, settings, payload))
+        if resident is not None:
+            return resident
+        return start_reference_child(self.take_child, self.children.retire, self._job, self.root, self.quiet_cores,
+                                     state, settings, payload, result, deadline)
+
+    def _baseline_home(self, state: ProblemState) -> str:
+        """Where this problem's baseline is timed (device_timing.baseline_home)."""
+        if self.device != "cuda":
+            return BASELINE_IN_WORKER
+        return baseline_home(os.environ.get("KBRL_EVAL_BASELINE", BASELINE_IN_CHILD),
+                             scheduling.is_big(self.memory, state.plan),
+                             state.plan.needed_bytes if state.plan is not None else 0)
+
+    def _baseline_child(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],
+                        result: EvalResult, deadline: float) -> Child | None:
+        """A child running the reference for the problem's baseline: the resident one, or a new one (kept resident
+        after, for side-by-side timing of the problem's later candidates); None when it cannot start."""
         resident = self.paired_reference.take(paired_key(state, settings, payload))
         if resident is not None:
             return resident

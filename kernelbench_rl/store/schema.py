@@ -350,6 +350,17 @@ MIGRATIONS.append(
     )
 )
 
+MIGRATIONS.append(
+    (
+        12,
+        "baselines say where they were timed: a child running the reference, or the worker itself",
+        [
+            # child | worker (NULL: timed before baselines moved to a child, i.e. in the worker)
+            "ALTER TABLE baselines ADD COLUMN IF NOT EXISTS timed_in VARCHAR",
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",
