@@ -385,10 +385,14 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                     torch.cuda.empty_cache()  # hand the warm-up's buffers back while others compile
                 wire.send_json(conn, {"event": "warmed"})
             elif cmd == "check":
+                begun = time.perf_counter()
                 inputs = inputs_for_seed(int(command["seed"]), command.get("variant"))
+                made = time.perf_counter()
                 if device == "cuda":
                     _poison_allocator(int(command.get("poison_bytes", 64 << 20)))
                 t = time.perf_counter()
+                # Where the round trip goes besides the forward (the worker times the rest).
+                host_s = {"inputs": round(made - begun, 5), "poison": round(t - made, 5)}
                 with torch.no_grad():
                     output = model(*inputs)
                 if device == "cuda":
@@ -398,7 +402,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 keep_alive = wire.send_tensors(
                     conn, "checked",
                     {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs) if command.get("return_inputs") else []},
-                    use_ipc, {"seconds": seconds, "launches": dict(launches) if launches is not None else None,
+                    use_ipc, {"seconds": seconds, "host_s": host_s,
+                              "launches": dict(launches) if launches is not None else None,
                               "numerics_changed": numerics.changed(settings_before),
                               "aliases": input_aliases(outputs, inputs)}, spill_dir,
                 )

@@ -128,6 +128,11 @@ def paired_blocks(calls: int, shortest_ms: float, longest_ms: float = 0.0) -> li
     return [list(range(per_side))[i::count] for i in range(count)]
 
 
+def add_seconds(result: EvalResult, phase: str, seconds: float) -> None:
+    """Adds to a phase that several steps of one evaluation contribute to."""
+    result.phase_seconds[phase] = result.phase_seconds.get(phase, 0.0) + seconds
+
+
 class PreparedChild:
     """A reference child started on a thread of its own (`start()` returns it, or None), so that its start overlaps
     the candidate's correctness. `take()` waits for it and hands it over; `release(give_back)` returns one that was
@@ -294,7 +299,9 @@ class CandidateTiming:
         result.phase_seconds["timing"] = time.perf_counter() - t
         if result.runtime_ms > 0:
             result.speedup = result.baseline_ms / result.runtime_ms
+        mark = time.perf_counter()
         self._against_the_floor(state, precision, result)
+        result.phase_seconds["speed_of_light"] = time.perf_counter() - mark
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
             self._verify_kept(state, settings, result, seeds, kept)  # (before the child's next command)
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
@@ -319,9 +326,7 @@ class CandidateTiming:
             untimed.enter_context(self.quiet_gate.noisy())
             result.phase_seconds["untimed_quiet_wait"] = time.perf_counter() - mark
         with untimed:
-            mark = time.perf_counter()
             self._verify_kept(state, settings, result, seeds, kept)
-            result.phase_seconds["timing_verify"] = result.phase_seconds.get("timing_verify", 0.0) + time.perf_counter() - mark
             t = time.perf_counter()
             children.send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
             profiled = children.expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
@@ -355,9 +360,11 @@ class CandidateTiming:
         times it then) when no such child starts or its timing fails, which is ours and noted in the result."""
         calls = state.timed_calls(settings)[0]
         window = timing_window_s(calls, settings.warmup_trials, 1000.0 * (state.forward_s or 0.0), settings.timeout_s)
+        mark = time.perf_counter()
         reference_child = prepared.take() if prepared is not None else None
         if reference_child is None and self.baseline_child is not None:
             reference_child = self.baseline_child(state, settings, payload, result, time.monotonic() + window)
+        result.phase_seconds["baseline_child_wait"] = time.perf_counter() - mark
         if reference_child is None:
             return None
         diagnostics: list[dict] = []
@@ -416,11 +423,17 @@ class CandidateTiming:
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
         # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
         faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
+        mark = time.perf_counter()
         kept = children.receive(child, header, None, 0, self.transport)
+        add_seconds(result, "timing_receive", time.perf_counter() - mark)
         if isinstance(header.get("seconds"), (int, float)):
-            result.phase_seconds["timing_child"] = result.phase_seconds.get("timing_child", 0.0) + float(header["seconds"])
-        if diagnostics is not None and isinstance(header.get("diagnostics"), dict):
-            diagnostics.append(header["diagnostics"])
+            add_seconds(result, "timing_child", float(header["seconds"]))
+        if isinstance(header.get("diagnostics"), dict):
+            for part, seconds in (header["diagnostics"].get("host_s") or {}).items():
+                if isinstance(seconds, (int, float)):
+                    add_seconds(result, f"timing_child_{part}", float(seconds))
+            if diagnostics is not None:
+                diagnostics.append(header["diagnostics"])
         pending = {"verify": list(verify), "indices": indices, "outputs": kept}
         if kept_out is not None:
             kept_out.update(pending)
@@ -434,6 +447,7 @@ class CandidateTiming:
         """Checks the timed outputs `_time_block` kept (once: `pending` is emptied) against the reference's on the
         same seeds; wrong values while timed are a hack."""
         verify, indices, kept = pending.pop("verify", []), pending.pop("indices", None), pending.pop("outputs", {})
+        mark = time.perf_counter()
         for position in verify:
             with state.lock:
                 reference = self.references.reference_outputs(state, settings.precision, seeds[position], cache=False)  # one-off seeds
@@ -443,6 +457,8 @@ class CandidateTiming:
                 trial = indices[position] if indices else position
                 result.flags.append(Flag.HACK.value)
                 raise Fault(ErrorCategory.MISMATCH, f"outputs during timing were wrong (trial {trial}): {outcome.message}")
+        if verify:
+            add_seconds(result, "timing_verify", time.perf_counter() - mark)
         del kept
 
     def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,

@@ -65,6 +65,9 @@ class TimingRecord:
     alias_patterns: list[list[int | None]] = field(default_factory=list)
     calls_reaching_malloc: int | None = None
     allocator_retries: int | None = None
+    # Host seconds the timed calls spent around the events, by part (inputs, flush, allocator, outputs, keep):
+    # where a candidate's timing phase goes beyond its GPU time.
+    host_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def median_ms(self) -> float:
@@ -86,6 +89,7 @@ class TimingRecord:
             "calls_reaching_malloc": self.calls_reaching_malloc,
             "allocator_retries": self.allocator_retries,
             "launch_cpu_median_ms": round(statistics.median(self.launch_cpu_ms), 4) if self.launch_cpu_ms else None,
+            "host_s": {part: round(seconds, 5) for part, seconds in self.host_s.items()},
         }
 
 
@@ -167,17 +171,27 @@ def time_forward(
     start = clock.event_cls(enable_timing=True)
     end = clock.event_cls(enable_timing=True)
     previous: list[Any] | None = None
+    host = dict.fromkeys(("warmup", "inputs", "flush", "allocator", "outputs", "keep"), 0.0)
+    now = clock.perf_counter
     with torch.no_grad():
+        mark = now()
         for index in range(warmup):
             model(*inputs_for_seed(seeds[index % len(seeds)] ^ 0x5A5A5A))
         clock.synchronize()
+        host["warmup"] = now() - mark
         for index, seed in enumerate(seeds):
+            mark = now()
             if not fresh_buffers:
                 previous = None  # freed before the next set is made: one set alive at a time
             inputs = inputs_for_seed(seed)  # fresh_buffers: allocated while the previous set is alive
+            flushed = now()
             flush.fill_(index)
             clock.synchronize()
+            counted = now()
             before = allocator() if allocator is not None else None  # host-side, while the device is idle
+            host["inputs"] += flushed - mark
+            host["flush"] += counted - flushed
+            host["allocator"] += now() - counted
             clock.record(start)
             launch_start = _thread_time()
             output = model(*inputs)
@@ -185,6 +199,7 @@ def time_forward(
             clock.synchronize()
             clock.record(end)
             clock.event_synchronize(end)
+            mark = now()
             # Before anything reads the output: a tensor subclass could run its work when first touched.
             outputs = plain_outputs(output)
             aliases = input_aliases(outputs, inputs)
@@ -192,16 +207,22 @@ def time_forward(
                 record.alias_patterns.append(aliases)
             record.times_ms.append(float(clock.elapsed_time(start, end)))
             record.launch_cpu_ms.append(launch_cpu * 1000.0)
+            counted = now()
             if before is not None:
                 after = allocator()
                 record.calls_reaching_malloc += int(after[0] > before[0])
                 record.allocator_retries += after[1] - before[1]
+            kept = now()
             if index in keep:
                 record.kept_outputs[index] = [t.detach().clone() for t in outputs]
             del output, outputs
             previous = inputs
             del inputs
+            host["outputs"] += counted - mark
+            host["allocator"] += kept - counted
+            host["keep"] += now() - kept
     del previous, flush
+    record.host_s = host
     return record
 
 

@@ -45,7 +45,7 @@ from kernelbench_rl.evaluation.worker_config import WorkerConfig, argument_parse
 from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key, start_reference_child
 from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
     BASELINE_IN_CHILD, BASELINE_IN_WORKER, PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, VERIFY_TIMED_OUTPUTS,
-    CandidateTiming, PreparedChild, baseline_home, call_allowance_s, pairing_wanted,
+    CandidateTiming, PreparedChild, add_seconds, baseline_home, call_allowance_s, pairing_wanted,
 )
 from kernelbench_rl.evaluation.same_uid import (  # noqa: F401 - importable from here as before
     SAME_UID_NPROC, SAME_UID_PROBE_TIMEOUT_S, become_same_uid_worker, same_uid_possible, same_uid_probe,
@@ -602,8 +602,13 @@ class Worker:
                 header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
                 faults.numerics_unchanged(header, result)
                 faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
+                waited = time.perf_counter()
                 received = children.receive(child, header, reference, state.input_bytes, self.transport)
                 parts["correctness_child"] += time.perf_counter() - mark
+                add_seconds(result, "correctness_receive", time.perf_counter() - waited)
+                for part, seconds in (header.get("host_s") or {}).items():
+                    if isinstance(seconds, (int, float)):
+                        add_seconds(result, f"correctness_child_{part}", float(seconds))
                 mark = time.perf_counter()
                 if isinstance(header.get("seconds"), (int, float)):
                     result.phase_seconds["correctness_forward"] = (
