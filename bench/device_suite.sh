@@ -37,6 +37,7 @@
 #   bash bench/device_suite.sh kb-floor          # <= 575 s: the real-size audit (~60 s), the floor check alone against a
 #                                                # half-work kernel (~60 s), every reference against its floor (~150 s),
 #                                                # then the bundled solutions with their speed of light (what is left)
+#   bash bench/device_suite.sh host-probe        # <= 120 s: bench/host_overhead_probe.py, the per-call host costs
 #   bash bench/device_suite.sh grpo-ab           # <= 575 s: the warm GRPO-shaped batch once per GRPO_AB setting (an env
 #                                                # assignment each; default: baselines timed in a child, then in the worker)
 #   bash bench/device_suite.sh grpo-batch        # <= 575 s: bench/grpo_batch.py: a GRPO-shaped batch (8 problems x 8
@@ -208,6 +209,8 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
       --warm-budget-s ${GRPO_WARM_BUDGET:-120} --cold-budget-s ${GRPO_COLD_BUDGET:-90} --total-budget-s $(( LEFT - 10 )) \
       --worker-logs "$OUT/grpo_batch_worker_logs.txt" --out "$OUT/grpo_batch.json" ${GRPO_ARGS:-} 2>&1 \
       | tee "$OUT/grpo_batch.log" | grep -v "^ours  \[" ;;
+  host-probe)
+    timeout 120 python3 bench/host_overhead_probe.py --out "$OUT/host_overhead_probe.json" 2>&1 | tail -40 ;;
   grpo-ab)
     # The warm GRPO-shaped batch (no harness, no cold part) once per setting, in one process each, same machine:
     # GRPO_AB="KBRL_EVAL_BASELINE=child KBRL_EVAL_BASELINE=worker" (the default) compares where baselines are timed.

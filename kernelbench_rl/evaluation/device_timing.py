@@ -204,7 +204,9 @@ class CandidateTiming:
         fresh = precision not in state.baselines and known is None
         # The candidate's child is stopped meanwhile: a thread of its own loading the device would inflate the
         # baseline, and the first candidate's baseline is cached for every later one of its problem.
-        with self.quiet_gate.quiet(), stopped(child.pid) if fresh else contextlib.nullcontext():
+        # (A known baseline needs neither: the timing's own quiet section waits for warm-ups once.)
+        with self.quiet_gate.quiet() if fresh else contextlib.nullcontext(), \
+                stopped(child.pid) if fresh else contextlib.nullcontext():
             base = None
             if fresh and home == BASELINE_IN_CHILD:
                 base = self._baseline_in_child(state, settings, payload, result, prepared)

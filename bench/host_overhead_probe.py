@@ -1,0 +1,137 @@
+"""Where an evaluation's host time goes around its GPU work: the per-call costs the phase accounting points at.
+
+Each part is timed in isolation on the GPU, a median of repeats:
+- the allocator counters read twice per timed call (`torch.cuda.memory_stats_as_nested_dict`);
+- the L2 flush and the full-device synchronise of every timed call;
+- the output poisoning before each correctness seed (`child._poison_allocator`), with the sandbox's memory cap;
+- one profiled forward (`child._profile`) of a small model;
+- a CUDA IPC hand-off as the worker receives one (a child process shares a fresh output; the worker opens it,
+  snapshots it, closes it), split into open, clone and close, at three sizes.
+
+    python bench/host_overhead_probe.py --out bench/results/host_overhead_probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _median_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - begin) * 1000.0)
+    return round(statistics.median(times), 4)
+
+
+def _sharer(conn, sizes_mb: list[int], repeats: int) -> None:
+    import torch
+
+    from kernelbench_rl.evaluation import wire
+
+    torch.cuda.init()
+    for size_mb in sizes_mb:
+        for _ in range(repeats):
+            output = torch.empty(size_mb << 18, dtype=torch.float32, device="cuda").fill_(1.0)  # a fresh output
+            torch.cuda.synchronize()
+            keep = wire.send_tensors(conn, "checked", {"outputs": [output]}, True, {})
+            conn.recv_bytes()  # the worker's next command releases it
+            del keep, output
+    conn.send_bytes(b"done")
+
+
+def _ipc_parts(sizes_mb: list[int], repeats: int) -> dict[str, dict[str, float]]:
+    import torch
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    from kernelbench_rl.evaluation import wire
+
+    context = multiprocessing.get_context("spawn")
+    parent, child_end = context.Pipe()
+    process = context.Process(target=_sharer, args=(child_end, sizes_mb, repeats))
+    process.start()
+    parts: dict[str, dict[str, list[float]]] = {}
+    for size_mb in sizes_mb:
+        rows = parts.setdefault(f"{size_mb}MB", {"open": [], "clone": [], "close": [], "whole": []})
+        for _ in range(repeats):
+            header = wire.recv_json(parent)
+            meta = header["groups"]["outputs"][0]
+            ipc = meta["ipc"]
+            t0 = time.perf_counter()
+            shared = rebuild_cuda_tensor(
+                torch.Tensor, torch.Size(meta["shape"]), tuple(ipc["stride"]), ipc["tensor_offset"], torch.UntypedStorage,
+                torch.float32, ipc["device"], base64.b64decode(ipc["handle"]), ipc["size_bytes"], ipc["offset_bytes"],
+                False, base64.b64decode(ipc["ref_handle"]), ipc["ref_offset"],
+                base64.b64decode(ipc["event_handle"]) if ipc.get("event_handle") else None, ipc["event_sync"])
+            t1 = time.perf_counter()
+            copy = shared.clone()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            del shared
+            t3 = time.perf_counter()
+            del copy
+            rows["open"].append(t1 - t0)
+            rows["clone"].append(t2 - t1)
+            rows["close"].append(t3 - t2)
+            rows["whole"].append(t3 - t0)
+            parent.send_bytes(b"next")
+    parent.recv_bytes()
+    process.join(timeout=30)
+    return {size: {part: round(1000.0 * statistics.median(values), 3) for part, values in row.items()}
+            for size, row in parts.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--ipc-sizes-mb", default="4,64,512")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    import torch
+
+    from kernelbench_rl.evaluation import child, timing
+
+    if not torch.cuda.is_available():
+        print("host_overhead_probe: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    torch.cuda.init()
+    results: dict[str, object] = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
+                                  "torch": torch.__version__, "repeats_per_median": args.repeats}
+    results["memory_stats_ms"] = _median_ms(lambda: torch.cuda.memory_stats_as_nested_dict("cuda"), args.repeats)
+    flush = timing.l2_flush_buffer("cuda")
+    results["l2_flush_and_sync_ms"] = _median_ms(lambda: (flush.fill_(1), torch.cuda.synchronize()), args.repeats)
+    results["idle_sync_ms"] = _median_ms(torch.cuda.synchronize, args.repeats)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024)).cuda()
+    x = torch.randn(256, 1024, device="cuda")
+    with torch.no_grad():
+        model(x)
+    torch.cuda.synchronize()
+    results["profile_one_forward_ms"] = _median_ms(lambda: child._profile(model, [x]), max(5, args.repeats // 3))
+    with torch.no_grad():
+        results["plain_forward_and_sync_ms"] = _median_ms(lambda: (model(x), torch.cuda.synchronize()), args.repeats)
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (24 << 30) / total))  # a sandbox-like cap
+    for poison_mb in (48, 512):
+        results[f"poison_{poison_mb}MB_ms"] = _median_ms(lambda: child._poison_allocator(poison_mb << 20), args.repeats)
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    results["ipc_ms"] = _ipc_parts([int(s) for s in args.ipc_sizes_mb.split(",")], args.repeats)
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
