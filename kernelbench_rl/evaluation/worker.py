@@ -63,11 +63,15 @@ from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable fr
     LOADED_CONTEXT_BYTES, QUIET_WAIT_S, WARM_CONTEXT_BYTES, DeviceQueue, MemoryBudget, QuietGate, SharedOrAlone,
 )
 
-# KBRL_EVAL_OVERLAP=1: correctness, the check of timed outputs and the profile run beside other candidates'
-# untimed work instead of inside the exclusive device section (see Worker._device_section_for). Off by default:
-# on an H100 it made the level-2 GRPO-shaped batch slower, 53.8 s against 46.2 s (bench/RESULTS.md), since the
-# seeds of many candidates then queue at the quiet gate and hold their memory meanwhile.
-OVERLAP_UNTIMED = os.environ.get("KBRL_EVAL_OVERLAP", "0") == "1"
+# What runs outside the exclusive device section, never beside a timed trial (the quiet gate) - KBRL_EVAL_OVERLAP:
+# "tail" (the default): the check of the timed outputs and the profile, once the timed calls are done, so the next
+# candidate's section starts meanwhile (on an H200 they held the section 66 ms a candidate: a fresh child's first
+# profiler session); "all" (or 1): correctness too, which on an H100 made the level-2 GRPO-shaped batch slower, 53.8 s
+# against 46.2 s (bench/RESULTS.md), since the seeds of many candidates then queue at the quiet gate holding their
+# memory; "off" (or 0): everything inside. Big plans keep the device to themselves throughout.
+OVERLAP_MODE = {"1": "all", "0": "off"}.get(os.environ.get("KBRL_EVAL_OVERLAP", "tail").strip().lower(),
+                                            os.environ.get("KBRL_EVAL_OVERLAP", "tail").strip().lower())
+OVERLAP_UNTIMED = OVERLAP_MODE == "all"
 
 
 class Worker:
@@ -450,12 +454,21 @@ class Worker:
 
     def _exclusive_section_for(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                                payload: dict[str, Any], t: float) -> dict | None:
-        """Correctness and timing with the device held throughout (big plans, the CPU)."""
-        with self._device_section(), self._room_for(state) as big:
+        """Correctness and timing with the device held (big plans, the CPU: throughout; otherwise up to the end of
+        the timed calls, OVERLAP_MODE "tail")."""
+        section = contextlib.ExitStack()
+        try:
+            section.enter_context(self._device_section())
+            big = section.enter_context(self._room_for(state))
             if big:
                 scheduling.wait_for_free(state.plan.needed_bytes, result, self.children.describe)
             entered = time.perf_counter()
             result.phase_seconds["device_wait"] = entered - t
+
+            def leave() -> None:
+                scheduling.pin(0, self.all_cores)
+                result.phase_seconds["device_section"] = time.perf_counter() - entered
+            section.callback(leave)
             deadline = time.monotonic() + settings.timeout_s
             scheduling.pin(child.pid, self.quiet_cores)
             scheduling.pin(0, self.quiet_cores)
@@ -470,16 +483,18 @@ class Worker:
                 if not self._correctness(child, state, settings, result, deadline, payload, shared=False):
                     return None
                 deadline += result.phase_seconds.get("correctness_reference", 0.0)  # not the candidate's time
-                return self.candidate_timing.run(child, state, settings, result, deadline, payload, prepared=prepared)
+                tail_outside = self.device == "cuda" and OVERLAP_MODE == "tail" and not big
+                return self.candidate_timing.run(child, state, settings, result, deadline, payload,
+                                                 timed=section if tail_outside else None, prepared=prepared)
             finally:
                 if prepared is not None:  # not taken (correctness failed): kept for the problem's next candidate
                     prepared.release(lambda kept: self._give_back_reference(kept, True, state, settings, payload))
-                scheduling.pin(0, self.all_cores)
                 if big:  # its memory is back before its bytes are
                     child.signal_kill()
                     child.process.join(timeout=10)
-                self.references.release_device_memory()
-                result.phase_seconds["device_section"] = time.perf_counter() - entered
+        finally:
+            section.close()
+            self.references.release_device_memory()
 
     def _job(self, workdir: str, source: str, problem_source: str, settings: EvalSettings,
              state: ProblemState) -> dict[str, Any]:
