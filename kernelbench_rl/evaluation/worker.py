@@ -64,13 +64,14 @@ from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable fr
 )
 
 # What runs outside the exclusive device section, never beside a timed trial (the quiet gate) - KBRL_EVAL_OVERLAP:
-# "tail" (the default): the check of the timed outputs and the profile, once the timed calls are done, so the next
-# candidate's section starts meanwhile (on an H200 they held the section 66 ms a candidate: a fresh child's first
-# profiler session); "all" (or 1): correctness too, which on an H100 made the level-2 GRPO-shaped batch slower, 53.8 s
-# against 46.2 s (bench/RESULTS.md), since the seeds of many candidates then queue at the quiet gate holding their
-# memory; "off" (or 0): everything inside. Big plans keep the device to themselves throughout.
-OVERLAP_MODE = {"1": "all", "0": "off"}.get(os.environ.get("KBRL_EVAL_OVERLAP", "tail").strip().lower(),
-                                            os.environ.get("KBRL_EVAL_OVERLAP", "tail").strip().lower())
+# "off" (or 0, the default): nothing. "tail": the check of the timed outputs and the profile, after the timed calls,
+# while the next candidate's section starts; on an H200 (2026-11-26, grpo_ab_KBRL_EVAL_OVERLAP_*_h200.json) it saved
+# nothing on level 2 (53.3 s against 53.7 s) and cost level 1 16% (72.0 s against 62.0 s): 17 candidates timed side by
+# side against 5, the profile beside the next candidate's correctness made timings spread. "all" (or 1): correctness
+# too, which on an H100 made the level-2 GRPO-shaped batch slower, 53.8 s against 46.2 s (bench/RESULTS.md), since the
+# seeds of many candidates then queue at the quiet gate holding their memory. Big plans keep the device throughout.
+_OVERLAP = os.environ.get("KBRL_EVAL_OVERLAP", "off").strip().lower()
+OVERLAP_MODE = {"1": "all", "0": "off"}.get(_OVERLAP, _OVERLAP)
 OVERLAP_UNTIMED = OVERLAP_MODE == "all"
 
 
