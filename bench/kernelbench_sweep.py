@@ -60,7 +60,8 @@ IDENTITY_OUTLIER_BAND = (0.8, 1.25)
 # What each result's JSON keeps of its `versions`: how it ran (transport, sandbox, profiler warm-up), how it was
 # timed (overlap, pairing, allocator and launch diagnostics), and what the profile saw.
 _KEPT_VERSIONS = ("transport", "sandbox", "timing_overlap", "profile_error", "timing", "timing_pairing_failed",
-                  "timing_diagnostics", "profiler_warmup", "top_kernels")
+                  "timing_diagnostics", "profiler_warmup", "top_kernels", "baseline_timed_in", "baseline_refreshed",
+                  "baseline_child_failed")
 
 
 class BadInput(Exception):

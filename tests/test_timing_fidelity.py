@@ -20,8 +20,9 @@ from kernelbench_rl.evaluation import child
 from kernelbench_rl.evaluation.device_timing import (AGREEMENT, CLOSE_CALL, PAIRED_BLOCKS, PAIRED_MAX_CALLS,
                                                     PAIRED_BLOCK_CALLS, PAIRED_MAX_SIDE_MS, PAIRED_MIN_SIDE_MS,
                                                     TIMING_ALLOWANCE, BASELINE_IN_CHILD, BASELINE_IN_WORKER,
-                                                    PreparedChild, baseline_home, paired_blocks, timing_window_s,
-                                                    usable_baseline)
+                                                    REFRESH_LIMIT, PreparedChild, baseline_home, paired_blocks,
+                                                    refreshed_baseline, timing_window_s, usable_baseline)
+from kernelbench_rl.evaluation.timing import TimingRecord
 from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
 
 SMALL = 64 << 20
@@ -119,6 +120,29 @@ class TestWhereTheBaselineIsTimed:
         assert usable_baseline({"eager_ms": 2.0}, BASELINE_IN_WORKER)
         assert not usable_baseline({"eager_ms": None, "timed_in": "child"}, BASELINE_IN_CHILD)
         assert not usable_baseline(None, BASELINE_IN_WORKER)
+
+
+class TestBaselineRefresh:
+    BASE = {"eager_ms": 10.0, "eager_spread_ms": 0.9, "compile_ms": None, "timed_in": "child"}
+
+    def test_a_spread_baseline_gives_way_to_a_steady_side_by_side_reference(self):
+        refreshed = refreshed_baseline(self.BASE, TimingRecord(times_ms=[10.2, 10.3, 10.25, 10.28, 10.22]))
+        assert refreshed is not None
+        assert refreshed["eager_ms"] == pytest.approx(10.25) and refreshed["eager_spread_ms"] < 0.1
+        assert refreshed["timed_in"] == "child" and "10 ms" in refreshed["refreshed"]
+        assert self.BASE["eager_ms"] == 10.0  # a new entry: the first one is not rewritten
+
+    def test_a_spread_reference_side_keeps_the_baseline(self):
+        assert refreshed_baseline(self.BASE, TimingRecord(times_ms=[9.0, 10.0, 11.0, 12.0, 10.5])) is None
+
+    def test_a_jump_past_the_limit_is_an_anomaly_not_drift(self):
+        jump = 10.0 * (1.0 + REFRESH_LIMIT) * 1.05
+        assert refreshed_baseline(self.BASE, TimingRecord(times_ms=[jump] * 5)) is None
+        assert refreshed_baseline(self.BASE, TimingRecord(times_ms=[10.0 / (1.0 + 2 * REFRESH_LIMIT)] * 5)) is None
+
+    def test_nothing_to_refresh_from(self):
+        assert refreshed_baseline({"eager_ms": None}, TimingRecord(times_ms=[1.0] * 5)) is None
+        assert refreshed_baseline(self.BASE, TimingRecord(times_ms=[])) is None
 
 
 class TestPreparedChild:
