@@ -253,19 +253,28 @@ def send(child: Child, message: dict[str, Any], phase: str) -> None:
         raise faults.death_fault(child, phase) from None
 
 
+def timeout_message(timeout_s: float, phase: str) -> str:
+    """What a timeout says: the seconds it had, or that its time had run out before this step began."""
+    if timeout_s <= 0:
+        return f"timed out while {phase}: the evaluation's time limit had run out before this step began"
+    return f"timed out after {timeout_s:.0f} s while {phase}" if timeout_s >= 10 else \
+        f"timed out after {timeout_s:.1f} s while {phase}"
+
+
 def expect(child: Child, events: set[str], timeout_s: float, phase: str) -> dict[str, Any]:
     """Wait for the next message, enforcing the deadline and the memory limit by killing."""
     deadline = time.monotonic() + max(0.0, timeout_s)
     limit_mb = child.rss_limit_mb or float(os.environ.get("KBRL_EVAL_RSS_LIMIT_MB", "0")) or None
     while True:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            child.kill()
-            raise Fault(ErrorCategory.TIMEOUT, f"timed out after {timeout_s:.0f} s while {phase}")
         try:
-            ready = child.conn.poll(min(0.25, remaining))
+            # (Polled once more at the deadline: an answer already in the pipe is taken, not killed.)
+            ready = child.conn.poll(min(0.25, max(0.0, remaining)))
         except (EOFError, OSError):
             raise faults.death_fault(child, phase) from None
+        if not ready and remaining <= 0:
+            child.kill()
+            raise Fault(ErrorCategory.TIMEOUT, timeout_message(timeout_s, phase))
         if ready:
             try:
                 message = wire.recv_json(child.conn)
