@@ -161,6 +161,21 @@ def slowest(records: list[dict[str, Any]], count: int = 5) -> list[dict[str, Any
             for r in sorted(records, key=latency, reverse=True)[:count]]
 
 
+def timing_ways(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the batch was timed: candidates timed again side by side, those judged against a baseline a side-by-side
+    timing refreshed, and where each problem's baseline was timed (a child running the reference, or the worker)."""
+    homes: dict[str, str] = {}
+    for r in records:
+        home = (r.get("versions") or {}).get("baseline_timed_in")
+        if home:
+            homes.setdefault(r["problem_id"], home)
+    return {
+        "paired": sum(1 for r in records if str((r.get("versions") or {}).get("timing", "")).startswith("paired")),
+        "baseline_refreshed": sum(1 for r in records if (r.get("versions") or {}).get("baseline_refreshed")),
+        "baselines_timed_in": {home: sorted(p for p, h in homes.items() if h == home) for home in sorted(set(homes.values()))},
+    }
+
+
 def summarise_level(records: list[dict[str, Any]], group: dict[str, Any], settings: dict[str, Any],
                     planned: int) -> dict[str, Any]:
     wall = group.get("wall_s")
@@ -180,6 +195,7 @@ def summarise_level(records: list[dict[str, Any]], group: dict[str, Any], settin
                         for r in records if not r["correct"]],
         "cached": sum(1 for r in records if r["cached"]),
         "speedup": sweep.speedup_distribution(records),
+        "timing_ways": timing_ways(records),
         "phases": phase_breakdown(records),
         "slowest": slowest(records),
     }
@@ -535,6 +551,11 @@ def print_level(name: str, s: dict[str, Any]) -> None:
         say(f"  identical-code speedup over {sp['count']}: median {sp['median']}, within [0.95, 1.05] "
             f"{sp['share_within_0.95_1.05']}, outside [0.8, 1.25]: "
             + (", ".join(f"{o['label']} {o['speedup']}" for o in sp["outside_0.8_1.25"]) or "none"))
+    ways = s.get("timing_ways") or {}
+    if ways:
+        say(f"  timed side by side: {ways['paired']}; judged against a refreshed baseline: {ways['baseline_refreshed']}; "
+            "baselines timed in " + (", ".join(f"{home}: {len(ids)}" for home, ids in ways["baselines_timed_in"].items())
+                                     or "(none timed here)"))
     med = s["phases"]["median_per_candidate_s"]
     top = list(s["phases"]["summed_s"].items())[:10]
     say("  phases summed (s): " + ", ".join(f"{k} {v}" for k, v in top))

@@ -75,6 +75,17 @@ def test_phase_breakdown_sums_and_takes_medians_with_missing_keys_as_zero():
     assert out["median_per_candidate_s"] == {"compile": 2.0, "timing": 2.0}
 
 
+def test_timing_ways_count_pairing_refreshes_and_where_baselines_were_timed():
+    records = [
+        {"problem_id": "L1/1", "versions": {"timing": "paired: the reference timed beside the kernel", "baseline_timed_in": "child"}},
+        {"problem_id": "L1/1", "versions": {"baseline_timed_in": "child", "baseline_refreshed": "the reference's side"}},
+        {"problem_id": "L1/4", "versions": {"baseline_timed_in": "worker", "timing": "solo"}},
+        {"problem_id": "L1/9", "versions": {}},
+    ]
+    ways = grpo.timing_ways(records)
+    assert ways == {"paired": 1, "baseline_refreshed": 1, "baselines_timed_in": {"child": ["L1/1"], "worker": ["L1/4"]}}
+
+
 def test_cpu_dry_run_on_bundled_problems(tmp_path):
     out = tmp_path / "grpo.json"
     proc = run_script("--device", "cpu", "--size", "small", "--problems", "L1/19,L2/76", "--samples", "2",
@@ -91,6 +102,7 @@ def test_cpu_dry_run_on_bundled_problems(tmp_path):
         assert level["wall_s"] > 0 and level["candidates_per_min"] > 0
         assert level["gpu_floor"]["total_s"] == 0  # nothing timed on the CPU
         assert level["speedup"]["count"] == 0
+        assert level["timing_ways"] == {"paired": 0, "baseline_refreshed": 0, "baselines_timed_in": {}}  # the CPU times nothing
         assert "worker_total" in level["phases"]["summed_s"] and "worker_total" in level["phases"]["median_per_candidate_s"]
         assert len(level["slowest"]) == 2 and all("phase_seconds" in s for s in level["slowest"])
         records = data["warm"]["per_candidate"][name]
