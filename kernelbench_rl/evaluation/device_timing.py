@@ -388,9 +388,12 @@ class CandidateTiming:
         calls = state.timed_calls(settings)[0]
         window = timing_window_s(calls, settings.warmup_trials, 1000.0 * (state.forward_s or 0.0), settings.timeout_s)
         mark = time.perf_counter()
-        reference_child = prepared.take() if prepared is not None else None
-        if reference_child is None and self.baseline_child is not None:
+        if prepared is not None:  # one that failed to start is not started again: the worker times the baseline
+            reference_child = prepared.take()
+        elif self.baseline_child is not None:
             reference_child = self.baseline_child(state, settings, payload, result, time.monotonic() + window)
+        else:
+            reference_child = None
         result.phase_seconds["baseline_child_wait"] = time.perf_counter() - mark
         if reference_child is None:
             return None
