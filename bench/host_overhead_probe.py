@@ -6,7 +6,9 @@ Each part is timed in isolation on the GPU, a median of repeats:
 - the output poisoning before each correctness seed (`child._poison_allocator`), with the sandbox's memory cap;
 - one profiled forward (`child._profile`) of a small model;
 - a CUDA IPC hand-off as the worker receives one (a child process shares a fresh output; the worker opens it,
-  snapshots it, closes it), split into open, clone and close, at three sizes.
+  snapshots it, closes it), split into open, clone and close, at three sizes; and the first hand-off from each of
+  several fresh processes against their later ones (the evaluator meets a new child per candidate).
+The poisoning and the profile report their first call in the process (a fresh child's) beside the median after.
 
     python bench/host_overhead_probe.py --out bench/results/host_overhead_probe.json
 """
@@ -26,13 +28,23 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def _median_ms(fn, repeats: int) -> float:
+def _times_ms(fn, repeats: int) -> list[float]:
     times = []
     for _ in range(repeats):
         begin = time.perf_counter()
         fn()
         times.append((time.perf_counter() - begin) * 1000.0)
-    return round(statistics.median(times), 4)
+    return times
+
+
+def _median_ms(fn, repeats: int) -> float:
+    return round(statistics.median(_times_ms(fn, repeats)), 4)
+
+
+def _first_and_median_ms(fn, repeats: int) -> dict[str, float]:
+    """The first call in this process (what a fresh child per candidate pays) and the median of the rest."""
+    times = _times_ms(fn, repeats)
+    return {"first": round(times[0], 4), "median_after": round(statistics.median(times[1:] or times), 4)}
 
 
 def _sharer(conn, sizes_mb: list[int], repeats: int) -> None:
@@ -49,6 +61,41 @@ def _sharer(conn, sizes_mb: list[int], repeats: int) -> None:
             conn.recv_bytes()  # the worker's next command releases it
             del keep, output
     conn.send_bytes(b"done")
+
+
+def _first_contacts(processes: int, per_process: int, size_mb: int) -> dict[str, float]:
+    """IPC hand-offs from fresh processes, as the worker meets a new child per candidate: the first open from each
+    process against the later ones (medians over the processes)."""
+    import torch
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    from kernelbench_rl.evaluation import wire
+
+    context = multiprocessing.get_context("spawn")
+    first, later = [], []
+    for _ in range(processes):
+        parent, child_end = context.Pipe()
+        process = context.Process(target=_sharer, args=(child_end, [size_mb], per_process))
+        process.start()
+        for index in range(per_process):
+            header = wire.recv_json(parent)
+            meta = header["groups"]["outputs"][0]
+            ipc = meta["ipc"]
+            begin = time.perf_counter()
+            shared = rebuild_cuda_tensor(
+                torch.Tensor, torch.Size(meta["shape"]), tuple(ipc["stride"]), ipc["tensor_offset"], torch.UntypedStorage,
+                torch.float32, ipc["device"], base64.b64decode(ipc["handle"]), ipc["size_bytes"], ipc["offset_bytes"],
+                False, base64.b64decode(ipc["ref_handle"]), ipc["ref_offset"],
+                base64.b64decode(ipc["event_handle"]) if ipc.get("event_handle") else None, ipc["event_sync"])
+            copy = shared.clone()
+            torch.cuda.synchronize()
+            del shared, copy
+            (first if index == 0 else later).append((time.perf_counter() - begin) * 1000.0)
+            parent.send_bytes(b"next")
+        parent.recv_bytes()
+        process.join(timeout=30)
+    return {"processes": processes, "first_ms": round(statistics.median(first), 3),
+            "later_ms": round(statistics.median(later), 3) if later else None}
 
 
 def _ipc_parts(sizes_mb: list[int], repeats: int) -> dict[str, dict[str, float]]:
@@ -94,9 +141,12 @@ def _ipc_parts(sizes_mb: list[int], repeats: int) -> dict[str, dict[str, float]]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--ipc-sizes-mb", default="4,64,512")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--repeats", type=int, default=30, help="calls per median (default 30)")
+    parser.add_argument("--ipc-sizes-mb", default="4,64,512",
+                        help="output sizes of the IPC hand-off, comma-separated MB (default 4,64,512)")
+    parser.add_argument("--fresh-processes", type=int, default=5,
+                        help="fresh sharing processes for the first-contact IPC figure (default 5)")
+    parser.add_argument("--out", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
     import torch
 
@@ -117,15 +167,17 @@ def main() -> int:
     with torch.no_grad():
         model(x)
     torch.cuda.synchronize()
-    results["profile_one_forward_ms"] = _median_ms(lambda: child._profile(model, [x]), max(5, args.repeats // 3))
+    results["profile_one_forward_ms"] = _first_and_median_ms(lambda: child._profile(model, [x]), max(5, args.repeats // 3))
     with torch.no_grad():
         results["plain_forward_and_sync_ms"] = _median_ms(lambda: (model(x), torch.cuda.synchronize()), args.repeats)
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, (24 << 30) / total))  # a sandbox-like cap
     for poison_mb in (48, 512):
-        results[f"poison_{poison_mb}MB_ms"] = _median_ms(lambda: child._poison_allocator(poison_mb << 20), args.repeats)
+        results[f"poison_{poison_mb}MB_ms"] = _first_and_median_ms(lambda: child._poison_allocator(poison_mb << 20),
+                                                                   args.repeats)
     torch.cuda.set_per_process_memory_fraction(1.0)
     results["ipc_ms"] = _ipc_parts([int(s) for s in args.ipc_sizes_mb.split(",")], args.repeats)
+    results["ipc_first_contact"] = _first_contacts(args.fresh_processes, 4, 64)
     text = json.dumps(results, indent=1)
     print(text)
     if args.out:
