@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -63,11 +64,23 @@ def _sharer(conn, sizes_mb: list[int], repeats: int) -> None:
     conn.send_bytes(b"done")
 
 
+def _opened(meta: dict) -> Any:
+    """The worker's side of a hand-off: the shared output opened from its IPC handle (float32, as `_sharer` sends)."""
+    import torch
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    ipc = meta["ipc"]
+    return rebuild_cuda_tensor(
+        torch.Tensor, torch.Size(meta["shape"]), tuple(ipc["stride"]), ipc["tensor_offset"], torch.UntypedStorage,
+        torch.float32, ipc["device"], base64.b64decode(ipc["handle"]), ipc["size_bytes"], ipc["offset_bytes"],
+        False, base64.b64decode(ipc["ref_handle"]), ipc["ref_offset"],
+        base64.b64decode(ipc["event_handle"]) if ipc.get("event_handle") else None, ipc["event_sync"])
+
+
 def _first_contacts(processes: int, per_process: int, size_mb: int) -> dict[str, float]:
     """IPC hand-offs from fresh processes, as the worker meets a new child per candidate: the first open from each
     process against the later ones (medians over the processes)."""
     import torch
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
     from kernelbench_rl.evaluation import wire
 
@@ -80,13 +93,8 @@ def _first_contacts(processes: int, per_process: int, size_mb: int) -> dict[str,
         for index in range(per_process):
             header = wire.recv_json(parent)
             meta = header["groups"]["outputs"][0]
-            ipc = meta["ipc"]
             begin = time.perf_counter()
-            shared = rebuild_cuda_tensor(
-                torch.Tensor, torch.Size(meta["shape"]), tuple(ipc["stride"]), ipc["tensor_offset"], torch.UntypedStorage,
-                torch.float32, ipc["device"], base64.b64decode(ipc["handle"]), ipc["size_bytes"], ipc["offset_bytes"],
-                False, base64.b64decode(ipc["ref_handle"]), ipc["ref_offset"],
-                base64.b64decode(ipc["event_handle"]) if ipc.get("event_handle") else None, ipc["event_sync"])
+            shared = _opened(meta)
             copy = shared.clone()
             torch.cuda.synchronize()
             del shared, copy
@@ -100,7 +108,6 @@ def _first_contacts(processes: int, per_process: int, size_mb: int) -> dict[str,
 
 def _ipc_parts(sizes_mb: list[int], repeats: int) -> dict[str, dict[str, float]]:
     import torch
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
     from kernelbench_rl.evaluation import wire
 
@@ -114,13 +121,8 @@ def _ipc_parts(sizes_mb: list[int], repeats: int) -> dict[str, dict[str, float]]
         for _ in range(repeats):
             header = wire.recv_json(parent)
             meta = header["groups"]["outputs"][0]
-            ipc = meta["ipc"]
             t0 = time.perf_counter()
-            shared = rebuild_cuda_tensor(
-                torch.Tensor, torch.Size(meta["shape"]), tuple(ipc["stride"]), ipc["tensor_offset"], torch.UntypedStorage,
-                torch.float32, ipc["device"], base64.b64decode(ipc["handle"]), ipc["size_bytes"], ipc["offset_bytes"],
-                False, base64.b64decode(ipc["ref_handle"]), ipc["ref_offset"],
-                base64.b64decode(ipc["event_handle"]) if ipc.get("event_handle") else None, ipc["event_sync"])
+            shared = _opened(meta)
             t1 = time.perf_counter()
             copy = shared.clone()
             torch.cuda.synchronize()
@@ -155,6 +157,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("host_overhead_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
+    from torch.multiprocessing import reductions  # noqa: F401 - loaded before any hand-off is timed
     torch.cuda.init()
     results: dict[str, object] = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(),
                                   "torch": torch.__version__, "repeats_per_median": args.repeats}
