@@ -77,29 +77,44 @@ def _opened(meta: dict) -> Any:
         base64.b64decode(ipc["event_handle"]) if ipc.get("event_handle") else None, ipc["event_sync"])
 
 
-def _first_contacts(processes: int, per_process: int, size_mb: int) -> dict[str, float]:
-    """IPC hand-offs from fresh processes, as the worker meets a new child per candidate: the first open from each
-    process against the later ones (medians over the processes)."""
+def _hand_off(parent: Any) -> dict[str, float]:
+    """Receives one hand-off as the worker does (open, snapshot, close), then lets the sharer go on; its parts in ms."""
     import torch
 
     from kernelbench_rl.evaluation import wire
 
+    meta = wire.recv_json(parent)["groups"]["outputs"][0]
+    t0 = time.perf_counter()
+    shared = _opened(meta)
+    t1 = time.perf_counter()
+    copy = shared.clone()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    del shared
+    t3 = time.perf_counter()
+    del copy
+    parent.send_bytes(b"next")
+    return {"open": 1000.0 * (t1 - t0), "clone": 1000.0 * (t2 - t1), "close": 1000.0 * (t3 - t2),
+            "whole": 1000.0 * (t3 - t0)}
+
+
+def _sharing(sizes_mb: list[int], repeats: int) -> tuple[Any, Any]:
+    """A fresh process sharing `repeats` outputs of each size in turn; (our end of its pipe, the process)."""
     context = multiprocessing.get_context("spawn")
+    parent, child_end = context.Pipe()
+    process = context.Process(target=_sharer, args=(child_end, sizes_mb, repeats))
+    process.start()
+    return parent, process
+
+
+def _first_contacts(processes: int, per_process: int, size_mb: int) -> dict[str, float]:
+    """IPC hand-offs from fresh processes, as the worker meets a new child per candidate: the first from each
+    process against the later ones (medians over the processes)."""
     first, later = [], []
     for _ in range(processes):
-        parent, child_end = context.Pipe()
-        process = context.Process(target=_sharer, args=(child_end, [size_mb], per_process))
-        process.start()
+        parent, process = _sharing([size_mb], per_process)
         for index in range(per_process):
-            header = wire.recv_json(parent)
-            meta = header["groups"]["outputs"][0]
-            begin = time.perf_counter()
-            shared = _opened(meta)
-            copy = shared.clone()
-            torch.cuda.synchronize()
-            del shared, copy
-            (first if index == 0 else later).append((time.perf_counter() - begin) * 1000.0)
-            parent.send_bytes(b"next")
+            (first if index == 0 else later).append(_hand_off(parent)["whole"])
         parent.recv_bytes()
         process.join(timeout=30)
     return {"processes": processes, "first_ms": round(statistics.median(first), 3),
@@ -107,37 +122,16 @@ def _first_contacts(processes: int, per_process: int, size_mb: int) -> dict[str,
 
 
 def _ipc_parts(sizes_mb: list[int], repeats: int) -> dict[str, dict[str, float]]:
-    import torch
-
-    from kernelbench_rl.evaluation import wire
-
-    context = multiprocessing.get_context("spawn")
-    parent, child_end = context.Pipe()
-    process = context.Process(target=_sharer, args=(child_end, sizes_mb, repeats))
-    process.start()
+    parent, process = _sharing(sizes_mb, repeats)
     parts: dict[str, dict[str, list[float]]] = {}
     for size_mb in sizes_mb:
         rows = parts.setdefault(f"{size_mb}MB", {"open": [], "clone": [], "close": [], "whole": []})
         for _ in range(repeats):
-            header = wire.recv_json(parent)
-            meta = header["groups"]["outputs"][0]
-            t0 = time.perf_counter()
-            shared = _opened(meta)
-            t1 = time.perf_counter()
-            copy = shared.clone()
-            torch.cuda.synchronize()
-            t2 = time.perf_counter()
-            del shared
-            t3 = time.perf_counter()
-            del copy
-            rows["open"].append(t1 - t0)
-            rows["clone"].append(t2 - t1)
-            rows["close"].append(t3 - t2)
-            rows["whole"].append(t3 - t0)
-            parent.send_bytes(b"next")
+            for part, ms in _hand_off(parent).items():
+                rows[part].append(ms)
     parent.recv_bytes()
     process.join(timeout=30)
-    return {size: {part: round(1000.0 * statistics.median(values), 3) for part, values in row.items()}
+    return {size: {part: round(statistics.median(values), 3) for part, values in row.items()}
             for size, row in parts.items()}
 
 
