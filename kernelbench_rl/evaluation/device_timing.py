@@ -221,7 +221,7 @@ class CandidateTiming:
         t = time.perf_counter()
         home = self.home_for(state)
         known = payload.get("baseline") if usable_baseline(payload.get("baseline"), home) else None
-        fresh = precision not in state.baselines and known is None
+        fresh = self.needs_baseline(state, settings, payload)
         # The candidate's child is stopped meanwhile: a thread of its own loading the device would inflate the
         # baseline, and the first candidate's baseline is cached for every later one of its problem.
         # (A known baseline needs neither: the timing's own quiet section waits for warm-ups once.)

@@ -66,8 +66,8 @@ from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable fr
 # What runs outside the exclusive device section, never beside a timed trial (the quiet gate) - KBRL_EVAL_OVERLAP:
 # "off" (or 0, the default): nothing. "tail": the check of the timed outputs and the profile, after the timed calls,
 # while the next candidate's section starts; on an H200 (2026-11-26, grpo_ab_KBRL_EVAL_OVERLAP_*_h200.json) it saved
-# nothing on level 2 (53.3 s against 53.7 s) and cost level 1 16% (72.0 s against 62.0 s): 17 candidates timed side by
-# side against 5, the profile beside the next candidate's correctness made timings spread. "all" (or 1): correctness
+# nothing on level 2 (53.3 s against 53.7 s) and level 1 took 72.0 s against 62.0 s, with 17 candidates timed side by
+# side against 5 (runs of one setting spread by about 10%). "all" (or 1): correctness
 # too, which on an H100 made the level-2 GRPO-shaped batch slower, 53.8 s against 46.2 s (bench/RESULTS.md), since the
 # seeds of many candidates then queue at the quiet gate holding their memory. Big plans keep the device throughout.
 _OVERLAP = os.environ.get("KBRL_EVAL_OVERLAP", "off").strip().lower()
@@ -146,7 +146,7 @@ class Worker:
         self.quiet_gate = QuietGate()
         self.candidate_timing = CandidateTiming(self.references, self.quiet_gate, self.transport, self.hardware,
                                                 self._reference_child, self._give_back_reference,
-                                                self._baseline_child, self._baseline_home)
+                                                self._resident_or_new_reference, self._baseline_home)
         self.paired_reference = ResidentReference(self.children.retire)
         self.versions["numerics"] = numerics.describe()
         self.memory: MemoryBudget | None = None
@@ -474,11 +474,11 @@ class Worker:
             scheduling.pin(child.pid, self.quiet_cores)
             scheduling.pin(0, self.quiet_cores)
             prepared = None
-            if (self.device == "cuda" and self._baseline_home(state) == BASELINE_IN_CHILD
+            if (self._baseline_home(state) == BASELINE_IN_CHILD
                     and self.candidate_timing.needs_baseline(state, settings, payload)):
                 # The reference's child for the baseline starts while correctness runs (its start is host work
                 # and a model's construction, neither of them timed).
-                prepared = PreparedChild(lambda: self._baseline_child(
+                prepared = PreparedChild(lambda: self._resident_or_new_reference(
                     state, settings, payload, result, time.monotonic() + max(settings.timeout_s, START_TIMEOUT_S)))
             try:
                 if not self._correctness(child, state, settings, result, deadline, payload, shared=False):
@@ -675,11 +675,7 @@ class Worker:
             [(base.get("eager_ms"), base.get("eager_spread_ms")), (solo.median_ms, solo.iqr_ms)],
         ):
             return None
-        resident = self.paired_reference.take(paired_key(state, settings, payload))
-        if resident is not None:
-            return resident
-        return start_reference_child(self.take_child, self.children.retire, self._job, self.root, self.quiet_cores,
-                                     state, settings, payload, result, deadline)
+        return self._resident_or_new_reference(state, settings, payload, result, deadline)
 
     def _baseline_home(self, state: ProblemState) -> str:
         """Where this problem's baseline is timed (device_timing.baseline_home)."""
@@ -689,10 +685,10 @@ class Worker:
                              scheduling.is_big(self.memory, state.plan),
                              state.plan.needed_bytes if state.plan is not None else 0)
 
-    def _baseline_child(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],
-                        result: EvalResult, deadline: float) -> Child | None:
-        """A child running the reference for the problem's baseline: the resident one, or a new one (kept resident
-        after, for side-by-side timing of the problem's later candidates); None when it cannot start."""
+    def _resident_or_new_reference(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],
+                                   result: EvalResult, deadline: float) -> Child | None:
+        """A child running the problem's reference, for its baseline or a side-by-side timing: the resident one, or
+        a new one (kept resident after, for the problem's later candidates); None when it cannot start."""
         resident = self.paired_reference.take(paired_key(state, settings, payload))
         if resident is not None:
             return resident
