@@ -46,6 +46,8 @@
 #                                                # the level-2 problems in a fresh process with a fresh DuckDB (<= 90 s;
 #                                                # carry .whl-duck/, else skipped), then KernelBench's harness, one sample
 #                                                # a problem, with what is left (carry .kb and .whl as for kb-*)
+#   bash bench/device_suite.sh grpo-trace        # <= 500 s: the warm batch of level 2, then level 1 (GRPO_TRACE_LEVELS), with the
+#                                                # evaluation timeline on; bench/trace_timeline.py's summary (and picture)
 #   bash bench/device_suite.sh gpu-tests         # <= 575 s: the tests marked gpu (skipped on CPU machines), with pytest from
 #                                                # .whl-test/ (carry it; .whl-rl/ too for the local policy's test); $OUT/gpu_tests.{log,xml}
 # kernrl (carry .kr: a copy of its snapshot's problems folder):
@@ -225,6 +227,20 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
         --worker-logs "$OUT/grpo_ab_${TAG}_worker_logs.txt" --out "$OUT/grpo_ab_${TAG}.json" ${GRPO_ARGS:-} 2>&1 \
         | tee "$OUT/grpo_ab_${TAG}.log" | grep -v "^ours  \[" | tail -25
       SETTINGS=("${SETTINGS[@]:1}")
+    done ;;
+  grpo-trace)
+    # The warm GRPO-shaped batch of each level with the evaluation timeline on (KBRL_EVAL_TRACE), then its summary
+    # (bench/trace_timeline.py); the picture is drawn where matplotlib is (here if the image has it).
+    ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)
+    for LEVEL in ${GRPO_TRACE_LEVELS:-2 1}; do
+      TRACE="/tmp/kbrl_trace_L$LEVEL"  # (not under $OUT: the worker may write as the children's unprivileged user)
+      rm -rf "$TRACE" && mkdir -p "$TRACE" && chmod 1777 "$TRACE"
+      KBRL_EVAL_TRACE="$TRACE" timeout 250 python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --levels $LEVEL --no-kb --no-cold \
+        --warm-budget-s 150 --total-budget-s 240 --out "$OUT/grpo_trace_L$LEVEL.json" ${GRPO_ARGS:-} 2>&1 \
+        | tee "$OUT/grpo_trace_L$LEVEL.log" | grep -v "^ours  \[" | tail -8
+      mkdir -p "$OUT/trace_L$LEVEL" && cp "$TRACE"/*.jsonl "$OUT/trace_L$LEVEL/" 2>/dev/null
+      PNG=(); python3 -c "import matplotlib" 2>/dev/null && PNG=(--png "$OUT/trace_L$LEVEL.png")
+      python3 bench/trace_timeline.py "$TRACE" --out "$OUT/trace_L${LEVEL}_summary.json" "${PNG[@]}" | head -40
     done ;;
   kb-selfcheck)
     if [ -f "$ARG2" ]; then SELECT=(--from-json "$ARG2"); else SELECT=(--problems "${ARG2:?give problem ids or a JSON}"); fi

@@ -9,6 +9,9 @@ Each part is timed in isolation on the GPU, a median of repeats:
   snapshots it, closes it), split into open, clone and close, at three sizes; and the first hand-off from each of
   several fresh processes against their later ones (the evaluator meets a new child per candidate).
 The poisoning and the profile report their first call in the process (a fresh child's) beside the median after.
+Last, the same small steps (a flush and synchronise, a forward and synchronise, a poisoning, a profiled forward) while
+other processes do what an evaluation's other children do beside a device section: start CUDA contexts, run GPU
+work, keep every core busy (`--contention`).
 
     python bench/host_overhead_probe.py --out bench/results/host_overhead_probe.json
 """
@@ -135,6 +138,61 @@ def _ipc_parts(sizes_mb: list[int], repeats: int) -> dict[str, dict[str, float]]
             for size, row in parts.items()}
 
 
+# What other processes do beside a device section, each as a looping `python -c` program.
+_BACKGROUNDS = {
+    # fresh processes starting CUDA one after another, as pre-started children do
+    "cuda_starts": ("import subprocess, sys\n"
+                    "while True: subprocess.run([sys.executable, '-c', "
+                    "'import torch; torch.cuda.init(); torch.empty(1, device=\"cuda\")'])"),
+    # GPU work of another context, as other children's builds and first forwards are
+    "gpu_work": ("import torch\n"
+                 "a = torch.randn(4096, 4096, device='cuda')\n"
+                 "while True:\n"
+                 "    for _ in range(4): a = torch.tanh(a @ a / 64)\n"
+                 "    torch.cuda.synchronize()"),
+    # every core busy, as compiling children are
+    "cpu_busy": "while True: pass",
+}
+_HOW_MANY = {"cuda_starts": 4, "gpu_work": 2, "cpu_busy": 0}  # 0: one per core
+
+
+def _steps(model: Any, x: Any, flush: Any, repeats: int) -> dict[str, float]:
+    """The small steps a device section is made of, medians in ms."""
+    import torch
+
+    from kernelbench_rl.evaluation import child
+
+    with torch.no_grad():
+        forward = _median_ms(lambda: (model(x), torch.cuda.synchronize()), repeats)
+    return {"flush_and_sync": _median_ms(lambda: (flush.fill_(1), torch.cuda.synchronize()), repeats),
+            "forward_and_sync": forward,
+            "poison_48MB": _median_ms(lambda: child._poison_allocator(48 << 20), repeats),
+            "profiled_forward": _median_ms(lambda: child._profile(model, [x]), max(5, repeats // 3))}
+
+
+def _under_contention(model: Any, x: Any, flush: Any, repeats: int, settle_s: float) -> dict[str, dict[str, float]]:
+    """`_steps` alone, then beside each background of `_BACKGROUNDS` (its processes started `settle_s` before)."""
+    import os
+    import subprocess
+
+    out = {"alone": _steps(model, x, flush, repeats)}
+    for name, program in _BACKGROUNDS.items():
+        count = _HOW_MANY[name] or os.cpu_count() or 1
+        others = [subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                  for _ in range(count)]
+        try:
+            time.sleep(settle_s)
+            out[f"beside_{name}_x{count}"] = _steps(model, x, flush, repeats)
+        finally:
+            for other in others:
+                other.kill()
+            for other in others:
+                other.wait()
+        # a killed cuda_starts loop's last child still finishes its start: let it, before the next figures
+        time.sleep(3.0)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30, help="calls per median (default 30)")
@@ -142,6 +200,11 @@ def main() -> int:
                         help="output sizes of the IPC hand-off, comma-separated MB (default 4,64,512)")
     parser.add_argument("--fresh-processes", type=int, default=5,
                         help="fresh sharing processes for the first-contact IPC figure (default 5)")
+    parser.add_argument("--contention", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the small steps beside other processes' CUDA starts, GPU work and busy cores "
+                             "(default on)")
+    parser.add_argument("--settle-s", type=float, default=4.0,
+                        help="seconds the other processes run before the contention figures (default 4)")
     parser.add_argument("--out", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
     import torch
@@ -175,6 +238,8 @@ def main() -> int:
     torch.cuda.set_per_process_memory_fraction(1.0)
     results["ipc_ms"] = _ipc_parts([int(s) for s in args.ipc_sizes_mb.split(",")], args.repeats)
     results["ipc_first_contact"] = _first_contacts(args.fresh_processes, 4, 64)
+    if args.contention:
+        results["steps_ms_under_contention"] = _under_contention(model, x, flush, args.repeats, args.settle_s)
     text = json.dumps(results, indent=1)
     print(text)
     if args.out:

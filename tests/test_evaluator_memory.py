@@ -250,6 +250,35 @@ def test_timing_gives_up_on_a_long_warm_up_and_says_so():
     thread.join(10)
 
 
+def test_a_quiet_section_nests_its_own_quiet_and_untimed_parts_and_keeps_other_threads_out():
+    """A whole device section held quiet: its timed trials (quiet again) and its own untimed work (noisy) pass
+    through on its thread; another thread's warm-up waits until the section ends."""
+    gate = QuietGate()
+    events: list[str] = []
+    other_in = threading.Event()
+
+    def other_warm_up() -> None:
+        with gate.noisy():
+            events.append("other warm-up")
+            other_in.set()
+
+    with gate.quiet(max_wait_s=1) as calm:
+        assert calm is True
+        thread = threading.Thread(target=other_warm_up)
+        thread.start()
+        with gate.quiet(max_wait_s=0.1) as nested:  # would wait forever for itself if it did not nest
+            assert nested is True
+            events.append("timed")
+        with gate.noisy():
+            events.append("own untimed")
+        assert not other_in.wait(0.2)
+        events.append("section out")
+    thread.join(5)
+    assert events == ["timed", "own untimed", "section out", "other warm-up"]
+    with gate.quiet(max_wait_s=0.1) as later:  # released: the next section takes it afresh
+        assert later is True
+
+
 # -- comparison in chunks ---------------------------------------------------------------------------------
 def test_outputs_are_compared_in_chunks_with_the_same_verdicts(monkeypatch):
     monkeypatch.setattr(checks, "CHUNK_ELEMENTS", 7)

@@ -24,6 +24,7 @@ import torch
 
 from kernelbench_rl.evaluation import interpreter, numerics, runtime, sandbox, timing, wire
 from kernelbench_rl.evaluation.outputs import ForeignOutput, input_aliases, plain_outputs
+from kernelbench_rl.evaluation.trace import ChildSpans
 
 _COMPILE_EXCEPTIONS = {
     "CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct", "OutOfResources",
@@ -352,6 +353,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     wire.send_json(conn, {"event": "loaded", "compile_s": time.perf_counter() - t_compile})
 
     model = None
+    spans = ChildSpans(bool(job.get("trace")))  # steps for the worker's timeline (trace.py), when it keeps one
     use_ipc = job.get("transport") == "ipc" and device == "cuda"
     spill_dir = job["workdir"] if job.get("transport") == "file" else None
     keep_alive: list[torch.Tensor] = []
@@ -369,12 +371,14 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 model = runtime.build_model(model_cls, problem, int(command["seed"]), device, precision)
                 if device == "cuda":
                     _warm_profiler()  # (as above; a no-op if it warmed while idle)
-                wire.send_json(conn, {"event": "built", "seconds": time.perf_counter() - t})
+                spans.add("build", t)
+                wire.send_json(conn, {"event": "built", "seconds": time.perf_counter() - t, **spans.take()})
                 if launches is not None:
                     launches.clear()  # count only what forward launches
             elif cmd == "warm":
                 # Out of memory here is an error like any other: the worker runs such a candidate again with
                 # the device to itself and only then blames the kernel.
+                t = time.perf_counter()
                 inputs = inputs_for_seed(int(command["seed"]))
                 with torch.no_grad():
                     model(*inputs)
@@ -383,7 +387,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 del inputs
                 if device == "cuda":
                     torch.cuda.empty_cache()  # hand the warm-up's buffers back while others compile
-                wire.send_json(conn, {"event": "warmed"})
+                spans.add("warm", t)
+                wire.send_json(conn, {"event": "warmed", **spans.take()})
             elif cmd == "check":
                 begun = time.perf_counter()
                 inputs = inputs_for_seed(int(command["seed"]), command.get("variant"))
@@ -398,6 +403,9 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 if device == "cuda":
                     torch.cuda.synchronize()
                 seconds = time.perf_counter() - t
+                spans.add("check_inputs", begun, made)
+                spans.add("check_poison", made, t)
+                spans.add("check_forward", t)
                 outputs = plain_outputs(output)  # the raw object first: nothing has read it yet
                 keep_alive = wire.send_tensors(
                     conn, "checked",
@@ -405,7 +413,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                     use_ipc, {"seconds": seconds, "host_s": host_s,
                               "launches": dict(launches) if launches is not None else None,
                               "numerics_changed": numerics.changed(settings_before),
-                              "aliases": input_aliases(outputs, inputs)}, spill_dir,
+                              "aliases": input_aliases(outputs, inputs), **spans.take()}, spill_dir,
                 )
                 del output, outputs, inputs
             elif cmd == "time":
@@ -415,12 +423,13 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 record = timing.time_forward(model, inputs_for_seed, seeds, int(command.get("warmup", 3)), device, clock, keep,
                                              fresh_buffers=bool(command.get("fresh_buffers", True)))
                 tampered = clock.tampered()
+                spans.add("timed_calls", t)
                 indices = sorted(record.kept_outputs)
                 groups = {f"trial_{i}": record.kept_outputs[i] for i in indices}
                 keep_alive = wire.send_tensors(conn, "timed", groups, use_ipc, {
                     "times_ms": record.times_ms, "tampered": tampered, "seconds": time.perf_counter() - t,
                     "numerics_changed": numerics.changed(settings_before), "diagnostics": record.diagnostics(),
-                    "aliases": record.alias_patterns,
+                    "aliases": record.alias_patterns, **spans.take(),
                 }, spill_dir)
             elif cmd == "host_time":
                 seeds = [int(s) for s in command["seeds"]]
@@ -428,12 +437,14 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                                               fresh_buffers=bool(command.get("fresh_buffers", True)))
                 wire.send_json(conn, {"event": "host_timed", "median_ms": ms, "tampered": clock.tampered()})
             elif cmd == "profile":
+                t = time.perf_counter()
                 inputs = inputs_for_seed(int(command["seed"]))
                 try:
                     kernels, problem_text = _profile(model, inputs), ""
                 except Exception as exc:  # noqa: BLE001 - the profiler itself failing is not the kernel's fault
                     kernels, problem_text = None, short_error(exc)
-                wire.send_json(conn, {"event": "profiled", "kernels": kernels, "error": problem_text})
+                spans.add("profile", t)
+                wire.send_json(conn, {"event": "profiled", "kernels": kernels, "error": problem_text, **spans.take()})
             elif cmd == "exit":
                 return
             else:

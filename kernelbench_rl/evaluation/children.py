@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import faults, scheduling, startup, wire
+from kernelbench_rl.evaluation import faults, scheduling, startup, trace, wire
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import child_main
 from kernelbench_rl.evaluation.faults import Fault
@@ -46,6 +46,7 @@ class Child:
         self.started_at = time.perf_counter()
         self.rss_limit_mb: float | None = None
         self.workdir = ""
+        self.trace_who = ""  # the evaluation it serves, in the trace (trace.py)
         self.process = ctx.Process(target=child_main, args=(child_conn, device), daemon=False)
         self.process.start()
         child_conn.close()
@@ -283,6 +284,7 @@ def expect(child: Child, events: set[str], timeout_s: float, phase: str) -> dict
             except wire.ProtocolError as exc:
                 raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent a malformed message ({exc})") from None
             event = message.get("event")
+            trace.record_child(child.trace_who, child.pid, message)
             if event in events:
                 return message
             if event == "error":

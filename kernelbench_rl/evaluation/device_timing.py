@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from kernelbench_rl.evaluation import children, faults, kernels, timing, wire
+from kernelbench_rl.evaluation import children, faults, kernels, timing, trace, wire
 from kernelbench_rl.evaluation import floor as floors
 from kernelbench_rl.evaluation.children import Child, stopped
 from kernelbench_rl.evaluation.faults import Fault
@@ -233,6 +233,7 @@ class CandidateTiming:
             if base is None:
                 base = self.references.baseline(state, precision, settings, known)
         result.phase_seconds["baseline"] = time.perf_counter() - t
+        trace.record(child.trace_who, "baseline", t)
         if base.get("timed_in"):
             result.versions["baseline_timed_in"] = str(base["timed_in"])
         if base.get("refreshed"):
@@ -357,6 +358,7 @@ class CandidateTiming:
             t = time.perf_counter()
             children.send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
             profiled = children.expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
+            trace.record(child.trace_who, "profile", t)
             result.phase_seconds["profile"] = time.perf_counter() - t
         if isinstance(profiled.get("kernels"), list):
             names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
@@ -441,9 +443,11 @@ class CandidateTiming:
         against the reference, or, with `kept_out`, left there for `_verify_kept` (before the child's next
         command). `indices` number the trials in messages (default: their positions); the child's timing
         diagnostics are appended to `diagnostics`."""
+        mark = time.perf_counter()
         children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
                            "fresh_buffers": state.fresh_buffers()}, "timing")
         header = children.expect(child, {"timed"}, deadline - time.monotonic(), "timing")
+        trace.record(child.trace_who, "time_block", mark)
         faults.numerics_unchanged(header, result)
         times = header.get("times_ms")
         if not (isinstance(times, list) and len(times) == len(seeds) and all(isinstance(x, (int, float)) for x in times)):
@@ -455,6 +459,7 @@ class CandidateTiming:
         faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
         mark = time.perf_counter()
         kept = children.receive(child, header, None, 0, self.transport)
+        trace.record(child.trace_who, "time_receive", mark)
         add_seconds(result, "timing_receive", time.perf_counter() - mark)
         if isinstance(header.get("seconds"), (int, float)):
             add_seconds(result, "timing_child", float(header["seconds"]))
@@ -494,10 +499,13 @@ class CandidateTiming:
     def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
                               deadline: float, diagnostics: list[dict]) -> list[float]:
         seeds = [secrets.randbits(31) for _ in indices]
+        reference_child.trace_who = reference_child.trace_who or f"reference#{reference_child.pid}"
+        mark = time.perf_counter()
         children.send(reference_child, {"cmd": "time", "seeds": seeds, "verify": [], "warmup": warmup,
                                      "fresh_buffers": state.fresh_buffers()}, "timing the reference")
         header = children.expect(reference_child, {"timed"}, deadline - time.monotonic(), "timing the reference")
         children.receive(reference_child, header, None, 0, self.transport)
+        trace.record(reference_child.trace_who, "reference_block", mark)
         times = header.get("times_ms")
         if not (isinstance(times, list) and len(times) == len(seeds)):
             raise Fault(ErrorCategory.INFRA, "the reference's timing run returned malformed figures")

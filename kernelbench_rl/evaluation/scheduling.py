@@ -114,9 +114,16 @@ class QuietGate:
         self._noisy = 0
         self._quiet = False
         self._waiting = 0
+        self._owner: int | None = None  # the thread holding it quiet: its nested sections pass through
+
+    def _held_here(self) -> bool:
+        return self._quiet and self._owner == threading.get_ident()
 
     @contextlib.contextmanager
     def noisy(self):
+        if self._held_here():  # the quiet section's own untimed work
+            yield
+            return
         with self._cond:
             self._cond.wait_for(lambda: not self._quiet and self._waiting == 0)
             self._noisy += 1
@@ -129,7 +136,12 @@ class QuietGate:
 
     @contextlib.contextmanager
     def quiet(self, max_wait_s: float = QUIET_WAIT_S):
-        """Yields True when no warm-up ran beside the section's start, False when it gave up waiting."""
+        """Yields True when no warm-up ran beside the section's start, False when it gave up waiting. Inside a
+        quiet section of the same thread it yields True at once (a whole device section held quiet holds its
+        timed trials quiet too)."""
+        if self._held_here():
+            yield True
+            return
         with self._cond:
             self._waiting += 1
             try:
@@ -139,11 +151,13 @@ class QuietGate:
             finally:
                 self._waiting -= 1
             self._quiet = True
+            self._owner = threading.get_ident()
         try:
             yield calm
         finally:
             with self._cond:
                 self._quiet = False
+                self._owner = None
                 self._cond.notify_all()
 
 

@@ -39,7 +39,7 @@ from kernelbench_rl.evaluation import (
 )
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
-from kernelbench_rl.evaluation import children, faults, reference_budget, scheduling, startup
+from kernelbench_rl.evaluation import children, faults, reference_budget, scheduling, startup, trace
 from kernelbench_rl.evaluation.build_cache import BuildCache
 from kernelbench_rl.evaluation.worker_config import WorkerConfig, argument_parser, config_from_args  # noqa: F401
 from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key, start_reference_child
@@ -73,6 +73,11 @@ from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable fr
 _OVERLAP = os.environ.get("KBRL_EVAL_OVERLAP", "off").strip().lower()
 OVERLAP_MODE = {"1": "all", "0": "off"}.get(_OVERLAP, _OVERLAP)
 OVERLAP_UNTIMED = OVERLAP_MODE == "all"
+# How much of the exclusive device section other children's GPU work (builds, first forwards) stays out of -
+# KBRL_EVAL_QUIET: "timed" only its timed trials; "section" all of it. Beside another context's GPU work every
+# synchronise waits for the device's time slice: on an H200 (host_overhead_probe_contention_h200.json) a flush and
+# synchronise took 2.45 ms beside two busy processes against 0.045 ms alone, a poisoning 2.47 ms against 0.34 ms.
+QUIET_SCOPE = os.environ.get("KBRL_EVAL_QUIET", "timed").strip().lower()
 
 
 class Worker:
@@ -273,6 +278,7 @@ class Worker:
             t = time.perf_counter()
             child = self.take_child()
             child.workdir = workdir
+            child.trace_who = f"{payload['problem_id']}#{result.candidate_sha256[:8]}#{child.pid}"
             if self.device == "cuda":
                 child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
                                                           state.input_bytes + state.output_bytes)
@@ -312,6 +318,7 @@ class Worker:
         finally:
             compiling.close()
             t = time.perf_counter()
+            trace.flush()
             if child is not None:
                 self.children.retire(child, workdir)
             elif workdir:
@@ -399,8 +406,10 @@ class Worker:
         t = time.perf_counter()
         deadline = time.monotonic() + settings.timeout_s
         with self.quiet_gate.noisy():  # parameter init launches GPU work: not beside a timed trial
+            mark = time.perf_counter()
             children.send(child, {"cmd": "build", "seed": state.init_seed}, "building ModelNew")
             children.expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
+            trace.record(child.trace_who, "build", mark)
         result.phase_seconds["build"] = time.perf_counter() - t
         if self.config.prewarm:
             # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
@@ -410,8 +419,10 @@ class Worker:
             remaining = max(deadline - time.monotonic(), call_allowance_s(state.forward_s))
             with scheduling.admission(self.memory, state.plan, "warm"), self.quiet_gate.noisy():
                 result.phase_seconds["memory_wait"] = time.perf_counter() - t
+                mark = time.perf_counter()
                 children.send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
                 children.expect(child, {"warmed"}, remaining, "warming up (first forward)")
+                trace.record(child.trace_who, "warm", mark)
             result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
 
     def _device_section_for(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
@@ -463,13 +474,20 @@ class Worker:
             big = section.enter_context(self._room_for(state))
             if big:
                 scheduling.wait_for_free(state.plan.needed_bytes, result, self.children.describe)
+            if self.device == "cuda" and QUIET_SCOPE == "section":
+                mark = time.perf_counter()
+                if not section.enter_context(self.quiet_gate.quiet()):
+                    result.versions["section_overlap"] = "began beside another child's warm-up (past the quiet gate's wait)"
+                result.phase_seconds["section_quiet_wait"] = time.perf_counter() - mark
             entered = time.perf_counter()
             result.phase_seconds["device_wait"] = entered - t
 
             def leave() -> None:
                 scheduling.pin(0, self.all_cores)
                 result.phase_seconds["device_section"] = time.perf_counter() - entered
+                trace.record(child.trace_who, "device_section", entered)
             section.callback(leave)
+            trace.record(child.trace_who, "device_wait", t, entered)
             deadline = time.monotonic() + settings.timeout_s
             scheduling.pin(child.pid, self.quiet_cores)
             scheduling.pin(0, self.quiet_cores)
@@ -523,6 +541,7 @@ class Worker:
             "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,
             "readable": [PACKAGE_DIR, os.path.dirname(shutil.which(self.config.nvcc) or "/usr/bin")],
+            "trace": trace.enabled(),
         }
         if state.plan is not None:
             job["device_memory_cap"] = footprints.enforced_cap_bytes(state.plan, self.total_memory)
@@ -601,7 +620,7 @@ class Worker:
                     result.phase_seconds.get("correctness_quiet_wait", 0.0) + time.perf_counter() - mark)
                 mark = time.perf_counter()
             with seed_work:
-                with state.lock:
+                with state.lock, trace.span(child.trace_who, "reference_outputs"):
                     reference = self.references.reference_outputs(state, precision, seed, variant=variant)
                 # The reference's forward is bounded by its own budget, not the candidate's: a reference of seconds
                 # a call (kernrl's PBKDF2, 7.4 s) otherwise timed out its identical candidate.
@@ -616,10 +635,12 @@ class Worker:
                 children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
                                    "return_inputs": check_inputs}, "running forward")
                 header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
+                trace.record(child.trace_who, "check", mark)
                 faults.numerics_unchanged(header, result)
                 faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
                 waited = time.perf_counter()
                 received = children.receive(child, header, reference, state.input_bytes, self.transport)
+                trace.record(child.trace_who, "check_receive", waited)
                 parts["correctness_child"] += time.perf_counter() - mark
                 add_seconds(result, "correctness_receive", time.perf_counter() - waited)
                 for part, seconds in (header.get("host_s") or {}).items():
@@ -634,6 +655,7 @@ class Worker:
                         if isinstance(count, int):
                             cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
                 outcome = self.references.compare(state, precision, seed, variant, reference, received.get("outputs", []))
+                trace.record(child.trace_who, "compare", mark)
                 parts["correctness_compare"] += time.perf_counter() - mark
                 if outcome.max_abs_err is not None:
                     worst = max(worst, outcome.max_abs_err)
@@ -645,6 +667,7 @@ class Worker:
                     pristine = runtime.tensor_inputs(self.references.inputs(state, seed, precision, variant))
                     mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                     del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
+                    trace.record(child.trace_who, "input_check", mark)
                     parts["correctness_input_check"] += time.perf_counter() - mark
                     if mutated:
                         result.flags.append(Flag.INPUT_MUTATED.value)
