@@ -238,7 +238,7 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
       KBRL_EVAL_TRACE="$TRACE" timeout 250 python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --levels $LEVEL --no-kb --no-cold \
         --warm-budget-s 150 --total-budget-s 240 --out "$OUT/grpo_trace_L$LEVEL.json" ${GRPO_ARGS:-} 2>&1 \
         | tee "$OUT/grpo_trace_L$LEVEL.log" | grep -v "^ours  \[" | tail -8
-      mkdir -p "$OUT/trace_L$LEVEL" && cp "$TRACE"/*.jsonl "$OUT/trace_L$LEVEL/" 2>/dev/null
+      tar -czf "$OUT/trace_L$LEVEL.tar.gz" -C "$TRACE" . 2>/dev/null  # one file: at most 8 come back
       PNG=(); python3 -c "import matplotlib" 2>/dev/null && PNG=(--png "$OUT/trace_L$LEVEL.png")
       python3 bench/trace_timeline.py "$TRACE" --out "$OUT/trace_L${LEVEL}_summary.json" "${PNG[@]}" | head -40
     done ;;

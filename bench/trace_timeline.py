@@ -84,6 +84,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     share = _overlap(s0, s1, row["t0"], row["t1"])
                     if share > 0:
                         per_step["beside: " + row["step"]] += share
+    gaps = _gaps(sections, by_who)
     return {
         "sections": len(sections),
         "first_to_last_s": round(last - first, 3),
@@ -92,7 +93,29 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "covered_by_worker_steps_s": round(covered, 3),
         "not_covered_s": round(in_sections - covered, 3),
         "per_step_in_sections_s": {k: round(v, 3) for k, v in sorted(per_step.items(), key=lambda kv: -kv[1])},
+        "gaps_in_sections_s": gaps,
     }
+
+
+def _gaps(sections: list[dict[str, Any]], by_who: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """Section time between consecutive worker steps of its evaluation, summed per (step before, step after):
+    where the uncovered part of the sections lies."""
+    totals: dict[str, float] = defaultdict(float)
+    for section in sections:
+        s0, s1 = section["t0"], section["t1"]
+        steps = sorted((r for r in by_who[section.get("who", "")]
+                        if r["step"] != SECTION and not r["step"].startswith("child_")
+                        and r["step"] not in ("build", "warm", "device_wait") and _overlap(s0, s1, r["t0"], r["t1"]) > 0),
+                       key=lambda r: r["t0"])
+        before, end = "section start", s0
+        for row in steps:
+            if row["t0"] > end:
+                totals[f"{before} -> {row['step']}"] += row["t0"] - end
+            if row["t1"] > end:
+                before, end = row["step"], row["t1"]
+        if s1 > end:
+            totals[f"{before} -> section end"] += s1 - end
+    return {k: round(v, 3) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])[:25]}
 
 
 def draw(rows: list[dict[str, Any]], png: Path, start_s: float, span_s: float) -> int:
@@ -108,9 +131,9 @@ def draw(rows: list[dict[str, Any]], png: Path, start_s: float, span_s: float) -
     lo, hi = origin + start_s, origin + start_s + span_s
     shown = [r for r in rows if r["t1"] > lo and r["t0"] < hi]
     lanes = sorted({r.get("who", "") for r in shown}, key=lambda w: min(r["t0"] for r in shown if r.get("who", "") == w))
-    steps = sorted({r["step"] for r in shown})
+    steps = sorted({r["step"] for r in shown} - {SECTION})
     palette = plt.get_cmap("tab20")
-    colour = {step: palette(i % 20) for i, step in enumerate(steps)}
+    colour = {step: palette((7 * i) % 20) for i, step in enumerate(steps)}  # neighbours in the list far apart
     fig, ax = plt.subplots(figsize=(14, max(3.0, 0.45 * len(lanes) + 1.5)))
     for lane, who in enumerate(lanes):
         for row in (r for r in shown if r.get("who", "") == who):
@@ -119,15 +142,19 @@ def draw(rows: list[dict[str, Any]], png: Path, start_s: float, span_s: float) -
             height = 0.38 if row["step"] != SECTION else 0.8
             if row["step"] == SECTION:
                 y = lane
-            ax.broken_barh([(row["t0"] - origin, row["t1"] - row["t0"])], (y, height), facecolors=colour[row["step"]],
-                           alpha=0.35 if row["step"] == SECTION else 0.95, edgecolor="none")
+            if row["step"] == SECTION:  # an outline around its lane: the steps inside stay readable
+                ax.broken_barh([(row["t0"] - origin, row["t1"] - row["t0"])], (y, height), facecolors="none",
+                               edgecolor="black", linewidth=1.2)
+            else:
+                ax.broken_barh([(row["t0"] - origin, row["t1"] - row["t0"])], (y, height), facecolors=colour[row["step"]],
+                               edgecolor="none")
     ax.set_xlim(start_s, start_s + span_s)
     ax.set_yticks([i + 0.4 for i in range(len(lanes))])
     ax.set_yticklabels([w.split("#")[0] for w in lanes], fontsize=7)
     ax.set_xlabel("seconds after the first device section")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colour[s]) for s in steps], labels=steps, fontsize=7,
               ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.12))
-    ax.set_title("device sections and their steps (worker above, child below in each lane)")
+    ax.set_title("device sections (outlined) and their steps: the worker's above, the child's below in each lane")
     fig.tight_layout()
     fig.savefig(png, dpi=130)
     plt.close(fig)

@@ -86,3 +86,19 @@ def test_the_timeline_tool_says_what_is_wrong_in_one_line(tmp_path):
     empty = subprocess.run([sys.executable, str(REPO / "bench" / "trace_timeline.py"), str(tmp_path)],
                            capture_output=True, text=True)
     assert empty.returncode == 2 and "no trace rows" in empty.stderr
+
+
+def test_the_summary_finds_the_gaps_between_steps_and_what_ran_beside_a_section():
+    timeline = _timeline_module()
+    rows = [{"who": "a", "pid": 1, "step": "device_section", "t0": 0.0, "t1": 1.0},
+            {"who": "a", "pid": 1, "step": "check", "t0": 0.1, "t1": 0.3},
+            {"who": "a", "pid": 2, "step": "child_check_forward", "t0": 0.15, "t1": 0.25},
+            {"who": "a", "pid": 1, "step": "profile", "t0": 0.5, "t1": 0.6},
+            {"who": "b", "pid": 3, "step": "warm", "t0": 0.2, "t1": 0.9},
+            {"who": "b", "pid": 3, "step": "device_section", "t0": 1.5, "t1": 2.0}]
+    summary = timeline.summarise(rows)
+    assert summary["sections"] == 2 and summary["between_sections_s"] == 0.5
+    assert summary["covered_by_worker_steps_s"] == 0.3 and summary["not_covered_s"] == 1.2
+    assert summary["per_step_in_sections_s"]["beside: warm"] == 0.7
+    assert summary["gaps_in_sections_s"] == {"section start -> section end": 0.5, "profile -> section end": 0.4,
+                                             "check -> profile": 0.2, "section start -> check": 0.1}

@@ -258,6 +258,7 @@ class CandidateTiming:
         mark = time.perf_counter()
         with self.quiet_gate.quiet() as calm:
             result.phase_seconds["timing_quiet_wait"] = time.perf_counter() - mark
+            trace.record(child.trace_who, "quiet_wait", mark)
             times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
                                      diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None)
         solo = timing.TimingRecord(times_ms=times)
@@ -268,7 +269,7 @@ class CandidateTiming:
         reference_child = self.reference_child(state, settings, payload, base, solo, result, deadline)
         if reference_child is not None:
             # The child's next command releases what it kept: check the solo trials' outputs first.
-            self._verify_kept(state, settings, result, seeds, kept)
+            self._verify_kept(state, settings, result, seeds, kept, child.trace_who)
             # Timed again, both sides in alternating blocks, the side going first alternating too (ABBA): a drift
             # of the device or the host between blocks reaches both alike. The candidate is stopped during the
             # reference's blocks, so no thread of its own can load the device meanwhile.
@@ -331,7 +332,7 @@ class CandidateTiming:
         self._against_the_floor(state, precision, result)
         result.phase_seconds["speed_of_light"] = time.perf_counter() - mark
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
-            self._verify_kept(state, settings, result, seeds, kept)  # (before the child's next command)
+            self._verify_kept(state, settings, result, seeds, kept, child.trace_who)  # (before the child's next command)
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
             host_seeds = [secrets.randbits(31) for _ in range(host_calls(calls))]
             with self.quiet_gate.quiet():
@@ -354,7 +355,7 @@ class CandidateTiming:
             untimed.enter_context(self.quiet_gate.noisy())
             result.phase_seconds["untimed_quiet_wait"] = time.perf_counter() - mark
         with untimed:
-            self._verify_kept(state, settings, result, seeds, kept)
+            self._verify_kept(state, settings, result, seeds, kept, child.trace_who)
             t = time.perf_counter()
             children.send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
             profiled = children.expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
@@ -473,12 +474,12 @@ class CandidateTiming:
         if kept_out is not None:
             kept_out.update(pending)
         else:
-            self._verify_kept(state, settings, result, seeds, pending)
+            self._verify_kept(state, settings, result, seeds, pending, child.trace_who)
         del kept, pending
         return [float(x) for x in times]
 
     def _verify_kept(self, state: ProblemState, settings: EvalSettings, result: EvalResult, seeds: list[int],
-                     pending: dict[str, Any]) -> None:
+                     pending: dict[str, Any], who: str = "") -> None:
         """Checks the timed outputs `_time_block` kept (once: `pending` is emptied) against the reference's on the
         same seeds; wrong values while timed are a hack."""
         verify, indices, kept = pending.pop("verify", []), pending.pop("indices", None), pending.pop("outputs", {})
@@ -494,6 +495,7 @@ class CandidateTiming:
                 raise Fault(ErrorCategory.MISMATCH, f"outputs during timing were wrong (trial {trial}): {outcome.message}")
         if verify:
             add_seconds(result, "timing_verify", time.perf_counter() - mark)
+            trace.record(who, "verify", mark)
         del kept
 
     def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
