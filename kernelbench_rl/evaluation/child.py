@@ -181,10 +181,14 @@ def _warm_profiler() -> None:
 
 def _warm_libraries() -> None:
     """cuBLAS's (plain and Lt) and cuDNN's handles, made while the candidate compiles (beside other candidates'
-    device sections, holding nothing) rather than in its first forward. That first forward is a warm-up which
-    timed work waits for, and in a fresh process the handles made it 180-340 ms against a 2.5-11 ms KernelBench
-    level-2 forward (H200). Optional: a failure here is left to the candidate's own first call to meet."""
-    if os.environ.get("KBRL_EVAL_WARM_LIBRARIES", "on").strip().lower() in ("0", "off", "no"):
+    device sections, holding nothing) rather than in its first forward (KBRL_EVAL_WARM_LIBRARIES=on).
+
+    That first forward is a warm-up which timed work waits for; in a fresh process the handles made it 180-340 ms
+    against a 2.5-11 ms KernelBench level-2 forward. On an H200 (2026-11-26, grpo_ab_KBRL_EVAL_WARM_LIBRARIES_*)
+    this halved the level-2 warm-ups (median 233 to 116 ms) but not the batch's wall (51.0 s against 52.0 s), and
+    level 1 read 63.9-73.7 s in three runs with it against 61.6-65.8 s without: off by default. A failure here is
+    left to the candidate's own first call to meet."""
+    if os.environ.get("KBRL_EVAL_WARM_LIBRARIES", "off").strip().lower() not in ("1", "on", "yes"):
         return
     try:
         a = torch.ones(16, 16, device="cuda")
