@@ -432,6 +432,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 spans.add("check_poison", made, t)
                 spans.add("check_forward", t)
                 outputs = plain_outputs(output)  # the raw object first: nothing has read it yet
+                sharing = time.perf_counter()
                 keep_alive = wire.send_tensors(
                     conn, "checked",
                     {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs) if command.get("return_inputs") else []},
@@ -440,6 +441,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                               "numerics_changed": numerics.changed(settings_before),
                               "aliases": input_aliases(outputs, inputs), **spans.take()}, spill_dir,
                 )
+                spans.add("check_share", sharing)  # (reported with the next answer)
                 del output, outputs, inputs
             elif cmd == "time":
                 seeds = [int(s) for s in command["seeds"]]

@@ -19,6 +19,7 @@ TRACE_DIR = os.environ.get("KBRL_EVAL_TRACE", "").strip()
 
 _lock = threading.Lock()
 _pending: list[dict[str, Any]] = []
+_thread = threading.local()  # the evaluation this thread serves, for steps deep in shared code (wire.py)
 
 
 def enabled() -> bool:
@@ -33,6 +34,17 @@ def record(who: str, step: str, t0: float, t1: float | None = None, pid: int | N
            "t1": round(time.perf_counter() if t1 is None else t1, 6)}
     with _lock:
         _pending.append(row)
+
+
+def serve(who: str) -> None:
+    """This thread works for `who` from now on (`here` records under it)."""
+    _thread.who = who
+
+
+def here(step: str, t0: float) -> None:
+    """A step from t0 to now of the evaluation this thread serves."""
+    if TRACE_DIR:
+        record(getattr(_thread, "who", ""), step, t0)
 
 
 @contextlib.contextmanager

@@ -13,10 +13,13 @@ import json
 import os
 import re
 import stat
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
+
+from kernelbench_rl.evaluation import trace
 
 DTYPES: dict[str, torch.dtype] = {
     str(dt).removeprefix("torch."): dt
@@ -230,10 +233,12 @@ def _open_ipc(ipc: Any, dtype: torch.dtype, shape: list[int], snapshot_max_bytes
         extent = 0
     if extent * itemsize > size_bytes:
         raise ProtocolError("ipc tensor exceeds its storage")
+    opening = time.perf_counter()
     shared = rebuild_cuda_tensor(
         torch.Tensor, torch.Size(shape), tuple(stride), tensor_offset, torch.UntypedStorage, dtype, device,
         handle, size_bytes, offset_bytes, False, ref_handle, ref_offset, event_handle, event_sync,
     )
+    trace.here("ipc_open", opening)
     # A private snapshot: what is compared is what the child had when it answered (its process may
     # still write its own buffer), and the child's memory is released as soon as this returns. At
     # KernelBench's level-1 sizes (6-8 GiB outputs) the copy is what runs the device out of memory: such
@@ -241,6 +246,8 @@ def _open_ipc(ipc: Any, dtype: torch.dtype, shape: list[int], snapshot_max_bytes
     # rewriting its own output meanwhile could only put the right answer there, which it must compute).
     if snapshot_max_bytes is not None and size_bytes > snapshot_max_bytes:
         return shared
+    copying = time.perf_counter()
     copy = shared.clone()
     del shared
+    trace.here("ipc_snapshot", copying)
     return copy

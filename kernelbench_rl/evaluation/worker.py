@@ -279,6 +279,7 @@ class Worker:
             child = self.take_child()
             child.workdir = workdir
             child.trace_who = f"{payload['problem_id']}#{result.candidate_sha256[:8]}#{child.pid}"
+            trace.serve(child.trace_who)
             if self.device == "cuda":
                 child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
                                                           state.input_bytes + state.output_bytes)
