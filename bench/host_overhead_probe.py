@@ -11,7 +11,8 @@ Each part is timed in isolation on the GPU, a median of repeats:
 The poisoning and the profile report their first call in the process (a fresh child's) beside the median after.
 Last, the same small steps (a flush and synchronise, a forward and synchronise, a poisoning, a profiled forward) while
 other processes do what an evaluation's other children do beside a device section: start CUDA contexts, run GPU
-work, keep every core busy (`--contention`).
+work, take device memory and exit, keep every core busy (`--contention`); with them a matmul timed as a candidate's
+call is (its median, spread and slowest of 120).
 
     python bench/host_overhead_probe.py --out bench/results/host_overhead_probe.json
 """
@@ -150,10 +151,39 @@ _BACKGROUNDS = {
                  "while True:\n"
                  "    for _ in range(4): a = torch.tanh(a @ a / 64)\n"
                  "    torch.cuda.synchronize()"),
+    # processes that take a few GiB of device memory and exit, as retired children do
+    "cuda_exits": ("import subprocess, sys\n"
+                   "while True: subprocess.run([sys.executable, '-c', "
+                   "'import torch; x = torch.empty(2 << 30, dtype=torch.uint8, device=\"cuda\").fill_(1); "
+                   "torch.cuda.synchronize()'])"),
     # every core busy, as compiling children are
     "cpu_busy": "while True: pass",
 }
-_HOW_MANY = {"cuda_starts": 4, "gpu_work": 2, "cpu_busy": 0}  # 0: one per core
+_HOW_MANY = {"cuda_starts": 4, "gpu_work": 2, "cuda_exits": 4, "cpu_busy": 0}  # 0: one per core
+
+
+def _iqr(values: list[float]) -> float:
+    quartiles = statistics.quantiles(values, n=4)
+    return quartiles[2] - quartiles[0]
+
+
+def _event_times_ms(calls: int) -> list[float]:
+    """A 4096 x 4096 matmul (about 2.8 ms on an H200, as L1/1) timed as a candidate's call is: event to event
+    around it, the device synchronised first."""
+    import torch
+
+    a = torch.randn(4096, 4096, device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start.record()
+        a @ a
+        torch.cuda.synchronize()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
 
 
 def _steps(model: Any, x: Any, flush: Any, repeats: int) -> dict[str, float]:
@@ -164,7 +194,11 @@ def _steps(model: Any, x: Any, flush: Any, repeats: int) -> dict[str, float]:
 
     with torch.no_grad():
         forward = _median_ms(lambda: (model(x), torch.cuda.synchronize()), repeats)
-    return {"flush_and_sync": _median_ms(lambda: (flush.fill_(1), torch.cuda.synchronize()), repeats),
+    timed = _event_times_ms(4 * repeats)
+    return {"timed_matmul_median": round(statistics.median(timed), 4),
+            "timed_matmul_iqr_pct": round(100.0 * _iqr(timed) / statistics.median(timed), 2),
+            "timed_matmul_max": round(max(timed), 4),
+            "flush_and_sync": _median_ms(lambda: (flush.fill_(1), torch.cuda.synchronize()), repeats),
             "forward_and_sync": forward,
             "poison_48MB": _median_ms(lambda: child._poison_allocator(48 << 20), repeats),
             "profiled_forward": _median_ms(lambda: child._profile(model, [x]), max(5, repeats // 3))}
