@@ -12,7 +12,7 @@ The poisoning and the profile report their first call in the process (a fresh ch
 Last, the same small steps (a flush and synchronise, a forward and synchronise, a poisoning, a profiled forward) while
 other processes do what an evaluation's other children do beside a device section: start CUDA contexts, run GPU
 work, take device memory and exit, keep every core busy (`--contention`); with them a matmul timed as a candidate's
-call is (its median, spread and slowest of 120).
+call is (its median, spread and slowest of 120); and that matmul's first calls after the device sat idle.
 
     python bench/host_overhead_probe.py --out bench/results/host_overhead_probe.json
 """
@@ -186,6 +186,26 @@ def _event_times_ms(calls: int) -> list[float]:
     return times
 
 
+def _after_idle(gaps_s: tuple[float, ...] = (0.05, 0.3, 1.5), rounds: int = 4) -> dict[str, Any]:
+    """The same timed matmul right after the device sat idle for each gap: the median of each call position over
+    `rounds` (do the first calls after an idle gap read slower, as a clock that dropped would make them?), and the
+    spread of calls 4-53 (after the evaluator's 3 warm-up calls)."""
+    out: dict[str, Any] = {}
+    for gap in gaps_s:
+        positions: list[list[float]] = []
+        spreads = []
+        for _ in range(rounds):
+            time.sleep(gap)
+            times = _event_times_ms(53)
+            positions.append(times)
+            after = times[3:]
+            spreads.append(100.0 * _iqr(after) / statistics.median(after))
+        by_position = [round(statistics.median(p[i] for p in positions), 3) for i in range(53)]
+        out[f"idle_{gap}s"] = {"first_8_calls_ms": by_position[:8], "calls_4_to_53_median_ms": round(statistics.median(
+            t for p in positions for t in p[3:]), 3), "calls_4_to_53_spread_pct": round(statistics.median(spreads), 2)}
+    return out
+
+
 def _steps(model: Any, x: Any, flush: Any, repeats: int) -> dict[str, float]:
     """The small steps a device section is made of, medians in ms."""
     import torch
@@ -272,6 +292,7 @@ def main() -> int:
     torch.cuda.set_per_process_memory_fraction(1.0)
     results["ipc_ms"] = _ipc_parts([int(s) for s in args.ipc_sizes_mb.split(",")], args.repeats)
     results["ipc_first_contact"] = _first_contacts(args.fresh_processes, 4, 64)
+    results["timed_matmul_after_idle"] = _after_idle()
     if args.contention:
         results["steps_ms_under_contention"] = _under_contention(model, x, flush, args.repeats, args.settle_s)
     text = json.dumps(results, indent=1)

@@ -366,3 +366,35 @@ def test_a_verdict_is_never_served_for_a_different_reference(tmp_path):
     assert not other.cached
     assert other.error_category == ErrorCategory.MISMATCH, other.error_message
     assert Flag.HACK.value not in other.flags
+
+
+# -- the quiet cores ---------------------------------------------------------------------------------------------
+def test_strict_quiet_cores_keep_the_workers_other_threads_off_them(monkeypatch):
+    from kernelbench_rl.evaluation import scheduling
+
+    all_cores, busy = {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 4, 5}
+    monkeypatch.setattr(scheduling, "QUIET_CORES_MODE", "strict")
+    assert scheduling.home_cores(all_cores, busy) == busy
+    assert scheduling.home_cores(all_cores, set()) == all_cores  # too few cores to keep any: every core
+    monkeypatch.setattr(scheduling, "QUIET_CORES_MODE", "shared")
+    assert scheduling.home_cores(all_cores, busy) == all_cores
+
+
+def test_a_thread_started_after_the_pin_inherits_it():
+    """What strict quiet cores rely on: threads (and the zygote) started after the worker's main thread is pinned
+    begin on its cores."""
+    from kernelbench_rl.evaluation import scheduling
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores and sched_setaffinity")
+    before = os.sched_getaffinity(0)
+    one = {min(before)}
+    seen: list[set[int]] = []
+    try:
+        scheduling.pin(0, one)
+        thread = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+        thread.start()
+        thread.join(5)
+    finally:
+        scheduling.pin(0, before)
+    assert seen == [one]

@@ -329,6 +329,18 @@ def core_split(device: str) -> tuple[set[int], set[int], set[int]]:
     return set(cores), set(), set()
 
 
+# Whether the worker's own threads, other than a device section's holder, keep off the quiet cores too
+# (KBRL_EVAL_QUIET_CORES): "strict" or "shared" (on every core, as the children that compile are not). A timed call's
+# end event follows the host's return from a synchronise, so a descheduled timing thread reads as a slower kernel:
+# beside 16 busy cores a 2.75 ms matmul read 3.90 ms with a 55% spread on an H200 (host_overhead_probe).
+QUIET_CORES_MODE = os.environ.get("KBRL_EVAL_QUIET_CORES", "shared").strip().lower()
+
+
+def home_cores(all_cores: set[int], busy_cores: set[int]) -> set[int]:
+    """Where a worker's threads run outside a device section (QUIET_CORES_MODE)."""
+    return set(busy_cores) if busy_cores and QUIET_CORES_MODE == "strict" else set(all_cores)
+
+
 def pin(pid: int, cores: set[int]) -> None:
     """CPU affinity of a process's main thread (pid 0: the calling thread); best effort."""
     if cores:

@@ -112,6 +112,10 @@ class Worker:
         startup.zygote_environment(self.device)  # (boot.py or main may have started the zygote with it already)
         # Cores kept for the device section's holder; compiling children get the others.
         self.all_cores, self.quiet_cores, self.busy_cores = scheduling.core_split(self.device)
+        # Where this process's threads run outside a device section, and where the threads and processes it starts
+        # (the zygote, its children) begin: off the quiet cores (KBRL_EVAL_QUIET_CORES=strict), or on every core.
+        self.home_cores = scheduling.home_cores(self.all_cores, self.busy_cores)
+        scheduling.pin(0, self.home_cores)
         self.children = ChildPool(self.device, config.warm_children, self.busy_cores)
         if "zygote_spawn" not in self.phases.seconds():
             with self.phases.timed("zygote_spawn"):
@@ -461,7 +465,7 @@ class Worker:
         scheduling.pin(0, self.quiet_cores)
 
         def leave() -> None:
-            scheduling.pin(0, self.all_cores)
+            scheduling.pin(0, self.home_cores)
             result.phase_seconds["device_section"] = result.phase_seconds.get("device_section", 0.0) + time.perf_counter() - entered
         timed.callback(leave)
 
@@ -484,7 +488,7 @@ class Worker:
             result.phase_seconds["device_wait"] = entered - t
 
             def leave() -> None:
-                scheduling.pin(0, self.all_cores)
+                scheduling.pin(0, self.home_cores)
                 result.phase_seconds["device_section"] = time.perf_counter() - entered
                 trace.record(child.trace_who, "device_section", entered)
             section.callback(leave)
