@@ -330,9 +330,11 @@ def core_split(device: str) -> tuple[set[int], set[int], set[int]]:
 
 
 # Whether the worker's own threads, other than a device section's holder, keep off the quiet cores too
-# (KBRL_EVAL_QUIET_CORES): "strict" or "shared" (on every core, as the children that compile are not). A timed call's
-# end event follows the host's return from a synchronise, so a descheduled timing thread reads as a slower kernel:
-# beside 16 busy cores a 2.75 ms matmul read 3.90 ms with a 55% spread on an H200 (host_overhead_probe).
+# (KBRL_EVAL_QUIET_CORES): "strict", or "shared" (the default: on every core, where the children that compile are
+# not). A timed call's end event follows the host's return from a synchronise, so a descheduled timing thread reads
+# as a slower kernel: beside 16 busy cores a 2.75 ms matmul read 3.90 ms with a 55% spread on an H200
+# (host_overhead_probe). Yet strict did not tighten a GRPO batch's spreads there (grpo_ab_KBRL_EVAL_QUIET_CORES_*:
+# one kernel past 5% on level 1 either way, one against four on level 2) and level 2 took 58.8 s against 52.1 s.
 QUIET_CORES_MODE = os.environ.get("KBRL_EVAL_QUIET_CORES", "shared").strip().lower()
 
 
