@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import multiprocessing
 import statistics
 import sys
@@ -31,6 +30,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+import report  # noqa: E402 - after the path set-up above
 
 
 def _times_ms(fn, repeats: int) -> list[float]:
@@ -295,10 +296,7 @@ def main() -> int:
     results["timed_matmul_after_idle"] = _after_idle()
     if args.contention:
         results["steps_ms_under_contention"] = _under_contention(model, x, flush, args.repeats, args.settle_s)
-    text = json.dumps(results, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    report.show(results, args.out)
     return 0
 
 

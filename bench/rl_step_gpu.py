@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import json
 import os
 import resource
 import subprocess
@@ -40,6 +39,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+import report as bench_report  # noqa: E402 - after the path set-up above
 
 import torch  # noqa: E402
 
@@ -365,10 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = json.dumps(report, indent=2, default=str)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    bench_report.show(report, args.out, indent=2)
     blamed = report["verdicts"]["blamed_on_candidate_for_memory"]
     return 0 if blamed == 0 and report["duckdb_rows"]["rollouts"] > 0 else 1
 

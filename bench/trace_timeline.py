@@ -19,6 +19,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402 - after the path set-up above
+
 SECTION = "device_section"
 
 
@@ -181,10 +184,7 @@ def main() -> int:
     summary = {"rows": len(rows), "skipped_rows": skipped, **summarise(rows)}
     if args.png:
         summary["picture_lanes"] = draw(rows, Path(args.png), args.start_s, args.span_s)
-    text = json.dumps(summary, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    report.show(summary, args.out)
     return 0
 
 
