@@ -348,7 +348,7 @@ def cold_child(spec_path: str) -> None:
         out["phases_s"]["evaluate"] = round(time.perf_counter() - t, 3)
     finally:
         t = time.perf_counter()
-        evaluator.close()
+        evaluator.close(wait=False)  # as eval-dir does once every verdict is in
         out["phases_s"]["pool_close"] = round(time.perf_counter() - t, 3)
     t = time.perf_counter()
     entries: dict[str, list[dict[str, Any]]] = {}

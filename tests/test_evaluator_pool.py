@@ -397,3 +397,16 @@ def test_closing_the_evaluator_mid_hang_leaves_no_candidate_behind():
     thread.join(30)
     assert box["r"][0].error_category == ErrorCategory.INFRA  # abandoned, never a kernel verdict
     assert not still_alive_after(family, 30)
+
+
+def test_a_close_that_does_not_wait_returns_before_the_workers_go_and_leaves_no_process_behind(tmp_path):
+    ev = Evaluator(SETTINGS, static_checks=False, parallel_compiles=2)
+    ev.start()
+    assert ev.evaluate([EvalRequest("L1/19", RELU, SETTINGS)])[0].correct
+    worker_pid = ev.pool.worker_pids[0]
+    family = descendants(worker_pid) | {worker_pid}
+    assert len(family) > 1  # the worker and its zygote and pre-started children
+    home = ev.pool.home
+    ev.close(wait=False)
+    assert not os.path.exists(home)  # the pool's folder goes at once
+    assert not still_alive_after(family, 30)  # each worker stops on its own, its children with it

@@ -233,3 +233,32 @@ def test_an_evaluation_artifact_carries_the_roofline_when_kernels_were_timed(tmp
     assert (tmp_path / "nightly-roofline.png").exists()
     _, cpu_only, _ = report_markdown([cpu], tmp_path, "cpu")
     assert "roofline" not in cpu_only  # nothing timed on the CPU: no empty plot
+
+
+def test_the_warm_up_leaves_later_floors_unchanged_and_says_why_it_failed():
+    from kernelbench_rl.evaluation import floor as floors
+
+    relu = get_problem("L1/19").source
+    before = source_floor(relu, "fp32", "NVIDIA H100 80GB HBM3")
+    assert floors.warm_up("NVIDIA H100 80GB HBM3") == "ok"
+    assert source_floor(relu, "fp32", "NVIDIA H100 80GB HBM3") == before
+    assert floors.warm_up("a GPU nobody knows").startswith(("ValueError", "KeyError", "LookupError", "UserError"))
+
+
+def test_a_problems_floor_is_worked_out_once_and_kept_on_its_state():
+    import types
+
+    from kernelbench_rl.evaluation.device_timing import CandidateTiming
+
+    calls = []
+    timing = CandidateTiming.__new__(CandidateTiming)  # floor_for needs only the hardware's name
+    timing.hardware = "NVIDIA H100 80GB HBM3"
+    module = types.ModuleType("relu")
+    exec(compile(get_problem("L1/19").source, "<relu>", "exec"), module.__dict__)
+    state = types.SimpleNamespace(floors={}, module=module)
+    original = module.get_inputs
+    module.get_inputs = lambda: calls.append(1) or original()
+    first = timing.floor_for(state, "fp32")
+    assert timing.floor_for(state, "fp32") is first and calls == [1]
+    broken = types.SimpleNamespace(floors={}, module=types.ModuleType("empty"))
+    assert "AttributeError" in timing.floor_for(broken, "fp32")  # why there is none, kept as text

@@ -257,6 +257,10 @@ def eval_dir_command(
                     chunk = runnable[start: start + batch]
                     judged = ev.evaluate([request for request, _ in chunk], on_result=lambda _i, _r: bar.advance(task))
                     verdicts.update({path: result for (_, path), result in zip(chunk, judged)})
+            from kernelbench_rl.evaluation.api import Evaluator
+
+            if isinstance(ev, Evaluator):  # every verdict is in: the workers' teardown need not hold the command up
+                ev.close(wait=False)
     results: dict[str, list[dict]] = defaultdict(list)
     for pid, number, sample, path in files:
         results[str(number)].append(_kernelbench_entry(sample, verdicts[path]))

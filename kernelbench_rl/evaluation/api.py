@@ -117,9 +117,11 @@ class Evaluator:
             self._hardware = str(infos[0].get("hardware", ""))
         return self
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the pool; `wait=False` does not wait for its workers to exit (WorkerPool.close), for a command's
+        last step."""
         if self._pool is not None:
-            self._pool.close()  # also removes the pool's home
+            self._pool.close(wait=wait)  # also removes the pool's home
             self._pool = None
 
     def __enter__(self) -> Evaluator:

@@ -330,7 +330,7 @@ class CandidateTiming:
             result.speedup = result.baseline_ms / result.runtime_ms
         mark = time.perf_counter()
         self._against_the_floor(state, precision, result)
-        result.phase_seconds["speed_of_light"] = time.perf_counter() - mark
+        add_seconds(result, "speed_of_light", time.perf_counter() - mark)
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
             self._verify_kept(state, settings, result, seeds, kept, child.trace_who)  # (before the child's next command)
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
@@ -417,15 +417,22 @@ class CandidateTiming:
             entry["diagnostics"] = diagnostics[0]
         return entry
 
-    def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:
-        """The speed of light of the problem on this GPU (once per problem and precision, on the meta device), the
-        candidate's and the reference's share of it, and the flag for a time under it."""
+    def floor_for(self, state: ProblemState, precision: str) -> Any:
+        """The speed of light of the problem on this GPU (a Floor, or why there is none), worked out once per problem
+        and precision on the meta device. The worker asks before taking the device: the first one in a process
+        imports and warms torch's meta kernels and FLOP counter, 1.5-3.8 s, which inside the section held the
+        device idle for a cold folder's first candidate."""
         if precision not in state.floors:
             try:
                 state.floors[precision] = floors.problem_floor(state.module, precision, self.hardware)
             except Exception as exc:  # noqa: BLE001 - an unknown GPU, or a problem the meta device cannot run
                 state.floors[precision] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
-        floor = state.floors[precision]
+        return state.floors[precision]
+
+    def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:
+        """The candidate's and the reference's share of the problem's speed of light (`floor_for`), and the flag for
+        a time under it."""
+        floor = self.floor_for(state, precision)
         if isinstance(floor, str):
             result.versions["speed_of_light"] = f"no floor: {floor}"
             return

@@ -214,3 +214,36 @@ def speed_of_light(floor: Floor, runtime_ms: float | None, reference_ms: float |
             "achieved_flops_per_s": candidate["flops_per_s"], "reference_sol_fraction": reference["sol_fraction"],
             "reference_bytes_per_s": reference["bytes_per_s"], "reference_flops_per_s": reference["flops_per_s"],
             "below_floor": below}
+
+
+_WARM_UP_SOURCE = '''
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.linear = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return torch.relu(self.linear(self.conv(x).flatten(1)[:, :16])).sum(dim=0)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 6, 6)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def warm_up(gpu: str) -> str:
+    """torch's meta kernels and FLOP counter loaded and run once on a small model, so that the first problem's floor
+    in this process costs milliseconds, not seconds ("ok", or why it failed: warming is optional)."""
+    try:
+        source_floor(_WARM_UP_SOURCE, "fp32", gpu, "warm-up")
+        return "ok"
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]

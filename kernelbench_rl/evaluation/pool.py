@@ -339,7 +339,11 @@ class WorkerPool:
                 elif late:
                     worker.kill()
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop every worker. `wait=False` asks them and returns at once, for a process's last step: each worker
+        stops on its own (its stdin closed: it kills its children, whose CUDA contexts then go, and exits within
+        its stop grace), while this process exits. A pool started next in this process would find the device
+        memory still held meanwhile, hence the default."""
         if self.closed:
             return
         self.closed = True
@@ -347,7 +351,7 @@ class WorkerPool:
         workers = [slot.worker for slot in self.slots if slot.worker is not None]
         for worker in workers:  # every worker stops at once (each tears its children down), then each is waited for
             worker.ask_to_stop()
-        for worker in workers:
+        for worker in workers if wait else ():
             worker.wait_stopped()
         for slot in self.slots:
             for job in list(slot.inflight.values()):

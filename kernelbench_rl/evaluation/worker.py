@@ -37,6 +37,7 @@ import torch
 from kernelbench_rl.evaluation import (
     candidate_class, checks, discrimination, kernels, numerics, runtime, sandbox, tempdirs, timing,
 )
+from kernelbench_rl.evaluation import floor as floors
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import children, faults, reference_budget, scheduling, startup, trace
@@ -200,6 +201,13 @@ class Worker:
                 section.__exit__(None, None, None)  # never leave the device queue held by a build that never ran
                 raise
 
+            def warm_up_floor() -> None:  # host work only (the meta device); the first problem's floor is then quick
+                with self.phases.timed("floor_warmup"):
+                    self.versions["floor_warmup"] = floors.warm_up(self.hardware)
+
+            self.background.append(threading.Thread(target=warm_up_floor, daemon=True, name="kbrl-floor-warmup"))
+            self.background[-1].start()
+
     def _reserved_for_others(self) -> int:
         """config.reserved_memory_bytes where it applies to this worker's device (its UUID, when one is named)."""
         wanted = self.config.reserved_memory_bytes
@@ -295,6 +303,10 @@ class Worker:
             result.compiled = True
             self._build_and_warm(child, state, settings, result)
             compiling.close()
+            if self.device == "cuda":  # CPU work on the meta device: not inside the device section
+                mark = time.perf_counter()
+                self.candidate_timing.floor_for(state, settings.precision)
+                result.phase_seconds["speed_of_light"] = time.perf_counter() - mark
             baseline_out = self._device_section_for(child, state, settings, result, payload)
         except Fault as fault:
             traceback.clear_frames(fault.__traceback__)  # its frames' references and inputs go now, not at a gc
