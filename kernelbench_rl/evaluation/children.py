@@ -284,7 +284,8 @@ def expect(child: Child, events: set[str], timeout_s: float, phase: str) -> dict
             except wire.ProtocolError as exc:
                 raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent a malformed message ({exc})") from None
             event = message.get("event")
-            trace.record_child(child.trace_who, child.pid, message)
+            if trace.enabled():
+                trace.record_child(trace.who_of(child), child.pid, message)
             if event in events:
                 return message
             if event == "error":

@@ -233,7 +233,7 @@ class CandidateTiming:
             if base is None:
                 base = self.references.baseline(state, precision, settings, known)
         result.phase_seconds["baseline"] = time.perf_counter() - t
-        trace.record(child.trace_who, "baseline", t)
+        trace.record(trace.who_of(child), "baseline", t)
         if base.get("timed_in"):
             result.versions["baseline_timed_in"] = str(base["timed_in"])
         if base.get("refreshed"):
@@ -258,7 +258,7 @@ class CandidateTiming:
         mark = time.perf_counter()
         with self.quiet_gate.quiet() as calm:
             result.phase_seconds["timing_quiet_wait"] = time.perf_counter() - mark
-            trace.record(child.trace_who, "quiet_wait", mark)
+            trace.record(trace.who_of(child), "quiet_wait", mark)
             times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
                                      diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None)
         solo = timing.TimingRecord(times_ms=times)
@@ -269,7 +269,7 @@ class CandidateTiming:
         reference_child = self.reference_child(state, settings, payload, base, solo, result, deadline)
         if reference_child is not None:
             # The child's next command releases what it kept: check the solo trials' outputs first.
-            self._verify_kept(state, settings, result, seeds, kept, child.trace_who)
+            self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))
             # Timed again, both sides in alternating blocks, the side going first alternating too (ABBA): a drift
             # of the device or the host between blocks reaches both alike. The candidate is stopped during the
             # reference's blocks, so no thread of its own can load the device meanwhile.
@@ -332,7 +332,7 @@ class CandidateTiming:
         self._against_the_floor(state, precision, result)
         add_seconds(result, "speed_of_light", time.perf_counter() - mark)
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
-            self._verify_kept(state, settings, result, seeds, kept, child.trace_who)  # (before the child's next command)
+            self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))  # (before the child's next command)
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
             host_seeds = [secrets.randbits(31) for _ in range(host_calls(calls))]
             with self.quiet_gate.quiet():
@@ -355,11 +355,11 @@ class CandidateTiming:
             untimed.enter_context(self.quiet_gate.noisy())
             result.phase_seconds["untimed_quiet_wait"] = time.perf_counter() - mark
         with untimed:
-            self._verify_kept(state, settings, result, seeds, kept, child.trace_who)
+            self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))
             t = time.perf_counter()
             children.send(child, {"cmd": "profile", "seed": secrets.randbits(31)}, "profiling")
             profiled = children.expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
-            trace.record(child.trace_who, "profile", t)
+            trace.record(trace.who_of(child), "profile", t)
             result.phase_seconds["profile"] = time.perf_counter() - t
         if isinstance(profiled.get("kernels"), list):
             names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
@@ -455,7 +455,7 @@ class CandidateTiming:
         children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
                            "fresh_buffers": state.fresh_buffers()}, "timing")
         header = children.expect(child, {"timed"}, deadline - time.monotonic(), "timing")
-        trace.record(child.trace_who, "time_block", mark)
+        trace.record(trace.who_of(child), "time_block", mark)
         faults.numerics_unchanged(header, result)
         times = header.get("times_ms")
         if not (isinstance(times, list) and len(times) == len(seeds) and all(isinstance(x, (int, float)) for x in times)):
@@ -467,7 +467,7 @@ class CandidateTiming:
         faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
         mark = time.perf_counter()
         kept = children.receive(child, header, None, 0, self.transport)
-        trace.record(child.trace_who, "time_receive", mark)
+        trace.record(trace.who_of(child), "time_receive", mark)
         add_seconds(result, "timing_receive", time.perf_counter() - mark)
         if isinstance(header.get("seconds"), (int, float)):
             add_seconds(result, "timing_child", float(header["seconds"]))
@@ -481,7 +481,7 @@ class CandidateTiming:
         if kept_out is not None:
             kept_out.update(pending)
         else:
-            self._verify_kept(state, settings, result, seeds, pending, child.trace_who)
+            self._verify_kept(state, settings, result, seeds, pending, trace.who_of(child))
         del kept, pending
         return [float(x) for x in times]
 
@@ -508,13 +508,14 @@ class CandidateTiming:
     def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
                               deadline: float, diagnostics: list[dict]) -> list[float]:
         seeds = [secrets.randbits(31) for _ in indices]
-        reference_child.trace_who = reference_child.trace_who or f"reference#{reference_child.pid}"
+        if trace.enabled() and not trace.who_of(reference_child):
+            reference_child.trace_who = f"reference#{reference_child.pid}"
         mark = time.perf_counter()
         children.send(reference_child, {"cmd": "time", "seeds": seeds, "verify": [], "warmup": warmup,
                                      "fresh_buffers": state.fresh_buffers()}, "timing the reference")
         header = children.expect(reference_child, {"timed"}, deadline - time.monotonic(), "timing the reference")
         children.receive(reference_child, header, None, 0, self.transport)
-        trace.record(reference_child.trace_who, "reference_block", mark)
+        trace.record(trace.who_of(reference_child), "reference_block", mark)
         times = header.get("times_ms")
         if not (isinstance(times, list) and len(times) == len(seeds)):
             raise Fault(ErrorCategory.INFRA, "the reference's timing run returned malformed figures")

@@ -36,6 +36,11 @@ def record(who: str, step: str, t0: float, t1: float | None = None, pid: int | N
         _pending.append(row)
 
 
+def who_of(child: Any) -> str:
+    """The evaluation a child serves, as the trace names it ("" when not tracing, or for a child never named)."""
+    return str(getattr(child, "trace_who", "") or "") if TRACE_DIR else ""
+
+
 def serve(who: str) -> None:
     """This thread works for `who` from now on (`here` records under it)."""
     _thread.who = who

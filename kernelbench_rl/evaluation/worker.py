@@ -291,7 +291,7 @@ class Worker:
             child = self.take_child()
             child.workdir = workdir
             child.trace_who = f"{payload['problem_id']}#{result.candidate_sha256[:8]}#{child.pid}"
-            trace.serve(child.trace_who)
+            trace.serve(trace.who_of(child))
             if self.device == "cuda":
                 child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
                                                           state.input_bytes + state.output_bytes)
@@ -426,7 +426,7 @@ class Worker:
             mark = time.perf_counter()
             children.send(child, {"cmd": "build", "seed": state.init_seed}, "building ModelNew")
             children.expect(child, {"built"}, deadline - time.monotonic(), "building ModelNew")
-            trace.record(child.trace_who, "build", mark)
+            trace.record(trace.who_of(child), "build", mark)
         result.phase_seconds["build"] = time.perf_counter() - t
         if self.config.prewarm:
             # The first call (Triton JIT compile, autotuning) is its own phase: compile time, not overhead.
@@ -439,7 +439,7 @@ class Worker:
                 mark = time.perf_counter()
                 children.send(child, {"cmd": "warm", "seed": secrets.randbits(31)}, "warming up (first forward)")
                 children.expect(child, {"warmed"}, remaining, "warming up (first forward)")
-                trace.record(child.trace_who, "warm", mark)
+                trace.record(trace.who_of(child), "warm", mark)
             result.phase_seconds["first_call"] = time.perf_counter() - t - result.phase_seconds["memory_wait"]
 
     def _device_section_for(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
@@ -502,9 +502,9 @@ class Worker:
             def leave() -> None:
                 scheduling.pin(0, self.home_cores)
                 result.phase_seconds["device_section"] = time.perf_counter() - entered
-                trace.record(child.trace_who, "device_section", entered)
+                trace.record(trace.who_of(child), "device_section", entered)
             section.callback(leave)
-            trace.record(child.trace_who, "device_wait", t, entered)
+            trace.record(trace.who_of(child), "device_wait", t, entered)
             deadline = time.monotonic() + settings.timeout_s
             scheduling.pin(child.pid, self.quiet_cores)
             scheduling.pin(0, self.quiet_cores)
@@ -637,7 +637,7 @@ class Worker:
                     result.phase_seconds.get("correctness_quiet_wait", 0.0) + time.perf_counter() - mark)
                 mark = time.perf_counter()
             with seed_work:
-                with state.lock, trace.span(child.trace_who, "reference_outputs"):
+                with state.lock, trace.span(trace.who_of(child), "reference_outputs"):
                     reference = self.references.reference_outputs(state, precision, seed, variant=variant)
                 # The reference's forward is bounded by its own budget, not the candidate's: a reference of seconds
                 # a call (kernrl's PBKDF2, 7.4 s) otherwise timed out its identical candidate.
@@ -652,12 +652,12 @@ class Worker:
                 children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
                                    "return_inputs": check_inputs}, "running forward")
                 header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
-                trace.record(child.trace_who, "check", mark)
+                trace.record(trace.who_of(child), "check", mark)
                 faults.numerics_unchanged(header, result)
                 faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
                 waited = time.perf_counter()
                 received = children.receive(child, header, reference, state.input_bytes, self.transport)
-                trace.record(child.trace_who, "check_receive", waited)
+                trace.record(trace.who_of(child), "check_receive", waited)
                 parts["correctness_child"] += time.perf_counter() - mark
                 add_seconds(result, "correctness_receive", time.perf_counter() - waited)
                 for part, seconds in (header.get("host_s") or {}).items():
@@ -672,7 +672,7 @@ class Worker:
                         if isinstance(count, int):
                             cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
                 outcome = self.references.compare(state, precision, seed, variant, reference, received.get("outputs", []))
-                trace.record(child.trace_who, "compare", mark)
+                trace.record(trace.who_of(child), "compare", mark)
                 parts["correctness_compare"] += time.perf_counter() - mark
                 if outcome.max_abs_err is not None:
                     worst = max(worst, outcome.max_abs_err)
@@ -684,7 +684,7 @@ class Worker:
                     pristine = runtime.tensor_inputs(self.references.inputs(state, seed, precision, variant))
                     mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
                     del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
-                    trace.record(child.trace_who, "input_check", mark)
+                    trace.record(trace.who_of(child), "input_check", mark)
                     parts["correctness_input_check"] += time.perf_counter() - mark
                     if mutated:
                         result.flags.append(Flag.INPUT_MUTATED.value)
