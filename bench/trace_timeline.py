@@ -7,7 +7,8 @@ user, so make it world-writable), then:
 
 The summary says, over all device sections: their total and the wall between the first and the last (the rest
 is time the device held no section); per step, the time it covered inside the sections (the worker's steps and
-the children's, each on its own process); and how much of the sections no worker step covered.
+the children's, each on its own process); how much of the sections no worker step covered and the gaps between a
+section's steps; and per problem, its sections' seconds and the reference child's timed blocks inside them.
 """
 
 from __future__ import annotations
@@ -97,7 +98,23 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "not_covered_s": round(in_sections - covered, 3),
         "per_step_in_sections_s": {k: round(v, 3) for k, v in sorted(per_step.items(), key=lambda kv: -kv[1])},
         "gaps_in_sections_s": gaps,
+        "per_problem": _per_problem(sections, rows),
     }
+
+
+def _per_problem(sections: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per problem (the evaluation's name up to its first '#'): its sections, their seconds, and the seconds of the
+    reference child's timed blocks inside them (a baseline timed there, and side-by-side timing), longest first."""
+    blocks = [r for r in rows if r["step"] == "reference_block"]
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: {"sections": 0, "seconds": 0.0, "reference_blocks_s": 0.0})
+    for section in sections:
+        entry = totals[str(section.get("who", "")).split("#")[0]]
+        entry["sections"] += 1
+        entry["seconds"] += section["t1"] - section["t0"]
+        entry["reference_blocks_s"] += sum(_overlap(section["t0"], section["t1"], b["t0"], b["t1"]) for b in blocks)
+    ordered = sorted(totals.items(), key=lambda kv: -kv[1]["seconds"])
+    return {name: {"sections": int(v["sections"]), "seconds": round(v["seconds"], 3),
+                   "reference_blocks_s": round(v["reference_blocks_s"], 3)} for name, v in ordered}
 
 
 def _gaps(sections: list[dict[str, Any]], by_who: dict[str, list[dict[str, Any]]]) -> dict[str, float]:

@@ -102,3 +102,7 @@ def test_the_summary_finds_the_gaps_between_steps_and_what_ran_beside_a_section(
     assert summary["per_step_in_sections_s"]["beside: warm"] == 0.7
     assert summary["gaps_in_sections_s"] == {"section start -> section end": 0.5, "profile -> section end": 0.4,
                                              "check -> profile": 0.2, "section start -> check": 0.1}
+    assert summary["per_problem"] == {"a": {"sections": 1, "seconds": 1.0, "reference_blocks_s": 0.0},
+                                      "b": {"sections": 1, "seconds": 0.5, "reference_blocks_s": 0.0}}
+    paired = rows + [{"who": "reference#9", "pid": 9, "step": "reference_block", "t0": 0.6, "t1": 0.8}]
+    assert timeline.summarise(paired)["per_problem"]["a"]["reference_blocks_s"] == 0.2
