@@ -163,9 +163,12 @@ _BACKGROUNDS = {
 _HOW_MANY = {"cuda_starts": 4, "gpu_work": 2, "cuda_exits": 4, "cpu_busy": 0}  # 0: one per core
 
 
-def _iqr(values: list[float]) -> float:
-    quartiles = statistics.quantiles(values, n=4)
-    return quartiles[2] - quartiles[0]
+def _spread_pct(times_ms: list[float]) -> float:
+    """IQR over median, in percent, as the evaluator judges a timing's spread (timing.TimingRecord)."""
+    from kernelbench_rl.evaluation.timing import TimingRecord
+
+    record = TimingRecord(times_ms=times_ms)
+    return 100.0 * record.iqr_ms / record.median_ms
 
 
 def _event_times_ms(calls: int) -> list[float]:
@@ -200,7 +203,7 @@ def _after_idle(gaps_s: tuple[float, ...] = (0.05, 0.3, 1.5), rounds: int = 4) -
             times = _event_times_ms(53)
             positions.append(times)
             after = times[3:]
-            spreads.append(100.0 * _iqr(after) / statistics.median(after))
+            spreads.append(_spread_pct(after))
         by_position = [round(statistics.median(p[i] for p in positions), 3) for i in range(53)]
         out[f"idle_{gap}s"] = {"first_8_calls_ms": by_position[:8], "calls_4_to_53_median_ms": round(statistics.median(
             t for p in positions for t in p[3:]), 3), "calls_4_to_53_spread_pct": round(statistics.median(spreads), 2)}
@@ -217,7 +220,7 @@ def _steps(model: Any, x: Any, flush: Any, repeats: int) -> dict[str, float]:
         forward = _median_ms(lambda: (model(x), torch.cuda.synchronize()), repeats)
     timed = _event_times_ms(4 * repeats)
     return {"timed_matmul_median": round(statistics.median(timed), 4),
-            "timed_matmul_iqr_pct": round(100.0 * _iqr(timed) / statistics.median(timed), 2),
+            "timed_matmul_iqr_pct": round(_spread_pct(timed), 2),
             "timed_matmul_max": round(max(timed), 4),
             "flush_and_sync": _median_ms(lambda: (flush.fill_(1), torch.cuda.synchronize()), repeats),
             "forward_and_sync": forward,

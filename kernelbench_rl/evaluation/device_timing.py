@@ -426,7 +426,7 @@ class CandidateTiming:
             try:
                 state.floors[precision] = floors.problem_floor(state.module, precision, self.hardware)
             except Exception as exc:  # noqa: BLE001 - an unknown GPU, or a problem the meta device cannot run
-                state.floors[precision] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+                state.floors[precision] = floors.why_no_floor(exc)
         return state.floors[precision]
 
     def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:

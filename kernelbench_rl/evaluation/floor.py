@@ -239,6 +239,11 @@ def get_init_inputs():
 '''
 
 
+def why_no_floor(exc: BaseException) -> str:
+    """One line on a floor that could not be worked out (an unknown GPU, a problem the meta device cannot run)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+
+
 def warm_up(gpu: str) -> str:
     """torch's meta kernels and FLOP counter loaded and run once on a small model, so that the first problem's floor
     in this process costs milliseconds, not seconds ("ok", or why it failed: warming is optional)."""
@@ -246,4 +251,4 @@ def warm_up(gpu: str) -> str:
         source_floor(_WARM_UP_SOURCE, "fp32", gpu, "warm-up")
         return "ok"
     except Exception as exc:  # noqa: BLE001
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        return why_no_floor(exc)
