@@ -507,7 +507,7 @@ def run(args: argparse.Namespace) -> int:
     report = JsonReport(out_path, build)
     report.write()
     try:
-        for name, candidates in batches.items():
+        for name, candidates in ({} if args.no_warm else batches).items():
             say(f"\n== warm batch {name}: {len(candidates)} candidates in one evaluate call"
                 + (f" (budget {args.warm_budget_s:.0f} s)" if args.warm_budget_s else ""))
             warm.run_level(name, candidates, args.warm_budget_s)
@@ -612,6 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cold-level", type=int, default=2, help="the level of the cold folder part (default 2)")
     parser.add_argument("--cold-budget-s", type=float, default=120.0, help="the cold process's limit (default 120)")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold folder part")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm batch (the cold folder and the harness only)")
     parser.add_argument("--duck-site", default=os.environ.get("DUCK_SITE"),
                         help="a folder with duckdb (pip install --target), on the cold process's path only")
     parser.add_argument("--kb-budget-s", type=float, default=None,

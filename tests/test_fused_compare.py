@@ -110,3 +110,57 @@ def test_a_warm_up_on_a_device_that_is_not_there_is_reported_not_raised():
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is there")
     assert checks.warm_up_comparison("cuda").startswith("failed")
+
+
+def test_while_the_fused_kernel_builds_in_the_background_comparisons_take_the_torch_path(monkeypatch):
+    """The worker builds the kernel beside its first candidates: until the warm-up ends they are judged by the torch
+    path (the same verdicts), the warm-up itself runs the fused kernel inside the launch gate, and afterwards the
+    fused kernel serves."""
+    monkeypatch.setattr(checks, "_fused_broken", False)
+    monkeypatch.setattr(fused_compare, "usable", lambda ref, got: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *_a: None)
+    fused_calls = []
+    gate = {"inside": False}
+
+    def record(ref, got, atol, rtol):
+        fused_calls.append(gate["inside"])
+        bad = int((~torch.isclose(got.float(), ref.float(), rtol=rtol, atol=atol)).sum())
+        return fused_compare.FusedFigures(bad=bad, max_abs_err=float((got - ref).abs().max()), scale=1.0,
+                                          nonfinite=0, nan=0)
+
+    monkeypatch.setattr(fused_compare, "compare", record)
+    ref = torch.randn(1000)
+    got = ref.clone()
+    got[3] += 1.0
+    checks.defer_fused_comparison()
+    try:
+        deferred = checks.compare_outputs([ref], [got], 1e-4, 1e-4)
+        assert fused_calls == []  # the torch path judged it
+        assert deferred.category.value == "mismatch" and "1 of 1000" in deferred.message
+
+        class Gate:
+            def __enter__(self):
+                gate["inside"] = True
+
+            def __exit__(self, *_exc):
+                gate["inside"] = False
+
+        assert not checks.warm_up_comparison("cpu", Gate).startswith("failed")
+        assert fused_calls == [True, True]  # both length variants, each inside the gate
+        after = checks.compare_outputs([ref], [got], 1e-4, 1e-4)
+        assert fused_calls[-1] is False and len(fused_calls) == 3
+        assert (after.category, after.message) == (deferred.category, deferred.message)
+    finally:
+        checks._fused_deferred.clear()
+
+
+def test_a_failed_background_build_still_ends_the_deferral(monkeypatch):
+    monkeypatch.setattr(checks, "_fused_broken", False)
+    checks.defer_fused_comparison()
+    try:
+        if torch.cuda.is_available():
+            pytest.skip("a CUDA device is there")
+        assert checks.warm_up_comparison("cuda").startswith("failed")
+        assert not checks._fused_deferred.is_set()
+    finally:
+        checks._fused_deferred.clear()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
+from typing import Callable
 from dataclasses import dataclass
 
 import torch
@@ -13,6 +16,10 @@ from kernelbench_rl.evaluation.result import ErrorCategory
 
 log = logging.getLogger(__name__)
 _fused_broken = False  # set once the fused kernel failed to build here; the torch path serves from then on
+# Set while the worker builds the fused kernel in the background (defer_fused_comparison): the torch path, which
+# judges alike (tests/test_fused_compare.py, bench/compare_cost.py), serves meanwhile instead of the first
+# comparison waiting seconds for Triton.
+_fused_deferred = threading.Event()
 
 
 @dataclass
@@ -41,14 +48,14 @@ DEGENERATE_RELATIVE_ERROR = 0.01
 CHUNK_ELEMENTS = 1 << 26
 
 
-def _compare_floating(ref: torch.Tensor, got: torch.Tensor, atol: float,
-                      rtol: float) -> tuple[int, float, float, str]:
+def _compare_floating(ref: torch.Tensor, got: torch.Tensor, atol: float, rtol: float,
+                      warming_up: bool = False) -> tuple[int, float, float, str]:
     """(elements outside tolerance, max abs error where the reference is finite, the reference's largest
     finite magnitude, 'NaN'/'Inf' if the candidate is non-finite where the reference is finite, else '').
     fp32/fp16/bf16 CUDA outputs take one fused pass (fused_compare); the rest, and any GPU where that
     kernel cannot build, the torch path."""
     global _fused_broken
-    if not _fused_broken and fused_compare.usable(ref, got):
+    if not _fused_broken and (warming_up or not _fused_deferred.is_set()) and fused_compare.usable(ref, got):
         try:
             figures = fused_compare.compare(ref, got, atol, rtol)
         except (ImportError, RuntimeError) as exc:
@@ -63,22 +70,39 @@ def _compare_floating(ref: torch.Tensor, got: torch.Tensor, atol: float,
     return _compare_floating_torch(ref, got, atol, rtol)
 
 
-def warm_up_comparison(device: str | torch.device) -> str:
+def defer_fused_comparison() -> None:
+    """Comparisons take the torch path until `warm_up_comparison` ends (it runs in the background)."""
+    _fused_deferred.set()
+
+
+def warm_up_comparison(device: str | torch.device,
+                       launch_gate: Callable[[], contextlib.AbstractContextManager] | None = None) -> str:
     """Build the fused comparison for fp32 (lengths divisible by 16 and not) before any evaluation needs it.
 
     The worker's Triton cache starts empty (its HOME is private), so otherwise the first candidate of every
-    worker pays the JIT, up to a second, inside its correctness phase while it holds the device. Returns
-    what happened, for the worker's `versions`."""
+    worker pays the JIT, seconds on a busy host, while it holds the device. The compile is host work; only the
+    launches that check it take `launch_gate` (the worker's quiet gate: never beside a timed trial). Ends any
+    `defer_fused_comparison`. Returns what happened, for the worker's `versions`."""
     t0 = time.perf_counter()
+    compiled = ""
     try:
-        for n in (4096, 4097):
-            ref = torch.zeros(n, device=device)
-            compare_outputs([ref], [ref.clone()], 1e-4, 1e-4)
-        torch.cuda.synchronize(device)
+        if torch.device(device).type == "cuda":
+            try:
+                fused_compare.precompile(device)
+                compiled = f", compiled in {time.perf_counter() - t0:.2f} s outside the gate"
+            except Exception as exc:  # noqa: BLE001 - the launches below compile, or find it broken
+                compiled = f", compiled at launch ({type(exc).__name__})"
+        with launch_gate() if launch_gate is not None else contextlib.nullcontext():
+            for n in (4096, 4097):
+                ref = torch.zeros(n, device=device)
+                _compare_floating(ref, ref.clone(), 1e-4, 1e-4, warming_up=True)
+            torch.cuda.synchronize(device)
     except Exception as exc:  # noqa: BLE001 - the first evaluation will fall back or fail on its own
         return f"failed: {type(exc).__name__}: {exc}"[:200]
+    finally:
+        _fused_deferred.clear()
     path = "fused" if torch.device(device).type == "cuda" and not _fused_broken else "torch"
-    return f"{path}, {time.perf_counter() - t0:.2f} s"
+    return f"{path}, {time.perf_counter() - t0:.2f} s{compiled}"
 
 
 def _cuda_error(exc: BaseException) -> bool:

@@ -13,6 +13,7 @@ elements. Used only for fp32/fp16/bf16 CUDA tensors; everything else takes the t
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BLOCK = 4096
 
 _kernel = None
+_build_lock = threading.Lock()  # the worker's background warm-up and a comparison may both ask for it
 
 
 @dataclass
@@ -72,11 +74,30 @@ def _build():
     return compare_blocks
 
 
+def _built():
+    global _kernel
+    with _build_lock:
+        if _kernel is None:
+            _kernel = _build()
+        return _kernel
+
+
+def precompile(device: torch.device | str, lengths: tuple[int, ...] = (4096, 4097)) -> None:
+    """Compile the fp32 variants these lengths need without launching anything: host work (Triton's front end,
+    ptxas), which need not wait for a quiet device."""
+    kernel = _built()
+    for n in lengths:
+        ref = torch.empty(n, device=device)
+        blocks = (n + BLOCK - 1) // BLOCK
+        bad, nonfinite, nan = (torch.empty(blocks, dtype=torch.int32, device=device) for _ in range(3))
+        err, scale = (torch.empty(blocks, dtype=torch.float32, device=device) for _ in range(2))
+        kernel.warmup(ref, ref, n, 1e-4, 1e-4, bad, err, scale, nonfinite, nan, BLOCK_SIZE=BLOCK, num_warps=8,
+                      grid=(blocks,))
+
+
 def compare(ref: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> FusedFigures:
     """Both tensors on one CUDA device, same dtype (one of FUSED_DTYPES) and element count."""
-    global _kernel
-    if _kernel is None:
-        _kernel = _build()
+    kernel = _built()
     ref_flat = ref.reshape(-1).contiguous()  # no copy unless a strided view needs one
     got_flat = got.reshape(-1).contiguous()
     n = ref_flat.numel()
@@ -86,7 +107,7 @@ def compare(ref: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> F
     err, scale = (torch.empty(blocks, dtype=torch.float32, device=device) for _ in range(2))
     # On the CPU only under TRITON_INTERPRET=1 (the tests' way of checking these semantics without a GPU).
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-        _kernel[(blocks,)](ref_flat, got_flat, n, float(atol), float(rtol), bad, err, scale, nonfinite, nan,
+        kernel[(blocks,)](ref_flat, got_flat, n, float(atol), float(rtol), bad, err, scale, nonfinite, nan,
                            BLOCK_SIZE=BLOCK, num_warps=8)
     totals = torch.stack([bad.sum(dtype=torch.int64), nonfinite.sum(dtype=torch.int64),
                           nan.sum(dtype=torch.int64)]).tolist()

@@ -181,25 +181,19 @@ class Worker:
             self.children.prestart(min(1, config.warm_children))  # returns once the zygote serves
         self.background: list[threading.Thread] = [self.children.fill_in_background(self.phases, "warm_children")]
         if self.device == "cuda":
-            # The fused comparison's build holds the device queue: the first device section waits for it, none
-            # shares the device with it, and the first candidate's compile (in its child) goes on meanwhile.
-            section = self.device_queue.hold(DeviceQueue.URGENT)
-            section.__enter__()  # the queue is free: taken now, before any request can queue, released by the build
+            # The fused comparison builds in the background while the first problems are sized and compiled; their
+            # comparisons take the torch path (which judges alike) until it is ready, and its checking launches are
+            # never beside a timed trial. Holding the device for the build instead kept a cold pool's first device
+            # section waiting 4-5 s on an H200.
+            checks.defer_fused_comparison()
 
             def warm_up_comparison() -> None:
-                try:
-                    with self.phases.timed("comparison_warmup"):
-                        self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda")
-                finally:
-                    section.__exit__(None, None, None)
+                with self.phases.timed("comparison_warmup"):
+                    self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda", self.quiet_gate.noisy)
 
             self.background.append(threading.Thread(target=warm_up_comparison, daemon=True,
                                                     name="kbrl-comparison-warmup"))
-            try:
-                self.background[-1].start()
-            except BaseException:
-                section.__exit__(None, None, None)  # never leave the device queue held by a build that never ran
-                raise
+            self.background[-1].start()
 
             def warm_up_floor() -> None:  # host work only (the meta device); the first problem's floor is then quick
                 with self.phases.timed("floor_warmup"):
