@@ -191,11 +191,7 @@ def _warm_libraries() -> None:
     if os.environ.get("KBRL_EVAL_WARM_LIBRARIES", "off").strip().lower() not in ("1", "on", "yes"):
         return
     try:
-        a = torch.ones(16, 16, device="cuda")
-        torch.nn.functional.linear(a, a, a[0])  # cublasLt (with a bias) and cuBLAS
-        (a @ a).sum()
-        torch.nn.functional.conv2d(a.view(1, 4, 8, 8), a.view(4, 4, 4, 4)[:, :, :3, :3].contiguous())  # cuDNN
-        torch.cuda.synchronize()
+        runtime.make_library_handles()
     except Exception:  # noqa: BLE001
         pass
 

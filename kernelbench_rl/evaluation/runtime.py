@@ -138,3 +138,15 @@ def clone_inputs(inputs: list[Any]) -> list[Any]:
 
 def tensor_inputs(inputs: list[Any]) -> list[torch.Tensor]:
     return [x for x in inputs if isinstance(x, torch.Tensor)]
+
+
+def make_library_handles() -> None:
+    """cuBLAS's (plain and Lt) and cuDNN's handles and libraries on the current CUDA device: a tiny linear with a
+    bias, a matmul and a conv2d. The first use of each in a process costs up to seconds (loading the libraries,
+    creating handles); callers do it where that is off the critical path. Raises what CUDA raises."""
+    a = torch.ones(16, 16, device="cuda")
+    torch.nn.functional.linear(a, a, a[0])  # cublasLt (with a bias) and cuBLAS
+    (a @ a).sum()
+    torch.nn.functional.conv2d(a.view(1, 4, 8, 8), a.view(4, 4, 4, 4)[:, :, :3, :3].contiguous())  # cuDNN
+    torch.cuda.synchronize()
+

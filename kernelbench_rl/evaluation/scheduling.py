@@ -350,3 +350,32 @@ def pin(pid: int, cores: set[int]) -> None:
             os.sched_setaffinity(pid, cores)
         except (OSError, AttributeError):
             pass
+
+
+# How long a thread of the worker may keep the GIL while another waits for it (Python's default is 5 ms). The worker's
+# device-section threads block briefly and often (a synchronise, an IPC answer) and each time must win the GIL back,
+# while a busy thread beside them (the speed of light's first meta-device forward, a comparison's JIT, a problem's
+# construction) keeps it for a whole interval: a cold folder's first sizings took 2.0-2.4 s beside the speed of
+# light's warm-up and 0.2-0.4 s after it on an H200. KBRL_EVAL_SWITCH_INTERVAL_MS sets it; "default" leaves Python's.
+SWITCH_INTERVAL_MS = 0.5
+
+
+def apply_switch_interval(setting: str | None = None) -> str:
+    """Sets this process's GIL switch interval from `setting` (KBRL_EVAL_SWITCH_INTERVAL_MS when None); returns
+    what is in force, for the worker's versions. A value that is not a positive number of milliseconds keeps the
+    default and says so."""
+    raw = (os.environ.get("KBRL_EVAL_SWITCH_INTERVAL_MS", "") if setting is None else setting).strip().lower()
+    if raw == "default":
+        return f"{sys.getswitchinterval() * 1e3:g} ms (Python's)"
+    note = ""
+    milliseconds = SWITCH_INTERVAL_MS
+    if raw:
+        try:
+            milliseconds = float(raw)
+            if not 0 < milliseconds <= 1000:
+                raise ValueError
+        except ValueError:
+            milliseconds = SWITCH_INTERVAL_MS
+            note = f" (KBRL_EVAL_SWITCH_INTERVAL_MS={raw!r} is not a number of milliseconds in (0, 1000])"
+    sys.setswitchinterval(milliseconds / 1e3)
+    return f"{milliseconds:g} ms{note}"

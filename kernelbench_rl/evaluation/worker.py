@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -137,12 +137,15 @@ class Worker:
             selftest_thread = threading.Thread(target=lambda: selftest.append(self._ipc_selftest()), daemon=True,
                                                name="kbrl-ipc-selftest")
             selftest_thread.start()
+        self.quiet_gate = QuietGate()
+        self.background: list[threading.Thread] = []
         if self.device == "cuda":
             with self.phases.timed("cuda_context"):
                 major, minor = torch.cuda.get_device_capability()
                 self.arch = f"{major}.{minor}"
                 self.hardware = torch.cuda.get_device_name()
                 torch.empty(1, device="cuda")  # this process's context, made while the self-test's child starts
+            self._start_background("library_warmup", self._warm_up_libraries)
         else:
             self.hardware = f"cpu:{platform.machine()}"
         self.builds = BuildCache(self.cache_root, self.arch, self.drop_uid)
@@ -153,7 +156,6 @@ class Worker:
         self.versions["transport"] = self.transport
         self.versions["worker_uid"] = "same as children (unprivileged, non-dumpable)" if config.same_uid else str(os.geteuid())
         self.residency = SharedOrAlone()
-        self.quiet_gate = QuietGate()
         self.candidate_timing = CandidateTiming(self.references, self.quiet_gate, self.transport, self.hardware,
                                                 self._reference_child, self._give_back_reference,
                                                 self._resident_or_new_reference, self._baseline_home)
@@ -179,7 +181,7 @@ class Worker:
                 self.versions["reserved_for_others_gb"] = f"{reserved / 2**30:.1f} ({others / 2**30:.1f} held at start)"
         with self.phases.timed("first_child"):
             self.children.prestart(min(1, config.warm_children))  # returns once the zygote serves
-        self.background: list[threading.Thread] = [self.children.fill_in_background(self.phases, "warm_children")]
+        self.background.append(self.children.fill_in_background(self.phases, "warm_children"))
         if self.device == "cuda":
             # The fused comparison builds in the background while the first problems are sized and compiled; their
             # comparisons take the torch path (which judges alike) until it is ready, and its checking launches are
@@ -187,20 +189,33 @@ class Worker:
             # section waiting 4-5 s on an H200.
             checks.defer_fused_comparison()
 
-            def warm_up_comparison() -> None:
-                with self.phases.timed("comparison_warmup"):
-                    self.versions["comparison_warmup"] = checks.warm_up_comparison("cuda", self.quiet_gate.noisy)
+            self._start_background("comparison_warmup",
+                                   lambda: checks.warm_up_comparison("cuda", self.quiet_gate.noisy))
+            # Host work only (the meta device): the first problem's speed of light is then quick.
+            self._start_background("floor_warmup", lambda: floors.warm_up(self.hardware))
 
-            self.background.append(threading.Thread(target=warm_up_comparison, daemon=True,
-                                                    name="kbrl-comparison-warmup"))
-            self.background[-1].start()
+    def _start_background(self, phase: str, work: Callable[[], str]) -> None:
+        """`work` on a thread of its own, timed as `phase` (and in the timeline); what it returns goes to versions."""
 
-            def warm_up_floor() -> None:  # host work only (the meta device); the first problem's floor is then quick
-                with self.phases.timed("floor_warmup"):
-                    self.versions["floor_warmup"] = floors.warm_up(self.hardware)
+        def run() -> None:
+            with self.phases.timed(phase), trace.span("worker", phase):
+                self.versions[phase] = work()
 
-            self.background.append(threading.Thread(target=warm_up_floor, daemon=True, name="kbrl-floor-warmup"))
-            self.background[-1].start()
+        thread = threading.Thread(target=run, daemon=True, name=f"kbrl-{phase.replace('_', '-')}")
+        self.background.append(thread)
+        thread.start()
+
+    def _warm_up_libraries(self) -> str:
+        """cuBLAS and cuDNN loaded in this process while the pool starts: a cold folder's first sizings (a Gemm's, a
+        conv's) otherwise spent 2.3-2.6 s each on them on an H200, in series, before any candidate could warm up.
+        GPU work, so never beside a timed trial."""
+        mark = time.perf_counter()
+        try:
+            with self.quiet_gate.noisy():
+                runtime.make_library_handles()
+        except Exception as exc:  # noqa: BLE001 - the first sizing loads them itself
+            return f"failed: {type(exc).__name__}: {exc}"[:200]
+        return f"{time.perf_counter() - mark:.2f} s"
 
     def _reserved_for_others(self) -> int:
         """config.reserved_memory_bytes where it applies to this worker's device (its UUID, when one is named)."""
@@ -278,8 +293,11 @@ class Worker:
         workdir = ""
         if received_at is not None:
             result.phase_seconds["queue"] = max(0.0, t_start - received_at)  # waiting for a worker thread
+        who = f"{payload['problem_id']}#{result.candidate_sha256[:8]}" if trace.enabled() else ""
         try:
+            mark = time.perf_counter()
             state = self._reference_for(payload, settings, result)
+            trace.record(who, "reference", mark)  # sizing the problem, or waiting for whoever sizes it
             workdir = tempfile.mkdtemp(prefix="c-", dir=self.root)
             t = time.perf_counter()
             child = self.take_child()
@@ -290,7 +308,9 @@ class Worker:
                 child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
                                                           state.input_bytes + state.output_bytes)
             result.phase_seconds["child_start"] = time.perf_counter() - t
+            mark = time.perf_counter()
             loaded = self._start_candidate(child, workdir, source, payload, settings, state, result, compiling)
+            trace.record(who, "compile", mark)
             if loaded["event"] == "nvcc":
                 self._nvcc_verdict(result, loaded)
                 return result, None
@@ -301,6 +321,7 @@ class Worker:
                 mark = time.perf_counter()
                 self.candidate_timing.floor_for(state, settings.precision)
                 result.phase_seconds["speed_of_light"] = time.perf_counter() - mark
+                trace.record(who, "speed_of_light", mark)
             baseline_out = self._device_section_for(child, state, settings, result, payload)
         except Fault as fault:
             traceback.clear_frames(fault.__traceback__)  # its frames' references and inputs go now, not at a gc

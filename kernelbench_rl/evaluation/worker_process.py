@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import numerics, reference_budget, startup
+from kernelbench_rl.evaluation import numerics, reference_budget, scheduling, startup
 from kernelbench_rl.evaluation.same_uid import settle as same_uid_settle
 from kernelbench_rl.evaluation.worker import Worker
 from kernelbench_rl.evaluation.worker_config import argument_parser, config_from_args
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None, boot: Any = None) -> None:
     phases = boot.phases if boot is not None else startup.Phases()
     args = argument_parser().parse_args(argv)
     numerics.apply()
+    switch_interval = scheduling.apply_switch_interval()
     if args.transport not in ("auto", "ipc", "file", "pipe"):
         args.transport = "auto"
     if boot is not None and boot.uid_decided:
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None, boot: Any = None) -> None:
         config.ref_cache_bytes = min(8 << 30, max(1 << 30, total // 10))
     try:
         worker = Worker(config, phases)
+        worker.versions["switch_interval"] = switch_interval
         if same_uid_note:
             worker.versions["same_uid_probe"] = same_uid_note[:200]
     except Exception as exc:  # noqa: BLE001
