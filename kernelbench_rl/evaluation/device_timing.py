@@ -201,6 +201,7 @@ class CandidateTiming:
         # one or a new one), None when it cannot start; `home_for(state)`: where the problem's baseline is timed.
         self.baseline_child = baseline_child
         self.home_for = home_for or (lambda state: BASELINE_IN_WORKER)
+        self.floor_service: Any = None  # a floor_service.FloorService where the worker started one
 
     def needs_baseline(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any]) -> bool:
         """Whether this evaluation times its problem's baseline (none known here, none usable from the cache)."""
@@ -423,10 +424,15 @@ class CandidateTiming:
         imports and warms torch's meta kernels and FLOP counter, 1.5-3.8 s, which inside the section held the
         device idle for a cold folder's first candidate."""
         if precision not in state.floors:
-            try:
-                state.floors[precision] = floors.problem_floor(state.module, precision, self.hardware)
-            except Exception as exc:  # noqa: BLE001 - an unknown GPU, or a problem the meta device cannot run
-                state.floors[precision] = floors.why_no_floor(exc)
+            found = None
+            if self.floor_service is not None and state.path:
+                found = self.floor_service.floor(state.path, precision, state.problem_id)
+            if found is None:  # no helper, or it failed: worked out here
+                try:
+                    found = floors.problem_floor(state.module, precision, self.hardware)
+                except Exception as exc:  # noqa: BLE001 - an unknown GPU, or a problem the meta device cannot run
+                    found = floors.why_no_floor(exc)
+            state.floors[precision] = found
         return state.floors[precision]
 
     def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:

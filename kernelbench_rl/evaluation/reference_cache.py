@@ -41,6 +41,7 @@ class ProblemState:
 
     problem_id: str
     module: Any
+    path: str  # the reference's source, as the worker wrote it for import
     init_seed: int
     seed_pool: list[int]
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -116,7 +117,7 @@ class ReferenceCache:
                     handle.write(source)
                 module = runtime.load_module_from_file(path, f"kbrl_reference_{len(self.problems)}")
                 state = ProblemState(
-                    problem_id=problem_id, module=module, init_seed=secrets.randbits(31),
+                    problem_id=problem_id, module=module, path=path, init_seed=secrets.randbits(31),
                     seed_pool=[secrets.randbits(31) for _ in range(SEED_POOL_SIZE)], suite=suite,
                     index_outputs=checks.declared_index_outputs(getattr(module, checks.INDEX_OUTPUTS_NAME, None)),
                 )

@@ -57,6 +57,7 @@ from kernelbench_rl.evaluation.reference_cache import (  # noqa: F401 - importab
 from kernelbench_rl.evaluation.children import (  # noqa: F401 - importable from here as before
     PACKAGE_DIR, START_TIMEOUT_S, Child, ChildPool, WorkerStopping, _process_state, host_memory_limit_mb, stopped,
 )
+from kernelbench_rl.evaluation.floor_service import FloorService
 from kernelbench_rl.evaluation.faults import (  # noqa: F401 - importable from here as before
     WITHIN_BUDGET_OOM, WORKER_OOM, Fault, child_oom_fault, oom_not_the_candidates, ran_out_of_device_memory,
 )
@@ -74,6 +75,11 @@ from kernelbench_rl.evaluation.scheduling import (  # noqa: F401 - importable fr
 _OVERLAP = os.environ.get("KBRL_EVAL_OVERLAP", "off").strip().lower()
 OVERLAP_MODE = {"1": "all", "0": "off"}.get(_OVERLAP, _OVERLAP)
 OVERLAP_UNTIMED = OVERLAP_MODE == "all"
+# Where problems' speed of light is worked out - KBRL_EVAL_FLOOR_SERVICE: "on" in a helper process
+# (floor_service.py), "off" in this process behind a warm-up thread (3-5 s of Python that slowed the worker's own work
+# beside it on an H200).
+FLOOR_SERVICE = os.environ.get("KBRL_EVAL_FLOOR_SERVICE", "on").strip().lower()
+
 # How much of the exclusive device section other children's GPU work (builds, first forwards) stays out of -
 # KBRL_EVAL_QUIET: "timed" only its timed trials; "section" all of it. Beside another context's GPU work every
 # synchronise waits for the device's time slice: on an H200 (host_overhead_probe_contention_h200.json) a flush and
@@ -139,6 +145,7 @@ class Worker:
             selftest_thread.start()
         self.quiet_gate = QuietGate()
         self.background: list[threading.Thread] = []
+        floor_service: FloorService | None = None
         if self.device == "cuda":
             with self.phases.timed("cuda_context"):
                 major, minor = torch.cuda.get_device_capability()
@@ -146,6 +153,11 @@ class Worker:
                 self.hardware = torch.cuda.get_device_name()
                 torch.empty(1, device="cuda")  # this process's context, made while the self-test's child starts
             self._start_background("library_warmup", self._warm_up_libraries)
+            if FLOOR_SERVICE != "off":  # its imports and warm-up go on beside the rest of this start
+                try:
+                    floor_service = FloorService(self.hardware)
+                except OSError as exc:  # the floors are worked out in this process, as without the helper
+                    self.versions["floor_service"] = f"not started: {exc}"[:200]
         else:
             self.hardware = f"cpu:{platform.machine()}"
         self.builds = BuildCache(self.cache_root, self.arch, self.drop_uid)
@@ -159,6 +171,7 @@ class Worker:
         self.candidate_timing = CandidateTiming(self.references, self.quiet_gate, self.transport, self.hardware,
                                                 self._reference_child, self._give_back_reference,
                                                 self._resident_or_new_reference, self._baseline_home)
+        self.candidate_timing.floor_service = floor_service
         self.paired_reference = ResidentReference(self.children.retire)
         self.versions["numerics"] = numerics.describe()
         self.memory: MemoryBudget | None = None
@@ -191,8 +204,8 @@ class Worker:
 
             self._start_background("comparison_warmup",
                                    lambda: checks.warm_up_comparison("cuda", self.quiet_gate.noisy))
-            # Host work only (the meta device): the first problem's speed of light is then quick.
-            self._start_background("floor_warmup", lambda: floors.warm_up(self.hardware))
+            if self.candidate_timing.floor_service is None:  # the floors are worked out here: warm that up now
+                self._start_background("floor_warmup", lambda: floors.warm_up(self.hardware))
 
     def _start_background(self, phase: str, work: Callable[[], str]) -> None:
         """`work` on a thread of its own, timed as `phase` (and in the timeline); what it returns goes to versions."""
@@ -240,6 +253,8 @@ class Worker:
         self.children.kill_running()
 
     def shutdown(self) -> None:
+        if self.candidate_timing.floor_service is not None:
+            self.candidate_timing.floor_service.close()
         self.paired_reference.drop()
         self.children.shutdown()
         shutil.rmtree(self.root, ignore_errors=True)
@@ -387,12 +402,15 @@ class Worker:
                         result.phase_seconds["reference_wait"] = time.perf_counter() - t
                         # Bounded by the reference's budget (the pool's watchdog), from when the locks are held.
                         with state.lock, self.references.rng_lock, reference_budget.phase("sizing"):
+                            mark = time.perf_counter()
                             if not state.sized:
                                 self.references.size(state, settings.precision, self.memory, self.alone_capacity,
                                                      self.l2_bytes, self.total_memory)
+                            trace.record(payload["problem_id"], "sizing", mark)
                             mark = time.perf_counter()
                             self.references.discriminate(state, settings, payload.get("input_variant"))
                             result.phase_seconds["discrimination"] = time.perf_counter() - mark
+                            trace.record(payload["problem_id"], "discrimination", mark)
                 else:  # sized by the request this one waited for
                     result.phase_seconds["reference_wait"] = time.perf_counter() - t
         state.last_used = time.monotonic()
