@@ -219,9 +219,9 @@ class Worker:
         thread.start()
 
     def _warm_up_libraries(self) -> str:
-        """cuBLAS and cuDNN loaded in this process while the pool starts: a cold folder's first sizings (a Gemm's, a
-        conv's) otherwise spent 2.3-2.6 s each on them on an H200, in series, before any candidate could warm up.
-        GPU work, so never beside a timed trial."""
+        """cuBLAS and cuDNN loaded in this process while the pool starts (0.2-0.6 s on an H200), not inside a cold
+        folder's first sizings, which hold the device and all of the children's memory. GPU work, so never beside a
+        timed trial."""
         mark = time.perf_counter()
         try:
             with self.quiet_gate.noisy():
