@@ -329,9 +329,6 @@ class CandidateTiming:
         result.phase_seconds["timing"] = time.perf_counter() - t
         if result.runtime_ms > 0:
             result.speedup = result.baseline_ms / result.runtime_ms
-        mark = time.perf_counter()
-        self._against_the_floor(state, precision, result)
-        add_seconds(result, "speed_of_light", time.perf_counter() - mark)
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
             self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))  # (before the child's next command)
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
@@ -420,9 +417,10 @@ class CandidateTiming:
 
     def floor_for(self, state: ProblemState, precision: str) -> Any:
         """The speed of light of the problem on this GPU (a Floor, or why there is none), worked out once per problem
-        and precision on the meta device. The worker asks before taking the device: the first one in a process
-        imports and warms torch's meta kernels and FLOP counter, 1.5-3.8 s, which inside the section held the
-        device idle for a cold folder's first candidate."""
+        and precision on the meta device, by the helper process where there is one. The worker asks after the
+        device section (`against_the_floor`): the first one in a process imports and warms torch's meta kernels and
+        FLOP counter, 1.5-3.8 s, which inside the section held the device idle, and before it kept a cold folder's
+        sections waiting for the helper's warm-up (2 s on an H200)."""
         if precision not in state.floors:
             found = None
             if self.floor_service is not None and state.path:
@@ -435,9 +433,9 @@ class CandidateTiming:
             state.floors[precision] = found
         return state.floors[precision]
 
-    def _against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:
+    def against_the_floor(self, state: ProblemState, precision: str, result: EvalResult) -> None:
         """The candidate's and the reference's share of the problem's speed of light (`floor_for`), and the flag for
-        a time under it."""
+        a time under it; for a timed candidate, once the device section is over."""
         floor = self.floor_for(state, precision)
         if isinstance(floor, str):
             result.versions["speed_of_light"] = f"no floor: {floor}"

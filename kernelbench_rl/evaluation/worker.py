@@ -332,12 +332,12 @@ class Worker:
             result.compiled = True
             self._build_and_warm(child, state, settings, result)
             compiling.close()
-            if self.device == "cuda":  # CPU work on the meta device: not inside the device section
+            baseline_out = self._device_section_for(child, state, settings, result, payload)
+            if self.device == "cuda" and result.runtime_ms:  # host work (the meta device), off the device
                 mark = time.perf_counter()
-                self.candidate_timing.floor_for(state, settings.precision)
+                self.candidate_timing.against_the_floor(state, settings.precision, result)
                 result.phase_seconds["speed_of_light"] = time.perf_counter() - mark
                 trace.record(who, "speed_of_light", mark)
-            baseline_out = self._device_section_for(child, state, settings, result, payload)
         except Fault as fault:
             traceback.clear_frames(fault.__traceback__)  # its frames' references and inputs go now, not at a gc
             result.error_category = fault.category
