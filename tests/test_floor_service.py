@@ -49,10 +49,13 @@ def get_init_inputs():
 """
 
 
+CHATTY = "print('importing the problem')\n" + MATMUL.replace("return a @ b", "print('forward'); return a @ b")
+
+
 @pytest.fixture
 def problems(tmp_path):
     paths = {}
-    for name, source in (("matmul", MATMUL), ("not_on_meta", NOT_ON_META)):
+    for name, source in (("matmul", MATMUL), ("not_on_meta", NOT_ON_META), ("chatty", CHATTY)):
         path = tmp_path / f"{name}.py"
         path.write_text(source)
         paths[name] = str(path)
@@ -81,6 +84,9 @@ def test_the_helper_process_gives_the_floor_the_worker_would_work_out(problems):
         why = service.floor(problems["not_on_meta"], "fp32", "L0/2")
         assert isinstance(why, str) and why
         assert service.floor(problems["matmul"], "fp16", "L0/1").precision == "fp16"  # still serving after a failure
+        chatty = service.floor(problems["chatty"], "fp32", "L0/3")  # what a problem prints is not an answer
+        assert isinstance(chatty, floors.Floor) and chatty.flops == got.flops
+        assert service.floor(problems["matmul"], "fp32", "L0/1").flops == got.flops
     finally:
         service.close()
 

@@ -112,7 +112,11 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         print("usage: python -m kernelbench_rl.evaluation.floor_service GPU_NAME", file=sys.stderr)
         raise SystemExit(2)
+    # The answers get their own copy of stdout; whatever a problem prints goes to stderr, not into an answer.
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     try:
-        serve(sys.argv[1])
+        serve(sys.argv[1], sys.stdin, answers)
     except (BrokenPipeError, KeyboardInterrupt):
         pass
