@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
 
 from kernelbench_rl.evaluation import runtime, wire
 
@@ -160,6 +159,10 @@ def problem_floor(module: types.ModuleType, precision: str, gpu: str) -> Floor:
     if isinstance(model, torch.nn.Module) and dtype != torch.float32:
         model = model.to(dtype)
     weights = (list(model.parameters()) + list(model.buffers())) if isinstance(model, torch.nn.Module) else []
+    # Imported here: it pulls in Triton and torch's decompositions (0.3-0.5 s), which a worker whose floors come from
+    # the helper process (floor_service.py) never needs.
+    from torch.utils.flop_counter import FlopCounterMode
+
     counter, names = FlopCounterMode(display=False), _OpNames()
     with torch.no_grad(), counter, names:
         outputs = wire.flatten_outputs(model(*inputs))
