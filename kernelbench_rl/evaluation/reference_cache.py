@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import checks, discrimination, outputs, reference_budget, runtime, timing, wire
+from kernelbench_rl.evaluation import checks, discrimination, outputs, reference_budget, runtime, timing, trace, wire
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import EvalSettings, tolerance_for
 from kernelbench_rl.evaluation.scheduling import MemoryBudget
@@ -242,7 +242,8 @@ class ReferenceCache:
              l2_bytes: int, total_memory: int) -> None:
         """One reference forward on the device measures the problem; its plan decides buffers and admission."""
         try:
-            self.reference_outputs(state, precision, state.seed_pool[0])
+            with trace.span(state.problem_id, "sizing_forward"):
+                self.reference_outputs(state, precision, state.seed_pool[0])
         except torch.OutOfMemoryError as exc:
             self.release_device_memory(force=True)
             if memory is None:
@@ -256,7 +257,8 @@ class ReferenceCache:
             state.plan = footprints.plan(state.footprint(), l2_bytes)
             if memory is not None and not state.plan.fits(alone_capacity):
                 state.too_large = footprints.too_large_message(state.plan, alone_capacity, total_memory)
-        self.release_device_memory()
+        with trace.span(state.problem_id, "sizing_release"):
+            self.release_device_memory()
 
     def compare(self, state: ProblemState, precision: str, seed: int, variant: discrimination.Variant | None,
                  reference: list[torch.Tensor], candidate: list[torch.Tensor]) -> checks.CheckOutcome:
@@ -289,7 +291,8 @@ class ReferenceCache:
         finally:
             # A collection only where an exception's frames may hold tensors: one costs 0.1-0.2 s of GIL, and the
             # trivial candidates' buffers are gone by their counts.
-            self.release_device_memory(force=not clean)
+            with trace.span(state.problem_id, "discrimination_release"):
+                self.release_device_memory(force=not clean)
         state.discriminations[precision] = found
 
     def release_device_memory(self, force: bool = False) -> None:

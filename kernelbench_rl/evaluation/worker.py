@@ -398,7 +398,9 @@ class Worker:
                     # waits for the device): the other order could deadlock.
                     with scheduling.sizing_admission(self.memory), self._device_section(DeviceQueue.URGENT):
                         if self.memory is not None:
-                            scheduling.wait_for_free(int(0.75 * self.memory.capacity), result, self.children.describe)
+                            with trace.span(payload["problem_id"], "sizing_free_wait"):
+                                scheduling.wait_for_free(int(0.75 * self.memory.capacity), result,
+                                                         self.children.describe)
                         result.phase_seconds["reference_wait"] = time.perf_counter() - t
                         # Bounded by the reference's budget (the pool's watchdog), from when the locks are held.
                         with state.lock, self.references.rng_lock, reference_budget.phase("sizing"):
