@@ -413,6 +413,8 @@ class Worker:
                             self.references.discriminate(state, settings, payload.get("input_variant"))
                             result.phase_seconds["discrimination"] = time.perf_counter() - mark
                             trace.record(payload["problem_id"], "discrimination", mark)
+                            with trace.span(payload["problem_id"], "sizing_release"):
+                                self.references.release_device_memory()
                 else:  # sized by the request this one waited for
                     result.phase_seconds["reference_wait"] = time.perf_counter() - t
         state.last_used = time.monotonic()
