@@ -19,3 +19,59 @@ def test_the_workers_gil_switch_interval_is_set_from_its_variable_and_bad_values
         assert abs(sys.getswitchinterval() - 0.002) < 1e-9
     finally:
         sys.setswitchinterval(before)
+
+
+def test_the_budget_says_when_a_sizing_is_next_in_line_and_forgets_a_request_that_gave_up():
+    import threading
+    import time
+
+    from kernelbench_rl.evaluation import scheduling
+
+    budget = scheduling.MemoryBudget(100)
+    order = []
+
+    def request(name, **kwargs):
+        with budget.hold(100, **kwargs):
+            order.append(name)
+
+    def queued(count):
+        deadline = time.monotonic() + 5
+        while len(budget._queue) < count and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    assert not budget.next_is_sizing()
+    with budget.hold(100, sizing=True):  # a sizing holds the budget
+        warm = threading.Thread(target=request, args=("warm",))
+        warm.start()
+        queued(1)
+        assert not budget.next_is_sizing()  # a child's warm-up is next: the holder must give its cache back
+        sizing = threading.Thread(target=request, args=("sizing",), kwargs={"sizing": True})
+        sizing.start()
+        queued(2)
+        assert not budget.next_is_sizing()  # still the warm-up first (first come, first served)
+    warm.join(5)
+    sizing.join(5)
+    assert order == ["warm", "sizing"] and not budget.next_is_sizing()
+
+    with budget.hold(100):
+        sizing = threading.Thread(target=request, args=("second sizing",), kwargs={"sizing": True})
+        sizing.start()
+        queued(1)
+        assert budget.next_is_sizing()  # nobody can allocate before it
+    sizing.join(5)
+    assert not budget.next_is_sizing()
+
+    class GaveUp(Exception):
+        pass
+
+    def interrupted_wait(*_a, **_k):
+        raise GaveUp
+
+    with budget.hold(100):
+        budget._cond.wait = interrupted_wait  # the waiter's wait ends in an exception
+        try:
+            budget.hold(100, sizing=True).__enter__()
+        except GaveUp:
+            pass
+        del budget._cond.wait
+        assert not budget._queue and not budget.next_is_sizing()  # nobody queues behind a request that left

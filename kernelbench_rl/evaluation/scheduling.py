@@ -68,6 +68,7 @@ class MemoryBudget:
         self.poll_s = poll_s
         self._cond = threading.Condition()
         self._queue: collections.deque[object] = collections.deque()
+        self._sizings: set[int] = set()  # ids of queued tickets that are sizings (`hold(..., sizing=True)`)
 
     def available(self) -> int:
         """Bytes a new request may be admitted with now (the caller holds no lock; a snapshot)."""
@@ -82,15 +83,30 @@ class MemoryBudget:
     def _admissible(self, ticket: object, nbytes: int) -> bool:
         return self._queue[0] is ticket and (self.used == 0 or self.used + nbytes <= self._capacity_now())
 
+    def next_is_sizing(self) -> bool:
+        """Whether the next request to be admitted sizes a problem (and so takes the whole budget: nobody allocates
+        before it does)."""
+        with self._cond:
+            return bool(self._queue) and id(self._queue[0]) in self._sizings
+
     @contextlib.contextmanager
-    def hold(self, nbytes: int):
+    def hold(self, nbytes: int, sizing: bool = False):
         nbytes = max(0, min(int(nbytes), self.capacity))
         ticket = object()
         with self._cond:
             self._queue.append(ticket)
-            while not self._admissible(ticket, nbytes):
-                self._cond.wait(timeout=self.poll_s if self.free_probe is not None else None)
+            if sizing:
+                self._sizings.add(id(ticket))
+            try:
+                while not self._admissible(ticket, nbytes):
+                    self._cond.wait(timeout=self.poll_s if self.free_probe is not None else None)
+            except BaseException:
+                self._queue.remove(ticket)  # never admitted: those behind it must not wait on it
+                self._sizings.discard(id(ticket))
+                self._cond.notify_all()
+                raise
             self._queue.popleft()
+            self._sizings.discard(id(ticket))
             self.used += nbytes
             self._cond.notify_all()
         try:
@@ -269,7 +285,7 @@ def admission(memory: MemoryBudget | None, plan: footprints.MemoryPlan | None, k
 
 def sizing_admission(memory: MemoryBudget | None) -> contextlib.AbstractContextManager:
     # The footprint is unknown until the reference has run once: size it with the device to itself.
-    return memory.hold(memory.capacity) if memory is not None else contextlib.nullcontext()
+    return memory.hold(memory.capacity, sizing=True) if memory is not None else contextlib.nullcontext()
 
 
 def is_big(memory: MemoryBudget | None, plan: footprints.MemoryPlan | None) -> bool:

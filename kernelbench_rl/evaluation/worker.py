@@ -413,8 +413,12 @@ class Worker:
                             self.references.discriminate(state, settings, payload.get("input_variant"))
                             result.phase_seconds["discrimination"] = time.perf_counter() - mark
                             trace.record(payload["problem_id"], "discrimination", mark)
-                            with trace.span(payload["problem_id"], "sizing_release"):
-                                self.references.release_device_memory()
+                            # The worker's cached device memory goes back before any child may take it; a sizing
+                            # next in line takes the whole budget and would allocate it again (each cudaFree here
+                            # took 0.1-0.6 s on an H200, in series with every other sizing of a cold folder).
+                            if self.memory is None or not self.memory.next_is_sizing():
+                                with trace.span(payload["problem_id"], "sizing_release"):
+                                    self.references.release_device_memory()
                 else:  # sized by the request this one waited for
                     result.phase_seconds["reference_wait"] = time.perf_counter() - t
         state.last_used = time.monotonic()
