@@ -123,3 +123,22 @@ def test_a_silent_helper_is_stopped_after_its_wait(problems, monkeypatch):
         assert service._process is None
     finally:
         service.close()
+
+
+def test_an_answer_that_is_not_a_floor_leaves_it_to_the_worker(problems, monkeypatch):
+    service = floor_service.FloorService(GPU)
+    try:
+        real = json.loads
+
+        def broken(text, *a, **k):
+            found = real(text, *a, **k)
+            if isinstance(found, dict) and "floor" in found:
+                found["floor"].pop("flops")
+            return found
+
+        monkeypatch.setattr(floor_service.json, "loads", broken)
+        assert service.floor(problems["matmul"], "fp32", "L0/1") is None
+        assert "not a floor" in service.failure
+    finally:
+        service.close()
+

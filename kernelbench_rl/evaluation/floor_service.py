@@ -74,7 +74,11 @@ class FloorService:
             self._answered = True
         if "floor" in answer:
             fields = {f.name for f in dataclasses.fields(floors.Floor)}
-            return floors.Floor(**{k: v for k, v in answer["floor"].items() if k in fields})
+            try:
+                return floors.Floor(**{k: v for k, v in dict(answer["floor"]).items() if k in fields})
+            except (TypeError, ValueError) as exc:  # an answer that is not a floor: worked out by the caller
+                self.failure = f"an answer that is not a floor: {type(exc).__name__}: {exc}"[:200]
+                return None
         return str(answer.get("why") or "no floor")
 
     def _stop(self) -> None:
