@@ -24,6 +24,8 @@ import sys
 import threading
 from typing import Any
 
+from kernelbench_rl.evaluation import startup
+
 # The first answer waits for the helper's imports and warm-up; later ones take milliseconds. Past these the helper
 # is stopped and the worker works floors out itself.
 FIRST_ANSWER_S = 90.0
@@ -40,10 +42,8 @@ class FloorService:
         self.failure = ""
         self._lock = threading.Lock()
         self._answered = False
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
-        env["CUDA_VISIBLE_DEVICES"] = ""  # the meta device only: no CUDA context, no device memory
+        # The meta device only: no CUDA context, no device memory.
+        env = {**os.environ, "PYTHONPATH": startup.package_pythonpath(), "CUDA_VISIBLE_DEVICES": ""}
         self._process: subprocess.Popen | None = subprocess.Popen(
             [sys.executable, "-m", "kernelbench_rl.evaluation.floor_service", gpu],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1)

@@ -22,13 +22,12 @@ import time
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from kernelbench_rl.evaluation import reference_budget, tempdirs
+from kernelbench_rl.evaluation import reference_budget, startup, tempdirs
 from kernelbench_rl.evaluation.sandbox import scrubbed_env
 
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+PACKAGE_PARENT = startup.PACKAGE_PARENT
 MAX_ATTEMPTS = 2  # the first try and one retry
 READY_TIMEOUT_S = 180.0
 
@@ -263,7 +262,7 @@ class WorkerPool:
         self.log_dir = self.home
         self.slots: list[_Slot] = []
         for index in range(self.num_workers):
-            overrides = {"HOME": self.home, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _pythonpath()}
+            overrides = {"HOME": self.home, "PYTHONUNBUFFERED": "1", "PYTHONPATH": startup.package_pythonpath()}
             if device == "cuda":
                 visible = os.environ.get("CUDA_VISIBLE_DEVICES")
                 devices = visible.split(",") if visible else [str(i) for i in range(self.num_workers)]
@@ -364,11 +363,6 @@ class WorkerPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _pythonpath() -> str:
-    existing = os.environ.get("PYTHONPATH", "")
-    return PACKAGE_PARENT + (os.pathsep + existing if existing else "")
 
 
 def default_parallel_compiles(device: str, num_workers: int | None = None) -> int:

@@ -202,9 +202,7 @@ class PendingProbe:
 
     def __init__(self, landlock: bool) -> None:
         self.started = time.perf_counter()
-        env = dict(os.environ)
-        root = os.path.dirname(PACKAGE_DIR)  # where `kernelbench_rl` imports from, whatever the working folder
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
+        env = {**os.environ, "PYTHONPATH": startup.package_pythonpath()}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kernelbench_rl.evaluation.same_uid", "--probe",
              "--landlock" if landlock else "--no-landlock", "--parent", str(os.getpid())],

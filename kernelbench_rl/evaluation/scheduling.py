@@ -42,6 +42,15 @@ BIG_PLAN_FRACTION = 0.25
 FREE_WAIT_S = 30.0
 
 
+class _Ticket:
+    """A place in the budget's queue (compared by identity), and whether its holder sizes a problem."""
+
+    __slots__ = ("sizing",)
+
+    def __init__(self, sizing: bool) -> None:
+        self.sizing = sizing
+
+
 class MemoryBudget:
     """Bytes of device memory the children may hold at once, handed out first come, first served.
 
@@ -67,8 +76,7 @@ class MemoryBudget:
         self.usable_fraction = usable_fraction
         self.poll_s = poll_s
         self._cond = threading.Condition()
-        self._queue: collections.deque[object] = collections.deque()
-        self._sizings: set[int] = set()  # ids of queued tickets that are sizings (`hold(..., sizing=True)`)
+        self._queue: collections.deque[_Ticket] = collections.deque()
 
     def available(self) -> int:
         """Bytes a new request may be admitted with now (the caller holds no lock; a snapshot)."""
@@ -80,33 +88,29 @@ class MemoryBudget:
             return self.capacity
         return min(self.capacity, self.used + int(self.usable_fraction * max(0, self.free_probe())))
 
-    def _admissible(self, ticket: object, nbytes: int) -> bool:
+    def _admissible(self, ticket: _Ticket, nbytes: int) -> bool:
         return self._queue[0] is ticket and (self.used == 0 or self.used + nbytes <= self._capacity_now())
 
     def next_is_sizing(self) -> bool:
         """Whether the next request to be admitted sizes a problem (and so takes the whole budget: nobody allocates
         before it does)."""
         with self._cond:
-            return bool(self._queue) and id(self._queue[0]) in self._sizings
+            return bool(self._queue) and self._queue[0].sizing
 
     @contextlib.contextmanager
     def hold(self, nbytes: int, sizing: bool = False):
         nbytes = max(0, min(int(nbytes), self.capacity))
-        ticket = object()
+        ticket = _Ticket(sizing)
         with self._cond:
             self._queue.append(ticket)
-            if sizing:
-                self._sizings.add(id(ticket))
             try:
                 while not self._admissible(ticket, nbytes):
                     self._cond.wait(timeout=self.poll_s if self.free_probe is not None else None)
             except BaseException:
                 self._queue.remove(ticket)  # never admitted: those behind it must not wait on it
-                self._sizings.discard(id(ticket))
                 self._cond.notify_all()
                 raise
             self._queue.popleft()
-            self._sizings.discard(id(ticket))
             self.used += nbytes
             self._cond.notify_all()
         try:

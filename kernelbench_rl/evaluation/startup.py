@@ -23,6 +23,16 @@ import threading
 import time
 from typing import Any
 
+# The folder `kernelbench_rl` imports from, whatever the working folder.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+
+
+def package_pythonpath() -> str:
+    """PYTHONPATH for a process of ours started with `python -m kernelbench_rl...`: this package first, then what this
+    process has."""
+    return os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get("PYTHONPATH", "")]))
+
+
 # What the zygote (the forkserver every candidate's child is forked from) imports once, up front.
 ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child"]
 CACHE_DIR_ENV = "KBRL_EVAL_CACHE_DIR"

@@ -221,14 +221,13 @@ class Worker:
     def _warm_up_libraries(self) -> str:
         """cuBLAS and cuDNN loaded in this process while the pool starts (0.2-0.6 s on an H200), not inside a cold
         folder's first sizings, which hold the device and all of the children's memory. GPU work, so never beside a
-        timed trial."""
-        mark = time.perf_counter()
+        timed trial. Its seconds are the phase's (`library_warmup`)."""
         try:
             with self.quiet_gate.noisy():
                 runtime.make_library_handles()
         except Exception as exc:  # noqa: BLE001 - the first sizing loads them itself
             return f"failed: {type(exc).__name__}: {exc}"[:200]
-        return f"{time.perf_counter() - mark:.2f} s"
+        return "ok"
 
     def _reserved_for_others(self) -> int:
         """config.reserved_memory_bytes where it applies to this worker's device (its UUID, when one is named)."""
