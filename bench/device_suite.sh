@@ -47,7 +47,8 @@
 #                                                # carry .whl-duck/, else skipped), then KernelBench's harness, one sample
 #                                                # a problem, with what is left (carry .kb and .whl as for kb-*)
 #   bash bench/device_suite.sh grpo-cold         # <= 450 s: the cold level-2 folder alone, GRPO_COLD_RUNS (2) times, timeline on
-#                                                # (carry .whl-duck; .kb for KernelBench's problems, .whl with GRPO_COLD_KB=1)
+#                                                # (carry .whl-duck; .kb for KernelBench's problems, .whl with GRPO_COLD_KB=1);
+#                                                # GRPO_COLD_AB="VAR=a VAR=b" alternates settings within each run
 #   bash bench/device_suite.sh grpo-trace        # <= 500 s: the warm batch of level 2, then level 1 (GRPO_TRACE_LEVELS), with the
 #                                                # evaluation timeline on; bench/trace_timeline.py's summary (and picture)
 #   bash bench/device_suite.sh gpu-tests         # <= 575 s: the tests marked gpu (skipped on CPU machines), with pytest from
@@ -220,14 +221,21 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
     ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)
     ls .whl/pydantic-*.whl >/dev/null 2>&1 && install_wheels .whl /tmp/kb_site 60
     install_wheels .whl-duck /tmp/duck_site 60
+    # GRPO_COLD_AB="VAR=a VAR=b": each run goes through the settings in turn (one fresh process each), so the settings
+    # alternate on one machine; files are named by run and setting and tarred with the timelines.
     TRACES=/tmp/kbrl_trace_cold; rm -rf "$TRACES" && mkdir -p "$TRACES"
     for RUN in $(seq 1 ${GRPO_COLD_RUNS:-2}); do
-      KB_FLAG=(--no-kb); [ "${GRPO_COLD_KB:-0}" = 1 ] && [ $RUN = 1 ] && KB_FLAG=()  # the harness once, in run 1
-      TRACE="$TRACES/run$RUN"; mkdir -p "$TRACE" && chmod 1777 "$TRACE"
-      KBRL_EVAL_TRACE="$TRACE" timeout 200 python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --levels ${GRPO_COLD_LEVEL:-2} \
-        --cold-level ${GRPO_COLD_LEVEL:-2} --no-warm "${KB_FLAG[@]}" --kb-site /tmp/kb_site --duck-site /tmp/duck_site \
-        --out "$OUT/grpo_cold_$RUN.json" ${GRPO_ARGS:-} 2>&1 | tee -a "$OUT/grpo_cold.log" | grep -v "^ours  \[" | tail -6
-      python3 bench/trace_timeline.py "$TRACE" --out "$OUT/trace_cold_${RUN}_summary.json" | head -30
+      for SETTING in ${GRPO_COLD_AB:-default}; do
+        TAG=$RUN; ENV_SET=(); [ "$SETTING" != default ] && TAG="${RUN}_${SETTING//[^A-Za-z0-9]/_}" && ENV_SET=("$SETTING")
+        KB_FLAG=(--no-kb); [ "${GRPO_COLD_KB:-0}" = 1 ] && [ $RUN = 1 ] && KB_FLAG=()  # the harness once, in run 1
+        TRACE="$TRACES/run$TAG"; mkdir -p "$TRACE" && chmod 1777 "$TRACE"
+        echo "== cold run $RUN ${ENV_SET[*]}" | tee -a "$OUT/grpo_cold.log"
+        env "${ENV_SET[@]}" KBRL_EVAL_TRACE="$TRACE" timeout 200 python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" \
+          --levels ${GRPO_COLD_LEVEL:-2} --cold-level ${GRPO_COLD_LEVEL:-2} --no-warm "${KB_FLAG[@]}" --kb-site /tmp/kb_site \
+          --duck-site /tmp/duck_site --out "$OUT/grpo_cold_$TAG.json" ${GRPO_ARGS:-} 2>&1 | tee -a "$OUT/grpo_cold.log" \
+          | grep -v "^ours  \[" | tail -6
+        python3 bench/trace_timeline.py "$TRACE" --out "$TRACE/summary.json" | head -30
+      done
     done
     tar -czf "$OUT/trace_cold.tar.gz" -C "$TRACES" . 2>/dev/null ;;
   host-probe)

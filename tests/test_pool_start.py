@@ -61,6 +61,31 @@ def test_the_rest_of_the_warm_children_start_after_ready_and_stop_with_the_pool(
             os.kill(pid, 0)
 
 
+def test_pre_started_children_start_their_runtime_in_turn(monkeypatch):
+    """Paced to one at a time, each pre-start is spawned only once the one before it has started (its first message,
+    which on a GPU comes after its CUDA context); a dead child no longer counts as starting."""
+    from kernelbench_rl.evaluation import children as children_module
+
+    monkeypatch.setattr(children_module, "CONCURRENT_STARTS", 1)
+    pool = children_module.ChildPool("cpu", warm_children=4, busy_cores=set())
+    starting_at_each_spawn: list[int] = []
+    spawn = pool._spawn
+
+    def counted_spawn():
+        starting_at_each_spawn.append(sum(child.starting() for child in pool.warm))
+        return spawn()
+
+    monkeypatch.setattr(pool, "_spawn", counted_spawn)
+    try:
+        pool.fill_in_background().join(60)
+        assert len(pool.warm) == 4 and starting_at_each_spawn == [0, 0, 0, 0]
+        child = pool.take()
+        child.kill()
+        assert not child.starting()
+    finally:
+        pool.shutdown()
+
+
 # -- the private cache ------------------------------------------------------------------------
 
 

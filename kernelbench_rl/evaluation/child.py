@@ -67,6 +67,9 @@ def classify(exc: BaseException, during_import: bool) -> str:
     return "runtime"
 
 
+READY_EVENT = "ready"  # a pre-started child's first message: its start (CUDA's context included) is over
+
+
 def child_main(conn: Connection, device: str) -> None:
     """Entry point of a forked child: warm up, then serve exactly one job."""
     _PARENT[0] = os.getppid()
@@ -84,6 +87,10 @@ def child_main(conn: Connection, device: str) -> None:
         if not init_error and not conn.poll(0):
             _warm_profiler()  # only in the "teardown" and "attached" modes
     try:
+        # The worker paces its pre-starts by this (CUDA contexts start one after another in the driver): it is
+        # read and skipped wherever the worker waits for this child's answers.
+        wire.send_json(conn, {"event": READY_EVENT, "cuda_init_s": round(cuda_init_s, 4),
+                              "spans": [["cuda_start", t0, t0 + cuda_init_s]]})
         job = wire.recv_json(conn)
     except (EOFError, OSError):
         return

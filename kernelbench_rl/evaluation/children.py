@@ -25,13 +25,36 @@ import torch
 
 from kernelbench_rl.evaluation import faults, scheduling, startup, trace, wire
 from kernelbench_rl.evaluation import memory as footprints
-from kernelbench_rl.evaluation.child import child_main
+from kernelbench_rl.evaluation.child import READY_EVENT, child_main
 from kernelbench_rl.evaluation.faults import Fault
 from kernelbench_rl.evaluation.result import ErrorCategory, Flag
 
 # Children may read our package (they run its code), never the rest of the checkout around it.
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_S = 60.0
+
+
+def _concurrent_starts() -> int:
+    text = os.environ.get("KBRL_EVAL_CHILD_STARTS", "2").strip()
+    return max(0, int(text)) if text.isdigit() else 2
+
+
+# Pre-started children starting CUDA at once (KBRL_EVAL_CHILD_STARTS; 0: all at once). The driver creates contexts
+# about one at a time (0.25 s each on an H200 beside a pool's start): a pool's 18 started together were all ready only
+# after 3-4 s, and a cold folder's first candidates waited that long for theirs. Paced, the first are ready in a
+# fraction of a second and the rest follow in order.
+CONCURRENT_STARTS = _concurrent_starts()
+PACING_WAIT_S = 10.0  # a child slower than this to start no longer holds the next one back
+
+
+def _watch_start(child: Child, slots: threading.Semaphore) -> None:
+    """Until `child` has started (or PACING_WAIT_S passed since its spawn): then its slot goes to the next one."""
+    try:
+        while child.starting() and time.perf_counter() - child.started_at < PACING_WAIT_S:
+            time.sleep(0.005)
+        trace.record("prestart", "child_start", child.started_at, pid=child.pid)
+    finally:
+        slots.release()
 
 
 class WorkerStopping(Exception):
@@ -47,6 +70,7 @@ class Child:
         self.rss_limit_mb: float | None = None
         self.workdir = ""
         self.trace_who = ""  # the evaluation it serves, in the trace (trace.py)
+        self.announced = False  # its first message was read: its start (and CUDA's) is over
         self.process = ctx.Process(target=child_main, args=(child_conn, device), daemon=False)
         self.process.start()
         child_conn.close()
@@ -55,6 +79,17 @@ class Child:
     @property
     def pid(self) -> int:
         return int(self.process.pid)
+
+    def starting(self) -> bool:
+        """Still starting: alive, and nothing from it yet (its first message says its CUDA context is up)."""
+        if self.announced:
+            return False
+        try:
+            if self.conn.poll(0):  # (not read here: whoever serves the child reads it)
+                return False
+        except (EOFError, OSError):
+            return False
+        return self.process.is_alive()
 
     def kill(self) -> None:
         self.signal_kill()
@@ -111,19 +146,36 @@ class ChildPool:
             self.warm.append(Child(self.ctx, self.device))
 
     def fill_in_background(self, phases: startup.Phases | None = None, phase: str = "") -> threading.Thread:
-        """Pre-start children up to `warm_children`, one at a time, off the worker's start (`take` spawns one
-        itself if none is ready yet). Stops when the pool stops, is shut down or makes room."""
+        """Pre-start children up to `warm_children` off the worker's start (`take` spawns one itself if none is ready
+        yet), CONCURRENT_STARTS starting CUDA at a time. Stops when the pool stops, is shut down or makes room."""
+
+        def stop() -> bool:
+            return self.stopping or self.closed or bool(self.making_room)
 
         def fill() -> None:
             started = time.perf_counter()
+            paced = CONCURRENT_STARTS > 0
+            slots = threading.Semaphore(max(1, CONCURRENT_STARTS))
             try:
                 while True:
+                    while paced and not slots.acquire(timeout=0.05):
+                        if stop():
+                            return
                     with self.warm_lock:
-                        if (self.stopping or self.closed or self.making_room
-                                or len(self.warm) >= self.warm_children):
+                        child = None
+                        try:
+                            if not stop() and len(self.warm) < self.warm_children:
+                                child = self._spawn()
+                                self.warm.append(child)
+                        finally:
+                            if child is None and paced:
+                                slots.release()
+                        if child is None:
                             self.filling = False  # under the lock: a `take` from now on replaces its child itself
                             return
-                        self.warm.append(self._spawn())
+                    if paced:
+                        threading.Thread(target=_watch_start, args=(child, slots), daemon=True,
+                                         name="kbrl-prestart-watch").start()
             except Exception:  # noqa: BLE001 - a child that cannot start now is started by `take`, or says why there
                 traceback.print_exc(file=sys.stderr)
             finally:
@@ -284,8 +336,11 @@ def expect(child: Child, events: set[str], timeout_s: float, phase: str) -> dict
             except wire.ProtocolError as exc:
                 raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent a malformed message ({exc})") from None
             event = message.get("event")
+            child.announced = True
             if trace.enabled():
                 trace.record_child(trace.who_of(child), child.pid, message)
+            if event == READY_EVENT and READY_EVENT not in events:
+                continue  # a pre-started child's start is over (its deadline is the phase's all the same)
             if event in events:
                 return message
             if event == "error":
@@ -370,9 +425,11 @@ def ipc_selftest(ctx: Any, phases: Any, drop_uid: bool, landlock: bool, workdir:
                 child = Child(ctx, "cuda")  # waits for the zygote's imports
             wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop_uid, "landlock": landlock,
                                         "workdir": workdir, "block_unix_sockets": block_unix_sockets})
-            if not child.conn.poll(START_TIMEOUT_S):
-                return "no answer"
-            header = wire.recv_json(child.conn)
+            header = {"event": READY_EVENT}
+            while header.get("event") == READY_EVENT:
+                if not child.conn.poll(START_TIMEOUT_S):
+                    return "no answer"
+                header = wire.recv_json(child.conn)
             tensors = wire.receive_tensors(child.conn, header, 1 << 20)["t"]
             expected = torch.arange(1024, dtype=torch.float32, device="cuda")
             ok = torch.equal(tensors[0], expected)

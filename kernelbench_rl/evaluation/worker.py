@@ -322,6 +322,7 @@ class Worker:
                 child.rss_limit_mb = host_memory_limit_mb(settings.memory_limit_mb, self.transport,
                                                           state.input_bytes + state.output_bytes)
             result.phase_seconds["child_start"] = time.perf_counter() - t
+            trace.record(who, "child_take", t)
             mark = time.perf_counter()
             loaded = self._start_candidate(child, workdir, source, payload, settings, state, result, compiling)
             trace.record(who, "compile", mark)
@@ -439,9 +440,11 @@ class Worker:
         t = time.perf_counter()
         compiling.enter_context(self.compile_slots)
         result.phase_seconds["compile_wait"] = time.perf_counter() - t
+        trace.record(trace.who_of(child), "compile_wait", t)
         children.send(child, job, "starting the sandbox")
         t = time.perf_counter()
         started = children.expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
+        trace.record(trace.who_of(child), "sandbox_start", t)
         if started.get("numerics") is not None and dict(started["numerics"]) != numerics.snapshot():
             raise Fault(ErrorCategory.INFRA, "the sandbox's numerics settings differ from the reference's: "
                         f"{numerics.describe(dict(started['numerics']))}")
@@ -450,7 +453,9 @@ class Worker:
         if self.device == "cuda":
             result.versions["profiler_warmup"] = str(started.get("profiler_warmup", ""))
         result.phase_seconds["cuda_init"] = float(started.get("cuda_init_s", 0.0))
+        mark = time.perf_counter()
         loaded = children.expect(child, {"loaded", "nvcc"}, settings.timeout_s, "compiling/importing the kernel")
+        trace.record(trace.who_of(child), "import", mark)
         result.phase_seconds["compile"] = float(loaded.get("compile_s", 0.0))
         if build_key:
             result.versions["build_cache"] = self.builds.save(workdir, build_key)
