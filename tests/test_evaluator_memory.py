@@ -250,6 +250,36 @@ def test_timing_gives_up_on_a_long_warm_up_and_says_so():
     thread.join(10)
 
 
+def test_work_that_waits_for_no_timing_waits_for_a_timing_and_never_holds_one_back():
+    """A pre-start's wait: it begins only once no timing runs or waits, and a timing never waits for it."""
+    gate = QuietGate()
+    assert gate.wait_for_no_timing(0.1) is True  # nothing under way
+    inside, release, began = threading.Event(), threading.Event(), threading.Event()
+
+    def timed() -> None:
+        with gate.quiet(max_wait_s=0.1):
+            inside.set()
+            release.wait(10)
+
+    def pre_start() -> None:
+        if gate.wait_for_no_timing(10):
+            began.set()
+
+    timer = threading.Thread(target=timed)
+    timer.start()
+    assert inside.wait(5)
+    assert gate.wait_for_no_timing(0.1) is False  # a timing holds the gate
+    starter = threading.Thread(target=pre_start)
+    starter.start()
+    assert not began.wait(0.2)
+    release.set()
+    assert began.wait(5)  # the timing ended: the pre-start begins
+    timer.join(5)
+    starter.join(5)
+    with gate.quiet(max_wait_s=0.1) as calm:  # it took nothing: the next timing is calm at once
+        assert calm is True
+
+
 def test_a_quiet_section_nests_its_own_quiet_and_untimed_parts_and_keeps_other_threads_out():
     """A whole device section held quiet: its timed trials (quiet again) and its own untimed work (noisy) pass
     through on its thread; another thread's warm-up waits until the section ends."""

@@ -44,6 +44,10 @@ def _concurrent_starts() -> int:
 # after 3-4 s, and a cold folder's first candidates waited that long for theirs. Paced, the first are ready in a
 # fraction of a second and the rest follow in order.
 CONCURRENT_STARTS = _concurrent_starts()
+# Whether a pre-start waits for the timing under way (or waiting) to end before it begins (a context's creation beside a
+# timed trial spread its calls, and the pairing that follows costs a second); one already starting is not waited for.
+STARTS_YIELD = os.environ.get("KBRL_EVAL_CHILD_STARTS_YIELD", "on").strip().lower() not in ("0", "off", "no", "false")
+STARTS_YIELD_MAX_S = 5.0  # beside a long run of timings the pool still fills
 PACING_WAIT_S = 10.0  # a child slower than this to start no longer holds the next one back
 
 
@@ -145,9 +149,11 @@ class ChildPool:
         for _ in range(max(0, self.warm_children if count is None else count)):
             self.warm.append(Child(self.ctx, self.device))
 
-    def fill_in_background(self, phases: startup.Phases | None = None, phase: str = "") -> threading.Thread:
+    def fill_in_background(self, phases: startup.Phases | None = None, phase: str = "",
+                           gate: Any = None) -> threading.Thread:
         """Pre-start children up to `warm_children` off the worker's start (`take` spawns one itself if none is ready
-        yet), CONCURRENT_STARTS starting CUDA at a time. Stops when the pool stops, is shut down or makes room."""
+        yet), CONCURRENT_STARTS starting CUDA at a time, each beginning when no timing holds `gate` (a
+        scheduling.QuietGate). Stops when the pool stops, is shut down or makes room."""
 
         def stop() -> bool:
             return self.stopping or self.closed or bool(self.making_room)
@@ -161,6 +167,8 @@ class ChildPool:
                     while paced and not slots.acquire(timeout=0.05):
                         if stop():
                             return
+                    if paced and gate is not None and STARTS_YIELD:
+                        gate.wait_for_no_timing(STARTS_YIELD_MAX_S)
                     with self.warm_lock:
                         child = None
                         try:

@@ -154,6 +154,12 @@ class QuietGate:
                 self._noisy -= 1
                 self._cond.notify_all()
 
+    def wait_for_no_timing(self, max_wait_s: float) -> bool:
+        """Wait (at most `max_wait_s`) until no timing holds the gate or waits for it, taking nothing: for work that
+        should not begin beside a timing but need not hold one back either. True when none is under way."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._quiet and self._waiting == 0, timeout=max_wait_s)
+
     @contextlib.contextmanager
     def quiet(self, max_wait_s: float = QUIET_WAIT_S):
         """Yields True when no warm-up ran beside the section's start, False when it gave up waiting. Inside a

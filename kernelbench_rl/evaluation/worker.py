@@ -194,7 +194,7 @@ class Worker:
                 self.versions["reserved_for_others_gb"] = f"{reserved / 2**30:.1f} ({others / 2**30:.1f} held at start)"
         with self.phases.timed("first_child"):
             self.children.prestart(min(1, config.warm_children))  # returns once the zygote serves
-        self.background.append(self.children.fill_in_background(self.phases, "warm_children"))
+        self.background.append(self.children.fill_in_background(self.phases, "warm_children", gate=self.quiet_gate))
         if self.device == "cuda":
             # The fused comparison builds in the background while the first problems are sized and compiled; their
             # comparisons take the torch path (which judges alike) until it is ready, and its checking launches are
