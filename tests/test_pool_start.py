@@ -86,6 +86,22 @@ def test_pre_started_children_start_their_runtime_in_turn(monkeypatch):
         pool.shutdown()
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
+def test_a_pre_started_child_runs_on_the_compiling_cores_only():
+    """Off the quiet cores from its spawn: a context's start there would deschedule a timing's thread."""
+    from kernelbench_rl.evaluation import children as children_module
+
+    core = min(os.sched_getaffinity(0))
+    pool = children_module.ChildPool("cpu", warm_children=2, busy_cores={core})
+    try:
+        pool.prestart(1)
+        pool.fill_in_background().join(60)
+        assert len(pool.warm) == 2
+        assert all(os.sched_getaffinity(child.pid) == {core} for child in pool.warm)  # before any is taken
+    finally:
+        pool.shutdown()
+
+
 # -- the private cache ------------------------------------------------------------------------
 
 

@@ -147,7 +147,7 @@ class ChildPool:
     def prestart(self, count: int | None = None) -> None:
         """Pre-start `count` children (all `warm_children` by default) now; returns once the zygote served them."""
         for _ in range(max(0, self.warm_children if count is None else count)):
-            self.warm.append(Child(self.ctx, self.device))
+            self.warm.append(self._spawn())
 
     def fill_in_background(self, phases: startup.Phases | None = None, phase: str = "",
                            gate: Any = None) -> threading.Thread:
@@ -226,6 +226,12 @@ class ChildPool:
         return child
 
     def _spawn(self) -> Child:
+        child = self._fork()
+        # Its CUDA start (and, once taken, its compile) off the quiet cores, where a timing's thread runs.
+        scheduling.pin(child.pid, self.busy_cores)
+        return child
+
+    def _fork(self) -> Child:
         try:
             return Child(self.ctx, self.device)
         except (EOFError, OSError, ConnectionError):

@@ -48,6 +48,10 @@ class FloorService:
             [sys.executable, "-m", "kernelbench_rl.evaluation.floor_service", gpu],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def floor(self, path: str, precision: str, label: str) -> Any:
         from kernelbench_rl.evaluation import floor as floors
 

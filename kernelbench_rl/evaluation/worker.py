@@ -156,6 +156,8 @@ class Worker:
             if FLOOR_SERVICE != "off":  # its imports and warm-up go on beside the rest of this start
                 try:
                     floor_service = FloorService(self.hardware)
+                    # Its seconds of Python stay off the quiet cores, where a timing's thread must not be descheduled.
+                    scheduling.pin(floor_service.pid or -1, self.busy_cores)
                 except OSError as exc:  # the floors are worked out in this process, as without the helper
                     self.versions["floor_service"] = f"not started: {exc}"[:200]
         else:
