@@ -48,3 +48,16 @@ def test_a_deadline_passed_before_the_step_says_so_not_minus_zero():
         children.expect(holder, {"profiled"}, -1.7, "profiling")
     assert "-" not in caught.value.message and "had run out before this step began" in caught.value.message
     assert children.timeout_message(120.0, "timing") == "timed out after 120 s while timing"
+
+
+def test_a_start_message_is_skipped_once_and_a_second_one_is_a_fault():
+    """The child's first message says its start is over and is passed over; the same message again cannot keep the
+    worker reading past its deadline."""
+    holder = _Holder()
+    wire.send_json(holder.other_end, {"event": "ready", "cuda_init_s": 0.2})
+    wire.send_json(holder.other_end, {"event": "started"})
+    assert children.expect(holder, {"started"}, 5.0, "starting the sandbox")["event"] == "started"
+    wire.send_json(holder.other_end, {"event": "ready"})
+    with pytest.raises(Fault) as caught:
+        children.expect(holder, {"loaded"}, 5.0, "compiling/importing the kernel")
+    assert caught.value.category == ErrorCategory.RUNTIME and "unexpected message 'ready'" in caught.value.message

@@ -350,11 +350,12 @@ def expect(child: Child, events: set[str], timeout_s: float, phase: str) -> dict
             except wire.ProtocolError as exc:
                 raise Fault(ErrorCategory.RUNTIME, f"the kernel's process sent a malformed message ({exc})") from None
             event = message.get("event")
+            first = not getattr(child, "announced", False)
             child.announced = True
             if trace.enabled():
                 trace.record_child(trace.who_of(child), child.pid, message)
-            if event == READY_EVENT and READY_EVENT not in events:
-                continue  # a pre-started child's start is over (its deadline is the phase's all the same)
+            if event == READY_EVENT and first and READY_EVENT not in events:
+                continue  # its start is over; only as its first message (a stream of them would outlast the deadline)
             if event in events:
                 return message
             if event == "error":
@@ -439,11 +440,12 @@ def ipc_selftest(ctx: Any, phases: Any, drop_uid: bool, landlock: bool, workdir:
                 child = Child(ctx, "cuda")  # waits for the zygote's imports
             wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop_uid, "landlock": landlock,
                                         "workdir": workdir, "block_unix_sockets": block_unix_sockets})
-            header = {"event": READY_EVENT}
-            while header.get("event") == READY_EVENT:
+            for _ in range(2):  # its first message says its start is over; the answer follows
                 if not child.conn.poll(START_TIMEOUT_S):
                     return "no answer"
                 header = wire.recv_json(child.conn)
+                if header.get("event") != READY_EVENT:
+                    break
             tensors = wire.receive_tensors(child.conn, header, 1 << 20)["t"]
             expected = torch.arange(1024, dtype=torch.float32, device="cuda")
             ok = torch.equal(tensors[0], expected)
