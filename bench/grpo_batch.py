@@ -275,7 +275,8 @@ def run_cold(args: argparse.Namespace, root: Path, problems: list[Any], level: i
         spec = {"folder": str(folder), "level": level, "root": str(root), "db": str(Path(work) / "cold.duckdb"),
                 "device": args.device, "size": args.size, "timeout_s": args.timeout,
                 "correctness_trials": args.correctness_trials, "timing_trials": args.timing_trials,
-                "warmup_trials": args.warmup_trials}
+                "warmup_trials": args.warmup_trials, "warm_children": args.warm_children,
+                "in_flight": args.in_flight, "parallel_compiles": args.parallel_compiles}
         spec_path = Path(work) / "cold_spec.json"
         spec_path.write_text(json.dumps(spec))
         env = dict(os.environ)
@@ -339,7 +340,9 @@ def cold_child(spec_path: str) -> None:
         requests.append(EvalRequest(pid, path.read_text(), settings, request_id=path.name))
     out["phases_s"]["scan_and_problems"] = round(time.perf_counter() - t, 3)
     t = time.perf_counter()
-    evaluator = Evaluator(settings, store=store, problems_root=spec["root"], static_checks=False)
+    evaluator = Evaluator(settings, store=store, problems_root=spec["root"], static_checks=False,
+                          warm_children=spec.get("warm_children"), in_flight=spec.get("in_flight"),
+                          parallel_compiles=spec.get("parallel_compiles"))
     try:
         evaluator.start()
         out["phases_s"]["pool_start_to_ready"] = round(time.perf_counter() - t, 3)
@@ -626,9 +629,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kb-exact-fp32", action="store_true", help="TF32 off in KernelBench's processes")
     parser.add_argument("--no-warmup", action="store_true", help="skip the pool's warm-up candidate")
     parser.add_argument("--worker-logs", default=None, help="append the tail of our workers' logs to this file")
-    parser.add_argument("--parallel-compiles", type=int, default=None)
-    parser.add_argument("--in-flight", type=int, default=None)
-    parser.add_argument("--warm-children", type=int, default=None)
+    parser.add_argument("--parallel-compiles", type=int, default=None,
+                        help="children compiling at once per worker, warm batch and cold folder (the pool's default)")
+    parser.add_argument("--in-flight", type=int, default=None,
+                        help="evaluations under way at once per worker, both parts (the pool's default)")
+    parser.add_argument("--warm-children", type=int, default=None,
+                        help="pre-started children per worker, both parts (the pool's default)")
     parser.add_argument("--out", default=None, help="JSON output (default grpo_batch.json)")
     return parser
 
