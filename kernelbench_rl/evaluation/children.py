@@ -51,14 +51,16 @@ STARTS_YIELD_MAX_S = 5.0  # beside a long run of timings the pool still fills
 PACING_WAIT_S = 10.0  # a child slower than this to start no longer holds the next one back
 
 
-def _watch_start(child: Child, slots: threading.Semaphore) -> None:
-    """Until `child` has started (or PACING_WAIT_S passed since its spawn): then its slot goes to the next one."""
-    try:
-        while child.starting() and time.perf_counter() - child.started_at < PACING_WAIT_S:
-            time.sleep(0.005)
-        trace.record("prestart", "child_start", child.started_at, pid=child.pid)
-    finally:
-        slots.release()
+def _started(starting: list[Child]) -> list[Child]:
+    """Those of `starting` still starting (each for at most PACING_WAIT_S from its spawn); the others are traced."""
+    now = time.perf_counter()
+    still = []
+    for child in starting:
+        if child.starting() and now - child.started_at < PACING_WAIT_S:
+            still.append(child)
+        else:
+            trace.record("prestart", "child_start", child.started_at, now, pid=child.pid)
+    return still
 
 
 class WorkerStopping(Exception):
@@ -160,30 +162,22 @@ class ChildPool:
 
         def fill() -> None:
             started = time.perf_counter()
-            paced = CONCURRENT_STARTS > 0
-            slots = threading.Semaphore(max(1, CONCURRENT_STARTS))
+            starting: list[Child] = []
             try:
                 while True:
-                    while paced and not slots.acquire(timeout=0.05):
-                        if stop():
-                            return
-                    if paced and gate is not None and STARTS_YIELD:
-                        gate.wait_for_no_timing(STARTS_YIELD_MAX_S)
+                    if CONCURRENT_STARTS > 0:
+                        while len(starting := _started(starting)) >= CONCURRENT_STARTS:
+                            if stop():
+                                return
+                            time.sleep(0.005)
+                        if gate is not None and STARTS_YIELD:
+                            gate.wait_for_no_timing(STARTS_YIELD_MAX_S)
                     with self.warm_lock:
-                        child = None
-                        try:
-                            if not stop() and len(self.warm) < self.warm_children:
-                                child = self._spawn()
-                                self.warm.append(child)
-                        finally:
-                            if child is None and paced:
-                                slots.release()
-                        if child is None:
+                        if stop() or len(self.warm) >= self.warm_children:
                             self.filling = False  # under the lock: a `take` from now on replaces its child itself
                             return
-                    if paced:
-                        threading.Thread(target=_watch_start, args=(child, slots), daemon=True,
-                                         name="kbrl-prestart-watch").start()
+                        self.warm.append(self._spawn())
+                        starting.append(self.warm[-1])
             except Exception:  # noqa: BLE001 - a child that cannot start now is started by `take`, or says why there
                 traceback.print_exc(file=sys.stderr)
             finally:
