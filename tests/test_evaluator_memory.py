@@ -149,7 +149,7 @@ def test_an_oom_that_recurs_alone_within_budget_is_ours_never_a_zero(monkeypatch
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     shared = _result(ErrorCategory.RUNTIME, f"{WORKER_OOM}: OutOfMemoryError: CUDA out of memory.")
     alone = _result(ErrorCategory.RUNTIME, f"{WORKER_OOM}: OutOfMemoryError: CUDA out of memory.")
-    result, _ = _fake_cuda_worker([shared, alone]).evaluate({})
+    result, _ = _fake_cuda_worker([shared, alone])._evaluate_beside_others({})
     assert result.error_category == ErrorCategory.INFRA
     assert "even with the device to itself" in result.error_message and "oom_retry" in result.versions
 
@@ -158,7 +158,7 @@ def test_an_oom_beside_others_that_passes_alone_is_judged_on_its_merits(monkeypa
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     shared = _result(ErrorCategory.RUNTIME, child_oom_fault("OutOfMemoryError: x", {"reserved": GIB, "cap": 9 * GIB}).message)
     alone = _result(ErrorCategory.OK, "")
-    result, _ = _fake_cuda_worker([shared, alone]).evaluate({})
+    result, _ = _fake_cuda_worker([shared, alone])._evaluate_beside_others({})
     assert result.error_category == ErrorCategory.OK
 
 

@@ -86,6 +86,79 @@ def test_pre_started_children_start_their_runtime_in_turn(monkeypatch):
         pool.shutdown()
 
 
+def _settled(pool, timeout_s: float = 60.0) -> int:
+    """The pre-started count once no fill is under way."""
+    deadline = time.monotonic() + timeout_s
+    while pool.filling and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return len(pool.warm)
+
+
+def test_the_pool_pre_starts_only_what_the_evaluations_in_hand_and_queued_can_take(monkeypatch):
+    """Two children an evaluation (its candidate's, its reference's) and one spare: a folder of a few problems does not
+    make the full count of contexts it never uses. Idle again, the pool fills up for the next batch."""
+    from kernelbench_rl.evaluation import children as children_module
+
+    monkeypatch.setattr(children_module, "DEMAND_AWARE", True)
+    monkeypatch.setattr(children_module, "IDLE_REFILL_S", 0.3)
+    pool = children_module.ChildPool("cpu", warm_children=8, busy_cores=set())
+    try:
+        first = pool.job_arrived(backlog=1)  # one in hand, one queued behind it: 2 + 2 + 1
+        assert pool.wanted() == 5 and _settled(pool) == 5
+        second = pool.job_arrived(backlog=0)
+        assert pool.wanted() == 5 and _settled(pool) == 5
+        taken = [pool.take(first), pool.take(first), pool.take(second)]
+        assert pool.wanted() == 2 and _settled(pool) == 2  # no replacement beyond what is still wanted
+        taken.append(pool.take(first))  # a third take of one evaluation (a retry's) counts on nothing
+        assert pool.wanted() == 2
+        pool.job_left(first)
+        pool.job_left(first)  # twice is once
+        assert pool.jobs_in_hand == 1 and pool.wanted() == 2
+        pool.job_left(second)
+        assert pool.jobs_in_hand == 0 and pool.children_wanted == 0 and pool.wanted() == 8
+        assert _settled(pool) < 8  # not at once: the next batch may be on its way
+        deadline = time.monotonic() + 60
+        while len(pool.warm) < 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _settled(pool) == 8
+        for child in taken:
+            pool.retire(child, "")
+    finally:
+        pool.shutdown()
+
+
+def test_a_batch_whose_first_request_said_little_still_gets_its_children(monkeypatch):
+    """The orchestrator's first send of a batch may find the rest not yet queued: the next requests' larger backlog
+    starts a fill again."""
+    from kernelbench_rl.evaluation import children as children_module
+
+    monkeypatch.setattr(children_module, "DEMAND_AWARE", True)
+    pool = children_module.ChildPool("cpu", warm_children=6, busy_cores=set())
+    try:
+        pool.job_arrived(backlog=0)
+        assert _settled(pool) == 3
+        pool.job_arrived(backlog=4)
+        assert pool.wanted() == 6 and _settled(pool) == 6
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.parametrize("switch, backlog", [(False, 0), (True, None)])
+def test_without_demand_or_its_switch_the_pool_keeps_all_its_children(monkeypatch, switch, backlog):
+    from kernelbench_rl.evaluation import children as children_module
+
+    monkeypatch.setattr(children_module, "DEMAND_AWARE", switch)
+    pool = children_module.ChildPool("cpu", warm_children=4, busy_cores=set())
+    try:
+        demand = pool.job_arrived(backlog=backlog)
+        assert pool.wanted() == 4
+        pool.fill_in_background().join(60)
+        pool.retire(pool.take(demand), "")
+        assert pool.wanted() == 4 and _settled(pool) == 4  # the take replaced its child
+    finally:
+        pool.shutdown()
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
 def test_a_pre_started_child_runs_on_the_compiling_cores_only():
     """Off the quiet cores from its spawn: a context's start there would deschedule a timing's thread."""
@@ -307,3 +380,48 @@ def test_a_remembered_pass_stops_the_probe_under_way(monkeypatch):
     pending = same_uid.PendingProbe(True)
     assert same_uid.settle("cpu", "auto", True, True, startup.Phases(), may_probe=True, pending=pending)[1] is False
     assert pending.process.poll() is not None
+
+
+_BACKLOG_SCRIPT = """
+import dataclasses, json
+from kernelbench_rl.evaluation import numerics, worker_process
+from kernelbench_rl.evaluation.result import EvalSettings
+from kernelbench_rl.evaluation.worker import Worker, WorkerConfig
+from kernelbench_rl.problems import get_problem
+
+numerics.apply()  # as the worker's process does (worker_process.main)
+problem = get_problem("L1/19")
+settings = EvalSettings(device="cpu", timeout_s=60, size="small")
+identity = problem.source_for("small").replace("class Model(", "class ModelNew(")
+payload = {"problem_id": "L1/19", "candidate_source": identity, "candidate_sha256": "a" * 64,
+           "settings": dataclasses.asdict(settings), "problem_source": problem.source_for("small"),
+           "suite": problem.suite, "baseline": None, "input_variant": None}
+worker = Worker(WorkerConfig(device="cpu", warm_children=2))
+answers, backlogs = [], []
+try:
+    for line in ({"id": 1, "request": payload, "backlog": 5}, {"id": 2, "request": {"broken": True}, "backlog": 3},
+                 {"id": 3, "request": payload}):
+        worker_process._handle(worker, json.dumps(line), answers.append)
+        backlogs.append(worker.children.backlog)
+    print(json.dumps({"backlogs": backlogs, "in_hand": worker.children.jobs_in_hand,
+                      "wanted": worker.children.children_wanted,
+                      "answers": {m["id"]: ("error" if "error" in m else m["result"]["correct"])
+                                  for m in answers if "event" not in m}}))
+finally:
+    worker.shutdown()
+"""
+
+
+def test_a_request_s_backlog_reaches_the_pool_and_its_evaluation_leaves_no_demand_behind():
+    """What the orchestrator's line says is queued behind a request is what the worker's pool plans for; an evaluation,
+    however it ends, takes its share of the demand with it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _BACKLOG_SCRIPT], capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["backlogs"] == [5, 3, None]  # the last orchestrator does not say
+    assert report["in_hand"] == 0 and report["wanted"] == 0
+    assert report["answers"] == {"1": True, "2": "error", "3": True}

@@ -49,6 +49,21 @@ CONCURRENT_STARTS = _concurrent_starts()
 STARTS_YIELD = os.environ.get("KBRL_EVAL_CHILD_STARTS_YIELD", "on").strip().lower() not in ("0", "off", "no", "false")
 STARTS_YIELD_MAX_S = 5.0  # beside a long run of timings the pool still fills
 PACING_WAIT_S = 10.0  # a child slower than this to start no longer holds the next one back
+# Children an evaluation takes at most: its candidate's and, on a GPU, its reference's (a baseline or a side-by-side
+# timing in a child of its own; a resident one is reused, so this is an upper bound).
+CHILDREN_PER_JOB = 2
+SPARE_CHILDREN = 1  # beyond what the evaluations in hand and queued can take: a retry's, a late arrival's
+IDLE_REFILL_S = 2.0  # with no evaluation in hand this long, the pool fills up again for the next batch
+
+
+def _demand_aware() -> bool:
+    return os.environ.get("KBRL_EVAL_CHILD_DEMAND", "on").strip().lower() not in ("0", "off", "no", "false")
+
+
+# Whether the pool pre-starts only what the evaluations in hand and queued can take (KBRL_EVAL_CHILD_DEMAND). A cold
+# folder of 8 problems made about 18 contexts it never used, most of them while its sections timed; a context's
+# creation beside a timed trial spreads its calls.
+DEMAND_AWARE = _demand_aware()
 
 
 def _started(starting: list[Child]) -> list[Child]:
@@ -61,6 +76,14 @@ def _started(starting: list[Child]) -> list[Child]:
         else:
             trace.record("prestart", "child_start", child.started_at, now, pid=child.pid)
     return still
+
+
+class Demand:
+    """What one evaluation may still take from the pool (see ChildPool.job_arrived)."""
+
+    def __init__(self) -> None:
+        self.children_left = CHILDREN_PER_JOB
+        self.closed = False
 
 
 class WorkerStopping(Exception):
@@ -145,6 +168,66 @@ class ChildPool:
         self.closed = False  # shut down: no child is pre-started from now on
         self.filling = False  # the start's background fill is under way (fill_in_background)
         self.making_room = 0  # big evaluations under way: no pre-started child is spawned meanwhile
+        # What the evaluations in hand may still take, and how many more the orchestrator has queued (None: it does
+        # not say, and the pool keeps `warm_children` ready). Guarded by warm_lock.
+        self.jobs_in_hand = 0
+        self.children_wanted = 0
+        self.backlog: int | None = None
+        self.gate: Any = None  # the quiet gate a fill yields to (fill_in_background's)
+        self.idle_since = time.monotonic()
+
+    def wanted(self) -> int:
+        """Pre-started children to keep: `warm_children`, fewer while the evaluations in hand and queued cannot take
+        that many. With none in hand the next batch's size is unknown: all of them."""
+        with self.warm_lock:
+            return self._wanted()
+
+    def _wanted(self) -> int:
+        if not DEMAND_AWARE or self.backlog is None or not self.jobs_in_hand:
+            return self.warm_children
+        return min(self.warm_children, self.children_wanted + CHILDREN_PER_JOB * self.backlog + SPARE_CHILDREN)
+
+    def job_arrived(self, backlog: int | None) -> Demand:
+        """An evaluation came in, `backlog` more queued behind it at the orchestrator (None: not said). Pass what this
+        returns to `take`, and to `job_left` when the evaluation ends."""
+        with self.warm_lock:
+            self.jobs_in_hand += 1
+            self.children_wanted += CHILDREN_PER_JOB
+            self.backlog = max(0, int(backlog)) if isinstance(backlog, int) else None
+        self._fill_if_short()  # a batch's first request may have said less than the rest will
+        return Demand()
+
+    def job_left(self, demand: Demand) -> None:
+        with self.warm_lock:
+            if demand.closed:
+                return
+            demand.closed = True
+            self.jobs_in_hand -= 1
+            self.children_wanted -= demand.children_left
+            demand.children_left = 0
+            idle = not self.jobs_in_hand
+            if idle:
+                self.idle_since = time.monotonic()
+        if idle and DEMAND_AWARE and self.backlog is not None:
+            timer = threading.Timer(IDLE_REFILL_S, self._refill_if_idle)
+            timer.daemon = True
+            timer.start()
+
+    def _refill_if_idle(self) -> None:
+        """Still nothing in hand: fill up for the next batch (a batch's first takes then find their children)."""
+        with self.warm_lock:
+            if self.jobs_in_hand or time.monotonic() - self.idle_since < IDLE_REFILL_S - 0.01:
+                return
+        self._fill_if_short()
+
+    def _fill_if_short(self) -> None:
+        """A paced fill, unless one is under way or the pool has what it wants."""
+        with self.warm_lock:
+            if (self.filling or self.closed or self.stopping or self.making_room
+                    or len(self.warm) >= self._wanted()):
+                return
+            self.filling = True  # under the lock: one fill at a time
+        self.fill_in_background(gate=self.gate)
 
     def prestart(self, count: int | None = None) -> None:
         """Pre-start `count` children (all `warm_children` by default) now; returns once the zygote served them."""
@@ -160,6 +243,9 @@ class ChildPool:
         def stop() -> bool:
             return self.stopping or self.closed or bool(self.making_room)
 
+        if gate is not None:
+            self.gate = gate
+
         def fill() -> None:
             started = time.perf_counter()
             starting: list[Child] = []
@@ -173,7 +259,7 @@ class ChildPool:
                         if gate is not None and STARTS_YIELD:
                             gate.wait_for_no_timing(STARTS_YIELD_MAX_S)
                     with self.warm_lock:
-                        if stop() or len(self.warm) >= self.warm_children:
+                        if stop() or len(self.warm) >= self._wanted():
                             self.filling = False  # under the lock: a `take` from now on replaces its child itself
                             return
                         self.warm.append(self._spawn())
@@ -194,7 +280,8 @@ class ChildPool:
             raise
         return thread
 
-    def take(self) -> Child:
+    def take(self, demand: Demand | None = None) -> Child:
+        """A child for an evaluation (`demand`: what job_arrived returned for it, None when not counted)."""
         with self.warm_lock:
             if self.stopping:
                 # The orchestrator is gone: a child started now would run its candidate with nobody to stop it
@@ -209,11 +296,14 @@ class ChildPool:
                 candidate.kill()
             if child is None:
                 child = self._spawn()
+            if demand is not None and demand.children_left > 0 and not demand.closed:
+                demand.children_left -= 1
+                self.children_wanted -= 1
             # One replacement per child taken, and one more while the pool is short (after a big evaluation
             # drained it): a burst of 18 CUDA start-ups slowed every start and build beside it to seconds.
             # While the start's background fill runs, it replaces them (this job need not wait for spawns).
             if not self.making_room and not self.filling:
-                for _ in range(min(2, self.warm_children - len(self.warm))):
+                for _ in range(min(2, self._wanted() - len(self.warm))):
                     self.warm.append(self._spawn())
             self.running.add(child)
         scheduling.pin(child.pid, self.busy_cores)

@@ -96,9 +96,10 @@ class WorkerProcess:
         self.proc.wait()
         self.slot.died(self)
 
-    def send(self, job: _Job) -> None:
+    def send(self, job: _Job, backlog: int) -> None:
+        """The request, and how many more wait behind it here (what the worker pre-starts children for)."""
         assert self.proc.stdin is not None
-        line = json.dumps({"id": job.tag, "request": job.payload}) + "\n"
+        line = json.dumps({"id": job.tag, "request": job.payload, "backlog": backlog}) + "\n"
         self.proc.stdin.write(line.encode())
         self.proc.stdin.flush()
 
@@ -223,7 +224,7 @@ class _Slot:
                     time.sleep(0.2)
                 continue
             try:
-                worker.send(job)
+                worker.send(job, self.pool.jobs.qsize())
             except (BrokenPipeError, OSError, ValueError):
                 pass  # the reader sees the death and retries the in-flight job
 

@@ -55,7 +55,7 @@ from kernelbench_rl.evaluation.reference_cache import (  # noqa: F401 - importab
     FRESH_TIMING_BUFFERS, SEED_POOL_SIZE, ProblemState, ReferenceCache,
 )
 from kernelbench_rl.evaluation.children import (  # noqa: F401 - importable from here as before
-    PACKAGE_DIR, START_TIMEOUT_S, Child, ChildPool, WorkerStopping, _process_state, host_memory_limit_mb, stopped,
+    PACKAGE_DIR, START_TIMEOUT_S, Child, ChildPool, Demand, WorkerStopping, _process_state, host_memory_limit_mb, stopped,
 )
 from kernelbench_rl.evaluation.floor_service import FloorService
 from kernelbench_rl.evaluation.faults import (  # noqa: F401 - importable from here as before
@@ -124,6 +124,9 @@ class Worker:
         self.home_cores = scheduling.home_cores(self.all_cores, self.busy_cores)
         scheduling.pin(0, self.home_cores)
         self.children = ChildPool(self.device, config.warm_children, self.busy_cores)
+        # Each evaluation's share of the pre-started children (ChildPool.job_arrived), by id of its payload: its takes,
+        # the candidate's child and a reference's (which starts on a thread of its own), count on it.
+        self._demands: dict[int, Demand] = {}
         if "zygote_spawn" not in self.phases.seconds():
             with self.phases.timed("zygote_spawn"):
                 startup.start_zygote()  # its imports go on beside this process's CUDA start
@@ -245,9 +248,9 @@ class Worker:
                                     self.root, self.config.same_uid)
 
     # -- children (children.py) ------------------------------------------------------------
-    def take_child(self) -> Child:
-        """A pre-started child for a job; WorkerStopping once the orchestrator is gone."""
-        return self.children.take()
+    def take_child(self, payload: dict[str, Any] | None = None) -> Child:
+        """A pre-started child for a job (the evaluation of `payload`); WorkerStopping once the orchestrator is gone."""
+        return self.children.take(self._demands.get(id(payload)) if payload is not None else None)
 
     def kill_running_children(self) -> None:
         """The orchestrator is gone: kill the children serving jobs, and start none from now on."""
@@ -264,7 +267,19 @@ class Worker:
             shutil.rmtree(home, ignore_errors=True)
 
     # -- one evaluation --------------------------------------------------------------------
-    def evaluate(self, payload: dict[str, Any], received_at: float | None = None) -> tuple[EvalResult, dict | None]:
+    def evaluate(self, payload: dict[str, Any], received_at: float | None = None,
+                 backlog: int | None = None) -> tuple[EvalResult, dict | None]:
+        """Evaluate one candidate, `backlog` more queued at the orchestrator (None: not said), counted as what the
+        pool's pre-started children are for (children.ChildPool.job_arrived)."""
+        demand = self._demands[id(payload)] = self.children.job_arrived(backlog)
+        try:
+            return self._evaluate_beside_others(payload, received_at)
+        finally:
+            self._demands.pop(id(payload), None)
+            self.children.job_left(demand)
+
+    def _evaluate_beside_others(self, payload: dict[str, Any],
+                                received_at: float | None = None) -> tuple[EvalResult, dict | None]:
         """Evaluate one candidate beside others; if it ran out of device memory, once more with the device alone.
 
         Children warm up in parallel, and one candidate that hoards device memory would otherwise turn its
@@ -316,7 +331,7 @@ class Worker:
             trace.record(who, "reference", mark)  # sizing the problem, or waiting for whoever sizes it
             workdir = tempfile.mkdtemp(prefix="c-", dir=self.root)
             t = time.perf_counter()
-            child = self.take_child()
+            child = self.take_child(payload)
             child.workdir = workdir
             child.trace_who = f"{payload['problem_id']}#{result.candidate_sha256[:8]}#{child.pid}"
             trace.serve(trace.who_of(child))
@@ -779,7 +794,7 @@ class Worker:
         resident = self.paired_reference.take(paired_key(state, settings, payload))
         if resident is not None:
             return resident
-        return start_reference_child(self.take_child, self.children.retire, self._job, self.root, self.quiet_cores,
+        return start_reference_child(lambda: self.take_child(payload), self.children.retire, self._job, self.root, self.quiet_cores,
                                      state, settings, payload, result, deadline)
 
     def _give_back_reference(self, child: Child, healthy: bool, state: ProblemState, settings: EvalSettings,

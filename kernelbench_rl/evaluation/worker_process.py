@@ -39,7 +39,9 @@ def _handle(worker: Worker, line: str, emit: Any, received_at: float | None = No
     try:
         # The reference's phases are reported as they start and end: the pool bounds them (reference_budget.py).
         with reference_budget.reporting(lambda phase: emit({"event": "reference", "id": tag, "phase": phase})):
-            result, baseline = worker.evaluate(message["request"], received_at)
+            backlog = message.get("backlog")  # the orchestrator's queue behind this request (pool.py)
+            result, baseline = worker.evaluate(message["request"], received_at,
+                                               backlog if isinstance(backlog, int) and backlog >= 0 else None)
         if worker.children.stopping:  # its child was killed because the worker is stopping, not for anything it did
             emit({"id": tag, "error": "the evaluation worker stopped before this evaluation finished"})
             return
