@@ -61,7 +61,7 @@ IDENTITY_OUTLIER_BAND = (0.8, 1.25)
 # timed (overlap, pairing, allocator and launch diagnostics), and what the profile saw.
 _KEPT_VERSIONS = ("transport", "sandbox", "timing_overlap", "profile_error", "timing", "timing_pairing_failed",
                   "timing_diagnostics", "profiler_warmup", "top_kernels", "baseline_timed_in", "baseline_refreshed",
-                  "baseline_child_failed")
+                  "baseline_child_failed", "device_free_gb", "free_wait_released_gb")
 
 
 class BadInput(Exception):

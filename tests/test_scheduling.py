@@ -75,3 +75,33 @@ def test_the_budget_says_when_a_sizing_is_next_in_line_and_forgets_a_request_tha
             pass
         del budget._cond.wait
         assert not budget._queue and not budget.next_is_sizing()  # nobody queues behind a request that left
+
+
+def test_a_wait_for_free_memory_gives_back_this_process_s_own_cache_instead_of_sitting_out_its_bound(monkeypatch):
+    """The device (a stand-in: there is no GPU here) is short only by what this process caches: the wait releases
+    that after its grace, not after FREE_WAIT_S; a wait that children's memory ends never releases it."""
+    import torch
+
+    from kernelbench_rl.evaluation import scheduling
+    from kernelbench_rl.evaluation.result import EvalResult
+
+    gib = 2**30
+    device = {"free": 10 * gib, "cached": 30 * gib, "released": 0}
+
+    def empty_cache():
+        device["free"] += device["cached"]
+        device["cached"] = 0
+        device["released"] += 1
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (device["free"], 80 * gib))
+    monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
+    monkeypatch.setattr(scheduling, "OWN_CACHE_GRACE_S", 0.1)
+    monkeypatch.setattr(scheduling, "FREE_WAIT_S", 20.0)
+    result = EvalResult(problem_id="L1/1", candidate_sha256="", backend="triton", precision="fp32", device_kind="cuda")
+    scheduling.wait_for_free(30 * gib, result, lambda: "")
+    assert device["released"] == 1 and result.phase_seconds["free_wait"] < scheduling.FREE_WAIT_S
+    assert result.versions["free_wait_released_gb"] == "30.0" and result.versions["device_free_gb"].startswith("40.0")
+
+    device.update(free=40 * gib, cached=5 * gib, released=0)  # free enough already: nothing to give back
+    scheduling.wait_for_free(30 * gib, result, lambda: "")
+    assert device["released"] == 0

@@ -40,6 +40,10 @@ QUIET_CORES_MIN_CPUS = 8
 # holding 20 GiB releases it asynchronously; admitting the next one at once ran it out of memory).
 BIG_PLAN_FRACTION = 0.25
 FREE_WAIT_S = 30.0
+# A wait for free memory releases this process's own cached blocks (and cyclic garbage holding tensors) once dying
+# children have had this long to let go: the cache cannot shrink by waiting, and an H200's sizing once sat out the
+# whole FREE_WAIT_S for blocks this process could give back at once.
+OWN_CACHE_GRACE_S = 0.5
 
 
 class _Ticket:
@@ -304,17 +308,25 @@ def is_big(memory: MemoryBudget | None, plan: footprints.MemoryPlan | None) -> b
 
 def wait_for_free(nbytes: int, result: Any, holders: Callable[[], str]) -> None:
     """Wait (bounded) until the device really has `nbytes` free; the budget counts what was admitted,
-    this sees what dying children and the driver have not given back yet. `holders` describes the
-    worker's children for the log of a wait that found the device short."""
+    this sees what dying children and the driver have not given back yet. This process's own cached
+    blocks go back after OWN_CACHE_GRACE_S (each cudaFree costs, so not at once). `holders` describes
+    the worker's children for the log of a wait that found the device short."""
     t = time.perf_counter()
     free = torch.cuda.mem_get_info()[0]
+    released = False
     while free < nbytes and time.perf_counter() - t < FREE_WAIT_S:
+        if not released and time.perf_counter() - t >= OWN_CACHE_GRACE_S:
+            released = True
+            before = free
+            _release_own_cache()
+            free = torch.cuda.mem_get_info()[0]
+            result.versions["free_wait_released_gb"] = f"{(free - before) / 2**30:.1f}"
+            continue
         time.sleep(0.05)
         free = torch.cuda.mem_get_info()[0]
     result.phase_seconds["free_wait"] = result.phase_seconds.get("free_wait", 0.0) + time.perf_counter() - t
     if free < nbytes:
-        gc.collect()
-        torch.cuda.empty_cache()
+        _release_own_cache()
         free = torch.cuda.mem_get_info()[0]
     result.versions["device_free_gb"] = f"{free / 2**30:.1f} (wanted {nbytes / 2**30:.1f})"
     if free < nbytes:
@@ -322,6 +334,11 @@ def wait_for_free(nbytes: int, result: Any, holders: Callable[[], str]) -> None:
               f"{free / 2**30:.1f} free; worker allocated {torch.cuda.memory_allocated() / 2**30:.1f} reserved "
               f"{torch.cuda.memory_reserved() / 2**30:.1f} GiB; {holders()}; largest live tensors {_largest_cuda_tensors()}",
               file=sys.stderr, flush=True)
+
+
+def _release_own_cache() -> None:
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 def _largest_cuda_tensors(count: int = 4) -> str:
