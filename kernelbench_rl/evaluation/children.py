@@ -173,7 +173,6 @@ class ChildPool:
         self.jobs_in_hand = 0
         self.children_wanted = 0
         self.backlog: int | None = None
-        self.gate: Any = None  # the quiet gate a fill yields to (fill_in_background's)
         self.idle_since = time.monotonic()
 
     def wanted(self) -> int:
@@ -221,13 +220,15 @@ class ChildPool:
         self._fill_if_short()
 
     def _fill_if_short(self) -> None:
-        """A paced fill, unless one is under way or the pool has what it wants."""
+        """A paced fill, unless one is under way or the pool has what it wants. It does not wait for timings, as the
+        start's fill does: beside a batch's run of timings, that held the pool short for seconds and its candidates
+        waited for their children's CUDA starts (as a take's replacements never did)."""
         with self.warm_lock:
             if (self.filling or self.closed or self.stopping or self.making_room
                     or len(self.warm) >= self._wanted()):
                 return
             self.filling = True  # under the lock: one fill at a time
-        self.fill_in_background(gate=self.gate)
+        self.fill_in_background()
 
     def prestart(self, count: int | None = None) -> None:
         """Pre-start `count` children (all `warm_children` by default) now; returns once the zygote served them."""
@@ -242,9 +243,6 @@ class ChildPool:
 
         def stop() -> bool:
             return self.stopping or self.closed or bool(self.making_room)
-
-        if gate is not None:
-            self.gate = gate
 
         def fill() -> None:
             started = time.perf_counter()
