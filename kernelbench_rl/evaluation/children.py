@@ -53,6 +53,7 @@ PACING_WAIT_S = 10.0  # a child slower than this to start no longer holds the ne
 # timing in a child of its own; a resident one is reused, so this is an upper bound).
 CHILDREN_PER_JOB = 2
 SPARE_CHILDREN = 1  # beyond what the evaluations in hand and queued can take: a retry's, a late arrival's
+IDLE_REFILL_S = 2.0  # with no evaluation in hand this long, the pool fills up again for the next batch
 
 
 def _demand_aware() -> bool:
@@ -165,14 +166,14 @@ class ChildPool:
         self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
         self.stopping = False
         self.closed = False  # shut down: no child is pre-started from now on
-        self.filling = False  # the start's background fill is under way (fill_in_background): takes do not replace
-        self.topping_up = False  # a later fill is under way (_fill_if_short)
+        self.filling = False  # the start's background fill is under way (fill_in_background)
         self.making_room = 0  # big evaluations under way: no pre-started child is spawned meanwhile
         # What the evaluations in hand may still take, and how many more the orchestrator has queued (None: it does
         # not say, and the pool keeps `warm_children` ready). Guarded by warm_lock.
         self.jobs_in_hand = 0
         self.children_wanted = 0
         self.backlog: int | None = None
+        self.idle_since = time.monotonic()
 
     def wanted(self) -> int:
         """Pre-started children to keep: `warm_children`, fewer while the evaluations in hand and queued cannot take
@@ -203,18 +204,31 @@ class ChildPool:
             self.jobs_in_hand -= 1
             self.children_wanted -= demand.children_left
             demand.children_left = 0
-        self._fill_if_short()  # with none in hand, up to `warm_children` again: the next batch's first wave takes them
+            idle = not self.jobs_in_hand
+            if idle:
+                self.idle_since = time.monotonic()
+        if idle and DEMAND_AWARE and self.backlog is not None:
+            timer = threading.Timer(IDLE_REFILL_S, self._refill_if_idle)
+            timer.daemon = True
+            timer.start()
+
+    def _refill_if_idle(self) -> None:
+        """Still nothing in hand: fill up for the next batch (a batch's first takes then find their children)."""
+        with self.warm_lock:
+            if self.jobs_in_hand or time.monotonic() - self.idle_since < IDLE_REFILL_S - 0.01:
+                return
+        self._fill_if_short()
 
     def _fill_if_short(self) -> None:
-        """A top-up, paced, unless a fill is under way or the pool has what it wants. Unlike the start's fill it neither
-        waits for timings nor stops a take from replacing its child: beside a batch's run of timings that held the pool
-        short for seconds, and candidates waited for their children's CUDA starts."""
+        """A paced fill, unless one is under way or the pool has what it wants. It does not wait for timings, as the
+        start's fill does: beside a batch's run of timings, that held the pool short for seconds and its candidates
+        waited for their children's CUDA starts (as a take's replacements never did)."""
         with self.warm_lock:
-            if (self.filling or self.topping_up or self.closed or self.stopping or self.making_room
+            if (self.filling or self.closed or self.stopping or self.making_room
                     or len(self.warm) >= self._wanted()):
                 return
-            self.topping_up = True  # under the lock: one top-up at a time
-        self.fill_in_background(start=False)
+            self.filling = True  # under the lock: one fill at a time
+        self.fill_in_background()
 
     def prestart(self, count: int | None = None) -> None:
         """Pre-start `count` children (all `warm_children` by default) now; returns once the zygote served them."""
@@ -222,12 +236,10 @@ class ChildPool:
             self.warm.append(self._spawn())
 
     def fill_in_background(self, phases: startup.Phases | None = None, phase: str = "",
-                           gate: Any = None, start: bool = True) -> threading.Thread:
-        """Pre-start children up to `wanted()` off the worker's start (`take` spawns one itself if none is ready
+                           gate: Any = None) -> threading.Thread:
+        """Pre-start children up to `warm_children` off the worker's start (`take` spawns one itself if none is ready
         yet), CONCURRENT_STARTS starting CUDA at a time, each beginning when no timing holds `gate` (a
-        scheduling.QuietGate). Stops when the pool stops, is shut down or makes room. The start's fill (`start`)
-        replaces the children taken meanwhile itself; a later top-up leaves that to `take`."""
-        flag = "filling" if start else "topping_up"
+        scheduling.QuietGate). Stops when the pool stops, is shut down or makes room."""
 
         def stop() -> bool:
             return self.stopping or self.closed or bool(self.making_room)
@@ -246,23 +258,23 @@ class ChildPool:
                             gate.wait_for_no_timing(STARTS_YIELD_MAX_S)
                     with self.warm_lock:
                         if stop() or len(self.warm) >= self._wanted():
-                            setattr(self, flag, False)  # under the lock: a `take` from now on replaces its child
+                            self.filling = False  # under the lock: a `take` from now on replaces its child itself
                             return
                         self.warm.append(self._spawn())
                         starting.append(self.warm[-1])
             except Exception:  # noqa: BLE001 - a child that cannot start now is started by `take`, or says why there
                 traceback.print_exc(file=sys.stderr)
             finally:
-                setattr(self, flag, False)
+                self.filling = False
                 if phases is not None and phase:
                     phases.add(phase, started, time.perf_counter())
 
-        setattr(self, flag, True)
+        self.filling = True
         thread = threading.Thread(target=fill, daemon=True, name="kbrl-prestart")
         try:
             thread.start()
         except BaseException:
-            setattr(self, flag, False)
+            self.filling = False
             raise
         return thread
 
