@@ -48,7 +48,9 @@ CONCURRENT_STARTS = _concurrent_starts()
 # timed trial spread its calls, and the pairing that follows costs a second); one already starting is not waited for.
 STARTS_YIELD = os.environ.get("KBRL_EVAL_CHILD_STARTS_YIELD", "on").strip().lower() not in ("0", "off", "no", "false")
 STARTS_YIELD_MAX_S = 5.0  # beside a long run of timings the pool still fills
-PACING_WAIT_S = 10.0  # a child slower than this to start no longer holds the next one back
+# A child slower than this to start (from its fork: the zygote's own start, seconds under load, does not count) no
+# longer holds the next one back.
+PACING_WAIT_S = 10.0
 # Children an evaluation takes at most: its candidate's and, on a GPU, its reference's (a baseline or a side-by-side
 # timing in a child of its own; a resident one is reused, so this is an upper bound).
 CHILDREN_PER_JOB = 2
@@ -71,7 +73,7 @@ def _started(starting: list[Child]) -> list[Child]:
     now = time.perf_counter()
     still = []
     for child in starting:
-        if child.starting() and now - child.started_at < PACING_WAIT_S:
+        if child.starting() and now - child.started_at - child.spawn_s < PACING_WAIT_S:
             still.append(child)
         else:
             trace.record("prestart", "child_start", child.started_at, now, pid=child.pid)
