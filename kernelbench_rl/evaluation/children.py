@@ -34,6 +34,11 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_S = 60.0
 
 
+def _switched_on(name: str) -> bool:
+    """A switch that is on unless its environment variable says 0, off, no or false."""
+    return os.environ.get(name, "on").strip().lower() not in ("0", "off", "no", "false")
+
+
 def _concurrent_starts() -> int:
     text = os.environ.get("KBRL_EVAL_CHILD_STARTS", "2").strip()
     return max(0, int(text)) if text.isdigit() else 2
@@ -46,7 +51,7 @@ def _concurrent_starts() -> int:
 CONCURRENT_STARTS = _concurrent_starts()
 # Whether a pre-start waits for the timing under way (or waiting) to end before it begins (a context's creation beside a
 # timed trial spread its calls, and the pairing that follows costs a second); one already starting is not waited for.
-STARTS_YIELD = os.environ.get("KBRL_EVAL_CHILD_STARTS_YIELD", "on").strip().lower() not in ("0", "off", "no", "false")
+STARTS_YIELD = _switched_on("KBRL_EVAL_CHILD_STARTS_YIELD")
 STARTS_YIELD_MAX_S = 5.0  # beside a long run of timings the pool still fills
 # A child slower than this to start (from its fork: the zygote's own start, seconds under load, does not count) no
 # longer holds the next one back.
@@ -58,14 +63,10 @@ SPARE_CHILDREN = 1  # beyond what the evaluations in hand and queued can take: a
 IDLE_REFILL_S = 2.0  # with no evaluation in hand this long, the pool fills up again for the next batch
 
 
-def _demand_aware() -> bool:
-    return os.environ.get("KBRL_EVAL_CHILD_DEMAND", "on").strip().lower() not in ("0", "off", "no", "false")
-
-
 # Whether the pool pre-starts only what the evaluations in hand and queued can take (KBRL_EVAL_CHILD_DEMAND). A cold
 # folder of 8 problems made about 18 contexts it never used, most of them while its sections timed; a context's
 # creation beside a timed trial spreads its calls.
-DEMAND_AWARE = _demand_aware()
+DEMAND_AWARE = _switched_on("KBRL_EVAL_CHILD_DEMAND")
 
 
 def _started(starting: list[Child]) -> list[Child]:
@@ -296,7 +297,7 @@ class ChildPool:
                 candidate.kill()
             if child is None:
                 child = self._spawn()
-            if demand is not None and demand.children_left > 0 and not demand.closed:
+            if demand is not None and demand.children_left > 0:  # (none left once its evaluation has left)
                 demand.children_left -= 1
                 self.children_wanted -= 1
             # One replacement per child taken, and one more while the pool is short (after a big evaluation

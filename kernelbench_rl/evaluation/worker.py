@@ -13,7 +13,7 @@ Imports only torch, triton, numpy and the standard library.
 This module holds the evaluation's phases; their parts live beside it: worker_process.py (the process: its
 start, the request loop, its stop), children.py (the candidate processes and the conversation with one), scheduling.py (who may use the
 device, when, with how many bytes), reference_cache.py (each problem's reference, baselines, sizing),
-device_timing.py (the timing step), faults.py (verdicts and whose fault they are), build_cache.py
+correctness.py (the correctness step), device_timing.py (the timing step), faults.py (verdicts and whose fault they are), build_cache.py
 (CUDA builds kept across candidates) and same_uid.py (the worker as its children's unprivileged uid).
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import random
 import secrets
 import shutil
 import sys
@@ -35,13 +34,14 @@ from typing import Any, Callable
 import torch
 
 from kernelbench_rl.evaluation import (
-    candidate_class, checks, discrimination, kernels, numerics, runtime, sandbox, tempdirs, timing,
+    candidate_class, checks, numerics, runtime, sandbox, tempdirs, timing,
 )
 from kernelbench_rl.evaluation import floor as floors
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation import children, faults, reference_budget, scheduling, startup, trace
 from kernelbench_rl.evaluation.build_cache import BuildCache
+from kernelbench_rl.evaluation.correctness import check_correctness
 from kernelbench_rl.evaluation.worker_config import WorkerConfig, argument_parser, config_from_args  # noqa: F401
 from kernelbench_rl.evaluation.paired_reference import ResidentReference, paired_key, start_reference_child
 from kernelbench_rl.evaluation.device_timing import (  # noqa: F401 - importable from here as before
@@ -666,104 +666,10 @@ class Worker:
 
     def _correctness(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                      deadline: float, payload: dict[str, Any], shared: bool) -> bool:
-        """The correctness seeds (raises a Fault on the first wrong one); False when the evaluation ends here
-        (the CPU: no timing). `shared`: each seed's device work takes the quiet gate shared instead of the
-        device being held for the whole phase."""
-        precision = settings.precision
-        t = time.perf_counter()
-        seeds = random.sample(state.seed_pool, min(settings.correctness_trials, len(state.seed_pool)))
-        found = state.discriminations.get(precision) or discrimination.Discrimination(audited=False, reason="not sized")
-        widened_seeds = random.sample(state.seed_pool, min(settings.discriminating_trials, len(state.seed_pool)))
-        plan = list(discrimination.correctness_plan(seeds, widened_seeds, found.variant))
-        result.trials_total = len(plan)
-        result.versions["inputs"] = found.summary()[:400]
-        if found.audited and not found.discriminating:
-            raise Fault(ErrorCategory.UNDISCRIMINATING, "no verdict: " + found.summary().removeprefix("UNDISCRIMINATING: "))
-        worst = 0.0
-        cpu_launches: dict[str, int] = {}
-        # Where the correctness phase goes (worker's reference outputs, the child's round trip, the comparison,
-        # the input check): host wall time, no added syncs, so the reference's GPU work still overlaps the
-        # child's and is counted in whichever part waits for it.
-        parts = dict.fromkeys(("correctness_reference", "correctness_child", "correctness_compare",
-                               "correctness_input_check"), 0.0)
-        # One round trip per seed, on purpose: with CUDA IPC a hand-off is a JSON header and a handle
-        # (milliseconds), and checking seed by seed keeps only one seed's outputs alive in either process
-        # (level-1 outputs reach GiBs) and stops at the first wrong seed. Batching all seeds would save
-        # a few milliseconds and cost memory; it paid only while tensors crossed through files.
-        for position, (seed, variant) in enumerate(plan):
-            mark = time.perf_counter()
-            seed_work = contextlib.ExitStack()
-            if shared:  # never beside a timed trial; a timing waits for at most this one seed
-                seed_work.enter_context(self.quiet_gate.noisy())
-                result.phase_seconds["correctness_quiet_wait"] = (
-                    result.phase_seconds.get("correctness_quiet_wait", 0.0) + time.perf_counter() - mark)
-                mark = time.perf_counter()
-            with seed_work:
-                with state.lock, trace.span(trace.who_of(child), "reference_outputs"):
-                    reference = self.references.reference_outputs(state, precision, seed, variant=variant)
-                # The reference's forward is bounded by its own budget, not the candidate's: a reference of seconds
-                # a call (kernrl's PBKDF2, 7.4 s) otherwise timed out its identical candidate.
-                deadline += time.perf_counter() - mark
-                parts["correctness_reference"] += time.perf_counter() - mark
-                mark = time.perf_counter()
-                poison = (state.plan.poison_bytes if state.plan is not None
-                          else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
-                # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
-                check_inputs = position == 0 and not state.mutates_inputs
-                deadline = max(deadline, time.monotonic() + call_allowance_s(state.forward_s))
-                children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
-                                   "return_inputs": check_inputs}, "running forward")
-                header = children.expect(child, {"checked"}, deadline - time.monotonic(), "running forward")
-                trace.record(trace.who_of(child), "check", mark)
-                faults.numerics_unchanged(header, result)
-                faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
-                waited = time.perf_counter()
-                received = children.receive(child, header, reference, state.input_bytes, self.transport)
-                trace.record(trace.who_of(child), "check_receive", waited)
-                parts["correctness_child"] += time.perf_counter() - mark
-                add_seconds(result, "correctness_receive", time.perf_counter() - waited)
-                for part, seconds in (header.get("host_s") or {}).items():
-                    if isinstance(seconds, (int, float)):
-                        add_seconds(result, f"correctness_child_{part}", float(seconds))
-                mark = time.perf_counter()
-                if isinstance(header.get("seconds"), (int, float)):
-                    result.phase_seconds["correctness_forward"] = (
-                        result.phase_seconds.get("correctness_forward", 0.0) + float(header["seconds"]))
-                if isinstance(header.get("launches"), dict):
-                    for name, count in header["launches"].items():
-                        if isinstance(count, int):
-                            cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
-                outcome = self.references.compare(state, precision, seed, variant, reference, received.get("outputs", []))
-                trace.record(trace.who_of(child), "compare", mark)
-                parts["correctness_compare"] += time.perf_counter() - mark
-                if outcome.max_abs_err is not None:
-                    worst = max(worst, outcome.max_abs_err)
-                    result.max_abs_err = worst
-                if not outcome.ok:
-                    raise Fault(outcome.category, outcome.message)
-                if check_inputs:
-                    mark = time.perf_counter()
-                    pristine = runtime.tensor_inputs(self.references.inputs(state, seed, precision, variant))
-                    mutated = checks.inputs_unmodified(pristine, received.get("inputs", []))
-                    del pristine  # a second input set (16 GiB on L1/45) must not live into the next seed's forward
-                    trace.record(trace.who_of(child), "input_check", mark)
-                    parts["correctness_input_check"] += time.perf_counter() - mark
-                    if mutated:
-                        result.flags.append(Flag.INPUT_MUTATED.value)
-                        raise Fault(ErrorCategory.MISMATCH, mutated)
-                del received, reference
-                result.trials_passed += 1
-        result.correct = True
-        result.phase_seconds["correctness"] = time.perf_counter() - t
-        result.phase_seconds.update(parts)
-        if self.device != "cuda" and settings.backend == "triton":
-            names = kernels.triton_kernel_names(payload["candidate_source"])
-            if not any(kernels.is_own_kernel(name, names) for name, count in cpu_launches.items() if count > 0):
-                result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
-        if self.device != "cuda":
-            children.send(child, {"cmd": "exit"}, "exiting")
-            return False
-        return True
+        """correctness.check_correctness with this worker's references, quiet gate, transport and device."""
+        return check_correctness(child, state, settings, result, deadline, payload, shared=shared,
+                                 references=self.references, quiet_gate=self.quiet_gate, transport=self.transport,
+                                 device=self.device)
 
     def _reference_child(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],
                          base: dict[str, Any], solo: timing.TimingRecord, result: EvalResult,
