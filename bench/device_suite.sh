@@ -40,7 +40,8 @@
 #   bash bench/device_suite.sh host-probe        # <= 120 s: bench/host_overhead_probe.py, the per-call host costs
 #   bash bench/device_suite.sh grpo-ab           # <= 575 s: the warm GRPO-shaped batch once per GRPO_AB setting (an env
 #                                                # assignment each; default: baselines timed in a child, then in the worker)
-#   bash bench/device_suite.sh grpo-batch        # <= 575 s: bench/grpo_batch.py: a GRPO-shaped batch (8 problems x 8
+#   bash bench/device_suite.sh grpo-batch        # <= 575 s: bench/grpo_batch.py: the rules' GPU work done bare
+#                                                # (bench/mandated_floor.py, ~60 s), a GRPO-shaped batch (8 problems x 8
 #                                                # samples in one evaluate call) per level 1 and 2 against its GPU floor
 #                                                # (<= GRPO_WARM_BUDGET, 120 s, a level), a cold eval-dir-style folder of
 #                                                # the level-2 problems in a fresh process with a fresh DuckDB (<= 90 s;
@@ -249,7 +250,7 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
       LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
       SHARE=$(( LEFT / ${#SETTINGS[@]} ))
       TAG=$(echo "$setting" | tr -c 'A-Za-z0-9_\n' '_')
-      env "$setting" timeout $SHARE python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --no-kb --no-cold \
+      env "$setting" timeout $SHARE python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --no-kb --no-cold --no-mandated \
         --warm-budget-s ${GRPO_WARM_BUDGET:-100} --total-budget-s $(( SHARE - 10 )) \
         --worker-logs "$OUT/grpo_ab_${TAG}_worker_logs.txt" --out "$OUT/grpo_ab_${TAG}.json" ${GRPO_ARGS:-} 2>&1 \
         | tee "$OUT/grpo_ab_${TAG}.log" | grep -v "^ours  \[" | tail -25
@@ -262,7 +263,7 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
     for LEVEL in ${GRPO_TRACE_LEVELS:-2 1}; do
       TRACE="/tmp/kbrl_trace_L$LEVEL"  # (not under $OUT: the worker may write as the children's unprivileged user)
       rm -rf "$TRACE" && mkdir -p "$TRACE" && chmod 1777 "$TRACE"
-      KBRL_EVAL_TRACE="$TRACE" timeout 250 python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --levels $LEVEL --no-kb --no-cold \
+      KBRL_EVAL_TRACE="$TRACE" timeout 250 python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --levels $LEVEL --no-kb --no-cold --no-mandated \
         --warm-budget-s 150 --total-budget-s 240 --out "$OUT/grpo_trace_L$LEVEL.json" ${GRPO_ARGS:-} 2>&1 \
         | tee "$OUT/grpo_trace_L$LEVEL.log" | grep -v "^ours  \[" | tail -8
       tar -czf "$OUT/trace_L$LEVEL.tar.gz" -C "$TRACE" . 2>/dev/null  # one file: at most 8 come back

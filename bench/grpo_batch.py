@@ -201,6 +201,47 @@ def summarise_level(records: list[dict[str, Any]], group: dict[str, Any], settin
     }
 
 
+def with_mandated(summary: dict[str, Any], mandated: dict[str, Any], name: str) -> dict[str, Any]:
+    """A level's summary with the bare loop's figures beside it: the rules' own GPU work over the floor (as the bare
+    loop measured both), and this batch's wall over the bare loop's."""
+    bare = (mandated.get("levels") or {}).get(name) or {}
+    wall, bare_wall = summary.get("wall_s"), bare.get("bare_wall_s")
+    summary["mandated"] = {
+        "bare_wall_s": bare_wall, "bare_over_floor": bare.get("bare_over_floor"), "complete": bare.get("complete"),
+        "wall_over_bare": sweep._round(wall / bare_wall, 2) if wall and bare_wall else None,
+    }
+    return summary
+
+
+def run_mandated(args: argparse.Namespace, chosen: dict[int, list[Any]]) -> dict[str, Any]:
+    """bench/mandated_floor.py on this run's problems and trial counts, in a fresh process (its device memory is
+    gone before the pool starts); its report, or why there is none."""
+    import subprocess
+
+    ids = ",".join(p.id for level in sorted(chosen) for p in chosen[level])
+    with tempfile.TemporaryDirectory(prefix="mandated_") as folder:
+        out = os.path.join(folder, "mandated.json")
+        command = [sys.executable, str(BENCH / "mandated_floor.py"), "--problems", ids, "--samples", str(args.samples),
+                   "--device", args.device, "--size", args.size, "--out", out,
+                   "--correctness-trials", str(args.correctness_trials), "--warmup-trials", str(args.warmup_trials),
+                   "--timing-trials", str(args.timing_trials)]
+        if args.problems_root:
+            command += ["--problems-root", args.problems_root]
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=args.mandated_budget_s)
+        except subprocess.TimeoutExpired:
+            return {"status": "cut", "reason": f"past its budget of {args.mandated_budget_s:.0f} s"}
+        for line in done.stdout.splitlines():
+            say(f"bare  {line}")
+        if done.returncode != 0 or not os.path.exists(out):
+            tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            return {"status": "failed", "reason": f"exit {done.returncode}: {tail}"[:300]}
+        report = json.loads(Path(out).read_text())
+    report.update(status="done", process_wall_s=round(time.perf_counter() - started, 2))
+    return report
+
+
 # ---------------------------------------------------------------- part 1: the warm batch
 
 
@@ -439,10 +480,14 @@ def kb_comparison(kb_state: dict[str, Any], warm_levels: dict[str, Any], cold: d
         kb = [r for r in records if f"L{r['level']}" == name]
         ours = summary.get("wall_per_candidate_s")
         kb_per = statistics.mean(r["wall_s"] for r in kb) if kb else None
+        bare_wall = (summary.get("mandated") or {}).get("bare_wall_s")
+        bare = bare_wall / summary["finished"] if bare_wall and summary.get("finished") else None
         out["per_level"][name] = {
             "kb_candidates": len(kb), "kb_correct": sum(1 for r in kb if r["correctness"]),
             "kb_s_per_candidate": sweep._round(kb_per, 2), "ours_warm_s_per_candidate": ours,
             "kb_over_ours_warm": sweep._round(kb_per / ours, 2) if kb_per and ours else None,
+            # the most any evaluator that follows the rules could reach here: the bare loop's wall a candidate
+            "kb_over_bare": sweep._round(kb_per / bare, 2) if kb_per and bare else None,
             "kb_not_correct": [{"label": r["label"], "error": sweep.first_line(r["error"])} for r in kb if not r["correctness"]],
             # a cut leaves its mean over fewer problems than our batch covers
             "kb_not_reached": [label for label in kb_state.get("not_reached", []) if label.startswith(name + "/")],
@@ -462,7 +507,8 @@ def kb_comparison(kb_state: dict[str, Any], warm_levels: dict[str, Any], cold: d
         out["cold"] = entry
     out["note"] = ("kb_over_ours_warm = KernelBench's mean process wall per candidate (Python start, imports, its "
                    "reference and candidate, timing, exit) over our warm batch's wall per candidate (the level's "
-                   "evaluate call over its candidates); kb_over_cold = its summed wall on the cold part's problems "
+                   "evaluate call over its candidates); kb_over_bare = the same over the bare loop of the rules' GPU "
+                   "work (bench/mandated_floor.py) a candidate; kb_over_cold = its summed wall on the cold part's problems "
                    "over the cold process's wall (start to exit, pool start included)")
     return out
 
@@ -490,10 +536,12 @@ def run(args: argparse.Namespace) -> int:
     warm = WarmBatch(args, root, problems, on_record=lambda _r: report.write())
     kb_state: dict[str, Any] = {"status": "not run", "records": [], "budget_s": args.kb_budget_s, "wall_s": None}
     cold: dict[str, Any] = {"status": "not run"}
+    mandated: dict[str, Any] = {"status": "not run"}
     date = time.strftime("%Y-%m-%d")
 
     def warm_summaries() -> dict[str, Any]:
-        return {name: summarise_level(warm.records(name), warm.levels[name].get("group", {}), settings, len(batches[name]))
+        return {name: with_mandated(summarise_level(warm.records(name), warm.levels[name].get("group", {}), settings,
+                                                    len(batches[name])), mandated, name)
                 for name in batches if name in warm.levels}
 
     def build() -> dict[str, Any]:
@@ -503,12 +551,18 @@ def run(args: argparse.Namespace) -> int:
                 "floor_definition": FLOOR_DEFINITION,
                 "warm": {"pools": warm.pools, "levels": levels,
                          "per_candidate": {name: warm.records(name) for name in batches if name in warm.levels}},
-                "cold": cold, "kb": {k: v for k, v in kb_state.items() if k != "records"},
+                "mandated": mandated, "cold": cold, "kb": {k: v for k, v in kb_state.items() if k != "records"},
                 "comparison": kb_comparison(kb_state, levels, cold),
                 "per_candidate_kb": kb_state["records"]}
 
     report = JsonReport(out_path, build)
     report.write()
+    if args.no_mandated or args.no_warm:
+        mandated.update(status="skipped", reason="--no-mandated" if args.no_mandated else "--no-warm")
+    else:
+        say("\n== the rules' GPU work done bare (bench/mandated_floor.py, a process of its own)")
+        mandated.update(run_mandated(args, chosen))
+        report.write()
     try:
         for name, candidates in ({} if args.no_warm else batches).items():
             say(f"\n== warm batch {name}: {len(candidates)} candidates in one evaluate call"
@@ -547,6 +601,10 @@ def print_level(name: str, s: dict[str, Any]) -> None:
         f"baselines {f['baselines_s']}), wall/floor {s['wall_over_floor']}, {s['candidates_per_min']} candidates/min; "
         f"a candidate: wall {s['wall_per_candidate_s']} s, floor {s['floor_per_candidate_s']} s, "
         f"overhead {s['overhead_per_candidate_s']} s")
+    bare = s.get("mandated") or {}
+    if bare.get("bare_wall_s") and bare.get("bare_over_floor"):
+        say(f"  the rules' GPU work done bare: {bare['bare_wall_s']} s = {bare['bare_over_floor']}x its floor; "
+            f"this batch {bare['wall_over_bare']}x the bare loop")
     for r in s["not_correct"]:
         say(f"  not correct: {r['label']} {r['category']} {r['message'][:100]}")
     sp = s["speedup"]
@@ -580,6 +638,7 @@ def print_comparison(c: dict[str, Any]) -> None:
     for name, s in c["per_level"].items():
         say(f"{name}: KernelBench {s['kb_s_per_candidate']} s a candidate ({s['kb_candidates']} run, {s['kb_correct']} "
             f"correct), ours warm {s['ours_warm_s_per_candidate']} s: KernelBench/ours {s['kb_over_ours_warm']}"
+            + (f"; KernelBench/bare loop {s['kb_over_bare']}" if s.get("kb_over_bare") else "")
             + (f" (its harness did not reach {', '.join(s['kb_not_reached'])})" if s["kb_not_reached"] else ""))
     if "cold" in c:
         s = c["cold"]
@@ -615,6 +674,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cold-level", type=int, default=2, help="the level of the cold folder part (default 2)")
     parser.add_argument("--cold-budget-s", type=float, default=120.0, help="the cold process's limit (default 120)")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold folder part")
+    parser.add_argument("--no-mandated", action="store_true",
+                        help="skip the bare loop of the rules' GPU work (bench/mandated_floor.py) before the warm batch")
+    parser.add_argument("--mandated-budget-s", type=float, default=150.0,
+                        help="the bare loop's limit in seconds (default 150)")
     parser.add_argument("--no-warm", action="store_true", help="skip the warm batch (the cold folder and the harness only)")
     parser.add_argument("--duck-site", default=os.environ.get("DUCK_SITE"),
                         help="a folder with duckdb (pip install --target), on the cold process's path only")

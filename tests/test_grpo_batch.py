@@ -109,6 +109,13 @@ def test_cpu_dry_run_on_bundled_problems(tmp_path):
         assert sorted(r["label"] for r in records) == [f"{pid}/s0", f"{pid}/s1"]
         assert all(r["correct"] and r["category"] == "ok" and not r["cached"] for r in records)
     assert len(data["warm"]["pools"]) == 1  # both levels on one pool
+    bare = data["mandated"]  # the rules' work done bare, in a process of its own, before the warm batch
+    assert bare["status"] == "done" and bare["mode"] == "mandated-floor"
+    for name, pid in (("L1", "L1/19"), ("L2", "L2/76")):
+        rows = bare["levels"][name]["problems"]
+        assert [r["problem_id"] for r in rows] == [pid] and rows[0]["samples"] == 2 and rows[0]["wrong"] == []
+        assert bare["levels"][name]["complete"] and bare["levels"][name]["bare_wall_s"] > 0
+        assert data["warm"]["levels"][name]["mandated"]["wall_over_bare"] > 0
     cold = data["cold"]
     if cold["status"] == "skipped":
         pytest.fail(f"duckdb imports here, so the cold part must run: {cold['reason']}")
@@ -139,3 +146,69 @@ def test_bad_input_exits_2_with_one_sentence():
     proc = run_script("--device", "cpu", "--size", "small", "--problems", "L1/999", timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "No problem L1/999" in proc.stderr
+
+
+def test_level_summary_carries_the_bare_loop_and_the_harness_ratio_against_it():
+    mandated = {"levels": {"L1": {"bare_wall_s": 32.0, "bare_over_floor": 1.46, "complete": True}}}
+    summary = grpo.with_mandated({"wall_s": 64.0, "finished": 64, "wall_per_candidate_s": 1.0}, mandated, "L1")
+    assert summary["mandated"] == {"bare_wall_s": 32.0, "bare_over_floor": 1.46, "complete": True, "wall_over_bare": 2.0}
+    assert grpo.with_mandated({"wall_s": 64.0}, {"status": "skipped"}, "L1")["mandated"]["wall_over_bare"] is None
+    kb = {"records": [{"level": 1, "label": "L1/1/identity", "wall_s": 25.0, "correctness": True, "error": ""}]}
+    level = grpo.kb_comparison(kb, {"L1": summary}, {"status": "skipped"})["per_level"]["L1"]
+    assert level["kb_over_ours_warm"] == 25.0 and level["kb_over_bare"] == 50.0  # 25 s against 0.5 s a candidate
+
+
+def _bare_module():
+    spec = importlib.util.spec_from_file_location("mandated_floor", REPO / "bench" / "mandated_floor.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Problem:
+    """A problem as the loaders give it: an id, a name and its source."""
+
+    def __init__(self, problem_id: str, source: str) -> None:
+        self.id, self.name, self._source = problem_id, problem_id, source
+
+    def source_for(self, size: str) -> str:
+        return self._source
+
+
+_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+BUILT = [0]
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        BUILT[0] += 1
+        self.number = BUILT[0]
+
+    def forward(self, x):
+        return torch.relu(x){extra}
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_bare_loop_compares_every_sample_against_the_reference(tmp_path):
+    bare = _bare_module()
+    settings = {"correctness_trials": 2, "warmup_trials": 1, "timing_trials": 3}
+    same = bare.run_problem(_Problem("L1/900", _PROBLEM.format(extra="")), "small", 3, settings, "cpu", str(tmp_path))
+    assert same["wrong"] == [] and same["samples"] == 3 and same["fresh_buffers"]
+    assert set(same["parts_s"]) == {"build", "correctness", "timed", "baseline"} and same["wall_s"] > 0
+    # A model whose outputs depend on which instance it is: each sample fails against the reference on each seed.
+    noisy = bare.run_problem(_Problem("L1/901", _PROBLEM.format(extra=" + self.number")), "small", 2, settings,
+                             "cpu", str(tmp_path))
+    assert len(noisy["wrong"]) == 2 * 2 and all(w.startswith(("s0:", "s1:")) for w in noisy["wrong"])

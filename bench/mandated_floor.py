@@ -1,0 +1,266 @@
+"""The GPU work the evaluator's rules require, done bare: one process, no isolation, no scheduling, nothing else.
+
+The GRPO-shaped batch's floor (grpo_batch.py's FLOOR_DEFINITION) counts only the candidates' and baselines' own
+calls. The rules in DESIGN.md ask for more GPU work than that on every evaluation: fresh inputs made on the device
+for every correctness trial and every timed call, an L2 flush before every timed call, a full-device synchronise
+around it, the reference's outputs for the correctness seeds and the comparison. This script does exactly that
+work for the same batch (P problems x S samples a level, each sample a fresh instance of the problem's Model), in
+this one process, with the library's own input maker and timing loop (`runtime.make_inputs`,
+`timing.time_forward`), and reports:
+
+  - `bare_wall_s`: the loop's wall, problem loading excluded (the evaluator sizes each problem once too, but that
+    is host work the floor leaves out);
+  - `floor_s`: the batch's floor by FLOOR_DEFINITION, from this loop's own timed medians;
+  - `bare_over_floor`: what an evaluator that obeys the rules and adds nothing of its own would reach;
+  - per problem: the median call, and the median GPU time of making one call's fresh inputs (event-timed).
+
+What it leaves out, being neither rule nor floor: process isolation, compiles, the profile, side-by-side timing,
+the check of timed outputs. So grpo_batch.py's wall over `bare_wall_s` is the price of everything the evaluator adds
+to the rules (isolation above all), measured on the same GPU in the same run.
+
+    python3 bench/mandated_floor.py --problems-root .kb --out mandated.json      # on a GPU, real size
+    python3 bench/mandated_floor.py --device cpu --size small --problems L1/19,L2/76 --samples 2   # machinery only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(BENCH))
+
+import kernelbench_sweep as sweep  # noqa: E402 - after the path set-up above
+from kernelbench_sweep import BadInput, say  # noqa: E402
+
+INPUT_PROBES = 5  # fresh input sets event-timed per problem, for the GPU cost of one call's inputs
+
+
+def _synchronize(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def input_cost_ms(make: Any, device: str, probes: int = INPUT_PROBES) -> float | None:
+    """Median GPU time of making one fresh input set (None on the CPU)."""
+    import torch
+
+    if device != "cuda":
+        return None
+    times = []
+    for index in range(probes):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        inputs = make(0x3C3C3C + index)
+        end.record()
+        end.synchronize()
+        times.append(float(start.elapsed_time(end)))
+        del inputs
+    return statistics.median(times)
+
+
+def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any], device: str,
+                workdir: str) -> dict[str, Any]:
+    """One problem's share of the batch: baseline, then each sample's correctness trials, warm-up and timed calls."""
+    import secrets
+
+    import torch
+
+    from kernelbench_rl.evaluation import checks, memory, runtime, timing
+    from kernelbench_rl.evaluation.outputs import plain_outputs
+    from kernelbench_rl.evaluation.result import tolerance_for
+
+    path = Path(workdir) / f"problem_{problem.id.replace('/', '_')}.py"
+    path.write_text(problem.source_for(size))
+    module = runtime.load_module_from_file(path, f"bare_{problem.id.replace('/', '_')}", register=False)
+    precision = "fp32"
+    atol, rtol = tolerance_for("kernelbench", precision)
+    clock = timing.Clock.capture() if device == "cuda" else None
+    init_seed = secrets.randbits(31)
+
+    def make(seed: int) -> list[Any]:
+        return runtime.make_inputs(module, seed, device, precision)
+
+    sample_inputs = make(1)
+    input_bytes = sum(t.numel() * t.element_size() for t in runtime.tensor_inputs(sample_inputs))
+    del sample_inputs
+    fresh = input_bytes <= memory.FRESH_INPUTS_MAX_BYTES
+    warm, timed, trials = settings["warmup_trials"], settings["timing_trials"], settings["correctness_trials"]
+    parts = dict.fromkeys(("build", "correctness", "timed", "baseline"), 0.0)
+    _synchronize(device)
+    started = time.perf_counter()
+
+    def timed_block(model: Any) -> list[float]:
+        seeds = [secrets.randbits(31) for _ in range(timed)]
+        if device != "cuda":  # the machinery only: one call per seed, no clock to trust
+            with torch.no_grad():
+                for seed in seeds[:2]:
+                    model(*make(seed))
+            return []
+        return timing.time_forward(model, make, seeds, warm, device, clock, fresh_buffers=fresh).times_ms
+
+    mark = time.perf_counter()
+    reference = runtime.build_model(module.Model, module, init_seed, device, precision)
+    baseline_ms = timed_block(reference)
+    _synchronize(device)
+    parts["baseline"] += time.perf_counter() - mark
+
+    mark = time.perf_counter()
+    models = [runtime.build_model(module.Model, module, init_seed, device, precision) for _ in range(samples)]
+    _synchronize(device)
+    parts["build"] += time.perf_counter() - mark
+
+    # Correctness: a seed's reference outputs once, then every sample on that seed's fresh inputs, compared on the
+    # device (one seed's outputs alive at a time, as the worker keeps them).
+    mark = time.perf_counter()
+    wrong: list[str] = []
+    with torch.no_grad():
+        for _ in range(trials):
+            seed = secrets.randbits(31)
+            expected = list(plain_outputs(reference(*make(seed))))
+            for number, model in enumerate(models):
+                got = list(plain_outputs(model(*make(seed))))
+                outcome = checks.compare_outputs(expected, got, atol, rtol)
+                if not outcome.ok:
+                    wrong.append(f"s{number}: {outcome.message}"[:200])
+                del got
+            del expected
+    _synchronize(device)
+    parts["correctness"] += time.perf_counter() - mark
+
+    mark = time.perf_counter()
+    per_sample_ms = []
+    for model in models:
+        times = timed_block(model)
+        if times:
+            per_sample_ms.append(statistics.median(times))
+    _synchronize(device)
+    parts["timed"] += time.perf_counter() - mark
+    wall = time.perf_counter() - started
+    inputs_ms = input_cost_ms(make, device)
+    del models, reference
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    base_median = statistics.median(baseline_ms) if baseline_ms else None
+    floor_s = (sum(ms * (trials + warm + timed) for ms in per_sample_ms) + (base_median or 0.0) * (warm + timed)) / 1000.0
+    return {
+        "problem_id": problem.id, "name": problem.name, "samples": samples, "wall_s": round(wall, 4),
+        "parts_s": {k: round(v, 4) for k, v in parts.items()}, "floor_s": round(floor_s, 4),
+        "baseline_ms": base_median, "sample_median_ms": per_sample_ms, "inputs_ms": inputs_ms,
+        "input_bytes": input_bytes, "fresh_buffers": fresh, "wrong": wrong,
+    }
+
+
+def run_levels(chosen: dict[int, list[Any]], args: argparse.Namespace, settings: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from kernelbench_rl.evaluation import numerics
+
+    numerics.apply()  # the evaluator's numerics: exact fp32, no cuDNN autotuning
+    torch.set_grad_enabled(False)
+    if args.device == "cuda":
+        # cuBLAS's and cuDNN's handles before the clock, as the evaluator's pool is warmed before its clock: a start
+        # (about 2 s) the first problem's correctness would otherwise carry.
+        from kernelbench_rl.evaluation import runtime
+
+        runtime.make_library_handles()
+        torch.cuda.synchronize()
+    levels: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bare_") as workdir:
+        for level, problems in sorted(chosen.items()):
+            rows = []
+            for problem in problems:
+                try:
+                    row = run_problem(problem, args.size, args.samples, settings, args.device, workdir)
+                except torch.OutOfMemoryError as exc:
+                    row = {"problem_id": problem.id, "error": f"out of device memory: {str(exc)[:160]}"}
+                    torch.cuda.empty_cache()
+                rows.append(row)
+                if "error" in row:
+                    say(f"  {problem.id}: {row['error']}")
+                else:
+                    say(f"  {problem.id}: {row['wall_s']:.2f} s bare, floor {row['floor_s']:.2f} s, call "
+                        f"{(row['baseline_ms'] or 0):.3f} ms, fresh inputs {(row['inputs_ms'] or 0):.3f} ms"
+                        + (f", WRONG: {row['wrong'][0]}" if row["wrong"] else ""))
+            done = [r for r in rows if "error" not in r]
+            wall = sum(r["wall_s"] for r in done)
+            floor = sum(r["floor_s"] for r in done)
+            levels[f"L{level}"] = {
+                "problems": rows, "bare_wall_s": round(wall, 3), "floor_s": round(floor, 3),
+                "bare_over_floor": round(wall / floor, 3) if floor else None,
+                "parts_s": {k: round(sum(r["parts_s"][k] for r in done), 3) for k in ("build", "correctness", "timed", "baseline")},
+                "complete": len(done) == len(rows),
+            }
+            say(f"L{level}: bare {wall:.2f} s against a floor of {floor:.2f} s"
+                + (f" = {wall / floor:.2f}x" if floor else ""))
+    return levels
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kernelbench_rl.evaluation.result import EvalSettings
+
+    defaults = EvalSettings()
+    parser = argparse.ArgumentParser(prog="mandated_floor.py", description=__doc__.split("\n\n")[0],
+                                     epilog="Run by bench/grpo_batch.py before its warm batch, in a process of its own.")
+    parser.add_argument("--problems-root", "--kernelbench-root", dest="problems_root", default=None,
+                        help="a KernelBench checkout or kernrl's problems folder (default: the bundled set)")
+    parser.add_argument("--levels", default="1,2", help="levels (default 1,2), grpo_batch.py's fixed lists")
+    parser.add_argument("--problems", default=None, help="problem ids instead of the fixed lists, e.g. L1/19,L2/76")
+    parser.add_argument("--per-level", type=int, default=8, help="problems a level (default 8)")
+    parser.add_argument("--samples", type=int, default=8, help="samples per problem (default 8)")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--size", choices=["real", "small"], default="real")
+    parser.add_argument("--correctness-trials", type=int, default=defaults.correctness_trials)
+    parser.add_argument("--warmup-trials", type=int, default=defaults.warmup_trials)
+    parser.add_argument("--timing-trials", type=int, default=defaults.timing_trials)
+    parser.add_argument("--out", default=None, help="JSON output (default: print only)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import grpo_batch
+
+    args = build_parser().parse_args(argv)
+    try:
+        if args.samples < 1 or args.per_level < 1:
+            raise BadInput("--samples and --per-level take a number of at least 1.")
+        root = grpo_batch.resolve_root(args.problems_root)
+        chosen, _all, notes = grpo_batch.choose_problems(args, root)
+        sweep.require_cuda(args.device)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    settings = {"correctness_trials": args.correctness_trials, "warmup_trials": args.warmup_trials,
+                "timing_trials": args.timing_trials, "samples_per_problem": args.samples}
+    say(f"mandated floor: {sum(len(v) for v in chosen.values())} problems x {args.samples} samples on {args.device} "
+        f"at {args.size} size, one process")
+    levels = run_levels(chosen, args, settings)
+    report = {"mode": "mandated-floor", "date": time.strftime("%Y-%m-%d"), "device": args.device, "size": args.size,
+              "settings": settings, "notes": notes, "levels": levels,
+              "gpu": _gpu_name(args.device), "definition": __doc__.split("\n\n")[1]}
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+        say(f"wrote {args.out}")
+    return 0
+
+
+def _gpu_name(device: str) -> str:
+    if device != "cuda":
+        return ""
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
