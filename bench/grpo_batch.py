@@ -647,13 +647,11 @@ def print_comparison(c: dict[str, Any]) -> None:
                                                   f"per candidate {s.get('kb_over_cold_per_candidate')}"))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """The batch's shape (problems, samples, device, size, trial counts): this script's and mandated_floor.py's."""
     from kernelbench_rl.evaluation.result import EvalSettings
 
     defaults = EvalSettings()
-    parser = argparse.ArgumentParser(
-        prog="grpo_batch.py", description=__doc__.split("\n\n")[0],
-        epilog="On the GPU machine: bash bench/device_suite.sh grpo-batch (bench/README.md).")
     parser.add_argument("--problems-root", "--kernelbench-root", dest="problems_root", default=None,
                         help="a KernelBench checkout or kernrl's problems folder (default: $KBRL_PROBLEMS_ROOT, "
                              "$KERNELBENCH_ROOT, else the bundled set)")
@@ -661,14 +659,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--problems", default=None, help="problem ids instead of the fixed list, e.g. L1/19,L2/76")
     parser.add_argument("--per-level", type=int, default=8, help="problems a level from the fixed list (default 8)")
     parser.add_argument("--samples", type=int, default=8, help="distinct samples per problem (default 8)")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--size", choices=["real", "small"], default="real")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cuda (default), or cpu to check the machinery (nothing is timed there)")
+    parser.add_argument("--size", choices=["real", "small"], default="real",
+                        help="the problems' own sizes (real, default) or the small ones the CPU can run")
     parser.add_argument("--correctness-trials", type=int, default=defaults.correctness_trials,
                         help=f"correctness trials (default: the Evaluator's, {defaults.correctness_trials})")
     parser.add_argument("--warmup-trials", type=int, default=defaults.warmup_trials,
                         help=f"warm-up calls (default: the Evaluator's, {defaults.warmup_trials})")
     parser.add_argument("--timing-trials", type=int, default=defaults.timing_trials,
                         help=f"timed calls (default: the Evaluator's, {defaults.timing_trials})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kernelbench_rl.evaluation.result import EvalSettings
+
+    defaults = EvalSettings()
+    parser = argparse.ArgumentParser(
+        prog="grpo_batch.py", description=__doc__.split("\n\n")[0],
+        epilog="On the GPU machine: bash bench/device_suite.sh grpo-batch (bench/README.md).")
+    add_batch_arguments(parser)
     parser.add_argument("--timeout", type=float, default=defaults.timeout_s, help="seconds per candidate")
     parser.add_argument("--warm-budget-s", type=float, default=None, help="seconds per level's warm batch")
     parser.add_argument("--cold-level", type=int, default=2, help="the level of the cold folder part (default 2)")

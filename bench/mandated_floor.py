@@ -207,22 +207,11 @@ def run_levels(chosen: dict[int, list[Any]], args: argparse.Namespace, settings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernelbench_rl.evaluation.result import EvalSettings
+    import grpo_batch
 
-    defaults = EvalSettings()
     parser = argparse.ArgumentParser(prog="mandated_floor.py", description=__doc__.split("\n\n")[0],
                                      epilog="Run by bench/grpo_batch.py before its warm batch, in a process of its own.")
-    parser.add_argument("--problems-root", "--kernelbench-root", dest="problems_root", default=None,
-                        help="a KernelBench checkout or kernrl's problems folder (default: the bundled set)")
-    parser.add_argument("--levels", default="1,2", help="levels (default 1,2), grpo_batch.py's fixed lists")
-    parser.add_argument("--problems", default=None, help="problem ids instead of the fixed lists, e.g. L1/19,L2/76")
-    parser.add_argument("--per-level", type=int, default=8, help="problems a level (default 8)")
-    parser.add_argument("--samples", type=int, default=8, help="samples per problem (default 8)")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--size", choices=["real", "small"], default="real")
-    parser.add_argument("--correctness-trials", type=int, default=defaults.correctness_trials)
-    parser.add_argument("--warmup-trials", type=int, default=defaults.warmup_trials)
-    parser.add_argument("--timing-trials", type=int, default=defaults.timing_trials)
+    grpo_batch.add_batch_arguments(parser)
     parser.add_argument("--out", default=None, help="JSON output (default: print only)")
     return parser
 
