@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import discrimination
+from kernelbench_rl.evaluation import correctness, discrimination
 from kernelbench_rl.evaluation.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import Problem
@@ -191,3 +191,54 @@ def test_a_variant_on_which_the_reference_is_not_finite_is_not_kept():
     assert found.trivial == ["the first input returned"] and found.variant is None
     assert "symmetric: the reference is not finite" in found.reason
     assert "wide x4: the first input returned still passes" in found.reason
+
+
+def _statistic_runner(values, calls=None):
+    """A reference whose one output is a statistic fixed by the seed (`values[seed]`), whatever the inputs: how a
+    mean over many random inputs behaves, its spread across seeds set here exactly."""
+    def run(seed, variant):
+        if calls is not None:
+            calls.append(seed)
+        inputs = discrimination.apply_variant([torch.full((4,), float(seed))], variant)
+        return inputs, [torch.tensor([values[seed]])]
+    return run
+
+
+SEVEN = [1, 2, 3, 4, 5, 6, 7, 8]  # two seeds, then discrimination.CONFIRMATION_SEEDS more
+
+
+def test_a_memorised_statistic_that_passes_now_and_then_gets_more_seeds_not_a_flag():
+    """Seeds 1 and 2 land within the tolerance of each other, and one more seed of six does: 2 passes of 7, so the
+    problem keeps its own inputs, judged on 5 seeds a candidate (a memoriser passing a third of them passes all
+    five under 1% of the time)."""
+    values = {1: 5.0, 2: 5.00001, 3: 6.0, 4: 7.0, 5: 5.000002, 6: 8.0, 7: 9.0, 8: 10.0}
+    assert discrimination.discriminate(_statistic_runner(values), [1, 2], 1e-4, 1e-4).trivial  # two seeds: flagged
+    found = discrimination.discriminate(_statistic_runner(values), SEVEN, 1e-4, 1e-4)
+    assert found.trivial == [] and found.discriminating and found.variant is None
+    assert found.own_seeds == 5 and "a constant (another seed's mean) passed 2 of 7 seeds" in found.confirmation
+    assert "at least 5 seeds a candidate" in found.summary()
+    settings = EvalSettings(device="cpu", correctness_trials=3)
+    assert correctness.own_seed_count(settings, found) == 5
+    assert correctness.own_seed_count(settings, discrimination.Discrimination()) == 3
+
+
+def test_a_near_miss_is_tried_on_more_seeds_and_a_far_one_is_not():
+    near = {1: 5.0, 2: 5.002, 3: 5.00001, 4: 7.0, 5: 8.0, 6: 9.0, 7: 10.0, 8: 11.0}  # 2 and 1 miss by 4x the tolerance
+    calls = []
+    found = discrimination.discriminate(_statistic_runner(near, calls), SEVEN, 1e-4, 1e-4)
+    assert found.trivial == [] and found.own_seeds == 4 and set(calls) == set(SEVEN)  # 1 of 7: 4 seeds
+    far = {seed: 10.0 * seed for seed in SEVEN}
+    calls = []
+    found = discrimination.discriminate(_statistic_runner(far, calls), SEVEN, 1e-4, 1e-4)
+    assert found.trivial == [] and found.own_seeds == 0 and found.confirmation == "" and set(calls) == {1, 2}
+
+
+def test_a_memorised_statistic_that_passes_most_seeds_is_still_flagged():
+    values = {1: 5.0, 2: 5.00001, 3: 5.000003, 4: 5.00002, 5: 5.000002, 6: 5.00003, 7: 5.000004, 8: 9.0}
+    found = discrimination.discriminate(_statistic_runner(values), SEVEN, 1e-4, 1e-4)
+    assert set(found.trivial) == set(discrimination.MEMORISED) and not found.discriminating  # widening cannot help
+    assert found.summary().startswith("UNDISCRIMINATING") and "passed 6 of 7" in found.confirmation
+    # The always-constant op of the test above stays flagged with more seeds too.
+    constant = discrimination.discriminate(_runner(lambda x: x.sum(1) * 0 + 3.0, lambda: [torch.rand(64, 32)]),
+                                           SEVEN, 1e-4, 1e-4)
+    assert "a constant (another seed's mean)" in constant.trivial and not constant.discriminating

@@ -21,6 +21,12 @@ from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSett
 from kernelbench_rl.evaluation.scheduling import QuietGate
 
 
+def own_seed_count(settings: EvalSettings, found: discrimination.Discrimination) -> int:
+    """The problem's own seeds a candidate is judged on: the settings' count, or more where a memorised answer passes
+    now and then (Discrimination.own_seeds)."""
+    return max(settings.correctness_trials, found.own_seeds)
+
+
 def check_correctness(child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult, deadline: float,
                       payload: dict[str, Any], *, shared: bool, references: ReferenceCache, quiet_gate: QuietGate,
                       transport: str, device: str) -> bool:
@@ -29,8 +35,8 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
     device being held for the whole phase."""
     precision = settings.precision
     t = time.perf_counter()
-    seeds = random.sample(state.seed_pool, min(settings.correctness_trials, len(state.seed_pool)))
     found = state.discriminations.get(precision) or discrimination.Discrimination(audited=False, reason="not sized")
+    seeds = random.sample(state.seed_pool, min(own_seed_count(settings, found), len(state.seed_pool)))
     widened_seeds = random.sample(state.seed_pool, min(settings.discriminating_trials, len(state.seed_pool)))
     plan = list(discrimination.correctness_plan(seeds, widened_seeds, found.variant))
     result.trials_total = len(plan)

@@ -285,7 +285,8 @@ class ReferenceCache:
         clean = False
         try:
             atol, rtol = tolerance_for(state.suite, precision)
-            found = discrimination.discriminate(run, state.seed_pool[:2], atol, rtol, given)
+            found = discrimination.discriminate(run, state.seed_pool[:2 + discrimination.CONFIRMATION_SEEDS], atol, rtol,
+                                                given)
             clean = True
         except torch.OutOfMemoryError as exc:  # the trivial candidates' buffers: judge on the problem's own inputs
             traceback.clear_frames(exc.__traceback__)

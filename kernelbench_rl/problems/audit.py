@@ -32,6 +32,8 @@ from kernelbench_rl.evaluation.result import TOLERANCES
 from kernelbench_rl.problems.model import Problem, SizeMode
 
 AUDIT_SEEDS = (1234, 5678)
+# More seeds, only for confirming a memorised answer that passed the first two (discrimination.confirmed_memorised).
+CONFIRMATION_SEEDS = (9012, 3456, 7890, 2468, 1357, 8642)
 INIT_SEED = 42
 STATUSES = ("ok", "widened", "fails", "unavailable")
 
@@ -124,7 +126,8 @@ def audit_problems(problems: Sequence[Problem], *, size: SizeMode = "small", dev
             continue
         try:
             item = _load(problem, size, device, precision)
-            found = discrimination.discriminate(_runner(item, device, precision), AUDIT_SEEDS, atol, rtol)
+            found = discrimination.discriminate(_runner(item, device, precision), AUDIT_SEEDS + CONFIRMATION_SEEDS,
+                                                atol, rtol)
         except Exception as exc:  # noqa: BLE001 - the reference cannot run here: say why, judge nothing
             first = str(exc).splitlines()[0] if str(exc) else ""
             audits.append(ProblemAudit(problem.id, problem.name, "unavailable", detail=f"{type(exc).__name__}: {first}"[:300]))
