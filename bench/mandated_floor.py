@@ -37,7 +37,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 
-import kernelbench_sweep as sweep  # noqa: E402 - after the path set-up above
+import grpo_batch  # noqa: E402 - after the path set-up above
+import kernelbench_sweep as sweep  # noqa: E402
 from kernelbench_sweep import BadInput, say  # noqa: E402
 
 INPUT_PROBES = 5  # fresh input sets event-timed per problem, for the GPU cost of one call's inputs
@@ -152,7 +153,9 @@ def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any],
     if device == "cuda":
         torch.cuda.empty_cache()
     base_median = statistics.median(baseline_ms) if baseline_ms else None
-    floor_s = (sum(ms * (trials + warm + timed) for ms in per_sample_ms) + (base_median or 0.0) * (warm + timed)) / 1000.0
+    # The floor exactly as the batch's is defined (grpo_batch.gpu_floor), from this loop's own medians.
+    floor_s = grpo_batch.gpu_floor([{"problem_id": problem.id, "correct": True, "runtime_ms": ms, "trials_total": trials,
+                                     "baseline_ms": base_median} for ms in per_sample_ms], settings)["total_s"]
     return {
         "problem_id": problem.id, "name": problem.name, "samples": samples, "wall_s": round(wall, 4),
         "parts_s": {k: round(v, 4) for k, v in parts.items()}, "floor_s": round(floor_s, 4),
@@ -207,8 +210,6 @@ def run_levels(chosen: dict[int, list[Any]], args: argparse.Namespace, settings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import grpo_batch
-
     parser = argparse.ArgumentParser(prog="mandated_floor.py", description=__doc__.split("\n\n")[0],
                                      epilog="Run by bench/grpo_batch.py before its warm batch, in a process of its own.")
     grpo_batch.add_batch_arguments(parser)
@@ -217,8 +218,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import grpo_batch
-
     args = build_parser().parse_args(argv)
     try:
         if args.samples < 1 or args.per_level < 1:

@@ -191,19 +191,6 @@ def trivial_recipes(inputs: Sequence[Any]) -> list[tuple[str, Recipe]]:
     return recipes
 
 
-def memorised_passes(reference: list[torch.Tensor], inputs: list[Any], other: list[torch.Tensor], atol: float,
-                     rtol: float) -> list[str]:
-    """The memorised answers (built from `other`, another seed's outputs) the comparison accepts on these outputs."""
-    recipes = dict(trivial_recipes([]))
-    passed = []
-    for name in MEMORISED:
-        candidate = recipes[name](reference, inputs, other)
-        if candidate is not None and checks.compare_outputs(reference, candidate, atol, rtol).ok:
-            passed.append(name)
-        del candidate
-    return passed
-
-
 def confirm_memorised(run: ReferenceFn, seen: list[torch.Tensor], first_passed: Sequence[str], seeds: Sequence[int],
                       atol: float, rtol: float) -> tuple[list[str], int, str]:
     """Each memorised answer (built from `seen`, the first seed's outputs) tried on the problem's own inputs of
@@ -212,7 +199,7 @@ def confirm_memorised(run: ReferenceFn, seen: list[torch.Tensor], first_passed: 
     passed = {name: int(name in first_passed) for name in MEMORISED}
     for seed in seeds:
         inputs, reference = run(seed, None)
-        for name in memorised_passes(reference, inputs, seen, atol, rtol):
+        for name in trivial_passes(reference, inputs, seen, atol, rtol, only=MEMORISED):
             passed[name] += 1
         del inputs, reference
     tried = 1 + len(seeds)
@@ -228,12 +215,14 @@ def confirm_memorised(run: ReferenceFn, seen: list[torch.Tensor], first_passed: 
 
 
 def trivial_passes(reference: list[torch.Tensor], inputs: list[Any], other_reference: list[torch.Tensor],
-                   atol: float, rtol: float) -> list[str]:
-    """The trivial candidates the evaluator's own comparison accepts for these inputs. `other_reference` is the
-    reference's output on another seed (a memorising candidate's material). One candidate's outputs at a time,
-    so at most one output's worth of extra memory."""
+                   atol: float, rtol: float, only: Sequence[str] | None = None) -> list[str]:
+    """The trivial candidates (those named in `only`, else all) the evaluator's own comparison accepts for these
+    inputs. `other_reference` is the reference's output on another seed (a memorising candidate's material). One
+    candidate's outputs at a time, so at most one output's worth of extra memory."""
     passed = []
     for name, recipe in trivial_recipes(inputs):
+        if only is not None and name not in only:
+            continue
         candidate = recipe(reference, inputs, other_reference)
         if candidate is None:
             continue
@@ -311,8 +300,8 @@ def discriminate(run: ReferenceFn, seeds: Sequence[int], atol: float, rtol: floa
                                     or trivial_passes(other, inputs_b, reference, atol, rtol)))
     more = list(seeds[2:2 + CONFIRMATION_SEEDS])
     if len(more) == CONFIRMATION_SEEDS and (
-            memorised_passes(reference, inputs, other, NEAR_FACTOR * atol, NEAR_FACTOR * rtol)
-            or memorised_passes(other, inputs_b, reference, NEAR_FACTOR * atol, NEAR_FACTOR * rtol)):
+            trivial_passes(reference, inputs, other, NEAR_FACTOR * atol, NEAR_FACTOR * rtol, only=MEMORISED)
+            or trivial_passes(other, inputs_b, reference, NEAR_FACTOR * atol, NEAR_FACTOR * rtol, only=MEMORISED)):
         first_passed = [name for name in found.trivial if name in MEMORISED]
         inputs_b = other = None  # one more seed's inputs and outputs at a time beside the first seed's
         flagged, found.own_seeds, found.confirmation = confirm_memorised(run, reference, first_passed, more, atol, rtol)

@@ -32,7 +32,7 @@ from kernelbench_rl.evaluation.result import TOLERANCES
 from kernelbench_rl.problems.model import Problem, SizeMode
 
 AUDIT_SEEDS = (1234, 5678)
-# More seeds, only for confirming a memorised answer that passed the first two (discrimination.confirmed_memorised).
+# More seeds, only for confirming a memorised answer that passed the first two (discrimination.confirm_memorised).
 CONFIRMATION_SEEDS = (9012, 3456, 7890, 2468, 1357, 8642)
 INIT_SEED = 42
 STATUSES = ("ok", "widened", "fails", "unavailable")
