@@ -2,16 +2,54 @@
 
 import os
 
+import pytest
+
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+_GPU_DESELECTED: list[str] = []
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need a CUDA device: where there is none they are not run at all (deselected, named in
+    the summary), instead of each showing as a skip that hides the skips which mean something."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu or _cuda_available():
+        return
+    gpu_ids = {id(item) for item in gpu}
+    items[:] = [item for item in items if id(item) not in gpu_ids]
+    config.hook.pytest_deselected(items=gpu)
+    _GPU_DESELECTED.extend(item.nodeid for item in gpu)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist: each worker collected on its own; its deselected GPU tests come back with its output."""
+    _GPU_DESELECTED.extend(getattr(node, "workeroutput", {}).get("gpu_deselected", []))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    names = sorted(set(_GPU_DESELECTED))
+    if names:
+        terminalreporter.write_line(f"{len(names)} GPU test(s) not run: no CUDA device here "
+                                    "(bash bench/device_suite.sh gpu-tests runs them on a GPU machine)")
+
 
 def pytest_sessionfinish(session, exitstatus):
     """A multiprocessing child a test left alive holds the interpreter at exit (multiprocessing joins its
     non-daemon children then): the run would hang after its summary. Kill such children and fail the run."""
+    workeroutput = getattr(session.config, "workeroutput", None)  # set in a pytest-xdist worker
+    if workeroutput is not None:
+        workeroutput["gpu_deselected"] = list(_GPU_DESELECTED)
     import multiprocessing
 
     left = []
