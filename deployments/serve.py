@@ -19,6 +19,7 @@ from pathlib import Path
 
 from deployments.server import REPO_ROOT, LocalPrefect, port_in_use, server_answers
 from kernelbench_rl.commands.hints import command
+from kernelbench_rl.errors import ExitCode
 from kernelbench_rl.ownership import pid_alive
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -88,7 +89,7 @@ def main() -> None:
     busy = what_runs_on(args.port)
     if busy:  # the port is held by another process: busy, as a run or a DuckDB file another process holds (README)
         print(f"error: {busy}", file=sys.stderr, flush=True)
-        raise SystemExit(3)
+        raise SystemExit(ExitCode.BUSY)
 
     local = LocalPrefect(prefect_home=args.prefect_home, port=args.port, log_dir=args.prefect_home / "logs")
     state = state_file(args.port)
@@ -140,7 +141,7 @@ def main() -> None:
         _say("stopped.")
     if failure:
         _say(f"error: {failure} (logs in {local.log_dir})", err=True)
-        raise SystemExit(1)
+        raise SystemExit(ExitCode.FAILED)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
-"""`kernelbench-rl`: the command line. Each area registers its commands from `commands/`."""
+"""`kernelbench-rl`: the command line. Each area registers its commands from `commands/`.
+
+Exit codes come from one table, `errors.ExitCode`; `COMMAND_EXITS` says which of them each command may end with,
+and every command's help ends with that list (docs/cli.md shows the same table; a test keeps them in step).
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import Annotated, Optional
 
 import typer
 
 from kernelbench_rl.commands import env, evaluate, pipeline, problems, profile, rag, sft, sql, train
 from kernelbench_rl.commands import eval_model
-from kernelbench_rl.errors import UserError
+from kernelbench_rl.errors import ExitCode, InfraError, UserError
 
 app = typer.Typer(
     name="kernelbench-rl",
@@ -16,6 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # subcommands inherit both
 )
 
 for module in (problems, sql, evaluate, profile, rag, sft, train, pipeline):
@@ -23,17 +29,92 @@ for module in (problems, sql, evaluate, profile, rag, sft, train, pipeline):
 for module in (env, eval_model):  # interoperability
     module.register(app)
 
+_OK, _FAILED, _BAD, _BUSY, _NO_VERDICT, _STOPPED = (ExitCode.OK, ExitCode.FAILED, ExitCode.BAD_INPUT, ExitCode.BUSY,
+                                                     ExitCode.NO_VERDICT, ExitCode.STOPPED)
+# The exit codes each command may end with (every command that opens the DuckDB file may find it busy: 3).
+COMMAND_EXITS: dict[str, tuple[ExitCode, ...]] = {
+    "problems list": (_OK, _BAD),
+    "problems show": (_OK, _BAD),
+    "problems audit": (_OK, _BAD, _BUSY),
+    "sql": (_OK, _BAD, _BUSY),
+    "eval": (_OK, _FAILED, _BAD, _BUSY, _NO_VERDICT),
+    "eval-dir": (_OK, _BAD, _BUSY),
+    "profile": (_OK, _FAILED, _BAD, _BUSY, _NO_VERDICT),
+    "corpus ingest": (_OK, _BAD, _BUSY),
+    "corpus verify": (_OK, _BAD, _BUSY),
+    "index build": (_OK, _BAD, _BUSY),
+    "retrieve": (_OK, _BAD, _BUSY),
+    "sft": (_OK, _BAD, _BUSY, _STOPPED),
+    "train": (_OK, _BAD, _BUSY, _STOPPED),
+    "pipeline": (_OK, _FAILED, _BAD, _BUSY, _STOPPED),
+    "serve": (_OK, _FAILED, _BAD, _BUSY),
+    "env serve": (_OK, _BAD, _BUSY),
+    "eval-model": (_OK, _BAD, _BUSY, _NO_VERDICT),
+}
+
+
+def exit_codes_epilog(codes: tuple[ExitCode, ...]) -> str:
+    """The last line of a command's help: its exit codes, from the one table."""
+    return "Exit codes: " + "; ".join(f"{int(code)} {code.label}" for code in codes) + " (docs/cli.md)."
+
+
+def _command_infos(typer_app: typer.Typer, prefix: str = ""):
+    """(full name, CommandInfo) of every command, groups included ("problems list")."""
+    for info in typer_app.registered_commands:
+        name = info.name or info.callback.__name__.replace("_", "-")
+        yield (prefix + name, info)
+    for group in typer_app.registered_groups:
+        yield from _command_infos(group.typer_instance, f"{prefix}{group.name} ")
+
+
+for _name, _info in _command_infos(app):
+    _info.epilog = exit_codes_epilog(COMMAND_EXITS.get(_name, (_OK, _BAD, _BUSY)))
+
+
+def exit_code_tables() -> str:
+    """docs/cli.md's tables, from the one table: every code, then the codes of each command."""
+    lines = ["| code | meaning | e.g. |", "|---|---|---|"]
+    lines += [f"| {int(code)} | {code.meaning} | {code.examples} |" for code in ExitCode]
+    lines += ["", "| command | exit codes |", "|---|---|"]
+    names = [name for name, _ in _command_infos(app)]
+    lines += [f"| `{name}` | {', '.join(str(int(c)) for c in COMMAND_EXITS.get(name, (_OK, _BAD, _BUSY)))} |"
+              for name in sorted(names)]
+    return "\n".join(lines)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kernelbench-rl")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"kernelbench-rl {_version()}")
+        raise typer.Exit(ExitCode.OK)
+
+
+@app.callback()
+def _root(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_print_version, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
+) -> None:
+    """Train language models with RL to write fast, correct GPU kernels (KernelBench-style)."""
+
 
 def main() -> None:
-    """Entry point: user errors become one sentence and an exit code, never a traceback.
+    """Entry point: user errors and failures of our side become one sentence and an exit code, never a traceback.
 
-    Click runs in standalone mode, so usage errors print usage and exit 2 as usual.
+    Click runs in standalone mode, so usage errors print usage and exit with ExitCode.BAD_INPUT (2) as usual.
     """
     try:
         app()
-    except UserError as exc:
+    except (UserError, InfraError) as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-        sys.exit(exc.exit_code)
+        sys.exit(int(exc.exit_code))
 
 
 if __name__ == "__main__":

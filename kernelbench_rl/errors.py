@@ -1,4 +1,34 @@
-"""User-facing errors: one clear sentence, caught by the CLI and turned into an exit code."""
+"""User-facing errors and the exit codes of every command: one table, used by the CLI, its help and docs/cli.md.
+
+A new exit code is one line in `ExitCode` (its number, a short label for help texts, its meaning and examples for
+docs/cli.md); tests/test_cli_exit_codes.py keeps the docs page and every command's help in step with it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """How a command ended: scripts and schedulers tell the outcomes apart by this number alone."""
+
+    label: str
+    meaning: str
+    examples: str
+
+    def __new__(cls, code: int, label: str, meaning: str, examples: str = "") -> ExitCode:
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member.label, member.meaning, member.examples = label, meaning, examples
+        return member
+
+    # name = code, label (help texts), meaning (docs), examples (docs)
+    OK = 0, "done", "done (`eval`, `profile`: the kernel is correct)"
+    FAILED = 1, "not correct, or failed", "done, and the kernel is not correct (`eval`, `profile`); a server or flow that failed", "a mismatch, a compile error, `serve`'s server that would not start"
+    BAD_INPUT = 2, "bad input", "bad input: one sentence says what to fix", "an unknown problem id, `--level 11`, a bad config key, a missing key or file, `--max-problems 0`, `eval.device=cuda` on a machine without a GPU"
+    BUSY = 3, "our side failed or is busy: run again", "our side failed or is busy: run again later (the same command resumes where it can)", "the model server or the Dask scheduler unreachable, a model server that stopped answering mid-run (`eval-model`: a partial report), the DuckDB file held by another process, a run owned by another process, `serve`'s port taken"
+    NO_VERDICT = 4, "no verdict", "no verdict on the kernel(s): nothing was judged", "`eval` of a problem too large for the GPU; `eval-model` whose every answer got no verdict"
+    STOPPED = 130, "stopped (resumable)", "stopped by Ctrl-C or SIGTERM: the state is saved and the run marked `stopped`; the same command resumes", "a supervisor's `kill PID` of `train`, `sft` or `pipeline`"
 
 
 class UserError(Exception):
@@ -7,26 +37,26 @@ class UserError(Exception):
     The message is one sentence that says what to do; the CLI prints it without a traceback.
     """
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class StoreBusyError(UserError):
     """Another process held the DuckDB file for longer than the retry budget."""
 
-    exit_code = 3
+    exit_code = ExitCode.BUSY
 
 
 class InfraError(Exception):
     """Our infrastructure failed (worker lost, GPU unavailable, service unreachable): retry, never a zero reward."""
 
-    exit_code = 3
+    exit_code = ExitCode.BUSY
 
 
 class NoVerdictError(InfraError):
-    """Nothing was judged: every sample came back without a verdict on its kernel (the CLI's exit code 4, as `eval`'s
-    for one kernel without a verdict)."""
+    """Nothing was judged: every sample came back without a verdict on its kernel (as `eval`'s for one kernel
+    without a verdict)."""
 
-    exit_code = 4
+    exit_code = ExitCode.NO_VERDICT
 
 
 def is_infra_failure(exc: BaseException | None) -> bool:

@@ -160,8 +160,8 @@ def eval_command(
 ) -> None:
     """Evaluate one kernel file against a problem: compile, correctness and (on a GPU) speed.
 
-    Exit code: 0 correct, 1 judged not correct, 2 usage error, 4 no verdict (infrastructure, too large,
-    inputs that cannot discriminate, unsupported by the CPU interpreter).
+    A kernel without a verdict (infrastructure, too large, inputs that cannot discriminate, unsupported by the CPU
+    interpreter) is never called wrong: it has an exit code of its own (below).
     """
     if not kernel.is_file():
         raise UserError(f"No kernel file {kernel} exists; pass the path of a Python file that defines ModelNew.")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -28,3 +31,38 @@ ProblemsRootOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def argparse_as_typer(parser: argparse.ArgumentParser, run: Callable[[list[str]], None]) -> Callable[..., None]:
+    """A typer command function whose options are `parser`'s (one definition, and the help of every other command):
+    calling it rebuilds the command line as `parser` reads it and passes it to `run`."""
+    parameters, annotations, to_argv = [], {}, []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        name = action.dest
+        if not action.option_strings:  # a positional list (nargs="*"): key=value overrides
+            kind, info = Optional[list[str]], typer.Argument(None, help=action.help, show_default=False)
+            to_argv.append((True, lambda value: list(value or [])))
+        elif isinstance(action, argparse._StoreTrueAction):
+            kind, info = bool, typer.Option(False, *action.option_strings, help=action.help)
+            to_argv.append((False, lambda value, flag=action.option_strings[0]: [flag] if value else []))
+        else:
+            kind = Optional[action.type or str] if action.default is None else (action.type or str)
+            info = typer.Option(action.default, *action.option_strings, help=action.help,
+                                show_default=action.default is not None and "default" not in (action.help or ""))
+            to_argv.append((False, lambda value, flag=action.option_strings[0], default=action.default:
+                            [] if value == default else [flag, str(value)]))
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=kind))
+        annotations[name] = kind
+
+    def command(**values: Any) -> None:
+        argv: list[str] = []
+        overrides: list[str] = []
+        for parameter, (positional, convert) in zip(parameters, to_argv, strict=True):
+            (overrides if positional else argv).extend(convert(values[parameter.name]))
+        run(argv + overrides)
+
+    command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    command.__annotations__ = annotations
+    return command

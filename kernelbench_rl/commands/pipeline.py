@@ -125,17 +125,7 @@ def _launch(module: str, args: list[str]) -> NoReturn:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
-        "pipeline",
-        help=PIPELINE_DESCRIPTION,
-        add_help_option=False,
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )
-    def pipeline(ctx: typer.Context) -> None:
-        args = list(ctx.args)
-        if "--help" in args or "-h" in args:
-            typer.echo(pipeline_arg_parser(description=PIPELINE_DESCRIPTION).format_help())
-            raise typer.Exit(0)
+    def pipeline(args: list[str]) -> None:
         # Check every parameter and config key here, in a second, before Prefect and the stages start.
         parsed = pipeline_arg_parser(description=PIPELINE_DESCRIPTION).parse_args(args)
         check_pipeline_inputs(
@@ -148,6 +138,12 @@ def register(app: typer.Typer) -> None:
         ownership.check_free(parsed.db_path, parsed.run_id)  # a second `make run` stops here, before Prefect
         _launch("flows.pipeline", args)
 
+    # The parser's options as a typer command: one definition (`python -m flows.pipeline` reads the same), and
+    # the same help as every other command.
+    from kernelbench_rl.commands.options import argparse_as_typer
+
+    app.command("pipeline", help=PIPELINE_DESCRIPTION)(argparse_as_typer(pipeline_arg_parser(), pipeline))
+
     @app.command("serve")
     def serve(
         port: Annotated[int, typer.Option(help="Port of the Prefect server and UI.")] = 4200,
@@ -158,7 +154,7 @@ def register(app: typer.Typer) -> None:
         """Start a local Prefect server (UI on localhost), deploy prefect.yaml and start a process worker.
 
         Ctrl-C, or SIGINT or SIGTERM to its pid, stops the worker and the server it started; if the port is already served,
-        it says what runs there and exits 1.
+        it says what runs there and exits as busy (3, below).
         """
         args = ["--port", str(port)] + (["--no-worker"] if no_worker else [])
         args += ["--prefect-home", prefect_home] if prefect_home else []

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         """Train (or resume: the same command continues from the last checkpoint).
 
         The run id is `run_id=NAME` if given, else a hash of the configuration (a changed key starts a new
-        run). One process owns a run at a time; a second one is told who holds it and exits with code 3.
+        run). One process owns a run at a time; a second one is told who holds it and exits as busy (below).
         """
         from kernelbench_rl.config import load_config
         from kernelbench_rl.training import run_training
