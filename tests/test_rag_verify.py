@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 import rag_fixtures as fx
 
 from kernelbench_rl.problems import get_problem
 from kernelbench_rl.rag import ingest_docs, load_own_solutions, load_sakana, read_corpus, reverify_corpus
 from kernelbench_rl.rag.verify import match_problem
 from kernelbench_rl.store import Store
-
-
-def _evaluator_available() -> bool:
-    try:
-        from kernelbench_rl.evaluation import Evaluator  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def test_documents_are_matched_to_bundled_problems_or_skipped_with_reasons(tmp_path):
@@ -37,7 +28,6 @@ def test_documents_are_matched_to_bundled_problems_or_skipped_with_reasons(tmp_p
     assert all(d["verified"] is None for d in read_corpus(store))
 
 
-@pytest.mark.xfail(not _evaluator_available(), reason="kernelbench_rl.evaluation.Evaluator is not written yet", strict=False)
 def test_our_relu_solution_is_reverified_and_only_it_enters_a_verified_only_index(tmp_path):
     from kernelbench_rl.rag import Embedder, build_corpus_index
 

@@ -32,6 +32,7 @@ from hack_cases import (  # noqa: E402
     sandbox_escapes,
 )
 
+from kernelbench_rl.evaluation import api  # noqa: E402
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,6 @@ def secret_environment():
 
 @pytest.fixture(scope="module")
 def evaluator(base_settings: EvalSettings, secret_environment):
-    api = pytest.importorskip("kernelbench_rl.evaluation.api", reason="the evaluator (api.py) is not built yet")
     # One worker: the known-good evaluation runs after the hack, on the same worker.
     with api.Evaluator(base_settings, num_workers=1, store=None) as ev:
         yield ev
@@ -78,7 +78,6 @@ def evaluator(base_settings: EvalSettings, secret_environment):
 @pytest.fixture(scope="module")
 def runtime_only_evaluator(base_settings: EvalSettings, secret_environment):
     """The same evaluator with its static policy switched off: the sandbox and runtime checks alone."""
-    api = pytest.importorskip("kernelbench_rl.evaluation.api", reason="the evaluator (api.py) is not built yet")
     with api.Evaluator(base_settings, num_workers=1, store=None, static_checks=False) as ev:
         yield ev
 
