@@ -273,3 +273,25 @@ def test_sigkill_then_sigterm_with_a_step_prefetched_leave_exact_rows(tmp_path: 
     rerun = subprocess.run(_cli(tmp_path, steps), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
     _assert_exact(store, steps)
+
+
+def test_a_step_sampled_before_a_level_promotion_never_counts_for_the_new_level(tmp_path, monkeypatch) -> None:
+    """Level 1 always right, levels 2 and 3 always wrong. Step 0 promotes level 1 -> 2; step 1 was queued before
+    that and holds level 1's problems: it must not count as level 2's (its level-1 rate of 1.0 once promoted
+    level 2 -> 3 although level 2's rate is 0)."""
+    service = _service(monkeypatch)
+    third = next(p.stem for p in (Path(__file__).resolve().parents[1] / "KernelBench" / "level3").glob("*.py"))
+
+    def judge(problem_ids, responses):
+        return [EvalResult(problem_id=pid, candidate_sha256="x", backend="triton", precision="fp32", device_kind="cpu",
+                           format_ok=True, compiled=True, correct=pid.startswith("L1/"),
+                           error_category=ErrorCategory.OK if pid.startswith("L1/") else ErrorCategory.MISMATCH)
+                for pid in problem_ids]
+
+    cfg = _config(tmp_path, 1, "curriculum.enabled=true", "curriculum.start_stage=speed", "curriculum.window=1",
+                  "curriculum.demote_threshold=null", "problems.levels=[1,2,3]",
+                  f"problems.ids=[L1/19,L2/1,L3/{third.split('_')[0]}]")
+    run_training(cfg, progress=False, evaluate_fn=judge, service_client=service)
+    store = Store(tmp_path / "kb.duckdb")
+    assert store.fetchall("SELECT step, kind, from_value, to_value FROM curriculum_events") == [(0, "level", "1", "2")]
+    assert [r[0] for r in store.fetchall("SELECT level FROM train_steps ORDER BY step")] == [1, 1, 2, 2, 2]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kernelbench_rl.config import load_config
 from kernelbench_rl.training.curriculum import Curriculum
 
@@ -36,10 +38,10 @@ def test_a_rate_hovering_at_its_threshold_promotes() -> None:
 
 def test_each_stage_has_its_own_threshold_and_a_fallback() -> None:
     cur = make("curriculum.threshold=null", "curriculum.start_stage=correctness", "curriculum.max_steps_per_stage=6")
-    assert cur.watched_rate() == ("correct_rate", 0.35)
+    assert cur.watched_rate() == ("level_1/correct_rate", 0.35)
     events = [e for step in range(6) for e in cur.observe(step, {"correct_rate": 0.1})]
     assert [(e.to_value, e.step) for e in events] == [("speed", 5)] and "max_steps_per_stage" in events[0].reason
-    # the last stage promotes levels on the level's own correct rate, never by the fallback
+    # the last stage promotes levels on the level's own correct rate, never by the stage's fallback
     assert cur.watched_rate() == ("level_1/correct_rate", 0.5)
     assert all(cur.observe(step, {"correct_rate": 0.9, "level_1/correct_rate": 0.1}) == [] for step in range(6, 20))
 
@@ -165,3 +167,116 @@ def test_loop_records_promotions_and_a_resumed_run_keeps_its_stage(tmp_path) -> 
     assert third.first_step == 3 and third.stage == "correctness"
     manual = store.query("SELECT from_value, to_value FROM curriculum_events WHERE kind = 'manual'").to_dicts()
     assert manual == [{"from_value": "compile", "to_value": "correctness"}]
+
+
+# -- rates from the samples being judged; missing is not zero ----------------------------------------
+def _step_metrics(verdicts_by_level: dict[int, list[dict]], stage: str = "format", level: int = 1) -> dict[str, float]:
+    """A step's metrics as the loop computes them (training.metrics.step_metrics over scored groups), with
+    the stage and level it was sampled under."""
+    from kernelbench_rl.envs import EnvSpec
+    from kernelbench_rl.envs.kernel_env import EnvGroupBuilder
+    from kernelbench_rl.evaluation.result import EvalResult
+    from kernelbench_rl.problems import get_problem
+    from kernelbench_rl.training.grpo import score_group
+    from kernelbench_rl.training.metrics import step_metrics
+    from kernelbench_rl.training.rollouts import GroupRollout
+
+    groups, samples = [], []
+    for index, (lv, verdicts) in enumerate(sorted(verdicts_by_level.items())):
+        problem = get_problem("L1/19" if lv == 1 else "L2/1")
+        builder = EnvGroupBuilder(problem, len(verdicts), EnvSpec())
+        envs = builder()
+        for env, verdict in zip(envs, verdicts, strict=True):
+            env.add_completion("p", [1, 2, 3], "c", [4, 5], [-0.5, -0.25], "stop")
+            env.add_result(EvalResult(problem_id=problem.id, candidate_sha256="x", backend="triton", precision="fp32",
+                                      device_kind="cpu", **verdict))
+        group = GroupRollout(index, builder, envs)
+        groups.append(group)
+        samples += score_group(group, stage, gamma=0.4, baseline="loo", speedup_cap=8.0)
+    metrics, _ = step_metrics(groups, samples)
+    metrics.update({"stage_index": float(["format", "compile", "correctness", "speed"].index(stage)), "level": float(level)})
+    return metrics
+
+
+def _formatted(share: float) -> list[dict]:
+    from kernelbench_rl.evaluation.result import ErrorCategory
+
+    n = 10
+    return [dict(format_ok=i < share * n, error_category=ErrorCategory.COMPILE) for i in range(n)]
+
+
+def _infra() -> list[dict]:
+    from kernelbench_rl.evaluation.result import ErrorCategory
+
+    return [dict(error_category=ErrorCategory.INFRA, error_message="worker lost")] * 10
+
+
+def test_an_all_infra_step_is_not_a_rate_of_zero() -> None:
+    """Four steps at 0.9 and one whose every evaluation failed on our side: the window holds the four, and the
+    next good step promotes (counted as 0, the infra step made the mean 0.72 and blocked the promotion)."""
+    cur = make("curriculum.threshold=0.8", "curriculum.window=5")
+    steps = [_step_metrics({1: _formatted(0.9)}), _step_metrics({1: _formatted(0.9)}), _step_metrics({1: _infra()}),
+             _step_metrics({1: _formatted(0.9)}), _step_metrics({1: _formatted(0.9)})]
+    assert "format_rate" not in steps[2] and "level_1/format_rate" not in steps[2]
+    assert [e for step, m in enumerate(steps) for e in cur.observe(step, m)] == []
+    assert cur.recent == pytest.approx([0.9] * 4)
+    events = cur.observe(5, _step_metrics({1: _formatted(0.9)}))
+    assert [(e.to_value, e.step) for e in events] == [("compile", 5)]
+
+
+def test_infra_steps_do_not_count_toward_the_stage_step_limit() -> None:
+    cur = make("curriculum.threshold=0.8", "curriculum.max_steps_per_stage=3")
+    low, infra = _step_metrics({1: _formatted(0.1)}), _step_metrics({1: _infra()})
+    assert [e for step, m in enumerate([low, infra, infra, low]) for e in cur.observe(step, m)] == []
+    assert [e.to_value for e in cur.observe(4, low)] == ["compile"]  # the third judged step
+
+
+def test_only_the_current_levels_samples_are_judged() -> None:
+    """In the last stage at level 2, a step whose level-2 samples all failed on our side has no level-2 rate: the
+    level-1 share of the batch (all right) is not level 2's rate."""
+    from kernelbench_rl.evaluation.result import ErrorCategory
+
+    right = [dict(format_ok=True, compiled=True, correct=True, error_category=ErrorCategory.OK)] * 4
+    cur = make("curriculum.start_stage=speed", "curriculum.window=1", "curriculum.demote_threshold=null",
+               levels=(1, 2, 3))
+    cur.level = 2
+    metrics = _step_metrics({1: right, 2: _infra()}, stage="speed", level=2)
+    assert metrics["correct_rate"] == 1.0 and "level_2/correct_rate" not in metrics
+    assert cur.observe(0, metrics) == [] and cur.recent == []
+    # a step sampled at level 1 (queued before the promotion) is not level 2's either
+    assert cur.observe(1, _step_metrics({1: right}, stage="speed", level=1)) == [] and cur.recent == []
+
+
+def test_the_defaults_reach_speed_and_level_2_within_the_default_steps_on_a_stalled_run() -> None:
+    """Nothing improves past a low plateau (format 0.5, compile 0.3, correct 0.1 at every level): the step limits
+    still bring the run to the speed stage and to level 2 well inside training.steps (40 steps per stage put speed
+    at step 120 of 100)."""
+    cfg = load_config("default")
+    cur = Curriculum.from_config(cfg.curriculum, [1, 2, 3])
+    reached: dict[str, int] = {}
+    for step in range(cfg.training.steps):
+        rates = {"format_rate": 0.5, "compile_rate": 0.3, "correct_rate": 0.1}
+        for event in cur.observe(step, {**rates, **{f"level_{cur.level}/{k}": v for k, v in rates.items()}}):
+            reached.setdefault(f"{event.kind}:{event.to_value}", step + 1)
+    assert reached["stage:speed"] <= cfg.training.steps // 2
+    assert reached["level:2"] < cfg.training.steps
+
+
+def test_a_level_out_of_reach_is_left_and_reached_again_only_on_its_rate() -> None:
+    cur = make("curriculum.start_stage=speed", "curriculum.window=2", "curriculum.max_steps_per_level=3",
+               "curriculum.demote_threshold=0.05", levels=(1, 2))
+    events = []
+    for step in range(3):  # level 1 at 0.3: promoted by the step limit
+        events += cur.observe(step, {"level_1/correct_rate": 0.3})
+    for step in range(3, 5):  # level 2 at 0: back to level 1
+        events += cur.observe(step, {"level_2/correct_rate": 0.0})
+    assert [(e.from_value, e.to_value) for e in events] == [("1", "2"), ("2", "1")]
+    assert "demote_threshold" in events[-1].reason and cur.level == 1
+    for step in range(5, 12):  # the step limit no longer leads back to a level left by demotion
+        assert cur.observe(step, {"level_1/correct_rate": 0.3}) == []
+    rows = [e.row("r") for e in events]
+    resumed = make("curriculum.start_stage=speed", "curriculum.window=2", "curriculum.max_steps_per_level=3",
+                   "curriculum.demote_threshold=0.05", levels=(1, 2))
+    resumed.replay(rows, [(step, {"level_1/correct_rate": 0.3, "stage_index": 3.0, "level": 1.0}) for step in range(5, 12)])
+    assert (resumed.level, resumed.demoted_from, len(resumed.recent)) == (1, {2}, 7)
+    assert [e.to_value for e in resumed.observe(12, {"level_1/correct_rate": 0.8})] == ["2"]  # its rate still does

@@ -9,7 +9,9 @@ import pytest
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, Flag, StaticReport
 from kernelbench_rl.rewards import (
     PRESETS,
+    bounded_log_slowdown,
     bounded_log_speedup,
+    reward_floor,
     discounted_returns,
     group_advantages,
     is_constant,
@@ -46,8 +48,14 @@ def test_kernrl_curve() -> None:
     assert score(FORMAT_ONLY, "kernrl").reward == 0.0
     assert score(COMPILED, "kernrl").reward == pytest.approx(0.1)
     assert score(CORRECT, "kernrl").reward == pytest.approx(0.4)  # 1.0x is not faster
-    # 4x with the cap at 16x: log2(4)/log2(16) = 0.5 of the 0.6
+    # 4x with the cap at 16x: log2(4)/log2(16) = 0.5 of the 0.6; the faster bonus is whole from 2x on
     assert score(FAST, "kernrl", speedup_cap=16.0).reward == pytest.approx(0.1 + 0.3 + 0.3 + 0.3)
+    # the faster bonus ramps in along log2(speedup) from 1x to 2x: half of it at sqrt(2)x, none below 1x
+    at_root2 = result(format_ok=True, compiled=True, correct=True, speedup=2 ** 0.5)
+    assert score(at_root2, "kernrl").components["faster"] == pytest.approx(0.15)
+    # below 1x a slow kernel gives back up to 0.15, all of it at 1/cap and slower
+    slow = result(format_ok=True, compiled=True, correct=True, speedup=0.125)
+    assert score(slow, "kernrl").reward == pytest.approx(0.4 - 0.15)
     assert score(result(format_ok=True, compiled=True, correct=True, speedup=1000.0,
                         flags=[Flag.EXCESSIVE_SPEEDUP.value, Flag.REVERIFIED.value]), "kernrl").reward == pytest.approx(1.3)  # the cap bounds it
 
@@ -67,16 +75,18 @@ def test_kernrl_server_curve() -> None:
     assert score(right(40.0), "kernrl_server").reward == pytest.approx(2.0)  # capped
     assert score(right(None), "kernrl_server").reward == pytest.approx(0.0)  # the CPU times nothing
     # Our rules hold over kernrl's: an unverified excessive speedup earns nothing and counts as not correct; a hack
-    # earns 0; an infrastructure failure is no score at all.
+    # earns the floor (-0.5, never more than an honest failure); an infrastructure failure is no score at all.
     unverified = result(format_ok=True, compiled=True, correct=True, speedup=50.0, flags=[Flag.EXCESSIVE_SPEEDUP.value])
     assert score(unverified, "kernrl_server").reward == pytest.approx(-0.25)
-    assert score(result(compiled=True, flags=[Flag.HACK.value]), "kernrl_server").reward == 0.0
+    assert score(result(compiled=True, flags=[Flag.HACK.value]), "kernrl_server").reward == pytest.approx(-0.5)
     assert score(result(error_category=ErrorCategory.INFRA), "kernrl_server").reward is None
 
 
 def test_speed_term_is_bounded() -> None:
     assert bounded_log_speedup(1.0, 8.0) == 0.0
     assert bounded_log_speedup(0.5, 8.0) == 0.0
+    assert bounded_log_slowdown(0.5, 8.0) == pytest.approx(1 / 3) and bounded_log_slowdown(2.0, 8.0) == 0.0
+    assert bounded_log_slowdown(0.01, 8.0) == 1.0
     assert bounded_log_speedup(2.0, 8.0) == pytest.approx(1 / 3)
     assert bounded_log_speedup(64.0, 8.0) == 1.0
     reverified = [Flag.EXCESSIVE_SPEEDUP.value, Flag.REVERIFIED.value]
@@ -85,11 +95,12 @@ def test_speed_term_is_bounded() -> None:
     assert huge.reward == pytest.approx(capped.reward) == pytest.approx(1.0)
 
 
-def test_hacks_earn_zero_everywhere() -> None:
+def test_hacks_earn_the_floor_everywhere() -> None:
     flagged = result(format_ok=True, compiled=True, correct=True, speedup=3.0, flags=[Flag.HACK.value])
     for preset in PRESETS:
         s = score(flagged, preset)
-        assert s.reward == 0.0 and s.hack
+        assert s.reward == reward_floor(preset) == score(result(), preset).reward and s.hack
+        assert s.reward == (-0.5 if preset == "kernrl_server" else 0.0)
 
 
 def test_static_hack_rule_earns_zero() -> None:
@@ -108,6 +119,7 @@ def test_unverified_excessive_speedup_earns_no_correctness_or_speed() -> None:
     for preset in ("correctness", "speed", "kernrl"):
         s = score(flagged, preset)
         assert s.components["correct"] == 0.0 and s.components["speed"] == 0.0 and s.components["faster"] == 0.0
+        assert s.components["slowdown"] == 0.0
         assert s.reward == pytest.approx(score(COMPILED, preset).reward)
 
 

@@ -68,9 +68,25 @@ def _score(policy: str):
 
 
 def test_a_truncated_turn_earns_no_credit_by_default() -> None:
-    cut, correct, compiled = _score("reward")
+    from kernelbench_rl.training.grpo import score_group
+
+    assert score_group.__kwdefaults__["truncated"] == "clamp"
+    cut, correct, compiled = _score("clamp")  # graded correct, clamped to the preset's floor
     assert cut.truncated and cut.reward == 0.0 and correct.reward == pytest.approx(1.0)
     assert cut.trainable and cut.advantage < 0  # pushed away from running out of tokens
+    flat, _, _ = _score("reward")  # the flat reward, 0.0 by default
+    assert flat.reward == 0.0
+
+
+def test_a_truncated_turn_is_clamped_below_an_honest_failure_under_kernrl_server() -> None:
+    """kernrl_server pays -0.25 for a wrong answer and -0.5 for one that does not compile: a truncated one is
+    graded and clamped to -0.5, where a flat 0.0 made running out of tokens the best answer of its group."""
+    from kernelbench_rl.training.grpo import score_group
+
+    group = _group_with_cut(_verdicts(), [True, False, False])
+    cut, correct, compiled = score_group(group, "kernrl_server", gamma=0.4, baseline="loo", speedup_cap=8.0)
+    assert (cut.reward, correct.reward, compiled.reward) == (-0.5, 0.0, -0.25)
+    assert cut.advantage < compiled.advantage < correct.advantage
 
 
 def test_drop_leaves_a_truncated_turn_out_of_the_loss_and_the_baseline() -> None:

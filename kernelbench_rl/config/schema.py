@@ -71,6 +71,14 @@ class TrainingConfig:
     # Step k+1 is sampled and evaluated while step k trains, by weights at most this many steps behind
     # (the importance-sampling ratio corrects for the lag); 0: every step is sampled by the latest weights.
     max_steps_off_policy: Annotated[int, Ge(0)] = 1
+    # The cookbook's controls (tinker_cookbook.rl): a KL penalty against the base model folded into the
+    # advantages (incorporate_kl_penalty; 0: off), its discount over later tokens, the post-update KL of each
+    # step (compute_post_kl: one more forward pass over the batch), and PPO's clip range (loss_fn=ppo only).
+    kl_penalty_coef: Annotated[float, Ge(0)] = 0.0
+    kl_discount_factor: Annotated[float, Ge(0), Le(1)] = 0.0
+    compute_post_kl: bool = False
+    ppo_clip_low: Annotated[float, Gt(0), Lt(1)] = 0.8
+    ppo_clip_high: Annotated[float, Gt(1)] = 1.2
 
 
 @dataclass
@@ -79,10 +87,11 @@ class RewardsConfig:
     gamma: Annotated[float, Ge(0), Le(1)] = 0.4  # discount over later turns (Kevin mode)
     baseline: str = "loo"  # loo (leave-one-out) | group_mean
     speedup_cap: Annotated[float, Gt(0)] = 8.0  # the speed term saturates at this speedup
-    # A completion cut at max_tokens (stop_reason "length"): reward (scored truncated_reward, like an
-    # answer never given) | drop (out of the loss and the group's baseline) | zero_advantage (in the
-    # baseline, no gradient) | keep (its verdict, as any other turn)
-    truncated: str = "reward"
+    # A completion cut at max_tokens (stop_reason "length"): clamp (graded, then clamped to the preset's
+    # floor, the reward of an answer with nothing right: never above an honest failure) | reward (scored
+    # truncated_reward, at most the floor) | drop (out of the loss and the group's baseline) | zero_advantage
+    # (in the baseline, no gradient) | keep (its verdict, as any other turn: smoke runs that cut every answer)
+    truncated: str = "clamp"
     truncated_reward: float = 0.0
 
 
@@ -120,16 +129,22 @@ class CurriculumConfig:
     correctness_threshold: Annotated[float, Ge(0), Le(1)] = 0.35  # correct rate
     speed_threshold: Annotated[float, Ge(0), Le(1)] = 0.5  # correct rate (only when speed is not the last stage)
     window: Annotated[int, Ge(1)] = 5  # steps in the moving average
-    max_steps_per_stage: Annotated[int, Ge(0)] = 40  # a stage not promoted after this many steps is anyway (0: never)
+    # A stage not promoted after this many judged steps is anyway (0: never)
+    max_steps_per_stage: Annotated[int, Ge(0)] = 15
     start_level: Annotated[int, Ge(1)] = 1
     promote_levels: bool = True
     level_threshold: Annotated[float, Ge(0), Le(1)] = 0.5  # mean correct rate at the level, in the last stage
+    max_steps_per_level: Annotated[int, Ge(0)] = 25  # a level not promoted after this many judged steps is anyway (0: never)
+    # A level whose mean correct rate falls to this or below goes back one level (null: never)
+    demote_threshold: Annotated[float, Ge(0), Le(1)] | None = 0.05
     previous_levels_share: Annotated[float, Ge(0), Lt(1)] = 0.25  # earlier levels' share of a step's problems
 
 
 @dataclass
 class ProblemsConfig:
-    levels: list[Annotated[int, Ge(1)]] = field(default_factory=lambda: [1, 2, 3])
+    # None: the source's own (problems.loaders.default_levels): 1-3 for the bundled set and KernelBench, every level for
+    # kernrl's problems; [] takes every level of any source.
+    levels: list[Annotated[int, Ge(1)]] | None = None
     ids: list[str] = field(default_factory=list)  # restrict to these ids (empty: all)
     holdout_fraction: Annotated[float, Ge(0), Lt(1)] = 0.2
     split_seed: int = 0
@@ -222,6 +237,10 @@ class TrainConfig:
         # problems.root and its older name are one key: either spelling, and runs configured before it, keep their id.
         payload["problems"]["kernelbench_root"] = self.problems.source_root
         payload["problems"].pop("root", None)
+        if payload["problems"].get("levels") is None:  # the source's levels: runs configured as [1, 2, 3] keep their id
+            from kernelbench_rl.problems.loaders import default_levels
+
+            payload["problems"]["levels"] = default_levels(self.problems.source_root)
         if payload["eval"].get("precision_policy") == "warn":
             payload["eval"].pop("precision_policy")  # the default: runs configured before the key keep their id
         if payload["eval"].get("reference_timeout_s") is None:
@@ -287,7 +306,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "env.mode": ("single", "kevin"),
     "env.kernel_backend": ("triton", "cuda"),
     "training.loss_fn": ("importance_sampling", "ppo"),
-    "rewards.truncated": ("reward", "drop", "zero_advantage", "keep"),
+    "rewards.truncated": ("clamp", "reward", "drop", "zero_advantage", "keep"),
     "policy.device": ("auto", "cpu", "cuda"),
     "eval.device": ("auto", "cpu", "cuda"),
     "eval.size": ("auto", "small", "real"),
@@ -428,6 +447,7 @@ def _validate(config: TrainConfig) -> None:
         raise UserError("Config key training.loss_fn=ppo clips the ratio to the sampling policy, which is 1 when "
                         "every datum is trained by the policy that sampled it: set training.num_substeps to 2 or more, "
                         "or training.max_steps_off_policy to 1 or more.")
+    _check_truncated_reward(config)
     if not 0.0 <= config.rewards.gamma <= 1.0:
         raise UserError(f"Config key rewards.gamma must be in [0, 1]; got {config.rewards.gamma}.")
     from kernelbench_rl.evaluation.cluster_spec import parse_cluster
@@ -437,6 +457,20 @@ def _validate(config: TrainConfig) -> None:
     if problems.root and problems.kernelbench_root and problems.root != problems.kernelbench_root:
         raise UserError("Config keys problems.root and problems.kernelbench_root (its older name) name different "
                         f"folders ({problems.root} and {problems.kernelbench_root}); set only problems.root.")
+
+
+def _check_truncated_reward(config: TrainConfig) -> None:
+    """rewards.truncated=reward may not pay a truncated answer more than an honest failure of any preset in use."""
+    if config.rewards.truncated != "reward":
+        return
+    from kernelbench_rl.rewards.shaping import reward_floor
+
+    presets = config.curriculum.stages if config.rewards.preset == "curriculum" else [config.rewards.preset]
+    lowest = min(reward_floor(p) for p in presets)
+    if config.rewards.truncated_reward > lowest:
+        raise UserError(f"Config key rewards.truncated_reward ({config.rewards.truncated_reward}) would pay a truncated "
+                        f"answer more than an honest failure ({lowest} under rewards.preset={config.rewards.preset}); "
+                        f"set it to {lowest} or less, or use rewards.truncated=clamp.")
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -14,8 +14,10 @@ of each target token; q: the sampler's log-probability from loss_fn_inputs["logp
                          (default 0.8 / 1.2)
 Gradients accumulate across forward_backward calls until optim_step (AdamW, as Tinker's Adam).
 
-Sampled logprobs are those of the unmodified model distribution (temperature 1, no top-k/top-p),
-the same quantity forward_backward computes, so an on-policy importance ratio is exactly 1.
+Sampled logprobs are those of the distribution each token was drawn from (the logits over the
+temperature, with top-k/top-p's cut tokens removed; greedy decoding is a point mass, 0.0): the
+behaviour policy an importance ratio must divide by. At temperature 1 without top-k/top-p that is
+the model's own distribution, the quantity forward_backward computes, so an on-policy ratio is 1.
 
 Checkpoints are directories under PolicyConfig.log_dir:
     save_state(name)               -> {log_dir}/weights/{name}          adapter + optimizer + step

@@ -134,13 +134,14 @@ def decode(model: Any, jobs: Sequence[SampleJob], device: torch.device, tokenize
         raise FloatingPointError("a left-padded batch gave non-finite logits")
     budget = max(job.max_tokens for job in jobs)
     for step in range(budget):
-        log_probs = torch.log_softmax(logits, dim=-1)
         chosen = torch.full((len(rows),), pad, dtype=torch.long, device=device)
+        chosen_logprobs_t = torch.zeros(len(rows), dtype=torch.float32, device=device)
         for job, rows_of_job in zip(jobs, slices):
             if job.finished or step >= job.max_tokens:
                 continue
-            chosen[rows_of_job] = _choose_tokens(logits[rows_of_job], job.params, job.generator)
-        chosen_logprobs = log_probs.gather(1, chosen[:, None])[:, 0].tolist()
+            chosen[rows_of_job], chosen_logprobs_t[rows_of_job] = _choose_tokens(
+                logits[rows_of_job], job.params, job.generator)
+        chosen_logprobs = chosen_logprobs_t.tolist()
         for (job, sample), token, logprob in zip(rows, chosen.tolist(), chosen_logprobs):
             outcome = job.outcomes[sample]
             if outcome.done:
@@ -218,19 +219,30 @@ def _ends_with_stop_string(tokens: list[int], stop_strings: list[str], tokenizer
     return any(s in text for s in stop_strings)
 
 
-def _choose_tokens(logits: torch.Tensor, params: types.SamplingParams, generator: torch.Generator) -> torch.Tensor:
-    if params.temperature <= 0:
-        return logits.argmax(dim=-1)
+def sampling_log_probs(logits: torch.Tensor, params: types.SamplingParams) -> torch.Tensor:
+    """Log-probabilities of the distribution `params` sample from: the logits over the temperature, then
+    top-k and top-p (the smallest head of the sorted distribution whose mass reaches top_p) as -inf."""
     scaled = logits / params.temperature
     if params.top_k is not None and params.top_k > 0 and params.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
     if params.top_p is not None and params.top_p < 1.0:
         sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
         # Drop a token once the mass before it already reaches top_p (the first token always stays).
-        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= params.top_p
+        drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= params.top_p
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
         scaled = scaled.masked_fill(drop, float("-inf"))
-    probabilities = torch.softmax(scaled, dim=-1)
-    return torch.multinomial(probabilities, 1, generator=generator)[:, 0]
+    return torch.log_softmax(scaled, dim=-1)
+
+
+def _choose_tokens(logits: torch.Tensor, params: types.SamplingParams,
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next token of each row and its log-probability under the distribution it was drawn from (what an
+    importance ratio needs): the tempered, top-k/top-p distribution; greedy decoding is a point mass (0.0)."""
+    if params.temperature <= 0:
+        chosen = logits.argmax(dim=-1)
+        return chosen, torch.zeros(chosen.shape, dtype=torch.float32, device=logits.device)
+    log_probs = sampling_log_probs(logits, params)
+    chosen = torch.multinomial(log_probs.exp(), 1, generator=generator)[:, 0]
+    return chosen, log_probs.gather(1, chosen[:, None])[:, 0].float()

@@ -3,11 +3,18 @@
 A preset is data (`RewardPreset`), not a code path: the stage presets of the curriculum
 (format -> compile -> correctness -> speed) and kernrl's curves differ only in their weights.
 
-Rules that hold for every preset:
-- a detected hack (EvalResult.is_hack, or a static error from a rule in HACK_RULES) earns 0;
+Rules that hold for every preset (tests/test_reward_rules.py checks them over all of them):
+- giving up never pays: a detected hack (EvalResult.is_hack, or a static error from a rule in
+  HACK_RULES) earns the preset's floor, the reward of an answer with nothing right (`reward_floor()`: 0, or
+  kernrl_server's -0.5), and a truncated answer is graded and then clamped to that floor
+  (`clamp_truncated`, the cookbook's grade-then-clamp), so neither scores above an honest wrong or
+  non-compiling answer of the same problem;
 - an unverified excessive speedup earns nothing for correctness or speed;
-- the speed term is bounded: log2(speedup) / log2(cap), clipped to [0, 1]; the linear terms of kernrl's
-  server curve are bounded by their own cap;
+- a correct kernel's reward never falls as its speedup rises, and moves smoothly across 1x: the
+  speed terms are functions of log2(speedup) bounded at `speedup_cap` (and at its inverse below 1x,
+  where `slow` takes back part of the credit), and kernrl's "faster than the baseline" bonus ramps
+  in from 1x to FASTER_FULL_AT instead of jumping, so timing noise on identical code (the
+  [0.95, 1.05] band) moves a reward by a few hundredths, never by a step;
 - an infrastructure failure is not a score at all: `Score.reward` is None and the sample is
   retried or left out of training (never a zero that would teach the model a wrong lesson).
 """
@@ -25,9 +32,12 @@ STAGES: tuple[str, ...] = ("format", "compile", "correctness", "speed")
 @dataclass(frozen=True)
 class RewardPreset:
     """reward = w_format*format_ok + w_compile*compiled + w_correct*correct
-    + w_faster*[counted speedup > 1] + w_speed*bounded_log_speedup (the last two only when correct)
+    + (when correct, s the counted speedup) w_faster*ramp(s) + w_speed*bounded_log_speedup(s) - w_slow*slowdown(s)
     + not_compiled*[not compiled] + incorrect*[compiled, not correct]
-    + min(counted speedup - 1, gain_cap) above 1x + slow_slope*(counted speedup - 1) below it (when correct)."""
+    + min(s - 1, gain_cap) above 1x + slow_slope*(s - 1) below it (kernrl's server curve, when correct).
+
+    ramp(s) = log2(s) / log2(FASTER_FULL_AT) clipped to [0, 1]; slowdown(s) = log2(1/s) / log2(cap)
+    clipped to [0, 1] (0 at and above 1x). An untimed correct kernel (the CPU) counts as 1x."""
 
     name: str
     format: float = 0.0
@@ -35,6 +45,7 @@ class RewardPreset:
     correct: float = 0.0
     faster: float = 0.0
     speed: float = 0.0
+    slow: float = 0.0  # taken back from a correct kernel slower than 1x, in full at 1/speedup_cap and below
     # Penalties and the linear speed curve of kernrl's server (0: unused).
     not_compiled: float = 0.0
     incorrect: float = 0.0
@@ -46,15 +57,20 @@ PRESETS: dict[str, RewardPreset] = {
     "format": RewardPreset("format", format=1.0),
     "compile": RewardPreset("compile", format=0.1, compile=0.9),
     "correctness": RewardPreset("correctness", format=0.05, compile=0.15, correct=0.8),
-    "speed": RewardPreset("speed", format=0.05, compile=0.05, correct=0.3, speed=0.6),
+    # A slow correct kernel keeps a gradient toward 1x (slow) and never falls to a wrong one's 0.1.
+    "speed": RewardPreset("speed", format=0.05, compile=0.05, correct=0.3, speed=0.6, slow=0.15),
     # kernrl as its blog announces it: +0.1 compiles, +0.3 correct, +0.3 faster than the baseline, up to +0.6 more
     # by log2(speedup) (ours bounds it: the full 0.6 at rewards.speedup_cap); 1.3 at most. (OpenEnv's pull request
-    # text gives 0.3 for the last term; the blog, which users read, gives 0.6.)
-    "kernrl": RewardPreset("kernrl", compile=0.1, correct=0.3, faster=0.3, speed=0.6),
+    # text gives 0.3 for the last term; the blog, which users read, gives 0.6.) Ours ramps the +0.3 in from 1x to
+    # FASTER_FULL_AT (a step at 1x would turn timing noise into 0.3 of reward) and takes up to 0.15 back below 1x.
+    "kernrl": RewardPreset("kernrl", compile=0.1, correct=0.3, faster=0.3, speed=0.6, slow=0.15),
     # kernrl's server as shipped (server/kernrl_environment.py): -0.5 when it does not compile, -0.25 when wrong,
     # and when right (speedup - 1) * 0.5 below 1x, min(speedup - 1, 2) above; 0 where nothing was timed (CPU).
     "kernrl_server": RewardPreset("kernrl_server", not_compiled=-0.5, incorrect=-0.25, gain_cap=2.0, slow_slope=0.5),
 }
+
+# kernrl's "faster than the baseline" bonus is paid in full from this speedup on, along log2(speedup) from 1x.
+FASTER_FULL_AT = 2.0
 
 # The stage whose rate the curriculum watches for each stage preset.
 STAGE_RATE_METRIC: dict[str, str] = {
@@ -84,6 +100,26 @@ def bounded_log_speedup(speedup: float, cap: float) -> float:
     return min(max(math.log2(speedup) / math.log2(cap), 0.0), 1.0)
 
 
+def bounded_log_slowdown(speedup: float, cap: float) -> float:
+    """log2(1 / speedup) / log2(cap), clipped to [0, 1]: 1x and faster give 0, 1/`cap`x and slower give 1."""
+    if speedup <= 0:
+        return 1.0
+    return bounded_log_speedup(1.0 / speedup, cap)
+
+
+def reward_floor(preset: str | RewardPreset) -> float:
+    """The preset's reward for an answer with nothing right (no code, nothing compiled): what a hack earns
+    and what a truncated answer is clamped to. 0 for every preset but kernrl_server's -0.5."""
+    spec = PRESETS[preset] if isinstance(preset, str) else preset
+    return min(spec.not_compiled, 0.0)
+
+
+def clamp_truncated(reward: float | None, preset: str | RewardPreset) -> float | None:
+    """Grade-then-clamp (tinker-cookbook's rule for a turn stopped at its token limit, with the preset's floor
+    for the cookbook's 0): a truncated answer keeps its verdict when that is worse, never more than the floor."""
+    return None if reward is None else min(reward, reward_floor(preset))
+
+
 @dataclass
 class Score:
     """One evaluated turn's reward. `reward is None` means an infra failure: not trainable."""
@@ -103,7 +139,7 @@ def score(result: EvalResult, preset: str | RewardPreset, *, speedup_cap: float 
     if result.error_category.is_ours:  # infra or too_large: no verdict on the kernel, nothing to learn
         return Score(reward=None, infra=True, preset=spec.name)
     if is_hack(result):
-        return Score(reward=0.0, components={"hack": 1.0}, hack=True, preset=spec.name)
+        return Score(reward=reward_floor(spec), components={"hack": 1.0}, hack=True, preset=spec.name)
     trusted = not result.unverified_speedup
     correct = bool(result.correct) and trusted
     counted_speedup = result.speedup if (correct and result.speedup_counts and result.speedup is not None) else None
@@ -111,8 +147,9 @@ def score(result: EvalResult, preset: str | RewardPreset, *, speedup_cap: float 
         "format": spec.format * float(bool(result.format_ok)),
         "compile": spec.compile * float(bool(result.compiled)),
         "correct": spec.correct * float(correct),
-        "faster": spec.faster * float(counted_speedup is not None and counted_speedup > 1.0),
+        "faster": spec.faster * (bounded_log_speedup(counted_speedup, FASTER_FULL_AT) if counted_speedup else 0.0),
         "speed": spec.speed * (bounded_log_speedup(counted_speedup, speedup_cap) if counted_speedup else 0.0),
+        "slowdown": -spec.slow * (bounded_log_slowdown(counted_speedup, speedup_cap) if counted_speedup else 0.0),
     }
     if spec.not_compiled or spec.incorrect or spec.gain_cap or spec.slow_slope:  # kernrl's server curve
         components.update({

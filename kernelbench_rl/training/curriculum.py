@@ -1,15 +1,23 @@
 """The curriculum: promote the reward stage, then the level, on a smoothed rate.
 
 Stage k watches its rate (format rate in the format stage, compile rate in the compile stage,
-correct rate in the correctness stage) and is promoted when the mean of its last `window` steps
-reaches the stage's threshold (`curriculum.<stage>_threshold`, or `curriculum.threshold` for every
-stage when set). A mean, not a streak: a run whose correct rate hovers around its threshold
+correct rate in the correctness stage) and is promoted when the mean of its last `window` judged
+steps reaches the stage's threshold (`curriculum.<stage>_threshold`, or `curriculum.threshold` for
+every stage when set). A mean, not a streak: a run whose correct rate hovers around its threshold
 promotes, where "every one of 5 steps" waits for a lucky run of samples. A stage that has not
-promoted after `max_steps_per_stage` steps is promoted anyway (its reward has taught what it
+promoted after `max_steps_per_stage` judged steps is promoted anyway (its reward has taught what it
 could). In the last stage the correct rate at the current level (`level_<L>/correct_rate`),
-averaged the same way, promotes the level at `level_threshold`; the earlier levels stay in the
-problem pool at `previous_levels_share` of each step's problems. bench/curriculum_sim.py chose
-the defaults from rate traces like a real run's.
+averaged the same way, promotes the level at `level_threshold`, or after `max_steps_per_level`
+judged steps; a level whose mean falls to `demote_threshold` or below goes back one level (and is
+then reached again only on its rate, never by the step limit). The earlier levels stay in the
+problem pool at `previous_levels_share` of each step's problems.
+
+Rates come only from the samples being judged: a step counts toward the current stage and level
+only if it was sampled under them (a step rolled out before a promotion, under asynchronous
+training, belongs to the old stage or level and is skipped), and only its samples of the current
+level count (the earlier levels' share of the batch does not). A step with no such rate (every
+sample of the level an infrastructure failure) is not judged at all: no rate 0, and no step toward
+a step limit. bench/curriculum_sim.py chose the defaults from rate traces of real models.
 
 Every promotion is an event that the training loop writes to `curriculum_events`; a resumed run
 rebuilds the state from those rows and the per-step rates in `train_steps`.
@@ -51,7 +59,10 @@ class Curriculum:
     promote_levels: bool = True
     level_threshold: float = 0.5
     max_steps_per_stage: int = 0  # 0: no fallback
+    max_steps_per_level: int = 0  # 0: levels promote on their rate only
+    demote_threshold: float | None = None  # None: never back to an earlier level
     previous_levels_share: float = 0.0
+    demoted_from: set[int] = field(default_factory=set)  # levels left by a demotion: reached again on their rate only
     recent: list[float] = field(default_factory=list)  # the watched rate of each step since the last event
     history: list[dict[str, float]] = field(default_factory=list)
 
@@ -63,6 +74,7 @@ class Curriculum:
                    thresholds=stage_thresholds(cfg), window=cfg.window, enabled=cfg.enabled,
                    force_stage=cfg.force_stage, promote_levels=cfg.promote_levels,
                    level_threshold=cfg.level_threshold, max_steps_per_stage=cfg.max_steps_per_stage,
+                   max_steps_per_level=cfg.max_steps_per_level, demote_threshold=cfg.demote_threshold,
                    previous_levels_share=cfg.previous_levels_share)
 
     @property
@@ -75,12 +87,13 @@ class Curriculum:
         return len(self.recent)
 
     def watched_rate(self) -> tuple[str, float]:
-        if self.at_last_stage or (self.force_stage is not None and self.promote_levels):
+        """The metric judged now (at the current level) and its threshold."""
+        if self._watching_levels():
             return f"level_{self.level}/correct_rate", self.level_threshold
-        return STAGE_RATE_METRIC[self.stage], self.thresholds.get(self.stage, 0.8)
+        return f"level_{self.level}/{STAGE_RATE_METRIC[self.stage]}", self.thresholds.get(self.stage, 0.8)
 
     def smoothed_rate(self) -> float | None:
-        """The mean watched rate of the last `window` steps (None until that many steps are in)."""
+        """The mean watched rate of the last `window` judged steps (None until that many are in)."""
         if len(self.recent) < self.window:
             return None
         return statistics.fmean(self.recent[-self.window:])
@@ -95,40 +108,83 @@ class Curriculum:
             return [event]
         return []
 
-    def _rate(self, metrics: dict[str, float]) -> float:
-        name, _ = self.watched_rate()
-        if name in metrics:
-            return float(metrics[name])
-        # One level in the step (or metrics without per-level keys): the overall rate is the level's.
-        return float(metrics.get(name.split("/", 1)[-1], 0.0))
+    def _rate(self, metrics: dict[str, float]) -> float | None:
+        """The watched rate of the current level's samples in `metrics`; None when the step has none (missing, not 0)."""
+        name = STAGE_RATE_METRIC[self.stage] if not self._watching_levels() else "correct_rate"
+        key = f"level_{self.level}/{name}"
+        if key in metrics:
+            return float(metrics[key])
+        if any(k.startswith("level_") for k in metrics):
+            return None  # other levels were judged, this one was not
+        # Metrics without per-level keys (one level, e.g. bench/curriculum_sim.py): the overall rate is the level's.
+        return float(metrics[name]) if name in metrics else None
 
-    def observe(self, step: int, metrics: dict[str, float]) -> list[CurriculumEvent]:
-        """Feed one step's metrics; returns the promotions that take effect from the next step."""
+    def _watching_levels(self) -> bool:
+        return self.at_last_stage or (self.force_stage is not None and self.promote_levels)
+
+    def _sampled_under(self, metrics: dict[str, float], stage: str | None, level: int | None) -> tuple[str, int]:
+        """The stage and level a step was sampled under: given, else its metrics' `stage_index` and `level`
+        (the loop writes both), else the current ones."""
+        if stage is None:
+            index = metrics.get("stage_index")
+            stage = self.stages[int(index)] if index is not None and 0 <= int(index) < len(self.stages) else self.stage
+        if level is None:
+            level = int(metrics["level"]) if "level" in metrics else self.level
+        return stage, level
+
+    def _judge(self, metrics: dict[str, float], stage: str | None, level: int | None) -> bool:
+        """Add the step's rate to the window when it was sampled under the current stage and level and has one."""
+        if (stage, level) != (self.stage, self.level):
+            return False
+        rate = self._rate(metrics)
+        if rate is None:
+            return False
+        self.recent.append(rate)
+        return True
+
+    def observe(self, step: int, metrics: dict[str, float], *, stage: str | None = None,
+                level: int | None = None) -> list[CurriculumEvent]:
+        """Feed one step's metrics (sampled under `stage` and `level`: by default what its metrics say, else the
+        current ones); returns the promotions that take effect from the next step."""
         self.history.append({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         if not self.enabled:
             return []
-        self.recent.append(self._rate(metrics))
+        if not self._judge(metrics, *self._sampled_under(metrics, stage, level)):
+            return []
         name, threshold = self.watched_rate()
         smoothed = self.smoothed_rate()
         promoting_stage = not self.at_last_stage and self.force_stage is None
-        if smoothed is not None and smoothed >= threshold:
-            reason = f"mean {name} of the last {self.window} steps {smoothed:.3f} >= {threshold}"
-        elif promoting_stage and self.max_steps_per_stage and len(self.recent) >= self.max_steps_per_stage:
-            reason = f"{len(self.recent)} steps in the stage (curriculum.max_steps_per_stage)"
-        else:
-            return []
         if promoting_stage:
+            if smoothed is not None and smoothed >= threshold:
+                reason = f"mean {name} of the last {self.window} steps {smoothed:.3f} >= {threshold}"
+            elif self.max_steps_per_stage and len(self.recent) >= self.max_steps_per_stage:
+                reason = f"{len(self.recent)} steps in the stage (curriculum.max_steps_per_stage)"
+            else:
+                return []
             nxt = self.stages[self.stages.index(self.stage) + 1]
             event = CurriculumEvent(step, "stage", self.stage, nxt, reason)
             self.stage, self.recent = nxt, []
             return [event]
-        if self.promote_levels:
-            higher = [lv for lv in self.levels if lv > self.level]
-            if higher:
-                event = CurriculumEvent(step, "level", str(self.level), str(higher[0]), reason)
-                self.level, self.recent = higher[0], []
-                return [event]
+        if not self.promote_levels or not self._watching_levels():
+            return []
+        higher = [lv for lv in self.levels if lv > self.level]
+        lower = [lv for lv in self.levels if lv < self.level]
+        if higher and smoothed is not None and smoothed >= threshold:
+            return [self._move_level(step, higher[0], f"mean {name} of the last {self.window} steps {smoothed:.3f} >= {threshold}")]
+        if (higher and higher[0] not in self.demoted_from and self.max_steps_per_level
+                and len(self.recent) >= self.max_steps_per_level):
+            return [self._move_level(step, higher[0], f"{len(self.recent)} steps at the level (curriculum.max_steps_per_level)")]
+        if (lower and self.demote_threshold is not None and smoothed is not None
+                and smoothed <= self.demote_threshold):
+            self.demoted_from.add(self.level)
+            return [self._move_level(step, lower[-1], f"mean {name} of the last {self.window} steps {smoothed:.3f} <= "
+                                                      f"{self.demote_threshold} (curriculum.demote_threshold)")]
         return []
+
+    def _move_level(self, step: int, to: int, reason: str) -> CurriculumEvent:
+        event = CurriculumEvent(step, "level", str(self.level), str(to), reason)
+        self.level, self.recent = to, []
+        return event
 
     def replay(self, events: Sequence[dict[str, Any]], step_metrics: Sequence[tuple[int, dict[str, float]]]) -> None:
         """Rebuild the state of a resumed run from its stored events and per-step metrics (steps ascending)."""
@@ -136,6 +192,8 @@ class Curriculum:
             if event["kind"] in ("stage", "manual"):
                 self.stage = event["to_value"]
             elif event["kind"] == "level":
+                if int(event["to_value"]) < int(event["from_value"]):
+                    self.demoted_from.add(int(event["from_value"]))
                 self.level = int(event["to_value"])
         last_event_step = max((e["step"] for e in events), default=-1)
         self.recent = []
@@ -144,7 +202,7 @@ class Curriculum:
                 continue
             self.history.append(metrics)
             if self.enabled:
-                self.recent.append(self._rate(metrics))
+                self._judge(metrics, *self._sampled_under(metrics, None, None))
 
     def problem_counts(self, batch: int, has_previous: bool) -> tuple[int, int]:
         """(problems of earlier levels, problems of the current level) in a step of `batch` problems."""

@@ -15,7 +15,7 @@ import tinker
 import torch
 
 from kernelbench_rl.rewards.returns import discounted_returns, group_advantages, is_constant
-from kernelbench_rl.rewards.shaping import score
+from kernelbench_rl.rewards.shaping import clamp_truncated, score
 from kernelbench_rl.training.rollouts import GroupRollout, MissingLogprobsError
 
 
@@ -40,17 +40,19 @@ class SampleTurn:
     dropped_cut_short: bool = False  # its episode ended on an infra failure after turn 0: no return is known
 
 
-TRUNCATION_POLICIES = ("reward", "drop", "zero_advantage", "keep")
+TRUNCATION_POLICIES = ("clamp", "reward", "drop", "zero_advantage", "keep")
 
 
 def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str, speedup_cap: float,
-                truncated: str = "reward", truncated_reward: float = 0.0) -> list[SampleTurn]:
+                truncated: str = "clamp", truncated_reward: float = 0.0) -> list[SampleTurn]:
     """Score every turn of a finished group and fill returns and advantages.
 
-    A truncated turn (its completion hit max_tokens) is handled by `truncated`: `drop` leaves it out
-    of its turn's baseline and of the loss; `zero_advantage` keeps it in the baseline with no
-    gradient of its own; `reward` scores it `truncated_reward` instead of its verdict; `keep` scores
-    its verdict like any other turn. Its score still counts in the returns of the turns before it
+    A truncated turn (its completion hit max_tokens) is handled by `truncated`: `clamp` grades it and
+    clamps the grade to the preset's floor (rewards.shaping.clamp_truncated: never above an honest
+    failure); `drop` leaves it out of its turn's baseline and of the loss; `zero_advantage` keeps it
+    in the baseline with no gradient of its own; `reward` scores it `truncated_reward` instead of its
+    verdict (the config refuses a value above the floor); `keep` scores its verdict like any other
+    turn (smoke runs whose max_tokens cuts every answer). Its score still counts in the returns of the turns before it
     (Kevin mode): that is what happened.
     """
     if truncated not in TRUNCATION_POLICIES:
@@ -65,7 +67,9 @@ def score_group(group: GroupRollout, preset: str, *, gamma: float, baseline: str
             turn.score = score(turn.result, preset, speedup_cap=speedup_cap)
             cut = turn.stop_reason == "length"
             reward = turn.score.reward
-            if cut and truncated == "reward" and reward is not None:
+            if cut and truncated == "clamp":
+                reward = clamp_truncated(reward, preset)
+            elif cut and truncated == "reward" and reward is not None:
                 reward = truncated_reward
             sample = SampleTurn(problem_id=env.problem.id, level=env.problem.level, sample_index=sample_index,
                                 turn=turn.index, prompt_tokens=turn.prompt_tokens,

@@ -40,7 +40,7 @@ from kernelbench_rl import ownership
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
 from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics
-from kernelbench_rl.training.optim import result_of, train_step
+from kernelbench_rl.training.optim import post_update_kl, result_of, train_step
 from kernelbench_rl.training.prefetch import Prefetcher
 from kernelbench_rl.training.rollouts import (
     EvaluateFn,
@@ -150,6 +150,7 @@ class TrainingRun:
         self._prefetch: Prefetcher | None = None
         self._stopping = threading.Event()  # set, under _rows_lock, when prefetched rollouts must write no more rows
         self._rows_lock = threading.Lock()
+        self._kl_reference: Any = None  # the base model's sampler, for training.kl_penalty_coef
 
     # -- set-up and resume ----------------------------------------------------------------------
     @property
@@ -351,12 +352,15 @@ class TrainingRun:
 
         train_start = time.perf_counter()
         trained = [s for s in samples if s.trainable]
-        outcome = train_step(self.training_client, build_datums(trained), [len(s.prompt_tokens) for s in trained],
-                             cfg.training)
+        datums, prompt_lengths = build_datums(trained), [len(s.prompt_tokens) for s in trained]
+        outcome = train_step(self.training_client, datums, prompt_lengths, cfg.training,
+                             base_sampler=self._base_sampler() if cfg.training.kl_penalty_coef > 0 else None)
         loss = outcome.loss
         metrics.update(outcome.metrics)
         if trained:
             self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
+            if cfg.training.compute_post_kl:
+                metrics.update(post_update_kl(datums, prompt_lengths, self.sampling_client))
         # Untrained, the weights are unchanged: the sampler holds this step's weights either way.
         self.sampler_step = step
         train_s = time.perf_counter() - train_start
@@ -368,7 +372,8 @@ class TrainingRun:
                         "stage_index": float(self.curriculum.stages.index(stage)), "level": float(level)})
         if loss is not None:
             metrics["loss"] = loss
-        promotions = self.curriculum.observe(step, metrics)
+        # Judged only as the stage and level it was sampled under (a prefetched step may predate a promotion).
+        promotions = self.curriculum.observe(step, metrics, stage=stage, level=level)
         self._write_events(promotions)
         # TensorBoard before the step's row: a run killed in between redoes the step, and the resumed
         # writer purges events from that step on, so TensorBoard never lacks a step DuckDB has.
@@ -397,6 +402,12 @@ class TrainingRun:
         if self.on_step is not None:
             self.on_step(result)
         return result
+
+    def _base_sampler(self) -> Any:
+        """A sampling client of the base model, the reference of training.kl_penalty_coef (made once)."""
+        if self._kl_reference is None:
+            self._kl_reference = result_of(self._service.create_sampling_client(base_model=self.base_model))
+        return self._kl_reference
 
     def _checkpoint(self, step: int, *, final: bool) -> str:
         """Save the state and sampler weights of `step`. A periodic checkpoint expires after
@@ -440,7 +451,8 @@ class TrainingRun:
                     eval_key = eval_key_for(group.problem.id, kernel_sha, result.settings_hash)
                 key = {"run_id": self.run_id, "step": step, "problem_id": group.problem.id,
                        "sample_index": sample_index, "turn": turn.index}
-                rollouts.append({**key, "stage": stage, "level": group.problem.level, "prompt_sha256": prompt_sha,
+                rollouts.append({**key, "suite": group.problem.suite, "stage": stage, "level": group.problem.level,
+                                 "prompt_sha256": prompt_sha,
                                  "completion_sha256": completion_sha, "kernel_sha256": kernel_sha, "eval_key": eval_key,
                                  "prompt_tokens": len(turn.prompt_tokens), "completion_tokens": len(turn.completion_tokens),
                                  "format_ok": turn.format_ok, "stop_reason": turn.stop_reason or None,
@@ -454,7 +466,8 @@ class TrainingRun:
                                    "dropped_cut_short": sample.dropped_cut_short,
                                    "preset": turn.score.preset if turn.score else "",
                                    "error_category": result.error_category.value if result else None})
-                rewards.append({**key, "stage": stage, "reward": sample.reward, "return_value": sample.return_value,
+                rewards.append({**key, "suite": group.problem.suite, "stage": stage, "reward": sample.reward,
+                                "return_value": sample.return_value,
                                 "advantage": sample.advantage, "components_json": json.dumps(components, sort_keys=True)})
             # One transaction, and a re-done step replaces what an interrupted attempt wrote for this
             # problem (in Kevin mode it may have had more turns than the new attempt).

@@ -8,11 +8,21 @@ before the current result is read.
 
 The sample/train KL (tinker-cookbook's estimators over completion tokens) compares the sampler's
 logprobs with the trainer's, from the same forward pass that computes the loss: on-policy it
-measures numerical mismatch only, off-policy also how far the policy moved since sampling.
+measures numerical mismatch (and, on a sampler that returns the logprobs of a tempered or top-p
+distribution, that distribution's distance from the model's own), off-policy also how far the
+policy moved since sampling.
+
+The cookbook's other controls come from the cookbook too: `incorporate_kl_penalty` (a KL penalty
+against the base model, added to the advantages before the loss; `training.kl_penalty_coef`, off
+by default), `compute_post_kl` (how far one step moved the policy on its own batch;
+`training.compute_post_kl`), PPO's clip range (`training.ppo_clip_low/high`, passed as Tinker's
+`loss_fn_config`), and the optimizer's own metrics (`grad_norm` on the local backend), kept as
+`optim/<name>`, averaged over the step's substeps.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,13 +43,31 @@ def adam_params(learning_rate: float, training: Any) -> tinker.AdamParams:
                              eps=training.adam_eps)
 
 
+def loss_config(training: Any) -> dict[str, Any] | None:
+    """Tinker's loss_fn_config for the configured loss: PPO's clip range; nothing for importance sampling."""
+    if training.loss_fn == "ppo":
+        return {"clip_low_threshold": float(training.ppo_clip_low), "clip_high_threshold": float(training.ppo_clip_high)}
+    return None
+
+
 def train_step(training_client: Any, datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], training: Any,
-               *, loss_fn_config: dict[str, Any] | None = None) -> TrainOutcome:
-    """Train on `datums` (prompt_lengths: prompt tokens of each, to find its completion positions)."""
+               *, loss_fn_config: dict[str, Any] | None = None, base_sampler: Any | None = None) -> TrainOutcome:
+    """Train on `datums` (prompt_lengths: prompt tokens of each, to find its completion positions).
+
+    With `training.kl_penalty_coef` > 0, `base_sampler` (a sampling client of the base model) scores the
+    batch first and the cookbook's KL penalty is added to each datum's advantages."""
     from tinker_cookbook.utils.misc_utils import split_list
 
     if not datums:
         return TrainOutcome()
+    penalty_metrics: dict[str, float] = {}
+    if training.kl_penalty_coef > 0:
+        if base_sampler is None:
+            raise ValueError("training.kl_penalty_coef > 0 needs a sampling client of the base model")
+        penalty_metrics = kl_penalty(datums, prompt_lengths, base_sampler, training.kl_penalty_coef,
+                                     training.kl_discount_factor)
+    if loss_fn_config is None:
+        loss_fn_config = loss_config(training)
     params = adam_params(training.learning_rate, training)
     order = list(range(len(datums)))
     batches = split_list(order, min(training.num_substeps, len(order)))
@@ -50,9 +78,11 @@ def train_step(training_client: Any, datums: Sequence[tinker.Datum], prompt_leng
         futures.append((batch, fwd_bwd, training_client.optim_step(params)))
     loss_sum, have_loss = 0.0, False
     training_logprobs: dict[int, torch.Tensor] = {}
+    optimizer_metrics: dict[str, list[float]] = {}
     for batch, fwd_bwd, optim in futures:
         output = result_of(fwd_bwd)
-        result_of(optim)
+        for key, value in (getattr(result_of(optim), "metrics", None) or {}).items():
+            optimizer_metrics.setdefault(key, []).append(float(value))
         loss = _loss_of(output)
         if loss is not None:
             loss_sum, have_loss = loss_sum + loss, True
@@ -60,7 +90,58 @@ def train_step(training_client: Any, datums: Sequence[tinker.Datum], prompt_leng
             training_logprobs[index] = item["logprobs"].to_torch().float().reshape(-1)
     metrics = sample_train_kl(datums, [training_logprobs[i] for i in order], prompt_lengths)
     metrics["optim/num_substeps"] = float(len(batches))
+    metrics.update({f"optim/{key}": sum(values) / len(values) for key, values in optimizer_metrics.items()
+                    if key != "step"})
+    metrics.update(penalty_metrics)
     return TrainOutcome(loss_sum if have_loss else None, metrics)
+
+
+def _with_masks(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int]) -> list[tinker.Datum]:
+    """The datums with the cookbook's `mask` input: 1 on completion targets, 0 on prompt targets."""
+    masked = []
+    for datum, prompt_length in zip(datums, prompt_lengths, strict=True):
+        mask = torch.zeros(datum.model_input.length, dtype=torch.float32)
+        mask[max(prompt_length - 1, 0):] = 1.0  # targets from the first completion token on
+        masked.append(tinker.Datum(model_input=datum.model_input, loss_fn_inputs={
+            **datum.loss_fn_inputs, "mask": tinker.TensorData.from_torch(mask)}))
+    return masked
+
+
+class _Logprobs:
+    """A sampling client as the cookbook's async helpers call it (`compute_logprobs_async`), for clients that
+    have only Tinker's future-returning `compute_logprobs` (the local backend)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def compute_logprobs_async(self, model_input: tinker.ModelInput) -> list[float | None]:
+        native = getattr(self.client, "compute_logprobs_async", None)
+        if native is not None:
+            return await native(model_input)
+        return await asyncio.to_thread(result_of, self.client.compute_logprobs(model_input))
+
+
+def kl_penalty(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], base_sampler: Any, coef: float,
+               discount: float) -> dict[str, float]:
+    """tinker-cookbook's incorporate_kl_penalty: each completion token's advantage gains
+    coef * (mean log-ratio - its own log-ratio of sampler to base model), in place. Returns kl_policy_base."""
+    from tinker_cookbook.rl.metrics import incorporate_kl_penalty
+
+    masked = _with_masks(datums, prompt_lengths)
+    metrics = asyncio.run(incorporate_kl_penalty(masked, _Logprobs(base_sampler), coef, discount))
+    for datum, penalised in zip(datums, masked, strict=True):
+        datum.loss_fn_inputs["advantages"] = penalised.loss_fn_inputs["advantages"]
+    return {f"optim/{key}": float(value) for key, value in metrics.items()}
+
+
+def post_update_kl(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], sampler: Any) -> dict[str, float]:
+    """tinker-cookbook's compute_post_kl: the sampler's logprobs of the batch against the updated weights'."""
+    from tinker_cookbook.rl.metrics import compute_post_kl
+
+    if not datums:
+        return {}
+    metrics = asyncio.run(compute_post_kl(_with_masks(datums, prompt_lengths), _Logprobs(sampler)))
+    return {f"optim/{key}": float(value) for key, value in metrics.items()}
 
 
 def sample_train_kl(datums: Sequence[tinker.Datum], training_logprobs: Sequence[torch.Tensor],
@@ -68,13 +149,7 @@ def sample_train_kl(datums: Sequence[tinker.Datum], training_logprobs: Sequence[
     """tinker-cookbook's sample/train KL estimators over the completion tokens of each datum."""
     from tinker_cookbook.rl.metrics import compute_kl_sample_train
 
-    masked = []
-    for datum, prompt_length in zip(datums, prompt_lengths, strict=True):
-        mask = torch.zeros(datum.model_input.length, dtype=torch.float32)
-        mask[max(prompt_length - 1, 0):] = 1.0  # targets from the first completion token on
-        masked.append(tinker.Datum(model_input=datum.model_input, loss_fn_inputs={
-            **datum.loss_fn_inputs, "mask": tinker.TensorData.from_torch(mask)}))
-    return compute_kl_sample_train(masked, list(training_logprobs))
+    return compute_kl_sample_train(_with_masks(datums, prompt_lengths), list(training_logprobs))
 
 
 def result_of(value: Any) -> Any:
