@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from test_openenv_server import NO_KERNEL, OVERRIDES, RELU, SIGMOID, Server
 
-from kernelbench_rl.problems import get_problem
+from kernelbench_rl.problems import SOLUTIONS_ROOT, get_problem
+from kernelbench_rl.problems.model import imported_modules
+from kernelbench_rl.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 KERNRL = REPO.parent / "shared" / "kernrl"
@@ -23,6 +25,7 @@ KERNRL = REPO.parent / "shared" / "kernrl"
 pytestmark = pytest.mark.skipif(not (KERNRL / "client.py").is_file(), reason=f"kernrl is not checked out at {KERNRL}")
 
 RELU_AS_MODEL = RELU.replace("class ModelNew(", "class Model(")
+SOFTMAX = (SOLUTIONS_ROOT / "level1" / "23_Softmax.py").read_text()
 
 
 def load_kernrl():
@@ -89,14 +92,27 @@ def test_kernrl_client_two_turns_every_field(server):
         assert last.done and last.observation.turn == 3 and env.state().turn == 3
 
 
-def test_kernrl_client_with_kernrl_ids_and_a_format_failure(server):
+def kernrl_problem_files() -> dict[str, Path]:
+    """kernrl's 89 problems by kernrl's own ids (`L1_23_Softmax`), read from its folder, not through our loader."""
+    root = KERNRL / "problems"
+    files = {f"L{level_dir.name.removeprefix('level')}_{path.stem}": path
+             for level_dir in root.glob("level*") for path in level_dir.glob("[0-9]*.py")}
+    assert len(files) == 89, f"kernrl's snapshot has {len(files)} problems, not 89"
+    return files
+
+
+def test_kernrl_client_with_a_format_failure_and_kernrl_ids_refused(server):
+    """This server serves KernelBench's problems: a kernrl id (any form) names kernrl's problem, which it does not
+    have, so it is refused with the command that serves kernrl's, never answered with KernelBench's problem."""
     kernrl = load_kernrl()
     with kernrl.kernrl_env(base_url=server.url) as env:
-        first = env.reset(problem_id="L1_19")
-        if first.observation.reference_code != get_problem("L1/19").source:
-            pytest.skip("kernrl's id form L1_19 does not resolve to L1/19 on this server")
-        assert first.observation.problem_id == "L1_19"  # as the client asked for it
+        for kernrl_id in ["L1_19", "L1_19_ReLU", "L1_23_Softmax", *sorted(kernrl_problem_files())]:
+            with pytest.raises(RuntimeError, match="kernrl id.*env serve --problems-root") as refused:
+                env.reset(problem_id=kernrl_id)
+            assert "(code: EXECUTION_ERROR)" in str(refused.value)
 
+        first = env.reset(problem_id="L1/19")  # the session goes on after the refusals
+        assert first.observation.problem_id == "L1/19"
         nothing = env.step(kernrl.KernelAction(code=NO_KERNEL))
         obs = nothing.observation
         assert (obs.compilation_success, obs.correctness_pass, obs.max_diff, obs.speedup) == (False, None, None, None)
@@ -105,9 +121,45 @@ def test_kernrl_client_with_kernrl_ids_and_a_format_failure(server):
 
         right = env.step(kernrl.KernelAction(code=RELU_AS_MODEL))
         assert right.observation.correctness_pass is True and not right.done
-        assert env.state().problem_id == "L1_19"
+        assert env.state().problem_id == "L1/19"
 
-        full = env.reset(problem_id="L1_19_ReLU")  # kernrl's full form: level and file stem
-        assert full.observation.problem_id == "L1_19_ReLU" and full.observation.turn == 0
-        again = env.step(kernrl.KernelAction(code=RELU))  # ModelNew is still fine
-        assert again.observation.correctness_pass is True
+
+@pytest.fixture(scope="module")
+def kernrl_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kernrl-root")
+    handle = Server(root / "env.duckdb", root / "server.log",
+                    ["--problems-root", str(KERNRL), "problems.holdout_fraction=0", "problems.audit=false",
+                     "eval.correctness_trials=1", "eval.timeout_s=120", "rewards.preset=kernrl_server"])
+    handle.start()
+    yield handle
+    handle.stop()
+
+
+def test_kernrl_client_gets_kernrl_problem_for_every_id(kernrl_server):
+    """Served with `--problems-root <kernrl>`, every one of kernrl's 89 ids resets to kernrl's own problem (its file,
+    verbatim), in every level; a problem this machine cannot run is refused at reset with the module it lacks."""
+    kernrl = load_kernrl()
+    files = kernrl_problem_files()
+    levels = set()
+    with kernrl.kernrl_env(base_url=kernrl_server.url) as env:
+        for kernrl_id, path in sorted(files.items()):
+            source = path.read_text()
+            missing = [m for m in imported_modules(source) if importlib.util.find_spec(m) is None]
+            if missing:
+                with pytest.raises(RuntimeError, match=f"cannot run {kernrl_id}: .*imports {missing[0]}"):
+                    env.reset(problem_id=kernrl_id)
+                continue
+            obs = env.reset(problem_id=kernrl_id).observation
+            assert (obs.problem_id, obs.turn) == (kernrl_id, 0)
+            assert obs.reference_code == source, f"{kernrl_id}: the server answered with another problem"
+            levels.add(int(kernrl_id.split("_")[0][1:]))
+        assert levels == set(range(1, 11))  # levels 4-10 are not hidden by the default levels
+
+        # The short forms name kernrl's problem too, and its verdict is judged and stored as kernrl's.
+        short = env.reset(problem_id="L1_23")
+        assert short.observation.problem_id == "L1_23_Softmax"
+        assert short.observation.reference_code == files["L1_23_Softmax"].read_text()
+        right = env.step(kernrl.KernelAction(code=SOFTMAX))
+        assert right.observation.correctness_pass is True, right.observation.feedback
+    rows = Store(kernrl_server.db).fetchall("SELECT DISTINCT problem_id, suite FROM rollouts", read_only=True)
+    assert rows == [("L1/23", "kernrl")]

@@ -131,7 +131,9 @@ def test_bad_inputs_get_one_sentence_4xx_and_the_server_stays_up(server):
         (http.post("/step", json={"action": {"code": "x" * 1_000_001}, "episode_id": episode}), 413, "limit"),
         (http.post("/step", json={"action": {"code": RELU, "backend": "cuda"}, "episode_id": episode}), 400, "triton"),
         (http.post("/step", json={"action": {"code": RELU}, "episode_id": "nope"}), 404, "Unknown episode"),
-        (http.post("/reset", json={"problem_id": "L9/999"}), 404, "Unknown problem"),
+        (http.post("/reset", json={"problem_id": "L9/999"}), 404, "No problem L9/999 is among those loaded (KernelBench's"),
+        # kernrl's id names kernrl's problem, not KernelBench's L1/19: refused, with the command that serves kernrl's.
+        (http.post("/reset", json={"problem_id": "L1_19_ReLU"}), 404, "env serve --problems-root"),
         (http.post("/reset", json={"problem_id": "L1/24"}), 403, "holdout"),
         (http.post("/reset", json={"split": "test"}), 400, "split"),
     ]

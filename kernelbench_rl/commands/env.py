@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from kernelbench_rl.commands.options import ProblemsRootOption
 from kernelbench_rl.errors import UserError
 
 env_app = typer.Typer(help="The KernelBench environment as an OpenEnv server.", no_args_is_help=True)
@@ -23,6 +25,7 @@ def serve(
     max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Turns per episode (default: env.turns of the config).")] = None,
     preset: Annotated[Optional[str], typer.Option("--preset", help="Reward preset: format, compile, correctness, speed, kernrl or kernrl_server.")] = None,
     run_id: Annotated[str, typer.Option("--run-id", help="run_id of this server's rollouts/rewards rows.")] = "openenv",
+    problems_root: ProblemsRootOption = None,
 ) -> None:
     """Serve reset/step/state over HTTP (OpenEnv's contract); episodes share one evaluator pool."""
     from kernelbench_rl.config import load_config
@@ -41,6 +44,8 @@ def serve(
         extra.append(f"eval.device={device}")
     if db is not None:
         extra.append(f"db_path={db}")
+    if problems_root is not None:
+        extra.append(problems_root_override(problems_root))
     cfg = load_config(config, extra)
     from kernelbench_rl.commands.evaluate import require_config_gpu
 
@@ -54,7 +59,10 @@ def serve(
     store = Store(cfg.db_path)
     store.init()
     service = build_service(cfg, store=store, max_turns=max_turns, preset=preset, run_id=run_id)
-    typer.echo(f"kernelbench-rl env: {len(service.train)} training + {len(service.holdout)} holdout problems, "
+    from kernelbench_rl.problems import describe_problems
+
+    typer.echo(f"kernelbench-rl env: {describe_problems([*service.train.values(), *service.holdout.values()])}; "
+               f"{len(service.train)} training + {len(service.holdout)} holdout, "
                f"{service.spec.turns} turn(s), preset {service.preset}, evaluator on {service.evaluator.settings.device}, "
                f"rows -> {cfg.db_path} (run_id {run_id}); idle episodes close after {service.idle_timeout_s:g} s "
                f"(env.idle_timeout_s); http://{host}:{port}")
@@ -62,6 +70,11 @@ def serve(
         uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
     finally:
         service.close()
+
+
+def problems_root_override(path: Path) -> str:
+    """`--problems-root PATH` as the config override it stands for (`problems.root`), the path made absolute."""
+    return f"problems.root={json.dumps(str(path.expanduser().resolve()))}"  # quoted: any path is one YAML string
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelbench_rl.commands.options import check_max_problems
+from kernelbench_rl.commands.options import ProblemsRootOption, check_max_problems
 from kernelbench_rl.errors import InfraError, UserError
 
 
@@ -24,6 +24,7 @@ def eval_model_command(
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight at once.")] = 8,
     retries: Annotated[int, typer.Option("--retries", help="Retries of a 429/5xx/timeout, with exponential backoff.")] = 4,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds one request may take.")] = 300.0,
+    problems_root: ProblemsRootOption = None,
 ) -> None:
     """Sample k kernels per problem from the model, evaluate them, and record an eval report like a checkpoint's."""
     from kernelbench_rl.config import load_config
@@ -37,6 +38,10 @@ def eval_model_command(
         extra.append(f"db_path={db}")
     if run_id is not None:
         extra.append(f"run_id={run_id}")
+    if problems_root is not None:
+        from kernelbench_rl.commands.env import problems_root_override
+
+        extra.append(problems_root_override(problems_root))
     cfg = load_config(config, extra)
     from kernelbench_rl.commands.evaluate import require_config_gpu
 

@@ -35,19 +35,19 @@ def list_problems(
     """List problems with their level, name and train/holdout split, then counts per level."""
     levels = [level] if level is not None else None
     problems = load_problems(problems_root, levels=levels, warn=_warn)
-    if ids_only:
+    if ids_only:  # each in its suite's own form: kernrl's L1_23_Softmax, KernelBench's L1/23
         for problem in problems:
-            typer.echo(problem.id)
+            typer.echo(problem.display_id)
         return
     held = holdout_ids(problems, holdout_fraction, split_seed)
     table = Table(title=f"{len(problems)} problems ({problems[0].origin if problems else 'none'})")
     for column in ("id", "name", "split", "solution", "note"):
         table.add_column(column)
     for problem in problems:
-        has_solution = problem.origin == "bundled" and load_solution(problem) is not None
+        has_solution = load_solution(problem) is not None
         # A problem whose imports are missing here is listed, and says why it cannot be judged.
         note = f"unavailable: needs {', '.join(problem.missing_modules)}" if problem.missing_modules else ""
-        table.add_row(problem.id, problem.name, "holdout" if problem.id in held else "train", "yes" if has_solution else "",
+        table.add_row(problem.display_id, problem.name, "holdout" if problem.id in held else "train", "yes" if has_solution else "",
                       note)
     console = Console()
     console.print(table)
@@ -76,9 +76,8 @@ def show_problem(
         return
     # Code goes out as it is, whatever the terminal (rich would cut lines at its width when piped);
     # what is not code is a comment, so the output is Python as a whole.
-    typer.echo(f"# {problem.id} {problem.name}  ({problem.origin}: {problem.path or '-'})")
-    if problem.kernrl_id != f"L{problem.level}_{problem.number}":
-        typer.echo(f"# kernrl id: {problem.kernrl_id}  suite: {problem.suite}")
+    typer.echo(f"# {problem.display_id} {problem.name}  ({problem.origin}: {problem.path or '-'})")
+    typer.echo(f"# suite: {problem.suite}  ids: {problem.id}" + (f", {problem.kernrl_id}" if problem.suite == "kernrl" else ""))
     if problem.unavailable_reason:
         typer.echo(f"# unavailable: {problem.unavailable_reason}")
     if small:
@@ -87,11 +86,11 @@ def show_problem(
         typer.echo(f"# small sizes: {problem.small_sizes}")
     typer.echo(problem.source_for("small" if small else "real").rstrip("\n"))
     if solution:
-        text = load_solution(problem) if problem.origin == "bundled" else None
+        text = load_solution(problem)  # ours for the bundled problem of the same suite, level and file name
         if text is None:
             typer.echo("# no bundled solution for this problem")
         else:
-            typer.echo(f"\n# --- our known-correct solution (ModelNew) for {problem.id} ---")
+            typer.echo(f"\n# --- our known-correct solution (ModelNew) for {problem.display_id} ---")
             typer.echo(text.rstrip("\n"))
 
 

@@ -344,7 +344,7 @@ class Evaluator:
                     self.baselines[(request.problem_id, item.problem.sha256, request.settings.precision, result.hardware,
                                     request.settings.size)] = dict(answer["baseline"])
                     baselines.append({
-                        "problem_id": request.problem_id, "source_sha256": item.problem.sha256,
+                        "problem_id": request.problem_id, "source_sha256": item.problem.sha256, "suite": item.problem.suite,
                         "precision": request.settings.precision, "hardware": result.hardware,
                         "size": request.settings.size, **answer["baseline"],
                     })
@@ -365,6 +365,8 @@ class Evaluator:
 
     def _record(self, results: list[EvalResult]) -> None:
         if self.store is not None and results:
+            for result in results:  # a verdict names its problem's suite, the worker's or (static, format) ours
+                result.versions.setdefault("suite", self.problem(result.problem_id).suite)
             self.store.record_evaluations(results)
 
 

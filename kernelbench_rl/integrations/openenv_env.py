@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import json
 import random
+import re
 import threading
 import time
 import uuid
@@ -52,12 +53,14 @@ from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
 from kernelbench_rl.evaluation.candidate_class import candidate_class_name  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
 from kernelbench_rl.errors import UserError  # noqa: E402
-from kernelbench_rl.problems import Problem, resolve_problem  # noqa: E402
+from kernelbench_rl.problems import Problem, resolve_problem, unknown_problem_message  # noqa: E402
 from kernelbench_rl.rewards.shaping import PRESETS, counts_as_correct, score  # noqa: E402
 
 MAX_CODE_BYTES = 1_000_000  # a kernel beyond this is not a kernel; refuse it before any work
 DEFAULT_RUN_ID = "openenv"
-DEFAULT_IDLE_TIMEOUT_S = 1800.0  # env.idle_timeout_s: long enough for a slow model's turn, short enough to free abandoned episodes
+DEFAULT_IDLE_TIMEOUT_S = 1800.0
+# How to serve kernrl's problems, for a refused kernrl id.
+KERNRL_SERVE_HINT = "serve them with `kernelbench-rl env serve --problems-root <kernrl's problems folder>`."  # env.idle_timeout_s: long enough for a slow model's turn, short enough to free abandoned episodes
 
 
 # -- typed protocol ----------------------------------------------------------------------------
@@ -121,25 +124,34 @@ class KernelState(State):
     solved: bool = False  # kernrl's: a right kernel ran faster than SOLVED_SPEEDUP x the baseline
 
 
+# A bare module that defines the candidate class at its top level, whether or not it parses.
+_DEFINES_CANDIDATE = re.compile(r"^(class\s+(ModelNew|Model)\b|ModelNew\s*=)", re.MULTILINE)
+# The first line of a bare module: an import, a definition, a decorator, a comment, a docstring or an assignment.
+_MODULE_START = re.compile(r"^(import\s|from\s+\S+\s+import\b|class\s|def\s|async\s+def\s|@|#|\"\"\"|\'\'\'|[A-Za-z_][\w.]*\s*[:=])")
+
+
 def as_response(code: str) -> str:
     """The model response our extraction reads: bare Python defining ModelNew (or, kernrl's way, Model) is fenced; anything
-    else (a fenced answer, prose, a model's raw output) goes as it is, and is judged as train judges it."""
+    else (a fenced answer, prose, a model's raw output) goes as it is, and is judged as train judges it.
+
+    A bare module that does not parse is fenced too (it starts as Python does and defines the class at its top level),
+    so that its verdict names the syntax error and its line, as `eval` does, rather than a missing code block."""
     if "```" in code or "<KERNEL>" in code or "Model" not in code:
         return code
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return code
+        first = next((line for line in code.splitlines() if line.strip()), "")
+        looks_bare = bool(_MODULE_START.match(first)) and bool(_DEFINES_CANDIDATE.search(code))
+        return f"```python\n{code}\n```" if looks_bare else code
     if candidate_class_name(tree) is None:
         return code
     return f"```python\n{code}\n```"
 
 
-def shown_problem_id(problem: Problem, asked: str | None) -> str:
-    """kernrl's form for kernrl's problems; else the id as the client asked for it (ours where it asked for none)."""
-    if problem.suite == "kernrl":
-        return problem.kernrl_id
-    return asked if asked is not None else problem.id
+def shown_problem_id(problem: Problem) -> str:
+    """The id observations carry: the problem's in its suite's own form (kernrl's `L1_23_Softmax`, ours `L1/23`)."""
+    return problem.display_id
 
 
 # Categories that end a kernel before it is imported and built: kernrl's compilation failures.
@@ -274,23 +286,27 @@ class KernelEnvService:
         if max_turns is not None and not 1 <= max_turns <= self.spec.turns:
             raise EnvRequestError(f"max_turns must be between 1 and {self.spec.turns}, not {max_turns}.")
         pool = self.holdout if split == "holdout" else self.train
-        asked = problem_id
         if problem_id is not None:
-            # Ours (L1/19), kernrl's (L1_19_ReLU) or a unique prefix of kernrl's, through the one resolver.
+            # Ours (L1/19), kernrl's (L1_19_ReLU) or a unique prefix of kernrl's, through the one resolver: a kernrl id
+            # names kernrl's problems only, never KernelBench's of the same number.
+            offered = [*self.train.values(), *self.holdout.values()]
             try:
-                found = resolve_problem(problem_id, [*self.train.values(), *self.holdout.values()])
+                found = resolve_problem(problem_id, offered)
             except UserError as exc:
                 raise EnvRequestError(str(exc), 422) from None
             if found is None:
-                raise EnvRequestError(f"Unknown problem {problem_id!r}; this server offers "
-                                      f"{len(self.train)} training problems such as {next(iter(self.train), '-')}.", 404)
+                raise EnvRequestError(unknown_problem_message(problem_id, offered, KERNRL_SERVE_HINT), 404)
             if found.id in self.holdout and split != "holdout":
-                raise EnvRequestError(f"{found.id} is a holdout problem; ask for it with split='holdout'.", 403)
+                raise EnvRequestError(f"{found.display_id} is a holdout problem; ask for it with split='holdout'.", 403)
             problem = pool[found.id] if found.id in pool else self.train[found.id]
+            if problem.unavailable_reason:  # it could never be judged here: say why now, not at the first step
+                raise EnvRequestError(f"This server cannot run {problem.display_id}: {problem.unavailable_reason}.", 422)
         else:
-            if not pool:
-                raise EnvRequestError(f"The {split} split of this server is empty.", 404)
-            problem = random.Random(seed).choice(sorted(pool.values(), key=lambda p: p.id))
+            runnable = [p for p in pool.values() if not p.unavailable_reason]
+            if not runnable:
+                raise EnvRequestError(f"The {split} split of this server is empty"
+                                      f"{' of problems it can run' if pool else ''}.", 404)
+            problem = random.Random(seed).choice(sorted(runnable, key=lambda p: p.id))
         spec = self.spec if max_turns is None else EnvSpec(**{**self.spec.__dict__, "turns": max_turns})
         with self._lock:
             self._expire_idle()
@@ -298,7 +314,7 @@ class KernelEnvService:
             if episode_id in self._episodes and not self._episodes[episode_id].env.done:
                 raise EnvRequestError(f"Episode {episode_id!r} is still open; reset with a new episode_id.", 409)
             episode = _Episode(episode_id, self._next_number, KernelEnv(problem, spec), problem.id in self.holdout,
-                               shown_id=shown_problem_id(problem, asked))
+                               shown_id=shown_problem_id(problem))
             episode.description = messages_to_text(episode.env.next_messages())
             self._next_number += 1
             self._episodes[episode_id] = episode
@@ -448,17 +464,18 @@ class KernelEnvService:
                         if kernel_sha and result is not None and result.settings_hash else None)
             key = {"run_id": self.run_id, "step": episode.number, "problem_id": env.problem.id,
                    "sample_index": 0, "turn": turn.index}
+            suite = {"suite": env.problem.suite}
             components = dict(turn.score.components) if turn.score else {}
             components.update({"infra": bool(turn.score and turn.score.infra), "hack": bool(turn.score and turn.score.hack),
                                "preset": self.preset, "episode_id": episode.episode_id, "holdout": episode.holdout,
                                "error_category": result.error_category.value if result else None})
             store.write_batch({
-                "rollouts": [{**key, "stage": self.preset, "level": env.problem.level, "prompt_sha256": prompt_sha,
+                "rollouts": [{**key, **suite, "stage": self.preset, "level": env.problem.level, "prompt_sha256": prompt_sha,
                               "completion_sha256": completion_sha, "kernel_sha256": kernel_sha, "eval_key": eval_key,
                               "prompt_tokens": 0, "completion_tokens": 0, "format_ok": turn.format_ok,
                               "error_category": result.error_category.value if result else None,
                               "error_message": result.error_message if result else None}],
-                "rewards": [{**key, "stage": self.preset, "reward": turn.score.reward if turn.score else None,
+                "rewards": [{**key, **suite, "stage": self.preset, "reward": turn.score.reward if turn.score else None,
                              "return_value": None, "advantage": None,
                              "components_json": json.dumps(components, sort_keys=True)}],
             }, replace_where=key)

@@ -17,6 +17,7 @@ from kernelbench_rl.problems.model import (
     declares_small_sizes,
     parse_problem_id,
     resolve_problem,
+    unknown_problem_message,
 )
 from kernelbench_rl.problems.sizing import infer_small_sizes
 from kernelbench_rl.problems.suite_sizes import suite_small_sizes
@@ -26,6 +27,8 @@ BUNDLED_ROOT = REPO_ROOT / "KernelBench"
 SOLUTIONS_ROOT = BUNDLED_ROOT / "solutions"
 HF_DATASET = "ScalingIntelligence/KernelBench"
 SUPPORTED_LEVELS = (1, 2, 3)  # KernelBench's levels that run here (its level 4 downloads models)
+# How to load kernrl's problems, for a message about a kernrl id where they are not loaded.
+KERNRL_ROOT_HINT = "pass --problems-root <kernrl's problems folder> (or set problems.root) to load kernrl's problems."
 KERNELBENCH_LEVELS = 4  # KernelBench has levels 1-4; a problems folder with more levels is kernrl's
 
 _FILE_RE = re.compile(r"^(\d+)_(.+)\.py$")
@@ -210,6 +213,17 @@ def load_problems(
     return _load_tree(source.path, source.origin, levels, lambda _level: "kernelbench", allowed=SUPPORTED_LEVELS)
 
 
+def default_levels(problems_root: str | os.PathLike[str] | None = None) -> list[int] | None:
+    """The levels training and evaluation use when `problems.levels` is not set: KernelBench's levels 1-3 for the
+    bundled set and a KernelBench checkout; every level for kernrl's problems (None). A root that cannot be read
+    counts as KernelBench's here; loading it says what is wrong."""
+    try:
+        source = resolve_problems_root(problems_root)
+    except UserError:
+        source = None
+    return None if source is not None and source.suite == "kernrl" else list(SUPPORTED_LEVELS)
+
+
 def get_problem(problem_id: str, problems_root: str | os.PathLike[str] | None = None) -> Problem:
     """The problem an id names (any form `resolve_problem` accepts) in the bundled set or the given source."""
     try:
@@ -218,7 +232,9 @@ def get_problem(problem_id: str, problems_root: str | os.PathLike[str] | None = 
         levels = None  # a prefix shorter than level and number (L10, L1_): every level
     problem = resolve_problem(problem_id, load_problems(problems_root, levels=levels))
     if problem is None:
-        raise UserError(f"No problem {problem_id} exists; `kernelbench-rl problems list` shows the available ids.")
+        every = load_problems(problems_root)
+        raise UserError(unknown_problem_message(problem_id, every, KERNRL_ROOT_HINT).rstrip(".") +
+                        "; `kernelbench-rl problems list` shows the ids.")
     return problem
 
 
@@ -282,9 +298,17 @@ def load_hf_problems(
 
 
 def load_solution(problem: Problem) -> str | None:
-    """Our known-correct Triton solution for a bundled problem, if one exists."""
+    """Our known-correct Triton solution for a problem, if one exists: a bundled problem's, or the bundled one's of the
+    same level, file name and suite wherever the problem was loaded from (kernrl's L10_5_ChaCha20 from kernrl's
+    folder gets ours for the bundled L10/5). KernelBench's L1/23 and kernrl's L1_23_Softmax share a file name but not
+    the problem, so neither gets the other's solution."""
     path = SOLUTIONS_ROOT / f"level{problem.level}" / f"{problem.name}.py"
-    return path.read_text() if path.exists() else None
+    if not path.exists():
+        return None
+    if problem.origin != "bundled" and (problem.suite != _bundled_suite(problem.level)
+                                        or not (BUNDLED_ROOT / f"level{problem.level}" / f"{problem.name}.py").is_file()):
+        return None
+    return path.read_text()
 
 
 def list_solutions() -> list[tuple[str, Path]]:

@@ -20,6 +20,8 @@ _ID_RE = re.compile(r"^L(\d+)/(\d+)$")
 # kernrl's form, `L{level}_{file stem}` (L1_23_Softmax), and its `L{level}_{number}` head (L1_23, L1_23_Soft).
 _KERNRL_ID_RE = re.compile(r"^L(\d+)_(\d+)(?:_.*)?$")
 _KERNRL_NUMBER_RE = re.compile(r"^L(\d+)_(\d+)$")
+# Anything written kernrl's way, prefixes included (L10, L1_, L1_2).
+_KERNRL_HEAD_RE = re.compile(r"^L\d+(?:_.*)?$")
 
 
 def parse_problem_id(problem_id: str) -> tuple[int, int]:
@@ -34,15 +36,29 @@ def parse_problem_id(problem_id: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def is_kernrl_form(problem_id: str) -> bool:
+    """Whether an id is written kernrl's way (`L1_23_Softmax`, `L1_23`, a prefix such as `L10_1` or `L10`), not ours
+    (`L1/23`). Such an id names a problem of kernrl's suite and nothing else."""
+    text = problem_id.strip()
+    return not _ID_RE.match(text) and bool(_KERNRL_HEAD_RE.match(text))
+
+
 def resolve_problem(problem_id: str, problems: Iterable[Problem]) -> Problem | None:
     """The problem an id names among `problems`, in any accepted form; None when none fits.
 
-    Accepted: ours, `L1/23`; kernrl's, `L1_23_Softmax`; `L1_23` (level and number); and a unique prefix of a
-    kernrl id (`L1_23_Soft`, `L10_1`). A prefix that fits several problems is one sentence naming them (UserError).
+    Accepted: ours, `L1/23` (a problem of any suite); kernrl's, `L1_23_Softmax`; `L1_23` (level and number); and a
+    unique prefix of a kernrl id (`L1_23_Soft`, `L10_1`). An id in kernrl's form names kernrl's problems only: it
+    never resolves to KernelBench's problem of the same level and number, which is another problem (other sizes,
+    inputs and tolerance). A prefix that fits several problems is one sentence naming them (UserError).
     """
     text = problem_id.strip()
     pool = list(problems)
-    match = _ID_RE.match(text) or _KERNRL_NUMBER_RE.match(text)
+    ours = _ID_RE.match(text)
+    if ours:
+        level, number = int(ours.group(1)), int(ours.group(2))
+        return next((p for p in pool if p.level == level and p.number == number), None)
+    pool = [p for p in pool if p.suite == "kernrl"]
+    match = _KERNRL_NUMBER_RE.match(text)
     if match:
         level, number = int(match.group(1)), int(match.group(2))
         return next((p for p in pool if p.level == level and p.number == number), None)
@@ -55,6 +71,58 @@ def resolve_problem(problem_id: str, problems: Iterable[Problem]) -> Problem | N
         raise UserError(f"Problem id {problem_id!r} is the start of {len(found)} problem ids ({shown}); "
                         "give one of them, or more of it.")
     return found[0] if found else None
+
+
+SUITE_NAMES = {"kernelbench": "KernelBench's", "kernrl": "kernrl's"}
+
+
+def _level_ranges(levels: Iterable[int]) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5'."""
+    ranges: list[list[int]] = []
+    for level in sorted(set(levels)):
+        if ranges and level == ranges[-1][1] + 1:
+            ranges[-1][1] = level
+        else:
+            ranges.append([level, level])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def describe_problems(problems: Iterable[Problem]) -> str:
+    """What a set of problems holds, for a message: "KernelBench's problems, levels 1-3 (270)", one such part per suite
+    joined by "and" (the bundled set's restatements of kernrl's problems are "bundled kernrl problems"); "no problems"
+    when it is empty."""
+    groups: dict[tuple[str, bool], list[Problem]] = {}
+    for problem in problems:
+        groups.setdefault((problem.suite, problem.suite == "kernrl" and problem.origin == "bundled"), []).append(problem)
+    if not groups:
+        return "no problems"
+    parts = []
+    for suite, bundled in sorted(groups, key=lambda g: (SUITES.index(g[0]) if g[0] in SUITES else len(SUITES), g)):
+        group = groups[(suite, bundled)]
+        levels = {p.level for p in group}
+        name = "bundled kernrl problems" if bundled else f"{SUITE_NAMES.get(suite, suite)} problems"
+        parts.append(f"{name}, level{'s' if len(levels) > 1 else ''} {_level_ranges(levels)} ({len(group)})")
+    return " and ".join(parts)
+
+
+def unknown_problem_message(problem_id: str, problems: Iterable[Problem], kernrl_hint: str) -> str:
+    """One sentence for an id that names none of `problems`: what is loaded, and for a kernrl id where kernrl's own
+    problems are not, `kernrl_hint` (how to load them: the option, or the command that serves them)."""
+    text = problem_id.strip()
+    pool = list(problems)
+    loaded = describe_problems(pool)
+    if not is_kernrl_form(text):
+        return f"No problem {text} is among those loaded ({loaded})."
+    if any(p.origin == "kernrl_root" for p in pool):
+        return f"No kernrl problem {text} is among those loaded ({loaded})."
+    other = ""
+    number = _KERNRL_ID_RE.match(text)
+    if number:
+        level, num = int(number.group(1)), int(number.group(2))
+        same = [p for p in pool if p.suite != "kernrl" and p.level == level and p.number == num]
+        if same:
+            other = f" ({same[0].id} here is {SUITE_NAMES.get(same[0].suite, same[0].suite)} {same[0].name}, another problem)"
+    return f"{text} is a kernrl id, and kernrl's own problems are not loaded here{other}: these are {loaded}; {kernrl_hint}"
 
 
 def make_problem_id(level: int, number: int) -> str:
@@ -91,6 +159,11 @@ class Problem:
         return f"L{self.level}_{self.name}"
 
     @property
+    def display_id(self) -> str:
+        """The id in its suite's own form, as listings print it: kernrl's `L1_23_Softmax`, KernelBench's `L1/23`."""
+        return self.kernrl_id if self.suite == "kernrl" else self.id
+
+    @property
     def eval_mode(self) -> bool:
         """Whether the reference and the candidate run in eval mode (`model.eval()`): kernrl's harness runs every
         problem so, and a problem that asserts it (`assert not self.training`) needs it in any suite."""
@@ -108,7 +181,7 @@ class Problem:
         if not missing:
             return None
         names = ", ".join(missing)
-        return (f"{self.id} imports {names}, which {'is' if len(missing) == 1 else 'are'} not installed here; "
+        return (f"{self.display_id} imports {names}, which {'is' if len(missing) == 1 else 'are'} not installed here; "
                 f"install {'it' if len(missing) == 1 else 'them'} to use this problem")
 
     @property

@@ -13,7 +13,7 @@ def problem_rows(problems: Sequence[Problem], holdout_fraction: float = 0.2, see
     return [
         {
             "problem_id": p.id, "source_sha256": p.sha256, "level": p.level, "number": p.number,
-            "name": p.name, "origin": p.origin, "split": "holdout" if p.id in held else "train",
+            "name": p.name, "origin": p.origin, "suite": p.suite, "split": "holdout" if p.id in held else "train",
             "source": p.source,
         }
         for p in problems

@@ -590,6 +590,7 @@ class Store:
                 {
                     "eval_key": key,
                     "problem_id": result.problem_id,
+                    "suite": result.versions.get("suite"),  # the evaluator names it (Evaluator._record)
                     "kernel_sha256": result.candidate_sha256,
                     "settings_hash": result.settings_hash,
                     "backend": result.backend,

@@ -361,8 +361,82 @@ MIGRATIONS.append(
     )
 )
 
+# Which suite a row's problem belongs to: KernelBench's L1/23 and kernrl's L1/23 (L1_23_Softmax) are two problems
+# under one problem_id. Rows written before this column get what the record itself tells: a verdict's suite from its
+# result (`versions.suite`), a rollout's from its verdict, a problem's from its origin, and levels past 3, which only
+# kernrl has; what is left stays NULL (written before suites were recorded, and not to be guessed).
+_SUITE_TABLES = ("problems", "rollouts", "rewards", "evaluations", "baselines", "eval_samples")
+MIGRATIONS.append(
+    (
+        14,
+        "every row that names a problem names its suite (kernelbench | kernrl)",
+        [
+            *(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS suite VARCHAR" for table in _SUITE_TABLES),
+            """
+            UPDATE problems SET suite = CASE
+                WHEN origin = 'kernrl_root' OR (origin = 'bundled' AND level > 3) THEN 'kernrl'
+                WHEN origin IN ('bundled', 'kernelbench_root', 'hf') THEN 'kernelbench' END
+            WHERE suite IS NULL
+            """,
+            """
+            UPDATE evaluations SET suite = json_extract_string(result_json, '$.versions.suite')
+            WHERE suite IS NULL AND json_valid(result_json)
+            """,
+            """
+            UPDATE rollouts SET suite = e.suite FROM evaluations e
+            WHERE rollouts.suite IS NULL AND rollouts.eval_key = e.eval_key AND e.suite IS NOT NULL
+            """,
+            "UPDATE rollouts SET suite = 'kernrl' WHERE suite IS NULL AND level > 3",
+            """
+            UPDATE rewards SET suite = r.suite FROM rollouts r
+            WHERE rewards.suite IS NULL AND r.suite IS NOT NULL AND rewards.run_id = r.run_id AND rewards.step = r.step
+              AND rewards.problem_id = r.problem_id AND rewards.sample_index = r.sample_index AND rewards.turn = r.turn
+            """,
+            """
+            UPDATE eval_samples SET suite = e.suite FROM evaluations e
+            WHERE eval_samples.suite IS NULL AND eval_samples.eval_key = e.eval_key AND e.suite IS NOT NULL
+            """,
+            "UPDATE eval_samples SET suite = 'kernrl' WHERE suite IS NULL AND level > 3",
+            """
+            UPDATE baselines SET suite = p.suite FROM problems p
+            WHERE baselines.suite IS NULL AND p.suite IS NOT NULL AND baselines.problem_id = p.problem_id
+              AND baselines.source_sha256 = p.source_sha256
+            """,
+        ],
+    )
+)
+
+# A served model's answers, each as it arrives: a rerun of the same evaluation sends only the requests left.
+MIGRATIONS.append(
+    (
+        15,
+        "answers of a model behind an OpenAI-compatible server, per request (an evaluation resumes from them)",
+        [
+            """
+            CREATE TABLE IF NOT EXISTS model_answers (
+                eval_id VARCHAR,           -- eval_reports.eval_id
+                run_id VARCHAR,
+                checkpoint VARCHAR,        -- openai:MODEL
+                split VARCHAR,
+                problem_id VARCHAR,
+                sample_index INTEGER,
+                turn INTEGER,
+                request_sha256 VARCHAR,    -- the model, the prompt's messages and the sampling settings
+                completion_sha256 VARCHAR, -- blobs.sha256
+                finish_reason VARCHAR,     -- stop | length (cut at the token budget)
+                prompt_tokens INTEGER,
+                completion_tokens INTEGER,
+                max_tokens INTEGER,        -- the budget sent (NULL: none, the server decided)
+                created_at TIMESTAMP DEFAULT now(),
+                PRIMARY KEY (eval_id, problem_id, sample_index, turn)
+            )
+            """,
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",
-    "baselines", "eval_samples", "sft_steps",
+    "baselines", "eval_samples", "sft_steps", "model_answers",
 ]

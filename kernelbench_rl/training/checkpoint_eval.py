@@ -296,7 +296,8 @@ class _AnswerRecorder:
             self.store.put_texts("completion", [turn.completion])
             self.store.upsert("eval_samples", [{
                 "eval_id": self.eval_id, "run_id": self.run_id, "checkpoint": self.label, "split": self.split,
-                "problem_id": env.problem.id, "level": env.problem.level, "sample_index": sample_index,
+                "problem_id": env.problem.id, "suite": env.problem.suite, "level": env.problem.level,
+                "sample_index": sample_index,
                 "turn": turn.index, "format_ok": bool(turn.format_ok), "compiled": False, "correct": False,
                 "speedup": None, "error_category": result.error_category.value if result is not None else "pending",
                 "error_message": result.error_message if result is not None else "answer recorded, not judged yet",
@@ -341,7 +342,8 @@ def sample_rows(store: Store, report: CheckpointReport, envs: Sequence[KernelEnv
             eval_key = eval_key_for(env.problem.id, sha256_text(turn.code), result.settings_hash)
         rows.append({
             "eval_id": report.eval_id, "run_id": report.run_id, "checkpoint": report.label, "split": report.split,
-            "problem_id": env.problem.id, "level": env.problem.level, "sample_index": sample_index,
+            "problem_id": env.problem.id, "suite": env.problem.suite, "level": env.problem.level,
+            "sample_index": sample_index,
             "turn": turn.index if turn is not None else None,
             "format_ok": bool(turn is not None and turn.format_ok), "compiled": outcome.compiled,
             "correct": outcome.correct, "speedup": outcome.speedup,

@@ -17,7 +17,7 @@ from kernelbench_rl.config.schema import TrainConfig
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.policy.base import SessionStatus
-from kernelbench_rl.problems import Problem, load_problems, resolve_problem, split_problems
+from kernelbench_rl.problems import Problem, default_levels, load_problems, resolve_problem, split_problems
 from kernelbench_rl.store import Store
 from kernelbench_rl.training.optim import result_of
 
@@ -189,7 +189,8 @@ def policy_config(config: TrainConfig) -> Any:
 def problem_split(config: TrainConfig) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """(all, train, holdout) problems of the configured levels; `problems.ids` plays no part."""
     cfg = config.problems
-    problems = load_problems(cfg.source_root, levels=cfg.levels)
+    levels = cfg.levels if cfg.levels is not None else default_levels(cfg.source_root)
+    problems = load_problems(cfg.source_root, levels=levels)
     train, holdout = split_problems(problems, cfg.holdout_fraction, cfg.split_seed)
     return problems, train, holdout
 
