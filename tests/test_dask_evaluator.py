@@ -148,12 +148,11 @@ def test_an_unreachable_scheduler_is_one_sentence_naming_it() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     ev = DaskEvaluator(SETTINGS, cluster=f"dask://127.0.0.1:{port}", connect_timeout_s=2)
-    started = time.monotonic()
     with pytest.raises(UserError) as caught:
         ev.evaluate([EvalRequest("L1/19", SOLUTIONS["L1/19"].read_text(), SETTINGS)])
     message = str(caught.value)
     assert f"tcp://127.0.0.1:{port}" in message and message.count(". ") == 0 and message.endswith(".")
-    assert time.monotonic() - started < 30
+    assert "within 2 s" in message  # the connect timeout asked for, not Dask's default
     ev.close()
 
 
