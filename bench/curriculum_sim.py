@@ -17,6 +17,18 @@ promotions by the fallback (max_steps_per_stage) and early ones: a stage left on
 rate while its true rate was still more than 0.1 under the threshold (noise).
 
     python bench/curriculum_sim.py [--seeds 50] [--steps 200] [--samples 64] [--json out.json]
+
+Replay (`--replay`): the shipped schedule over per-problem pass rates, step by step as the loop runs
+it: each step draws `training.batch_problems` problems of the current level (earlier levels at
+`previous_levels_share`), `sampling.group_size` samples of each from that problem's own rates,
+and feeds the curriculum the per-level metrics the loop computes, one step late (asynchronous
+training: a step is sampled before the previous one's promotion). Per-problem rates come from
+`--replay-db` (the `rollouts` rows of a recorded GPU run, by problem) or, without one, from
+published figures (PUBLISHED below: each model's correct rate on KernelBench, its source named),
+spread over the problems of a level by a Beta distribution with that mean. It reports the step at
+which each stage and level 2 were reached, within the default `training.steps`.
+
+    python bench/curriculum_sim.py --replay [--replay-db runs/kernelbench_rl.duckdb --run-id RUN]
 """
 
 from __future__ import annotations
@@ -139,13 +151,157 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+# Published correct rates on KernelBench (per sample, one-shot unless said), with their sources. Format and
+# compile rates are not published beside them: a model that writes a correct kernel 17% of the time is taken
+# to answer in the right format 90% of the time and to compile 20 points above its correct rate (assumption).
+PUBLISHED: dict[str, dict] = {
+    "QwQ-32B -> Kevin-32B (learns)": {
+        "source": "Kevin (arXiv 2507.11948): correctness 56% -> 82% on KernelBench L1-2 after multi-turn RL",
+        "correct": (0.56, 0.82)},
+    "Claude Sonnet 4.6 (flat)": {
+        "source": "Infatoshi/kernelbench-v3-runs README, H100 column: 19/54 problems correct",
+        "correct": (19 / 54, 19 / 54)},
+    "MiniMax M2.5 (flat, weak)": {
+        "source": "Infatoshi/kernelbench-v3-runs README, H100 column: 9/54 problems correct",
+        "correct": (9 / 54, 9 / 54)},
+}
+# How unevenly a level's problems are solved: Beta(mean * K, (1 - mean) * K) per problem (K = 1: most problems
+# near 0 or 1, as a model that solves some problems and never others).
+PROBLEM_SPREAD_K = 1.0
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return float(np.log(p / (1 - p)))
+
+
+def published_problems(model: str, levels: dict[int, int], rng: np.random.Generator) -> dict[int, list[dict]]:
+    """Per-problem rates for each level (levels: level -> problems), drawn around the model's published rate."""
+    start, _ = PUBLISHED[model]["correct"]
+    problems = {}
+    for level, count in levels.items():
+        correct = rng.beta(start * PROBLEM_SPREAD_K, (1 - start) * PROBLEM_SPREAD_K, size=count)
+        problems[level] = [{"format": 0.9, "compile": min(1.0, c + 0.2), "correct": float(c)} for c in correct]
+    return problems
+
+
+def recorded_problems(db: Path, run_id: str | None) -> dict[int, list[dict]]:
+    """Per-problem format / compile / correct rates from a recorded run's `rollouts` (infra and other no-verdict
+    categories left out)."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    where = "WHERE error_category IS NOT NULL AND error_category NOT IN ('infra', 'too_large', 'unknown_problem', " \
+            "'undiscriminating', 'unsupported')" + (" AND run_id = ?" if run_id else "")
+    rows = con.execute(
+        "SELECT level, problem_id, avg(CASE WHEN format_ok THEN 1 ELSE 0 END), "
+        "avg(CASE WHEN error_category NOT IN ('format', 'static', 'compile') THEN 1 ELSE 0 END), "
+        f"avg(CASE WHEN error_category = 'ok' THEN 1 ELSE 0 END) FROM rollouts {where} GROUP BY level, problem_id",
+        [run_id] if run_id else []).fetchall()
+    con.close()
+    problems: dict[int, list[dict]] = {}
+    for level, _, fmt, compiled, correct in rows:
+        problems.setdefault(int(level), []).append({"format": fmt, "compile": compiled, "correct": correct})
+    return problems
+
+
+def replay_run(problems: dict[int, list[dict]], lift: float, steps: int, rng: np.random.Generator,
+               overrides: list[str]) -> dict[str, int | None]:
+    """One run of the shipped schedule over per-problem rates; `lift`: logit gained by every problem's rates
+    over `steps` (0: a model that learns nothing)."""
+    cfg = load_config("default", overrides)
+    cur = Curriculum.from_config(cfg.curriculum, sorted(problems))
+    reached: dict[str, int | None] = {"compile": None, "correctness": None, "speed": None, "level 2": None}
+    pending: list[tuple[str, int]] = []  # the step queued ahead (max_steps_off_policy = 1)
+    lag = cfg.training.max_steps_off_policy
+    for step in range(steps):
+        pending.append((cur.stage, cur.level))
+        if len(pending) <= lag:
+            continue
+        stage, level = pending.pop(0)
+        shift = lift * step / steps
+        previous = [lv for lv in problems if lv < level]
+        n_prev, n_cur = cur.problem_counts(cfg.training.batch_problems, bool(previous))
+        batch = [(level, p) for p in rng.choice(len(problems[level]), size=n_cur)]
+        if previous:
+            batch += [(int(rng.choice(previous)), None) for _ in range(n_prev)]
+        counts: dict[int, dict[str, list[float]]] = {}
+        for lv, index in batch:
+            problem = problems[lv][int(rng.integers(len(problems[lv]))) if index is None else int(index)]
+            per = counts.setdefault(lv, {"format_rate": [], "compile_rate": [], "correct_rate": []})
+            for name, key in (("format_rate", "format"), ("compile_rate", "compile"), ("correct_rate", "correct")):
+                p = 1 / (1 + np.exp(-(_logit(problem[key]) + shift)))
+                per[name].append(rng.binomial(cfg.sampling.group_size, p) / cfg.sampling.group_size)
+        metrics = {f"level_{lv}/{name}": float(np.mean(values)) for lv, per in counts.items()
+                   for name, values in per.items()}
+        for event in cur.observe(step, metrics, stage=stage, level=level):
+            key = event.to_value if event.kind == "stage" else f"level {event.to_value}"
+            if key in reached and reached[key] is None:
+                reached[key] = step + 1
+    return reached
+
+
+REPLAY_RULES: dict[str, list[str]] = {
+    "default": [],
+    "before (40 steps per stage, no level limit or demotion)": [
+        "curriculum.max_steps_per_stage=40", "curriculum.max_steps_per_level=0", "curriculum.demote_threshold=null"],
+}
+
+
+def replay(seeds: int, db: Path | None, run_id: str | None) -> dict:
+    cfg = load_config("default")
+    steps = cfg.training.steps
+    results: dict = {"steps": steps, "models": {}}
+    sources = {"recorded run": None} if db is not None else PUBLISHED
+    for model, (rule, overrides) in [(m, r) for m in sources for r in REPLAY_RULES.items()]:
+        outcomes = []
+        for seed in range(seeds):
+            rng = np.random.default_rng(seed)
+            if db is not None:
+                problems, lift = recorded_problems(db, run_id), 0.0
+            else:
+                problems = published_problems(model, {1: 100, 2: 100}, rng)
+                start, end = PUBLISHED[model]["correct"]
+                lift = _logit(end) - _logit(start)
+            outcomes.append(replay_run(problems, lift, steps, rng, overrides))
+        row: dict = {"source": str(db) if db is not None else PUBLISHED[model]["source"], "rule": rule}
+        for key in ("compile", "correctness", "speed", "level 2"):
+            got = [o[key] for o in outcomes if o[key] is not None]
+            row[key] = statistics.median(got) if len(got) * 2 >= seeds else None
+            row[f"{key} share"] = len(got) / seeds
+        results["models"][f"{model} | {rule}"] = row
+    return results
+
+
+def replay_table(results: dict) -> str:
+    lines = [f"| model (source) | rule | compile at | correctness at | speed at | level 2 at | speed within {results['steps']} | "
+             f"level 2 within {results['steps']} |", "|---|---|---|---|---|---|---|---|"]
+    for name, row in results["models"].items():
+        model = name.split(" | ")[0]
+        def cell(key: str) -> str:
+            return "-" if row[key] is None else f"{row[key]:g}"
+        lines.append(f"| {model} ({row['source']}) | {row['rule']} | {cell('compile')} | {cell('correctness')} | {cell('speed')} | "
+                     f"{cell('level 2')} | {row['speed share']:.0%} | {row['level 2 share']:.0%} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=50, help="Simulated runs per scenario and rule.")
     parser.add_argument("--steps", type=int, default=200, help="Steps per simulated run (the horizon).")
     parser.add_argument("--samples", type=int, default=64, help="Samples a step's rate is measured on.")
     parser.add_argument("--json", type=Path, default=None, help="Also write the results here.")
+    parser.add_argument("--replay", action="store_true", help="Replay per-problem pass rates through the shipped schedule.")
+    parser.add_argument("--replay-db", type=Path, default=None, help="A recorded run's DuckDB file (its rollouts).")
+    parser.add_argument("--run-id", default=None, help="The recorded run to replay (default: every run in the file).")
     args = parser.parse_args()
+    if args.replay:
+        results = replay(args.seeds, args.replay_db, args.run_id)
+        print(json.dumps(results, indent=2))
+        print(replay_table(results))
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+        return
     results = simulate(args.seeds, args.steps, args.samples)
     payload = {"seeds": args.seeds, "steps": args.steps, "samples": args.samples, "results": results}
     print(json.dumps(payload, indent=2))

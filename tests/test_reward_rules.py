@@ -143,3 +143,11 @@ def test_timing_noise_cannot_cross_a_step(preset: str) -> None:
 def test_a_slow_correct_kernel_still_beats_a_wrong_one(preset: str) -> None:
     """The credit a slow kernel gives back is bounded: being right is never worth less than being wrong."""
     assert score(correct(0.001), preset, speedup_cap=CAP).reward > score(WRONG, preset, speedup_cap=CAP).reward
+
+
+def test_the_docs_table_is_the_commands_output() -> None:
+    from pathlib import Path
+
+    from kernelbench_rl.rewards.table import markdown
+
+    assert markdown() in (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
