@@ -10,6 +10,7 @@ Worker side only: torch, triton, stdlib.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import interpreter, numerics, runtime, sandbox, timing, wire
+from kernelbench_rl.evaluation import compute_account, interpreter, numerics, runtime, sandbox, timing, wire
 from kernelbench_rl.evaluation.outputs import ForeignOutput, input_aliases, plain_outputs
 from kernelbench_rl.evaluation.trace import ChildSpans
 
@@ -426,8 +427,12 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 t = time.perf_counter()
                 # Where the round trip goes besides the forward (the worker times the rest).
                 host_s = {"inputs": round(made - begun, 5), "poison": round(t - made, 5)}
-                with torch.no_grad():
+                # On the CPU, an account of who computed the outputs (the GPU profiles instead): compute_account.py.
+                account = compute_account.forward(model, inputs, module) if launches is not None else None
+                with torch.no_grad(), account or contextlib.nullcontext() as accounted:
                     output = model(*inputs)
+                    if accounted is not None:
+                        accounted.outputs_done(plain_outputs(output))
                 if device == "cuda":
                     torch.cuda.synchronize()
                 seconds = time.perf_counter() - t
@@ -441,6 +446,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                     {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs) if command.get("return_inputs") else []},
                     use_ipc, {"seconds": seconds, "host_s": host_s,
                               "launches": dict(launches) if launches is not None else None,
+                              "account": accounted.report() if accounted is not None else None,
                               "numerics_changed": numerics.changed(settings_before),
                               "aliases": input_aliases(outputs, inputs), **spans.take()}, spill_dir,
                 )
@@ -501,23 +507,27 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
 
 
 def _count_interpreter_launches() -> dict[str, int] | None:
-    """Count launches per kernel under Triton's CPU interpreter (the GPU path profiles instead).
+    """Count launches per kernel under Triton's CPU interpreter (the GPU path profiles instead), and tell the
+    compute account (compute_account.py) where each launch begins and ends.
 
     Installed before the candidate is imported; a candidate that undoes it is caught by the static
-    policy's monkey-patching rule.
+    policy's monkey-patching rule (and its launches then leave no accounted bytes).
     """
     try:
         from triton.runtime.interpreter import InterpretedFunction
     except ImportError:
         return None
+    compute_account.install_interpreter_hooks()
     counts: dict[str, int] = {}
     original = InterpretedFunction.run
 
     def counting_run(self, *args, **kwargs):
-        if not kwargs.get("warmup"):
-            name = getattr(self.fn, "__name__", "?")
-            counts[name] = counts.get(name, 0) + 1
-        return original(self, *args, **kwargs)
+        if kwargs.get("warmup"):
+            return original(self, *args, **kwargs)
+        name = getattr(self.fn, "__name__", "?")
+        counts[name] = counts.get(name, 0) + 1
+        with compute_account.launch(name, args, kwargs):
+            return original(self, *args, **kwargs)
 
     InterpretedFunction.run = counting_run
     return counts

@@ -14,7 +14,8 @@ from typing import Any
 
 from kernelbench_rl.evaluation import checks, children, discrimination, faults, kernels, runtime, trace
 from kernelbench_rl.evaluation.children import Child
-from kernelbench_rl.evaluation.device_timing import add_seconds, call_allowance_s
+from kernelbench_rl.evaluation.compute_account import flag_result as flag_cpu_account
+from kernelbench_rl.evaluation.device_timing import LOW_KERNEL_SHARE, TOKEN_KERNEL_SHARE, add_seconds, call_allowance_s
 from kernelbench_rl.evaluation.faults import Fault
 from kernelbench_rl.evaluation.reference_cache import ProblemState, ReferenceCache
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
@@ -45,6 +46,7 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
         raise Fault(ErrorCategory.UNDISCRIMINATING, "no verdict: " + found.summary().removeprefix("UNDISCRIMINATING: "))
     worst = 0.0
     cpu_launches: dict[str, int] = {}
+    cpu_accounts: list[Any] = []  # the child's compute account of each forward (CPU)
     # Where the correctness phase goes (worker's reference outputs, the child's round trip, the comparison,
     # the input check): host wall time, no added syncs, so the reference's GPU work still overlaps the
     # child's and is counted in whichever part waits for it.
@@ -97,6 +99,7 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
                 for name, count in header["launches"].items():
                     if isinstance(count, int):
                         cpu_launches[str(name)] = cpu_launches.get(str(name), 0) + count
+            cpu_accounts.append(header.get("account"))
             outcome = references.compare(state, precision, seed, variant, reference, received.get("outputs", []))
             trace.record(trace.who_of(child), "compare", mark)
             parts["correctness_compare"] += time.perf_counter() - mark
@@ -124,6 +127,7 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
         names = kernels.triton_kernel_names(payload["candidate_source"])
         if not any(kernels.is_own_kernel(name, names) for name, count in cpu_launches.items() if count > 0):
             result.flags += [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
+        flag_cpu_account(result, cpu_accounts, names, LOW_KERNEL_SHARE, TOKEN_KERNEL_SHARE)
     if device != "cuda":
         children.send(child, {"cmd": "exit"}, "exiting")
         return False

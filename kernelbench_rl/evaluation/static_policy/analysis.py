@@ -367,6 +367,7 @@ class Analysis:
                 if found is not None:
                     queue.append((found[0], found[1]))
         queue.extend(self._hook_functions())
+        queue.extend(self._callables_passed_around())
         scans: list[FunctionScan] = []
         seen: set[int] = set()
         while queue:
@@ -378,6 +379,21 @@ class Analysis:
             scans.append(scan)
             queue.extend(self._callees(scan))
         return scans
+
+    def _callables_passed_around(self) -> list[tuple[ast.AST, ClassInfo | None]]:
+        """Module-level functions used as values (`OPS = {"act": helper}`, `act = helper`) and every lambda outside
+        Triton kernels and the main guard: where they are called cannot be read, so they count as the forward's."""
+        out: list[tuple[ast.AST, ClassInfo | None]] = []
+        guarded = self._main_guard_ids()
+        for node in self.all_nodes:
+            if id(node) in guarded:
+                continue
+            if isinstance(node, ast.Lambda):
+                out.append((node, None))
+            elif (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in self.module_functions
+                  and not (isinstance(self.parents.get(id(node)), ast.Call) and self.parents[id(node)].func is node)):
+                out.append((self.module_functions[node.id], None))
+        return out
 
     def _hook_functions(self) -> list[tuple[ast.AST, ClassInfo | None]]:
         """Functions registered as module hooks run inside forward: they are part of the path."""

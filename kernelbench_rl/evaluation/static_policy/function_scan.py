@@ -15,6 +15,7 @@ from kernelbench_rl.evaluation.static_policy.names import Resolver, collect_impo
 from kernelbench_rl.evaluation.static_policy.vocabulary import (
     CONTAINER_METHODS,
     DYNAMIC_BUILTINS,
+    TENSOR_COMPUTE_METHODS,
     runs_module,
     under,
 )
@@ -44,6 +45,8 @@ class CallInfo:
     target: tuple[str, str] | None = None  # (class name, method name) to follow
 
 
+# Attributes of a tensor that are the tensor again (its data, its transposes, its real part).
+_TENSOR_VIEW_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag", "grad"})
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list", "dict", "complex"})
 
 
@@ -187,6 +190,8 @@ class FunctionScan:
                 return {"torch_fn"} if a.classify_torch(qn) == "compute" else set()
             if "extension" in self.kinds(expr.value):
                 return {"ext_fn"}
+            if expr.attr in TENSOR_COMPUTE_METHODS and self.is_tensor(expr.value):
+                return {"torch_fn"}  # f = x.relu: a bound method, called later by another name
             return set()
         if isinstance(expr, ast.Subscript):
             return self.kinds(expr.value) - {"container"}
@@ -246,8 +251,10 @@ class FunctionScan:
                 return "tensor" in a.attr_kinds(self.owner, expr.attr)
             if expr.attr in ("weight", "bias") and "nn_layer" in self.kinds(expr.value):
                 return True
-            return False
+            return expr.attr in _TENSOR_VIEW_ATTRIBUTES and self.is_tensor(expr.value)  # x.data, x.T
         if isinstance(expr, ast.Subscript):
+            if isinstance(expr.value, (ast.List, ast.Tuple)):  # [x][0]
+                return any(self.is_tensor(e) for e in expr.value.elts)
             return self.is_tensor(expr.value)
         if isinstance(expr, ast.Call):
             return "tensor" in self.kinds(expr)

@@ -94,6 +94,9 @@ TENSOR_COMPUTE_METHODS = frozenset((TORCH_COMPUTE - {"tensordot", "chain_matmul"
     "addmm_", "baddbmm_", "addcmul_", "addcdiv_", "lerp_", "floor_", "ceil_", "round_", "reciprocal_", "rsqrt_",
     "sum_to_size", "absolute", "negative", "multiply", "divide", "subtract", "softmax", "log_softmax", "erf_",
     "hardtanh", "cumsum_", "fmod_", "remainder_", "mish", "nan_to_num_", "apply_", "map_", "map2_",
+    "fmax", "fmin", "float_power", "float_power_", "sgn", "sgn_", "copysign", "copysign_", "nextafter", "xlogy_",
+    "hypot_", "logaddexp", "heaviside_", "sinc_", "sigmoid", "exp2_", "expm1_", "log1p_", "square_", "erfc_",
+    "clamp_max_", "threshold_", "hardtanh_", "leaky_relu", "leaky_relu_", "gelu", "silu", "elu", "softplus",
     "__matmul__", "__rmatmul__", "__imatmul__", "__add__", "__radd__", "__iadd__", "__sub__", "__rsub__",
     "__isub__", "__mul__", "__rmul__", "__imul__", "__truediv__", "__rtruediv__", "__itruediv__",
     "__floordiv__", "__pow__", "__rpow__", "__neg__", "__abs__", "__gt__", "__lt__", "__ge__", "__le__",
@@ -115,7 +118,17 @@ CONCURRENCY_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", 
                        "torch.distributed")
 INTROSPECTION_MODULES = ("gc", "inspect", "ctypes", "_ctypes", "cffi", "tracemalloc")
 INTROSPECTION_NAMES = ("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.gettrace",
-                       "sys.getprofile", "sys.exc_info")
+                       "sys.getprofile", "sys.exc_info",
+                       # The harness's own instruments: torch's dispatch and function modes (the CPU's compute
+                       # account is one) and the Triton interpreter's internals.
+                       "torch.utils._python_dispatch", "torch.overrides", "torch._C._get_dispatch_mode",
+                       "torch._C._unset_dispatch_mode", "torch._C._set_dispatch_mode", "torch._C._DisableTorchDispatch",
+                       "torch._C.DisableTorchFunction", "torch._C.DisableTorchFunctionSubclass",
+                       "torch._C._dispatch_tls_set_dispatch_key_excluded", "torch._C._ExcludeDispatchKeyGuard",
+                       "torch._C._pop_torch_dispatch_stack", "torch._C._pop_torch_function_stack",
+                       "torch._C._len_torch_dispatch_stack", "torch._C._get_dispatch_stack_at",
+                       "torch.utils._mode_utils", "torch._dispatch", "triton.runtime.interpreter",
+                       "triton._C.libtriton.interpreter")
 FRAME_ATTRIBUTES = frozenset({"f_back", "f_locals", "f_globals", "f_code", "f_builtins", "tb_frame", "gi_frame",
                               "cr_frame", "__globals__", "__closure__", "__code__", "__subclasses__"})
 PROCESS_MODULES = ("subprocess", "socket", "urllib", "http", "requests", "httpx", "ftplib", "smtplib", "pty",

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from kernelbench_rl.evaluation.static_policy.function_scan import is_self_attribute
 from kernelbench_rl.evaluation.static_policy.rule import Finding, Rule, line_of
 from kernelbench_rl.evaluation.static_policy.vocabulary import (
     DYNAMIC_BUILTINS,
@@ -54,10 +55,16 @@ def _monkey_patching(a: Analysis) -> list[Finding]:
             elif isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) and holder.func.id in ("vars", "globals"):
                 if holder.func.id == "globals" or (holder.args and a.resolver.qualname(holder.args[0])):
                     found.append((line_of(stmt), f"writes {ast.unparse(holder)}[...]: patching is not allowed"))
+    for stmt, target in _assigned_attribute_targets(a):  # ModelNew.forward = other_function, after the class
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id in a.classes:
+            found.append((line_of(stmt), f"assigns {ast.unparse(target)} outside the class body: define methods in "
+                                         "the class, where the forward that runs is the one read"))
     for node in a.all_nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") and node.args:
             if a.resolver.qualname(node.args[0]) is not None:
                 found.append((line_of(node), f"{node.func.id} on {ast.unparse(node.args[0])}: patching library code is not allowed"))
+            elif isinstance(node.args[0], ast.Name) and node.args[0].id in a.classes:
+                found.append((line_of(node), f"{node.func.id} on class {node.args[0].id}: define methods in the class"))
         elif isinstance(node, ast.Name) and node.id == "__builtins__":
             found.append((line_of(node), "__builtins__ must not be touched"))
     for node, qn in a.references():
@@ -87,6 +94,12 @@ def _dynamic_code(a: Analysis) -> list[Finding]:
     for node in a.all_nodes:
         if isinstance(node, ast.Attribute) and node.attr == "__dict__" and a.resolver.qualname(node.value) is not None:
             found.append((line_of(node), f"{ast.unparse(node)} looks functions up by computed name"))
+        if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in _HIDDEN_CALLABLES
+                and node.id not in a.defined_names and node.id not in a.resolver.aliases
+                and not _called_by_name(a, node)):
+            # [exec][0](...), f = getattr: the builtin passed around as a value, out of sight of the rules below
+            found.append((line_of(node), f"{node.id} used as a value: running code or looking names up where no "
+                                         "rule can see it is not allowed"))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             name = node.func.id
             if name in DYNAMIC_BUILTINS and name not in a.defined_names and name not in a.resolver.aliases:
@@ -96,6 +109,31 @@ def _dynamic_code(a: Analysis) -> list[Finding]:
             elif name == "getattr" and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
                 if a.resolver.qualname(node.args[0]) is not None:
                     found.append((line_of(node), f"getattr({ast.unparse(node.args[0])}, <computed name>) hides which function runs"))
+    return found + _computed_getattr_in_path(a)
+
+
+# Builtins that run code or look names up: called by name they are judged below; passed around as values they hide.
+_HIDDEN_CALLABLES = DYNAMIC_BUILTINS | {"getattr", "vars", "globals", "locals", "setattr"}
+
+
+def _called_by_name(a: Analysis, node: ast.Name) -> bool:
+    parent = a.parents.get(id(node))
+    return isinstance(parent, ast.Call) and parent.func is node
+
+
+def _computed_getattr_in_path(a: Analysis) -> list[Finding]:
+    """getattr(x, "re" + "lu") in the forward path: a method chosen by a name built at run time."""
+    found: list[Finding] = []
+    for call, scan, _info in a.path_calls():
+        if not (isinstance(call.func, ast.Name) and call.func.id == "getattr" and len(call.args) >= 2):
+            continue
+        if "getattr" in a.defined_names or isinstance(call.args[1], ast.Constant):
+            continue
+        receiver = call.args[0]
+        if (isinstance(receiver, ast.Name) and receiver.id == scan.self_name) or (
+                is_self_attribute(receiver, scan.self_name) and not scan.is_tensor(receiver)):
+            continue  # getattr(self, f"conv{i}"): judged by what self's attributes hold
+        found.append((line_of(call), f"getattr({ast.unparse(receiver)[:30]}, <computed name>) hides which method runs"))
     return found
 
 
@@ -113,7 +151,7 @@ def _timer_use(a: Analysis) -> list[Finding]:
 MONKEY_PATCHING = Rule(
     "monkey_patching", "error",
     "No assignment to library attributes (torch.allclose, time.perf_counter, torch.cuda.Event...), setattr on "
-    "modules, builtins or sys.modules.",
+    "modules, builtins or sys.modules, or methods of the candidate's classes replaced after the class.",
     _monkey_patching, hack=True,
 )
 INTROSPECTION = Rule(
@@ -123,8 +161,8 @@ INTROSPECTION = Rule(
 )
 DYNAMIC_CODE = Rule(
     "dynamic_code", "error",
-    "No exec/eval/compile/__import__/importlib/pickle, computed getattr on modules or "
-    "operator.methodcaller/attrgetter.",
+    "No exec/eval/compile/__import__/importlib/pickle (called or passed around as values), computed getattr on "
+    "modules or in the forward path, or operator.methodcaller/attrgetter.",
     _dynamic_code, hack=True,
 )
 TIMER_USE = Rule(
