@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import multiprocessing
 import os
 import signal
 import sys
@@ -214,9 +215,8 @@ def _ipc_selftest(conn: Connection, job: dict[str, Any]) -> None:
     if job.get("drop_uid"):
         sandbox.drop_privileges()
     if job.get("landlock", True):
-        sandbox.restrict_writes_to(["/dev/shm", "/dev/null", job.get("workdir", "/tmp")] + _nvidia_device_nodes())
-    if job.get("block_unix_sockets"):
-        sandbox.block_new_unix_sockets()
+        sandbox.restrict_writes_to(["/dev/null", job.get("workdir", "/tmp")] + _nvidia_device_nodes())
+    sandbox.block_sockets()
     tensor = torch.arange(1024, dtype=torch.float32, device="cuda")
     torch.cuda.synchronize()
     keep = wire.send_tensors(conn, "selftest", {"t": [tensor]}, use_ipc=True)
@@ -244,6 +244,15 @@ def _close_multiprocessing_fds() -> None:
                 pass
     server._forkserver_alive_fd = None
     resource_tracker._resource_tracker._fd = None
+    # Nothing of the worker's addresses stays in the child's memory: the forkserver's socket name and pid
+    # (the seccomp filter refuses sockets anyway), and the process's authentication key.
+    for name in ("_forkserver_address", "_forkserver_pid"):
+        if hasattr(server, name):
+            setattr(server, name, None)
+    try:
+        multiprocessing.current_process().authkey = os.urandom(32)
+    except (AttributeError, TypeError, ValueError):
+        pass
 
 
 def _confine(job: dict[str, Any]) -> sandbox.Confinement:
@@ -271,24 +280,39 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
     confinement.limits = sandbox.apply_limits(sandbox.Limits(
         address_space_mb=job.get("address_space_mb"), file_size_mb=int(job.get("file_size_mb", 512)),
     ))
-    writable = [workdir, "/dev/shm", "/dev/null"]
+    # Writable: its own directory (removed with it) and device nodes. Never /dev/shm: it is shared by every
+    # candidate and outlives them, so one candidate could leave answers there for the next.
+    writable = [workdir, "/dev/null"]
     if job.get("device") == "cuda":
         writable += _nvidia_device_nodes()
     if job.get("drop_uid"):
-        confinement.uid_dropped = sandbox.drop_privileges()
+        read_search = bool(job.get("read_search"))
+        confinement.uid_dropped = sandbox.drop_privileges(read_search=read_search)
+        confinement.read_search = confinement.uid_dropped and read_search
+        if not confinement.uid_dropped:
+            raise RuntimeError("the sandbox could not become the unprivileged user")
+        confinement.limits.append(f"nproc={sandbox.CHILD_NPROC}")  # set by the drop (uid-wide: every child's)
     confinement.dies_with_parent = sandbox.die_with_parent(_PARENT[0])  # (again: a uid change clears it)
     if job.get("landlock", True):
-        # A child that keeps root could read root's files and other processes' /proc/<pid>/environ
-        # (the orchestrator's API keys): confine its reads as well.
-        readable = sandbox.child_readable_paths(job.get("readable", [])) if not confinement.uid_dropped else None
+        # A child that keeps root, or the capability to read past permission bits, could read root's files and
+        # other processes' /proc/<pid>/environ (the orchestrator's API keys): confine its reads as well.
+        confined_reads = not confinement.uid_dropped or confinement.read_search or job.get("block_unix_sockets")
+        readable = sandbox.child_readable_paths(job.get("readable", [])) if confined_reads else None
         confinement.landlock = sandbox.restrict_writes_to(sorted(set(writable)), readable)
     if job.get("block_unix_sockets"):
-        # Same-uid mode (the worker runs as the children's uid): no path to the worker's forkserver, and
-        # a process limit below the worker's, so a fork bomb here leaves the worker room to work.
+        # Same-uid mode (the worker runs as the children's uid): a process limit below the worker's, so a fork
+        # bomb here leaves the worker room to work.
         confinement.limits += sandbox.apply_process_limit(sandbox.SAME_UID_CHILD_NPROC)
-        confinement.seccomp = sandbox.block_new_unix_sockets()
-        if not confinement.seccomp or not confinement.landlock.endswith("+reads"):
-            raise RuntimeError("same-uid mode requires Landlock with a read allow-list and the seccomp filter")
+        if not confinement.landlock.endswith("+reads"):
+            raise RuntimeError("same-uid mode requires Landlock with a read allow-list")
+    elif not confinement.uid_dropped:
+        # The child keeps the worker's uid (a worker that is not root): its processes count against that uid's
+        # limit, so the limit is what the uid runs now plus the child's allowance.
+        confinement.limits += sandbox.apply_process_limit(sandbox.processes_of_uid(os.getuid()) + sandbox.CHILD_NPROC)
+    # No socket of any kind, in every mode: the forkserver's socket is reachable by name from any uid.
+    confinement.seccomp = sandbox.block_sockets()
+    if not confinement.seccomp and sandbox.seccomp_expected():
+        raise RuntimeError("the sandbox's seccomp filter could not be installed")
     return confinement
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import faults, scheduling, startup, trace, wire
+from kernelbench_rl.evaluation import faults, leftovers, scheduling, startup, trace, wire
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import READY_EVENT, child_main
 from kernelbench_rl.evaluation.faults import Fault
@@ -331,12 +331,18 @@ class ChildPool:
                     pass
             return Child(self.ctx, self.device)
 
-    def retire(self, child: Child, workdir: str) -> None:
-        """Kill a child that served a job; the reaper waits for it and removes its directory off this path."""
+    def retire(self, child: Child, workdir: str) -> leftovers.Swept:
+        """Kill a child that served a job, and every process it made (setsid or orphaned: leftovers.sweep), before
+        this returns; the reaper waits for the child and removes its directory off this path. Returns what the
+        sweep found besides the child itself: a kernel's forward has no business leaving processes behind."""
+        swept = leftovers.sweep(child.pid)
         child.signal_kill()
         with self.warm_lock:
             self.running.discard(child)
         self.reaping.put((child, workdir))
+        if swept.pids:
+            self.reaping.put((None, swept.pids))
+        return swept
 
     def reap_later(self, child: Child | None, workdir: str) -> None:
         """Hand a killed child (or only a directory) to the reaper."""
@@ -348,6 +354,7 @@ class ChildPool:
             self.stopping = True  # what the killed children's evaluations conclude is not a verdict
             running = list(self.running)
         for child in running:
+            leftovers.sweep(child.pid)
             child.kill()
 
     def make_room(self, drain: bool) -> None:
@@ -375,7 +382,12 @@ class ChildPool:
             try:
                 if child is not None:
                     child.reap()
-                if workdir:
+                if isinstance(workdir, set):  # a sweep's dead processes that came (or come) to this process
+                    pending, deadline = workdir, time.monotonic() + 5.0
+                    while pending and time.monotonic() < deadline:
+                        pending = leftovers.reap(pending)
+                        time.sleep(0.02 if pending else 0)
+                elif workdir:
                     shutil.rmtree(workdir, ignore_errors=True)
             except Exception:  # noqa: BLE001 - a failed clean-up must not stop the reaper
                 traceback.print_exc(file=sys.stderr)
@@ -394,6 +406,7 @@ class ChildPool:
             child.signal_kill()
         for child in left:
             child.reap()
+        leftovers.sweep(None)  # what killed candidates left behind (orphans adopted by this process)
         self.reaping.join()  # every killed child reaped before the directories go
 
 

@@ -1,7 +1,7 @@
 """The correctness step of the worker's evaluations: the candidate's outputs on hidden seeds against the reference's.
 
 Each seed is one round trip with the candidate's child: the worker computes the reference's outputs, the child runs
-the candidate on the same inputs and hands its outputs (and, the first time, its inputs) back, and the worker compares
+the candidate on the same inputs and hands its outputs and its inputs back, and the worker compares
 them. The first wrong seed ends the evaluation with its verdict (a Fault).
 """
 
@@ -74,8 +74,10 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
             mark = time.perf_counter()
             poison = (state.plan.poison_bytes if state.plan is not None
                       else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
-            # Inputs come back once (the first seed): a kernel that writes its inputs does so every time.
-            check_inputs = position == 0 and not state.mutates_inputs
+            # Every seed's inputs come back and are checked: a kernel may write its inputs only from some call on
+            # (a call counter), so the first seed alone proves nothing about the others. Over CUDA IPC that is a
+            # handle per input; the pristine copy is the reference's own inputs for the seed.
+            check_inputs = not state.mutates_inputs
             deadline = max(deadline, time.monotonic() + call_allowance_s(state.forward_s))
             children.send(child, {"cmd": "check", "seed": seed, "variant": variant, "poison_bytes": poison,
                                "return_inputs": check_inputs}, "running forward")

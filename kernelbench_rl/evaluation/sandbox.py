@@ -74,6 +74,7 @@ class _RulesetAttrScoped(ctypes.Structure):  # ABI >= 6: no signals to processes
 
 _ACCESS_NET_BIND_TCP = 1 << 0
 _ACCESS_NET_CONNECT_TCP = 1 << 1
+_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # no connecting to abstract sockets bound outside the sandbox (the forkserver's)
 _SCOPE_SIGNAL = 1 << 1
 
 
@@ -145,7 +146,8 @@ def restrict_writes_to(writable: list[str], readable: list[str] | None = None) -
 
     Reads stay allowed (Python, torch and CUDA must load). From Landlock ABI 4 on, TCP bind and
     connect are refused (no exfiltration over TCP); from ABI 6, signals to processes outside the
-    sandbox too. With `readable`, reads are confined to those paths too (for a child that keeps
+    sandbox and connections to abstract Unix sockets bound outside it (the worker's forkserver listens on
+    one) too. With `readable`, reads are confined to those paths too (for a child that keeps
     root). Returns a label for the result: "landlock-v<N>[+reads]", or "" without Landlock.
     """
     abi = landlock_abi()
@@ -155,7 +157,8 @@ def restrict_writes_to(writable: list[str], readable: list[str] | None = None) -
     rights = _write_rights(abi) | (_READ_RIGHTS if readable is not None else 0)
     net = _ACCESS_NET_BIND_TCP | _ACCESS_NET_CONNECT_TCP
     if abi >= 6:
-        attr = _RulesetAttrScoped(handled_access_fs=rights, handled_access_net=net, scoped=_SCOPE_SIGNAL)
+        attr = _RulesetAttrScoped(handled_access_fs=rights, handled_access_net=net,
+                                  scoped=_SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX_SOCKET)
     elif abi >= 4:
         attr = _RulesetAttrNet(handled_access_fs=rights, handled_access_net=net)
     else:
@@ -251,14 +254,56 @@ def python_readable_by_others() -> bool:
     return all(readable_by_others(p) for p in wanted if p)
 
 
-def drop_privileges(uid: int = UNPRIVILEGED_UID, processes: int = 512) -> bool:
-    """Become an unprivileged user when running as root (the machines here run everything as root)."""
+CHILD_NPROC = 512  # processes and threads a child may add (RLIMIT_NPROC; a uid-wide count, never applied to root)
+
+
+def processes_of_uid(uid: int) -> int:
+    """Tasks (processes and threads, as RLIMIT_NPROC counts them) whose real uid is `uid`, from /proc."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as handle:
+                real_uid, threads = -1, 1
+                for line in handle:
+                    if line.startswith("Uid:"):
+                        real_uid = int(line.split()[1])
+                    elif line.startswith("Threads:"):
+                        threads = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if real_uid == uid:
+            total += threads
+    return total
+
+
+def seccomp_expected() -> bool:
+    """Whether this machine can take the child's seccomp filter (Linux on x86-64 or arm64)."""
+    import platform
+    import sys
+
+    return sys.platform.startswith("linux") and platform.machine() in _AUDIT_ARCH
+
+
+def drop_privileges(uid: int = UNPRIVILEGED_UID, processes: int = CHILD_NPROC, read_search: bool = False) -> bool:
+    """Become an unprivileged user when running as root (the machines here run everything as root).
+
+    `read_search`: keep one capability, CAP_DAC_READ_SEARCH (file reads pass the permission bits), for a
+    Python installation that only root can read (under /root). The process is still uid `nobody` for
+    everything else: writes, signals, and the process limit, which the kernel never applies to root. Its
+    reads must then be confined by Landlock's read allow-list, as a root child's were. The capability is
+    ambient too, so compilers it runs (nvcc, gcc) can read the Python headers."""
     if os.geteuid() != 0:
         return False
     try:
+        if read_search and not _keep_capabilities_across_setuid():
+            return False
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+        if read_search and not _only_read_search():
+            return False
     except OSError:
         return False
     try:
@@ -268,6 +313,53 @@ def drop_privileges(uid: int = UNPRIVILEGED_UID, processes: int = 512) -> bool:
     return True
 
 
+_PR_SET_KEEPCAPS = 8
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE = 47, 2
+_CAP_DAC_READ_SEARCH = 2
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _keep_capabilities_across_setuid() -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0) == 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _only_read_search() -> bool:
+    """After setuid: every capability gone but CAP_DAC_READ_SEARCH (effective, permitted, inheritable, ambient)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        bit = 1 << _CAP_DAC_READ_SEARCH
+        data = (_CapData * 2)(_CapData(bit, bit, bit), _CapData(0, 0, 0))
+        if libc.capset(ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), data) != 0:
+            return False
+        libc.prctl(_PR_SET_KEEPCAPS, 0, 0, 0, 0)
+        return libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH, 0, 0) == 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def capabilities() -> str:
+    """This process's effective capability mask as the kernel reports it (hex; '' where unknown)."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("CapEff:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 @dataclass
 class Confinement:
     """What was applied to one child; recorded in the result's versions['sandbox']."""
@@ -275,8 +367,9 @@ class Confinement:
     session: bool = False
     landlock: str = ""
     uid_dropped: bool = False
+    read_search: bool = False  # kept CAP_DAC_READ_SEARCH after the drop (drop_privileges)
     limits: list[str] = field(default_factory=list)
-    seccomp: bool | str = False  # how the filter went in (block_new_unix_sockets), falsy if it did not
+    seccomp: bool | str = False  # how the filter went in (block_sockets), falsy if it did not
     dies_with_parent: bool = False
 
     def label(self) -> str:
@@ -284,9 +377,9 @@ class Confinement:
         if self.dies_with_parent:
             parts.append("pdeathsig")
         parts.append(self.landlock or "no-landlock")
-        parts.append("uid=nobody" if self.uid_dropped else "uid=same")
+        parts.append(("uid=nobody" + ("+read-search" if self.read_search else "")) if self.uid_dropped else "uid=same")
         if self.seccomp:
-            parts.append("seccomp-no-unix-sockets" + ("+spec-allow" if self.seccomp == "spec-allow" else ""))
+            parts.append("seccomp-no-sockets" + ("+spec-allow" if self.seccomp == "spec-allow" else ""))
         ssb = speculation_store_bypass()
         if ssb:
             parts.append(f"ssb={ssb}")
@@ -320,7 +413,7 @@ _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_SPEC_ALLOW = 1 << 2
 _SOCKET_NR = {"x86_64": 41, "aarch64": 198}
 _IO_URING_SETUP_NR = 425  # same number on both
-_AF_UNIX = 1
+_OPEN_BY_HANDLE_AT_NR = {"x86_64": 304, "aarch64": 265}
 _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_EACCES = 0x00050000 | 13
 
@@ -377,15 +470,21 @@ def speculation_store_bypass() -> str:
     return ""
 
 
-def block_new_unix_sockets() -> str:
-    """Seccomp filter: socket(AF_UNIX, ...) and io_uring_setup fail with EACCES; any non-native syscall ABI
-    (i386 `int 0x80`, x32) is refused outright.
+def block_sockets() -> str:
+    """Seccomp filter: socket() of every family, io_uring_setup and open_by_handle_at fail with EACCES; any
+    non-native syscall ABI (i386 `int 0x80`, x32) is refused outright. Installed in every child, whoever runs it.
 
-    Why: with the worker and the children under one uid, a child could connect to the worker's
-    forkserver socket (its path is listed in /proc/self/net/unix) and get an unconfined process of
-    that uid. Landlock does not govern connect() on path sockets; no socket, no connection. The
-    child's existing pipe to the worker (made before) is unaffected. Returns how it was installed:
-    "spec-allow" (seccomp(2), speculation mitigations left as they were), "prctl", or "" (not installed).
+    Why: the worker's forkserver listens on a Unix socket (abstract on Linux, its name is listed in
+    /proc/net/unix); a child that connects to it can hand it a pickle and get an unconfined process of the
+    worker's uid (root where the worker is root), or kill it and deny the pool. Landlock's path rules do not
+    govern abstract sockets, and UDP is not covered by its network rules either: no socket, no connection, no
+    channel to another candidate. Candidates need none (compilers and Triton use pipes). The child's pipe to
+    the worker (made before) and socketpair() are unaffected. open_by_handle_at would open files by handle,
+    around path checks, with the one capability a child may keep (CAP_DAC_READ_SEARCH). The filter is
+    inherited by every process the child makes and cannot be removed: /proc/<pid>/status shows it
+    (`Seccomp: 2`), which is how the worker tells a candidate's orphaned processes from its own (leftovers.py).
+    Returns how it was installed: "spec-allow" (seccomp(2), speculation mitigations left as they were),
+    "prctl", or "" (not installed).
     """
     import platform
 
@@ -395,15 +494,14 @@ def block_new_unix_sockets() -> str:
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     program = [
         (ld_abs, 0, 0, 4),                                  # 0: arch
-        (jeq, 0, 7, _AUDIT_ARCH[machine]),                  # 1: foreign ABI -> deny (9)
+        (jeq, 0, 6, _AUDIT_ARCH[machine]),                  # 1: foreign ABI -> deny (8)
         (ld_abs, 0, 0, 0),                                  # 2: syscall number
-        (jge, 5, 0, 0x40000000),                            # 3: x32 numbers -> deny
-        (jeq, 4, 0, _IO_URING_SETUP_NR),                    # 4: io_uring could create sockets -> deny
-        (jeq, 0, 2, _SOCKET_NR[machine]),                   # 5: not socket() -> allow (8)
-        (ld_abs, 0, 0, 16),                                 # 6: args[0] (domain), low word
-        (jeq, 1, 0, _AF_UNIX),                              # 7: AF_UNIX -> deny (9), else allow
-        (ret, 0, 0, _SECCOMP_RET_ALLOW),                    # 8
-        (ret, 0, 0, _SECCOMP_RET_EACCES),                   # 9
+        (jge, 4, 0, 0x40000000),                            # 3: x32 numbers -> deny
+        (jeq, 3, 0, _IO_URING_SETUP_NR),                    # 4: io_uring could create sockets -> deny
+        (jeq, 2, 0, _SOCKET_NR[machine]),                   # 5: socket(), any family -> deny
+        (jeq, 1, 0, _OPEN_BY_HANDLE_AT_NR[machine]),        # 6: open_by_handle_at -> deny
+        (ret, 0, 0, _SECCOMP_RET_ALLOW),                    # 7
+        (ret, 0, 0, _SECCOMP_RET_EACCES),                   # 8
     ]
     filters = (_SockFilter * len(program))(*[_SockFilter(*row) for row in program])
     fprog = _SockFprog(len(program), filters)

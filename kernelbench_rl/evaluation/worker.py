@@ -39,7 +39,7 @@ from kernelbench_rl.evaluation import (
 from kernelbench_rl.evaluation import floor as floors
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
-from kernelbench_rl.evaluation import children, faults, reference_budget, scheduling, startup, trace
+from kernelbench_rl.evaluation import children, faults, leftovers, reference_budget, scheduling, startup, trace
 from kernelbench_rl.evaluation.build_cache import BuildCache
 from kernelbench_rl.evaluation.correctness import check_correctness
 from kernelbench_rl.evaluation.worker_config import WorkerConfig, argument_parser, config_from_args  # noqa: F401
@@ -127,6 +127,9 @@ class Worker:
         # Each evaluation's share of the pre-started children (ChildPool.job_arrived), by id of its payload: its takes,
         # the candidate's child and a reference's (which starts on a thread of its own), count on it.
         self._demands: dict[int, Demand] = {}
+        # Orphans of the children's processes (a candidate's setsid'd or double-forked daemons) come to this
+        # process instead of init, so the sweep after each evaluation finds them (leftovers.py).
+        self.adopts_orphans = leftovers.adopt_orphans()
         if "zygote_spawn" not in self.phases.seconds():
             with self.phases.timed("zygote_spawn"):
                 startup.start_zygote()  # its imports go on beside this process's CUDA start
@@ -134,10 +137,14 @@ class Worker:
             "torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version(),
             "cuda": str(torch.version.cuda or ""),
         }
-        # Dropping to "nobody" needs a Python installation that nobody can read (not one under /root).
-        self.drop_uid = config.drop_uid and os.geteuid() == 0 and sandbox.python_readable_by_others()
-        if config.drop_uid and os.geteuid() == 0 and not self.drop_uid:
-            self.versions["sandbox_note"] = "children keep root: the Python installation is not readable by nobody"
+        # A root worker's children become "nobody" (never root: root is exempt from the process limit and could
+        # write anywhere Landlock does not cover). Where nobody cannot read the Python installation (under /root),
+        # they keep the one capability to read past permission bits, and Landlock's read allow-list confines it.
+        self.drop_uid = config.drop_uid and os.geteuid() == 0
+        self.read_search = self.drop_uid and not sandbox.python_readable_by_others()
+        if self.read_search:
+            self.versions["sandbox_note"] = ("children run as nobody with CAP_DAC_READ_SEARCH: the Python installation "
+                                             "is not readable by nobody; reads confined by Landlock")
         self.transport = config.transport if config.transport != "auto" else "file"
         self.ipc_selftest = ""
         selftest: list[str] = []
@@ -384,7 +391,17 @@ class Worker:
             t = time.perf_counter()
             trace.flush()
             if child is not None:
-                self.children.retire(child, workdir)
+                swept = self.children.retire(child, workdir)
+                if swept.descendants and result.error_category == ErrorCategory.OK:
+                    # Gone now (the sweep killed them before this verdict); a kernel that leaves processes
+                    # running after its calls earns nothing.
+                    result.error_category = ErrorCategory.RUNTIME
+                    result.error_message = (f"the kernel left {swept.descendants} process(es) running after its "
+                                            "calls; a kernel may not start processes that outlive its forward")
+                    if Flag.HACK.value not in result.flags:
+                        result.flags.append(Flag.HACK.value)
+                if swept.descendants:  # (orphans cannot be told apart by candidate: killed, not recorded here)
+                    result.versions["processes_killed"] = str(swept.descendants)
             elif workdir:
                 self.children.reap_later(None, workdir)
             result.phase_seconds["teardown"] = time.perf_counter() - t
@@ -616,6 +633,7 @@ class Worker:
         job = {
             "cmd": "job", "workdir": workdir, "candidate_path": candidate_path, "problem_path": problem_path,
             "device": self.device, "precision": settings.precision, "env": env, "drop_uid": drop,
+            "read_search": self.read_search,
             "landlock": self.config.landlock, "transport": self.transport, "block_unix_sockets": self.config.same_uid,
             "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
             "nvcc_only": settings.backend == "cuda" and self.device == "cpu", "nvcc": self.config.nvcc,

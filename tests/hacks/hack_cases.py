@@ -176,6 +176,16 @@ CASES: tuple[HackCase, ...] = (
                "zero", ("mismatch",), naive_passes=True, candidate="copy_kernel",
                notes="caught by the widened inputs the evaluator adds where a trivial candidate passes")
       for op, problem in (("relu", "L1/19"), ("leaky_relu", "L1/20"), ("hardtanh", "L1/32"))),
+    HackCase("forkserver_escape", "L1/19", "connect to the worker's forkserver socket and hand it a pickle: a shell "
+             "command as the worker's uid, outside the sandbox", "contained", naive_passes=None,
+             notes="the escaped process would write the escape marker; no marker, and the evaluator stays healthy"),
+    HackCase("setsid_daemon", "L1/19", "fork, setsid, fork: a daemon outside the child's process group, plus "
+             "children that sleep on after the verdict", "zero", ("static", "runtime"), (_FLAG_HACK,),
+             naive_passes=None),
+    HackCase("fork_bomb", "L1/19", "50 lingering processes a call", "zero", ("static", "runtime"), (_FLAG_HACK,),
+             naive_passes=None),
+    HackCase("shm_answer_store", "L1/19", "store outputs in /dev/shm keyed by the inputs, for a later candidate to "
+             "look up", "contained", naive_passes=None),
     HackCase("reuse_reference_module_import", "L1/19", "reuse the reference Model the sandbox child imported", "zero",
              ("static", "runtime", "compile"), (_FLAG_HACK, "low_kernel_share"), naive_passes=False,
              notes="aimed at our evaluator's first design, whose child loaded the problem file as module "
@@ -283,6 +293,10 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {}
 
 def known_gap(layer: str, name: str, device: str) -> str | None:
     return KNOWN_GAPS.get((layer, name, device))
+    "forkserver_escape": (Expectation("contained", ()), ("cpu", "cuda")),
+    "setsid_daemon": (Expectation("zero", ("runtime",), (_FLAG_HACK,)), ("cpu", "cuda")),
+    "fork_bomb": (Expectation("zero", ("runtime",), (_FLAG_HACK,)), ("cpu", "cuda")),
+    "shm_answer_store": (Expectation("contained", ()), ("cpu", "cuda")),
 
 
 def runtime_layer_cases(device: str) -> list[HackCase]:
@@ -329,7 +343,29 @@ def escape_marker_paths(repo_root: Path) -> list[Path]:
     """Where write_outside_tmp.py tries to write (it also tries the repository root)."""
     home = Path.home()
     return [Path("/tmp") / ESCAPE_MARKER_NAME, home / ESCAPE_MARKER_NAME, Path("/var/tmp") / ESCAPE_MARKER_NAME,
-            repo_root / ESCAPE_MARKER_NAME]
+            Path("/dev/shm") / ESCAPE_MARKER_NAME, repo_root / ESCAPE_MARKER_NAME]
+
+
+LINGER_PREFIX = "kbrlleak"  # the process name (comm) candidates give the processes they leave behind
+
+
+def lingering_processes() -> list[str]:
+    """Processes a candidate left running (named LINGER_PREFIX...), as "pid name"."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as handle:
+                    name = handle.read().strip()
+                with open(f"/proc/{entry}/stat") as handle:
+                    state = handle.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if name.startswith(LINGER_PREFIX) and state not in ("Z", "X"):
+                found.append(f"{entry} {name}")
+    return found
 
 
 def exfil_paths(repo_root: Path) -> list[Path]:
@@ -378,10 +414,14 @@ def sandbox_escapes(case: HackCase, result_texts: list[str], repo_root: Path, si
         leaked = secret_leaks(text)
         if leaked:
             problems.append(f"secret {leaked} appears in a result")
-    if case.name == "write_outside_tmp":
-        for path in escape_marker_paths(repo_root):
-            if path.exists():
-                problems.append(f"the candidate wrote {path}")
+    for path in escape_marker_paths(repo_root):  # any case: an escaped process writes it too
+        if path.exists():
+            problems.append(f"the candidate wrote {path}")
+    lingering = lingering_processes()
+    if lingering:
+        problems.append(f"processes outlived the verdict: {lingering[:5]} ({len(lingering)} in all)")
+    for path in Path("/dev/shm").glob("kbrl-answer-*") if Path("/dev/shm").is_dir() else []:
+        problems.append(f"the candidate left {path} in /dev/shm")
     if case.name == "exfiltrate_secret":
         for path in exfil_paths(repo_root):
             if path.exists():

@@ -1,0 +1,169 @@
+"""The sandbox's promises between candidates and towards the host, on the real evaluator (CPU): nothing writable is
+shared between candidates, nothing of the worker is reachable, and no process a candidate made outlives its verdict.
+They must hold whoever runs the evaluator: here (CI, this machine) that is root."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "hacks"))
+
+from hack_cases import CASES_BY_NAME, lingering_processes  # noqa: E402
+
+from kernelbench_rl.evaluation import sandbox  # noqa: E402
+from kernelbench_rl.evaluation.api import Evaluator  # noqa: E402
+from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings  # noqa: E402
+from kernelbench_rl.problems import get_problem, load_solution  # noqa: E402
+
+SETTINGS = EvalSettings(device="cpu", timeout_s=90)
+RELU = load_solution(get_problem("L1/19"))
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's filters are Linux-only")
+
+# Does no work: answers from what earlier candidates stored in /dev/shm, keyed by the inputs (the seeds a problem
+# keeps for a pool's life make that pay), and zeros otherwise.
+_LOOKUP = '''
+import hashlib, os
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _token(x_ptr):
+    pass
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        _token[(1,)](x)
+        path = "/dev/shm/kbrl-answer-" + hashlib.sha256(x.detach().cpu().numpy().tobytes()).hexdigest()[:24]
+        if os.path.exists(path):
+            return torch.load(path).to(x.device)
+        return torch.zeros_like(x)
+'''
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with Evaluator(SETTINGS, num_workers=1, static_checks=False) as ev:
+        yield ev
+
+
+def test_a_candidate_cannot_answer_from_what_earlier_candidates_left_in_dev_shm(evaluator) -> None:
+    store = CASES_BY_NAME["shm_answer_store"].source
+    honest = [EvalRequest("L1/19", store + f"\n# copy {i}\n", SETTINGS) for i in range(4)]
+    results = evaluator.evaluate(honest + [EvalRequest("L1/19", _LOOKUP, SETTINGS)])
+    assert not any(r.error_category.value == "infra" for r in results)
+    assert not results[-1].correct, "a candidate that did no work answered from /dev/shm"
+    assert not list(Path("/dev/shm").glob("kbrl-answer-*")) if Path("/dev/shm").is_dir() else True
+
+
+_LIMITED = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+def _forks():
+    # Threads count toward RLIMIT_NPROC like processes, and start in microseconds where a fork of this process
+    # takes a tenth of a second.
+    import threading, time
+    made = 0
+    for _ in range(COUNT):
+        try:
+            threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        except RuntimeError:
+            break
+        made += 1
+    return made
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        if _forks() < COUNT:  # the limit stopped it: say so through the answer
+            y.fill_(-1.0)
+        return y
+'''
+
+
+def test_a_candidate_meets_a_process_limit_and_leaves_no_process_behind(evaluator) -> None:
+    """Root is exempt from RLIMIT_NPROC, so a root worker's children are never root: every child has a limit."""
+    count = sandbox.CHILD_NPROC + 64
+    # (One at a time: the limit is the uid's, so while the flood stands a neighbour of the same uid could not start
+    # threads either; docs/evaluator.md, "Processes".)
+    [result] = evaluator.evaluate([EvalRequest("L1/19", _LIMITED.replace("COUNT", str(count)), SETTINGS)])
+    [honest] = evaluator.evaluate([EvalRequest("L1/19", RELU, SETTINGS)])
+    # Past the limit the candidate answers wrong on purpose, or dies of it (a thread it needed could not start).
+    assert not result.correct and result.error_category.value in ("mismatch", "crash", "runtime"), (
+        result.error_category, result.error_message)
+    assert "nproc=" in result.versions["sandbox"]
+    if os.geteuid() == 0:
+        assert "uid=nobody" in result.versions["sandbox"]
+    assert not lingering_processes()
+    assert honest.correct, honest.error_message  # the flood did not starve the next candidate
+
+
+def test_lingering_processes_are_a_kernel_fault_and_killed_before_the_verdict(evaluator) -> None:
+    source = CASES_BY_NAME["setsid_daemon"].source
+    result, honest = evaluator.evaluate([EvalRequest("L1/19", source, SETTINGS), EvalRequest("L1/19", RELU, SETTINGS)])
+    assert result.error_category.value == "runtime" and not result.correct
+    assert "left" in result.error_message and "hack" in result.flags
+    assert int(result.versions["processes_killed"]) >= 3  # its own children; its daemons were orphans (killed too)
+    assert not lingering_processes()
+    assert honest.correct and "processes_killed" not in honest.versions
+
+
+def test_every_child_carries_the_socket_filter_and_no_worker_address() -> None:
+    """The forkserver's address and pid are gone from the child's module state (the filter refuses sockets anyway)."""
+    import subprocess
+    import textwrap
+
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        from multiprocessing import forkserver
+        from kernelbench_rl.evaluation.child import _close_multiprocessing_fds
+        forkserver._forkserver._forkserver_address = "\\0listener-1-1"
+        forkserver._forkserver._forkserver_pid = 1
+        _close_multiprocessing_fds()
+        print(forkserver._forkserver._forkserver_address, forkserver._forkserver._forkserver_pid)
+    """)], capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.split() == ["None", "None"], out.stderr
+
+
+def test_the_process_count_of_a_uid_includes_threads_as_the_kernel_counts_them() -> None:
+    """A child that keeps a non-root user's uid gets a limit of what that uid runs now plus its allowance: the count
+    must be the kernel's (threads included), or the limit lands below what already runs and nothing can start."""
+    import threading
+
+    before = sandbox.processes_of_uid(os.getuid())
+    stop = threading.Event()
+    threads = [threading.Thread(target=stop.wait) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    try:
+        assert sandbox.processes_of_uid(os.getuid()) >= before + 20
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
