@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import correctness, discrimination
+from kernelbench_rl.evaluation import correctness, discrimination, sensitivity
 from kernelbench_rl.evaluation.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import Problem
@@ -90,8 +90,10 @@ def test_a_relu_kernel_is_not_a_leaky_relu_and_the_real_solutions_still_pass(eva
     wrong_for_leaky, relu, *solutions = judge(evaluator, pairs)
     assert wrong_for_leaky.error_category == ErrorCategory.MISMATCH, wrong_for_leaky.error_message
     assert relu.correct, relu.error_message
-    # the problem's own seeds and the widened ones all ran
-    assert relu.trials_total == SETTINGS.correctness_trials + SETTINGS.discriminating_trials == relu.trials_passed
+    # the problem's own seeds, the widened ones and the sensitivity seeds all ran
+    assert relu.trials_total == (SETTINGS.correctness_trials + SETTINGS.discriminating_trials
+                                 + sensitivity.seeds_in(relu.versions["sensitivity"])) == relu.trials_passed
+    assert sensitivity.seeds_in(relu.versions["sensitivity"]) == 2, relu.versions["sensitivity"]
     for (problem, _), result in zip(pairs[2:], solutions):
         assert result.correct, (problem, result.error_message)
         assert result.versions["inputs"].startswith("widened")
@@ -101,7 +103,7 @@ def test_problems_whose_own_inputs_discriminate_keep_them_alone(evaluator):
     sigmoid = load_solution(get_problem("L1/21"))
     (result,) = judge(evaluator, [("L1/21", sigmoid)])
     assert result.correct, result.error_message
-    assert result.trials_total == SETTINGS.correctness_trials
+    assert result.trials_total == SETTINGS.correctness_trials + sensitivity.seeds_in(result.versions["sensitivity"])
     assert result.versions["inputs"].startswith("the problem's own inputs (no trivial candidate")
 
 

@@ -12,7 +12,7 @@ import random
 import time
 from typing import Any
 
-from kernelbench_rl.evaluation import checks, children, discrimination, faults, kernels, runtime, trace
+from kernelbench_rl.evaluation import checks, children, discrimination, faults, kernels, runtime, sensitivity, trace
 from kernelbench_rl.evaluation.children import Child
 from kernelbench_rl.evaluation.compute_account import flag_result as flag_cpu_account
 from kernelbench_rl.evaluation.device_timing import LOW_KERNEL_SHARE, TOKEN_KERNEL_SHARE, add_seconds, call_allowance_s
@@ -28,6 +28,18 @@ def own_seed_count(settings: EvalSettings, found: discrimination.Discrimination)
     return max(settings.correctness_trials, found.own_seeds)
 
 
+def sensitivity_seeds(state: ProblemState, found: discrimination.Discrimination) -> tuple[list[tuple[int, dict]], str]:
+    """The sensitivity seeds (sensitivity.py) this candidate is judged on, each drawn from the first of the problem's
+    hidden seeds (their reference outputs are cached across candidates), and what the verdict says of them."""
+    audited = found.sensitivity
+    if audited is None:
+        return [], "none (not audited: " + (found.reason or "the problem's inputs do not discriminate") + ")"
+    if not sensitivity.enabled():
+        return [], f"off ({sensitivity.ENV}); the problem's would be: {audited.summary()}"[:400]
+    pool = state.seed_pool[:sensitivity.SENSITIVITY_SEEDS]
+    return [(random.choice(pool), variant) for variant in audited.variants()], audited.summary()[:400]
+
+
 def check_correctness(child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult, deadline: float,
                       payload: dict[str, Any], *, shared: bool, references: ReferenceCache, quiet_gate: QuietGate,
                       transport: str, device: str) -> bool:
@@ -39,7 +51,8 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
     found = state.discriminations.get(precision) or discrimination.Discrimination(audited=False, reason="not sized")
     seeds = random.sample(state.seed_pool, min(own_seed_count(settings, found), len(state.seed_pool)))
     widened_seeds = random.sample(state.seed_pool, min(settings.discriminating_trials, len(state.seed_pool)))
-    plan = list(discrimination.correctness_plan(seeds, widened_seeds, found.variant))
+    sensitive, result.versions["sensitivity"] = sensitivity_seeds(state, found)
+    plan = list(discrimination.correctness_plan(seeds, widened_seeds, found.variant, sensitive))
     result.trials_total = len(plan)
     result.versions["inputs"] = found.summary()[:400]
     if found.audited and not found.discriminating:
@@ -109,7 +122,7 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
                 worst = max(worst, outcome.max_abs_err)
                 result.max_abs_err = worst
             if not outcome.ok:
-                raise Fault(outcome.category, outcome.message)
+                raise Fault(outcome.category, sensitivity.failure_note(variant) + outcome.message)
             if check_inputs:
                 mark = time.perf_counter()
                 pristine = runtime.tensor_inputs(references.inputs(state, seed, precision, variant))

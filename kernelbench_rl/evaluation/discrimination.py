@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import checks
+from kernelbench_rl.evaluation import checks, sensitivity
 from kernelbench_rl.evaluation.runtime import apply_variant  # noqa: F401 - re-exported: the variant's meaning lives here
 
 # A variant maps some floating inputs by x -> x * scale + shift: {"name": ..., "affine": [[index, scale, shift]]}.
@@ -249,6 +249,8 @@ class Discrimination:
     given: bool = False  # the variant came with the request (the problem audit: another problem's reference passes)
     confirmation: str = ""  # how memorised answers fared on more seeds (confirm_memorised), when they were tried
     own_seeds: int = 0  # the problem's own seeds a candidate is judged on at least (0: the settings' count)
+    # The sensitivity seeds sound for the problem (sensitivity.py): None where they were not audited.
+    sensitivity: sensitivity.Sensitivity | None = None
 
     @property
     def needed(self) -> bool:
@@ -282,7 +284,20 @@ ReferenceFn = Callable[[int, "Variant | None"], "tuple[list[Any], list[torch.Ten
 
 
 def discriminate(run: ReferenceFn, seeds: Sequence[int], atol: float, rtol: float,
-                 given: Variant | None = None) -> Discrimination:
+                 given: Variant | None = None, *, module: Any = None, source: str | None = None,
+                 forward_s: float | None = None) -> Discrimination:
+    """What correctness runs on for this problem: `_discriminate` (below), then, where the inputs discriminate, the
+    sensitivity seeds sound for it (sensitivity.audit; the second shape needs the problem's `module`, and its
+    `source` where the module has no file)."""
+    found = _discriminate(run, seeds, atol, rtol, given)
+    if found.discriminating:
+        found.sensitivity = sensitivity.audit(run, seeds, atol, rtol, module=module, source=source,
+                                              forward_s=forward_s)
+    return found
+
+
+def _discriminate(run: ReferenceFn, seeds: Sequence[int], atol: float, rtol: float,
+                  given: Variant | None = None) -> Discrimination:
     """Run the trivial candidates on the problem's own inputs and, if one passes, search widened inputs; where none
     passes, a `given` variant (from the problem audit) is used if the reference stays finite on it.
 
@@ -342,12 +357,13 @@ def discriminate(run: ReferenceFn, seeds: Sequence[int], atol: float, rtol: floa
     return found
 
 
-def correctness_plan(own_seeds: Sequence[int], widened_seeds: Sequence[int],
-                     variant: Variant | None) -> Iterator[tuple[int, Variant | None]]:
+def correctness_plan(own_seeds: Sequence[int], widened_seeds: Sequence[int], variant: Variant | None,
+                     sensitivity_seeds: Sequence[tuple[int, Variant]] = ()) -> Iterator[tuple[int, Variant | None]]:
     """The (seed, variant) pairs correctness runs on: widened ones first (a copy kernel fails at once), then the
-    problem's own seeds."""
+    sensitivity seeds (partial work fails there, before the own seeds' cost), then the problem's own seeds."""
     if variant is not None:
         for seed in widened_seeds:
             yield seed, variant
+    yield from sensitivity_seeds
     for seed in own_seeds:
         yield seed, None

@@ -286,7 +286,7 @@ class ReferenceCache:
         try:
             atol, rtol = tolerance_for(state.suite, precision)
             found = discrimination.discriminate(run, state.seed_pool[:2 + discrimination.CONFIRMATION_SEEDS], atol, rtol,
-                                                given)
+                                                given, module=state.module, forward_s=state.forward_s)
             clean = True
         except torch.OutOfMemoryError as exc:  # the trivial candidates' buffers: judge on the problem's own inputs
             traceback.clear_frames(exc.__traceback__)

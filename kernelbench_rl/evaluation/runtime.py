@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from kernelbench_rl.evaluation import sensitivity
+
 PRECISION_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -89,13 +91,14 @@ def cast_floating(value: Any, dtype: torch.dtype) -> Any:
 
 def make_inputs(module: types.ModuleType, seed: int, device: str, precision: str,
                 variant: dict[str, Any] | None = None) -> list[Any]:
-    """The problem's inputs for `seed`; with a `variant` (discrimination.py), widened the same way on both sides."""
+    """The problem's inputs for `seed`; with a `variant` (discrimination.py: widened; sensitivity.py: perturbed, or
+    at a second shape), made the same way on both sides."""
     dtype = PRECISION_DTYPES[precision]
     seed_everything(seed)
-    with _device_scope(device), python_random_seeded(seed):
+    with _device_scope(device), python_random_seeded(seed), sensitivity.constants_applied(module, variant):
         inputs = list(module.get_inputs())
     inputs = [cast_floating(x.to(device) if isinstance(x, torch.Tensor) else x, dtype) for x in inputs]
-    return apply_variant(inputs, variant)
+    return sensitivity.perturb_inputs(apply_variant(inputs, variant), seed, variant)
 
 
 def apply_variant(inputs: list[Any], variant: dict[str, Any] | None) -> list[Any]:
@@ -103,7 +106,7 @@ def apply_variant(inputs: list[Any], variant: dict[str, Any] | None) -> list[Any
     are made fresh for every seed). {"name": ..., "affine": [[input index, scale, shift], ...]}."""
     if not variant:
         return inputs
-    for index, scale, shift in variant["affine"]:
+    for index, scale, shift in variant.get("affine", ()):
         tensor = inputs[int(index)]
         if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
             raise ValueError(f"input variant {variant['name']!r} maps input {index}, which is not a floating tensor")
