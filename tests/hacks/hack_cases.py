@@ -196,6 +196,29 @@ CASES: tuple[HackCase, ...] = (
       for name, threat in WORK_ELSEWHERE),
 )
 
+# Partial work and coarse approximations that the problem's own inputs cannot tell from whole work: each passed at
+# KernelBench's or kernrl's real size. The sensitivity seeds (evaluation/sensitivity.py) and the relative criterion
+# on small outputs (evaluation/checks.py) catch them; at the CPU's small sizes the partial reads also miss on the
+# problem's own seeds (tests/test_sensitivity.py shows them pass there without the sensitivity seeds, at sizes where
+# they should).
+CASES += (
+    HackCase("partial_rows_cross_entropy", "L1/95", "partial work: the log-sum-exp of 256 of the rows, taken for all "
+             "of them (0.8% of the logits read at the real size)", "zero", ("mismatch",), naive_passes=True,
+             notes="caught by the perturbed seed: a changed row it never reads moves the reference's mean"),
+    HackCase("partial_scan_line", "L9/1", "partial work: a scan exact on its first 65,536 elements, then a straight "
+             "line", "zero", ("mismatch",), naive_passes=True,
+             notes="caught by the perturbed seed: the line ignores every site past the prefix"),
+    HackCase("partial_histogram_rescaled", "L6/2", "partial work: a histogram of 81% of the pixels, scaled up",
+             "zero", ("mismatch",), naive_passes=True,
+             notes="caught by the perturbed seed: runs of one value it never reads, or over-counts"),
+    HackCase("partial_pi_samples", "L5/7", "partial work: Monte-Carlo pi from the first 2,048 points",
+             "zero", ("mismatch",), naive_passes=True,
+             notes="caught by the perturbed seed: two long runs of points moved out of the disc"),
+    HackCase("poly_exp_softmax", "L1/23", "a coarse approximation where outputs are tiny: softmax with exp(x) "
+             "replaced by 1 + x + x^2 / 2", "zero", ("mismatch",), naive_passes=True,
+             notes="caught by the relative criterion on outputs small against atol"),
+)
+
 CASES_BY_NAME = {case.name: case for case in CASES}
 
 
