@@ -323,10 +323,6 @@ KNOWN_GAPS: dict[tuple[str, str, str], str] = {}
 
 def known_gap(layer: str, name: str, device: str) -> str | None:
     return KNOWN_GAPS.get((layer, name, device))
-    "forkserver_escape": (Expectation("contained", ()), ("cpu", "cuda")),
-    "setsid_daemon": (Expectation("zero", ("runtime",), (_FLAG_HACK,)), ("cpu", "cuda")),
-    "fork_bomb": (Expectation("zero", ("runtime",), (_FLAG_HACK,)), ("cpu", "cuda")),
-    "shm_answer_store": (Expectation("contained", ()), ("cpu", "cuda")),
 
 
 def runtime_layer_cases(device: str) -> list[HackCase]:
