@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernelbench_rl.commands import env, evaluate, pipeline, problems, profile, rag, sft, sql, train
-from kernelbench_rl.commands import eval_model
+from kernelbench_rl.commands import eval_model, export
 from kernelbench_rl.errors import ExitCode, InfraError, UserError
 
 app = typer.Typer(
@@ -26,7 +26,7 @@ app = typer.Typer(
 
 for module in (problems, sql, evaluate, profile, rag, sft, train, pipeline):
     module.register(app)
-for module in (env, eval_model):  # interoperability
+for module in (env, eval_model, export):  # interoperability
     module.register(app)
 
 _OK, _FAILED, _BAD, _BUSY, _NO_VERDICT, _STOPPED = (ExitCode.OK, ExitCode.FAILED, ExitCode.BAD_INPUT, ExitCode.BUSY,
@@ -50,6 +50,7 @@ COMMAND_EXITS: dict[str, tuple[ExitCode, ...]] = {
     "serve": (_OK, _FAILED, _BAD, _BUSY),
     "env serve": (_OK, _BAD, _BUSY),
     "eval-model": (_OK, _BAD, _BUSY, _NO_VERDICT),
+    "export": (_OK, _BAD, _BUSY),
 }
 
 

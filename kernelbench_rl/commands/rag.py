@@ -43,8 +43,8 @@ def _store(db: Path | None):
 
 @corpus_app.command("ingest")
 def ingest(
-    source: Annotated[list[str], typer.Option("--source", "-s", help="solutions, kernelbook or sakana (repeatable).")] = ["solutions"],  # noqa: B006
-    path: Annotated[Optional[Path], typer.Option("--path", help="Local copy (save_to_disk folder or parquet) of the one hub source given.", show_default=False)] = None,
+    source: Annotated[list[str], typer.Option("--source", "-s", help="solutions, kernelbook, sakana or trajectories (a folder `export` wrote; repeatable).")] = ["solutions"],  # noqa: B006
+    path: Annotated[Optional[Path], typer.Option("--path", help="Local copy (save_to_disk folder or parquet) of the one hub source given, or the folder of --source trajectories.", show_default=False)] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Keep at most this many documents per source.", show_default=False)] = None,
     levels: Annotated[str, typer.Option("--levels", help="Sakana level splits, comma-separated.")] = "1,2,3",
     include_incorrect: Annotated[bool, typer.Option("--include-incorrect", help="Keep Sakana rows labelled Correct=False.")] = False,

@@ -37,8 +37,8 @@ SAKANA_COLUMNS = ("Level_ID", "Task_ID", "CUDA_Code", "PyTorch_Code_Module", "Co
 DEFAULT_MAX_CODE_CHARS = 40_000
 DEFAULT_SPEEDUP_CAP = 10.0  # the evaluator's excessive-speedup threshold
 
-SourceName = Literal["solutions", "kernelbook", "sakana"]
-SOURCES: tuple[str, ...] = ("solutions", "kernelbook", "sakana")
+SourceName = Literal["solutions", "kernelbook", "sakana", "trajectories"]
+SOURCES: tuple[str, ...] = ("solutions", "kernelbook", "sakana", "trajectories")
 
 
 @dataclass
@@ -369,6 +369,57 @@ def load_own_solutions(
     return LoadedCorpus(_dedupe_and_limit(docs(), stats, limit), stats)
 
 
+# -- exported trajectories (kernelbench-rl export) -------------------------------------------------
+def load_trajectories(path: str | Path | None, limit: int | None = None, *, revision: str | None = None,
+                      max_code_chars: int = DEFAULT_MAX_CODE_CHARS) -> LoadedCorpus:
+    """The right kernels of an exported trajectories folder (ours or a peer's): one PyTorch -> kernel pair each.
+
+    Verdicts travel as labels only: the documents stay unverified until `corpus verify` re-judges them with our
+    evaluator, as for every corpus that is not our own solutions. A kernrl problem's pair keeps no KernelBench task
+    number (kernrl's L1/23 is not KernelBench's), so its reference is matched by its source."""
+    from kernelbench_rl.trajectories import read_trajectories
+
+    if path is None:
+        raise UserError("The trajectories source reads a folder that `kernelbench-rl export` wrote; give it with --path.")
+    if revision is not None:
+        raise UserError("The trajectories source is a local folder and takes no --revision.")
+    stats = LoadStats("trajectories")
+    rows = read_trajectories(path)
+
+    def docs() -> Iterator[CorpusDoc | None]:
+        for row in rows:
+            stats.rows += 1
+            yield _trajectory_doc(row, max_code_chars, stats)
+
+    return LoadedCorpus(_dedupe_and_limit(docs(), stats, limit), stats)
+
+
+def _trajectory_doc(row: Mapping[str, Any], max_code_chars: int, stats: LoadStats) -> CorpusDoc | None:
+    kernel, reference = _text(row.get("kernel")), _text(row.get("reference"))
+    if not row.get("correct"):
+        stats.skip("not_correct")
+        return None
+    if kernel is None:
+        stats.skip("no_kernel")
+        return None
+    if reference is None:
+        stats.skip("no_reference")
+        return None
+    if not _check_lengths(reference, kernel, max_code_chars, stats):
+        return None
+    level = number = None
+    if row.get("suite") == "kernelbench" and isinstance(row.get("problem_id"), str) and "/" in row["problem_id"]:
+        level, number = (_as_int(part) for part in row["problem_id"][1:].split("/", 1))
+    return CorpusDoc(
+        sha256=code_sha256(kernel), source="trajectories", revision=None, backend=row.get("backend") or "triton",
+        licence=None, pytorch_code=reference, kernel_code=kernel, title=str(row.get("problem_name") or ""),
+        origin_id=f"{row.get('run_id')}:{row.get('step')}:{row.get('problem')}:{row.get('sample_index')}:{row.get('turn')}",
+        kb_level=level, kb_task=number, speedup=row.get("speedup"),
+        meta={"suite": row.get("suite"), "problem": row.get("problem"), "verdict": row.get("verdict"),
+              "hardware": row.get("hardware"), "run_id": row.get("run_id")},
+    )
+
+
 def load_source(source: str, path: str | Path | None = None, limit: int | None = None, **options: Any) -> LoadedCorpus:
     """Dispatch by source name (the CLI's `--source`)."""
     if source == "solutions":
@@ -379,6 +430,8 @@ def load_source(source: str, path: str | Path | None = None, limit: int | None =
         return load_kernelbook(path, limit=limit, **options)
     if source == "sakana":
         return load_sakana(path, limit=limit, **options)
+    if source == "trajectories":
+        return load_trajectories(path, limit=limit, **options)
     raise UserError(f"Unknown corpus source {source!r}; choose one of {', '.join(SOURCES)}.")
 
 
