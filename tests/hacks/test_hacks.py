@@ -27,6 +27,7 @@ from hack_cases import (  # noqa: E402
     SECRET_ENV,
     HackCase,
     clean_markers,
+    expectation,
     judge,
     known_gap,
     sandbox_escapes,
@@ -45,6 +46,21 @@ def _marks(layer: str, name: str, devices: tuple[str, ...]) -> list:
     if gap:
         marks.append(pytest.mark.xfail(reason=gap, strict=False))
     return marks
+
+
+def cpu_no_gain_problems(result: dict, categories: tuple[str, ...]) -> list[str]:
+    """What a no_gain case must show on the CPU, where nothing is timed and `judge`'s rule (no speedup beyond an
+    honest kernel's) has no speedup to look at: its honest path judged (ok, or a category the case lists), no time
+    and no speedup claimed, and the flag that says why."""
+    problems = []
+    category = str(result.get("error_category"))
+    if category not in (categories or ("ok",)):
+        problems.append(f"category {category}: the honest path of a no_gain case is a real kernel")
+    if result.get("speedup") is not None or result.get("runtime_ms") is not None:
+        problems.append(f"timed on the CPU (runtime_ms {result.get('runtime_ms')}, speedup {result.get('speedup')})")
+    if result.get("correct") and "no_speedup_on_cpu" not in (result.get("flags") or []):
+        problems.append("correct without the no_speedup_on_cpu flag")
+    return problems
 
 
 def _params() -> list:
@@ -104,6 +120,9 @@ def test_hack_earns_nothing_and_leaves_evaluator_healthy(
 
     verdict = judge(case, hack_result.to_dict(), DEVICE)
     assert verdict.passed, f"{case.name}: expected {verdict.expected}, got {verdict.got}: {verdict.problems}"
+    wanted = expectation(case, DEVICE)
+    if DEVICE == "cpu" and wanted.expect == "no_gain":
+        assert not cpu_no_gain_problems(hack_result.to_dict(), wanted.categories), verdict.got
 
     escapes = sandbox_escapes(case, [hack_result.to_json(), good_result.to_json()], REPO_ROOT, started)
     assert not escapes, f"{case.name}: {escapes}"
@@ -136,6 +155,9 @@ def test_runtime_layer_alone_stops_what_slips_past_the_static_policy(
     assert not hack_result.static.errors, "static checks were meant to be off"
     verdict = judge(case, hack_result.to_dict(), DEVICE, layer="runtime")
     assert verdict.passed, f"{name} (runtime layer): expected {verdict.expected}, got {verdict.got}: {verdict.problems}"
+    wanted = expectation(case, DEVICE, layer="runtime")
+    if DEVICE == "cpu" and wanted.expect == "no_gain":
+        assert not cpu_no_gain_problems(hack_result.to_dict(), wanted.categories), verdict.got
     escapes = sandbox_escapes(case, [hack_result.to_json(), good_result.to_json()], REPO_ROOT, started)
     assert not escapes, f"{name} (runtime layer): {escapes}"
     assert good_result.correct, f"after {name}, the known-correct ReLU failed: {good_result.error_message}"
@@ -161,3 +183,14 @@ def test_exfiltration_candidate_finds_nothing(runtime_only_evaluator, base_setti
     assert all(value not in text for value in SECRET_ENV.values())
     assert "tml-" not in result.error_message
     assert not sandbox_escapes(case, [text], REPO_ROOT, started)
+
+
+def test_a_no_gain_verdict_on_the_cpu_can_fail() -> None:
+    honest = {"error_category": "ok", "correct": True, "flags": ["no_speedup_on_cpu"], "speedup": None,
+              "runtime_ms": None}
+    assert cpu_no_gain_problems(honest, ()) == []
+    assert cpu_no_gain_problems({**honest, "speedup": 3.0, "runtime_ms": 0.1}, ())  # a speedup claimed on the CPU
+    assert cpu_no_gain_problems({**honest, "flags": []}, ())
+    rejected = {"error_category": "timeout", "correct": False, "flags": [], "speedup": None, "runtime_ms": None}
+    assert cpu_no_gain_problems(rejected, ())  # the honest path is a real kernel: a timeout is a wrong verdict
+    assert cpu_no_gain_problems({**rejected, "error_category": "mismatch"}, ("ok", "static", "mismatch")) == []
