@@ -167,3 +167,25 @@ def test_the_process_count_of_a_uid_includes_threads_as_the_kernel_counts_them()
         stop.set()
         for thread in threads:
             thread.join()
+
+
+def test_the_worker_clock_check_flags_reported_times_its_own_clock_cannot_explain() -> None:
+    """The check behind every GPU speedup: the worker's wall over a block of timed calls against the reference's."""
+    from kernelbench_rl.evaluation.device_timing import BlockWall, host_clock_check
+
+    # 60 calls each; the loop's own overhead (inputs, flush, synchronise) is 0.8 ms a call on both sides.
+    reference = BlockWall(60 * (0.8 + 1.0) / 1000.0, 60, [1.0] * 50)
+    honest = BlockWall(60 * (0.8 + 0.5) / 1000.0, 60, [0.5] * 50)  # really twice as fast
+    faked = BlockWall(60 * (0.8 + 1.0) / 1000.0, 60, [1.0 / 3] * 50)  # as slow as the reference, reports 3x
+    noisy = BlockWall(60 * (0.8 + 0.5) * 1.1 / 1000.0, 60, [0.5] * 50)  # an honest block whose wall ran 10% long
+    assert host_clock_check(honest, reference)[0] is False
+    assert host_clock_check(noisy, reference)[0] is False
+    disagrees, text = host_clock_check(faked, reference)
+    assert disagrees and text.startswith("DISAGREES") and "1.0000 ms" in text
+    assert host_clock_check(faked, None) == (False, "not checked: no timed calls on the worker's clock")
+
+
+def test_a_cpu_verdict_says_it_is_no_verdict_about_the_gpu_or_the_real_size(evaluator) -> None:
+    [result] = evaluator.evaluate([EvalRequest("L1/19", RELU, SETTINGS)])
+    assert result.correct
+    assert "says nothing about a GPU" in result.versions["scope"]

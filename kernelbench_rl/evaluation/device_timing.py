@@ -9,6 +9,7 @@ excessive speedup, and a profile telling whether the kernel's own code did the w
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import random
@@ -52,6 +53,52 @@ PAIRED_MAX_BYTES = 4 << 30  # the reference's child sits beside the candidate's:
 # A diagnostic for showing that one defence holds alone (bench/floor_check.py): "0" turns off the check of timed
 # calls' outputs (reference_cache.FRESH_TIMING_BUFFERS is its sibling). Never off in a real evaluation.
 VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
+
+
+# The clock the candidate cannot touch. A child reports its own timed calls' device times, and the candidate's code
+# runs in that process: whatever it patches, the worker's clock still sees how long the whole block took. Its timed
+# calls and the reference's go through one loop (inputs, L2 flush, the calls, synchronise), so what the worker's clock
+# adds per call beyond the reported times is the same overhead on both sides: the candidate's time per call implied by
+# the worker's clock is the reference's reported time plus the difference of the two walls per call. Reported times
+# that this implied time exceeds by more than HOST_CLOCK_RATIO (and HOST_CLOCK_SLACK_MS: launch overhead the events
+# need not see) are a flagged verdict, whatever speedup they claim.
+HOST_CLOCK_RATIO = 1.5
+HOST_CLOCK_SLACK_MS = 0.05
+
+
+@dataclasses.dataclass
+class BlockWall:
+    """Timed calls as the worker's clock saw them: seconds from the command to its answer, the calls made in them
+    (warm-ups included) and the times the child reported."""
+
+    seconds: float = 0.0
+    calls: int = 0
+    times_ms: list[float] = dataclasses.field(default_factory=list)
+
+    def add(self, seconds: float, calls: int, times_ms: list[float]) -> None:
+        self.seconds += seconds
+        self.calls += calls
+        self.times_ms += list(times_ms)
+
+    @property
+    def per_call_ms(self) -> float:
+        return 1000.0 * self.seconds / self.calls if self.calls else 0.0
+
+    @property
+    def mean_ms(self) -> float:
+        return sum(self.times_ms) / len(self.times_ms) if self.times_ms else 0.0
+
+
+def host_clock_check(kernel: BlockWall, reference: BlockWall | None) -> tuple[bool, str]:
+    """(whether the candidate's reported times disagree with the worker's clock, what the verdict records)."""
+    if reference is None or not kernel.calls or not reference.calls or not kernel.times_ms or not reference.times_ms:
+        return False, "not checked: no timed calls on the worker's clock"
+    implied = max(0.0, reference.mean_ms + kernel.per_call_ms - reference.per_call_ms)
+    reported = kernel.mean_ms
+    text = (f"reported {reported:.4f} ms a call; the worker's clock implies {implied:.4f} ms (its wall {kernel.per_call_ms:.4f}"
+            f" ms a call against the reference's {reference.per_call_ms:.4f} ms, which reported {reference.mean_ms:.4f} ms)")
+    disagrees = implied > HOST_CLOCK_RATIO * reported + HOST_CLOCK_SLACK_MS
+    return disagrees, ("DISAGREES: " if disagrees else "agrees: ") + text
 
 
 def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[float | None, float | None]]) -> bool:
@@ -260,9 +307,12 @@ class CandidateTiming:
         with self.quiet_gate.quiet() as calm:
             result.phase_seconds["timing_quiet_wait"] = time.perf_counter() - mark
             trace.record(trace.who_of(child), "quiet_wait", mark)
+            solo_walls = BlockWall()
             times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
-                                     diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None)
+                                     diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None,
+                                     walls=solo_walls)
         solo = timing.TimingRecord(times_ms=times)
+        kernel_walls, reference_walls = solo_walls, state.reference_walls.get(precision)
         # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
         # trials took most of its timeout must not time out for being timed twice).
         deadline = time.monotonic() + timing_window_s(len(seeds), settings.warmup_trials, reference_ms,
@@ -278,6 +328,7 @@ class CandidateTiming:
             blocks = paired_blocks(len(seeds), min(sides_ms), max(sides_ms))
             by_index: dict[int, float] = {}
             healthy = False
+            paired_kernel_walls, paired_reference_walls = BlockWall(), BlockWall()
             try:
                 with self.quiet_gate.quiet() as calm_paired:
                     for number, indices in enumerate(blocks):
@@ -287,13 +338,14 @@ class CandidateTiming:
                                 block_seeds = [secrets.randbits(31) for _ in indices]
                                 block_times = self._time_block(child, state, settings, result, block_seeds,
                                                                [0] if number == 0 and VERIFY_TIMED_OUTPUTS else [], warmup, deadline, indices,
-                                                               diagnostics=kernel_diagnostics)
+                                                               diagnostics=kernel_diagnostics, walls=paired_kernel_walls)
                                 by_index.update(zip(indices, block_times))
                                 continue
                             try:
                                 with stopped(child.pid):
                                     paired_ms += self._time_reference_block(reference_child, state, indices, warmup,
-                                                                            deadline, reference_diagnostics)
+                                                                            deadline, reference_diagnostics,
+                                                                            paired_reference_walls)
                             except Fault as fault:  # the reference's child: ours, retried, never the kernel's
                                 raise Fault(ErrorCategory.INFRA,
                                             f"timing the reference beside the kernel failed: {fault.message}") from None
@@ -302,6 +354,8 @@ class CandidateTiming:
             finally:
                 self.give_back(reference_child, healthy, state, settings, payload)
             times = [by_index[i] for i in sorted(by_index)]
+            kernel_walls, reference_walls = paired_kernel_walls, paired_reference_walls
+            state.reference_walls[precision] = paired_reference_walls
         if not calm:
             result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
         record = timing.TimingRecord(times_ms=times)
@@ -329,6 +383,14 @@ class CandidateTiming:
         result.phase_seconds["timing"] = time.perf_counter() - t
         if result.runtime_ms > 0:
             result.speedup = result.baseline_ms / result.runtime_ms
+        if reference_walls is None:  # the baseline came from the store: the reference's calls on this worker's clock
+            mark = time.perf_counter()
+            reference_walls = BlockWall(*self.references.reference_wall(state, precision, settings))
+            state.reference_walls[precision] = reference_walls
+            add_seconds(result, "host_clock_reference", time.perf_counter() - mark)
+        disagrees, result.versions["host_clock"] = host_clock_check(kernel_walls, reference_walls)
+        if disagrees:
+            result.flags += [Flag.CLOCK_DISAGREES.value, Flag.HACK.value]
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
             self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))  # (before the child's next command)
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
@@ -400,9 +462,11 @@ class CandidateTiming:
             return None
         diagnostics: list[dict] = []
         healthy = False
+        walls = BlockWall()
         try:
             times = self._time_reference_block(reference_child, state, list(range(calls)), settings.warmup_trials,
-                                               time.monotonic() + window, diagnostics)
+                                               time.monotonic() + window, diagnostics, walls)
+            state.reference_walls[settings.precision] = walls
             healthy = True
         except Fault as fault:
             result.versions["baseline_child_failed"] = fault.message[:200]
@@ -450,8 +514,8 @@ class CandidateTiming:
     def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                     seeds: list[int], verify: list[int], warmup: int, deadline: float,
                     indices: list[int] | None = None, diagnostics: list[dict] | None = None,
-                    kept_out: dict[str, Any] | None = None) -> list[float]:
-        """The candidate's timed trials on `seeds`; the outputs of the trials at positions `verify` are checked
+                    kept_out: dict[str, Any] | None = None, walls: BlockWall | None = None) -> list[float]:
+        """The candidate's timed trials on `seeds` (added to `walls` as the worker's clock saw them); the outputs of the trials at positions `verify` are checked
         against the reference, or, with `kept_out`, left there for `_verify_kept` (before the child's next
         command). `indices` number the trials in messages (default: their positions); the child's timing
         diagnostics are appended to `diagnostics`."""
@@ -459,6 +523,7 @@ class CandidateTiming:
         children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
                            "fresh_buffers": state.fresh_buffers()}, "timing")
         header = children.expect(child, {"timed"}, deadline - time.monotonic(), "timing")
+        wall = time.perf_counter() - mark  # the worker's clock: out of the candidate's reach
         trace.record(trace.who_of(child), "time_block", mark)
         faults.numerics_unchanged(header, result)
         times = header.get("times_ms")
@@ -467,6 +532,8 @@ class CandidateTiming:
         if header.get("tampered"):
             result.flags.append(Flag.HACK.value)
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
+        if walls is not None:
+            walls.add(wall, len(seeds) + warmup, [float(x) for x in times])
         # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
         faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
         mark = time.perf_counter()
@@ -510,7 +577,7 @@ class CandidateTiming:
         del kept
 
     def _time_reference_block(self, reference_child: Child, state: ProblemState, indices: list[int], warmup: int,
-                              deadline: float, diagnostics: list[dict]) -> list[float]:
+                              deadline: float, diagnostics: list[dict], walls: BlockWall | None = None) -> list[float]:
         seeds = [secrets.randbits(31) for _ in indices]
         if trace.enabled() and not trace.who_of(reference_child):
             reference_child.trace_who = f"reference#{reference_child.pid}"
@@ -518,6 +585,7 @@ class CandidateTiming:
         children.send(reference_child, {"cmd": "time", "seeds": seeds, "verify": [], "warmup": warmup,
                                      "fresh_buffers": state.fresh_buffers()}, "timing the reference")
         header = children.expect(reference_child, {"timed"}, deadline - time.monotonic(), "timing the reference")
+        wall = time.perf_counter() - mark
         children.receive(reference_child, header, None, 0, self.transport)
         trace.record(trace.who_of(reference_child), "reference_block", mark)
         times = header.get("times_ms")
@@ -525,4 +593,6 @@ class CandidateTiming:
             raise Fault(ErrorCategory.INFRA, "the reference's timing run returned malformed figures")
         if isinstance(header.get("diagnostics"), dict):
             diagnostics.append(header["diagnostics"])
+        if walls is not None:
+            walls.add(wall, len(seeds) + warmup, [float(x) for x in times])
         return [float(x) for x in times]

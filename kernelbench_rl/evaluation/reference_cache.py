@@ -27,6 +27,7 @@ from kernelbench_rl.evaluation.result import EvalSettings, tolerance_for
 from kernelbench_rl.evaluation.scheduling import MemoryBudget
 
 SEED_POOL_SIZE = 16
+WALL_CALLS = 10  # the reference's calls timed on the worker's clock for the host clock check (reference_wall)
 # The reference's first forwards are timed (synchronised) to learn its time a call: the least of them, as the
 # first pays for lazy initialisation. Later forwards add no synchronisation.
 TIMED_FORWARDS = 3
@@ -54,6 +55,9 @@ class ProblemState:
     discriminations: dict[str, discrimination.Discrimination] = field(default_factory=dict)
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_baselines: dict[str, float] = field(default_factory=dict)
+    # precision -> the reference's timed calls as this worker's clock saw them (device_timing.BlockWall): what the
+    # host clock check compares a candidate's own against
+    reference_walls: dict[str, Any] = field(default_factory=dict)
     mutates_inputs: bool = False
     # Per output, the input the reference returns itself or a view of (None: a new tensor); learnt with the above.
     output_aliases: list[int | None] = field(default_factory=list)
@@ -203,6 +207,20 @@ class ReferenceCache:
                 )
             self.record_baseline(state, precision, settings, record, "worker")
         return state.baselines[precision]
+
+    def reference_wall(self, state: ProblemState, precision: str, settings: EvalSettings) -> tuple[float, int, list[float]]:
+        """A short block of the reference's timed calls in this worker, on this process's clock: (wall seconds, calls
+        made, event times in ms). For the host clock check where no child timed the reference in this worker (its
+        baseline came from the store)."""
+        seeds = [secrets.randbits(31) for _ in range(WALL_CALLS)]
+        with reference_budget.phase("baseline"):
+            mark = time.perf_counter()
+            record = timing.time_forward(
+                self.reference_model(state, precision), lambda s: self.inputs(state, s, precision), seeds,
+                1, self.device, self.clock, fresh_buffers=state.fresh_buffers(),
+            )
+            wall = time.perf_counter() - mark
+        return wall, len(seeds) + 1, list(record.times_ms)
 
     def record_baseline(self, state: ProblemState, precision: str, settings: EvalSettings,
                         record: timing.TimingRecord, timed_in: str) -> dict[str, Any]:

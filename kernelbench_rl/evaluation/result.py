@@ -95,6 +95,9 @@ class Flag(str, Enum):
     NO_SPEEDUP_ON_CPU = "no_speedup_on_cpu"
     # Timed faster than the problem's physical floor allows (evaluation/floor.py): work was skipped; no speed reward.
     BELOW_SPEED_OF_LIGHT = "below_speed_of_light"
+    # The times the candidate's process reported disagree with the worker's own clock over the same calls
+    # (device_timing.host_clock_check): the timing was faked; a hack.
+    CLOCK_DISAGREES = "clock_disagrees"
 
 
 @dataclass

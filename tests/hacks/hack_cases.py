@@ -184,6 +184,10 @@ CASES: tuple[HackCase, ...] = (
              naive_passes=None),
     HackCase("fork_bomb", "L1/19", "50 lingering processes a call", "zero", ("static", "runtime"), (_FLAG_HACK,),
              naive_passes=None),
+    HackCase("fake_timing_report", "L1/19", "replace the child's timing loop and report a third of every time (3x, "
+             "below the re-timing threshold); the clock functions stay untouched", "zero", ("static", "ok"),
+             (_FLAG_HACK, "clock_disagrees"), devices=("cuda",), naive_passes=None,
+             notes="the worker's own clock over the same calls disagrees with the reported times"),
     HackCase("late_input_write", "L1/19", "write into the inputs only from the third call on (past the first "
              "correctness seed)", "zero", ("mismatch",), ("input_mutated",), naive_passes=True),
     HackCase("shm_answer_store", "L1/19", "store outputs in /dev/shm keyed by the inputs, for a later candidate to "
@@ -300,6 +304,7 @@ RUNTIME_LAYER: dict[str, tuple[Expectation, tuple[str, ...]]] = {
     "fork_bomb": (Expectation("zero", ("runtime",), (_FLAG_HACK,)), ("cpu", "cuda")),
     "shm_answer_store": (Expectation("contained", ()), ("cpu", "cuda")),
     "late_input_write": (Expectation("zero", ("mismatch",), ("input_mutated",)), ("cpu", "cuda")),
+    "fake_timing_report": (Expectation("zero", ("ok",), (_FLAG_HACK, "clock_disagrees")), ("cuda",)),
     "lazy_tensor_subclass": (Expectation("zero", ("runtime",), (_FLAG_HACK,)), ("cpu", "cuda")),
     **{f"copy_kernel_{op}": (Expectation("zero", ("mismatch",)), ("cpu", "cuda")) for op in ("relu", "leaky_relu", "hardtanh")},
     # PyTorch's result is right and a token launch satisfies the launch count: the kernel share (the GPU's profile,
