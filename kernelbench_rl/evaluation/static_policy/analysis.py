@@ -62,6 +62,9 @@ class Analysis:
         self._collect_module_aliases()
         self.jit_kernels: dict[str, ast.FunctionDef] = {}
         self.module_functions: dict[str, ast.FunctionDef] = {}
+        self.module_lambdas: dict[str, ast.Lambda] = {}
+        self._as_forward: set[int] = set()  # callables passed around: scanned with their arguments as tensors
+        self._lambda_stack: set[str] = set()
         self.classes: dict[str, ClassInfo] = {}
         for node in self.tree.body:
             self._collect_definition(node)
@@ -124,6 +127,10 @@ class Analysis:
                 self.jit_kernels[node.name] = node
             else:
                 self.module_functions[node.name] = node
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    self.module_lambdas[target.id] = node.value
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             # `kernel = triton.jit(fn)` (possibly wrapped in triton.autotune(...)(...))
             for call in ast.walk(node.value):
@@ -299,6 +306,12 @@ class Analysis:
             return {f"cls:{func.id}"}
         if isinstance(func, ast.Name) and "returns_extension" in self.module_kinds.get(func.id, set()):
             return {"extension"}
+        if isinstance(func, ast.Name) and func.id in self.module_lambdas and func.id not in self._lambda_stack:
+            self._lambda_stack.add(func.id)  # (a lambda that calls itself)
+            try:
+                return self._module_scan.kinds(self.module_lambdas[func.id].body)  # _act = lambda: nn.ReLU()
+            finally:
+                self._lambda_stack.discard(func.id)
         qn = self.resolver.qualname(func, local_aliases)
         if qn is not None:
             category = self.classify_torch(qn)
@@ -375,7 +388,7 @@ class Analysis:
             if id(fn) in seen:
                 continue
             seen.add(id(fn))
-            scan = FunctionScan(self, fn, owner)
+            scan = FunctionScan(self, fn, owner, as_forward=id(fn) in self._as_forward)
             scans.append(scan)
             queue.extend(self._callees(scan))
         return scans
@@ -388,11 +401,18 @@ class Analysis:
         for node in self.all_nodes:
             if id(node) in guarded:
                 continue
+            fn: ast.AST | None = None
             if isinstance(node, ast.Lambda):
-                out.append((node, None))
+                fn = node
             elif (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in self.module_functions
                   and not (isinstance(self.parents.get(id(node)), ast.Call) and self.parents[id(node)].func is node)):
-                out.append((self.module_functions[node.id], None))
+                fn = self.module_functions[node.id]
+            if fn is None:
+                continue
+            first = (fn.args.posonlyargs + fn.args.args)[:1]
+            owner = self.model_new if first and first[0].arg == "self" else None  # a forward kept in a table
+            self._as_forward.add(id(fn))
+            out.append((fn, owner))
         return out
 
     def _hook_functions(self) -> list[tuple[ast.AST, ClassInfo | None]]:

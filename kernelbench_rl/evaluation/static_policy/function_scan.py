@@ -11,7 +11,7 @@ import builtins
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kernelbench_rl.evaluation.static_policy.names import Resolver, collect_imports
+from kernelbench_rl.evaluation.static_policy.names import Resolver, collect_imports, unwrap_callee
 from kernelbench_rl.evaluation.static_policy.vocabulary import (
     CONTAINER_METHODS,
     DYNAMIC_BUILTINS,
@@ -103,7 +103,8 @@ def scalar_input_positions(reference_source: str | None) -> set[int]:
 class FunctionScan:
     """One function of the forward path with its local names classified."""
 
-    def __init__(self, analysis: Analysis, fn: ast.FunctionDef | ast.Lambda, owner: ClassInfo | None):
+    def __init__(self, analysis: Analysis, fn: ast.FunctionDef | ast.Lambda, owner: ClassInfo | None,
+                 as_forward: bool = False):
         self.analysis = analysis
         self.fn = fn
         self.owner = owner
@@ -124,6 +125,11 @@ class FunctionScan:
             scalar_positions = analysis.scalar_input_positions if owner is analysis.model_new else set()
             self.tensor_names = {p.arg for i, p in enumerate(params)
                                  if i not in scalar_positions and not _annotated_scalar(p.annotation)}
+        elif as_forward:  # a callable passed around as a value: its arguments may be the forward's tensors
+            params = args[1:] if self.self_name else args
+            self.tensor_names = {p.arg for p in params if not _annotated_scalar(p.annotation)}
+            if fn.args.vararg is not None:
+                self.tensor_names.add(fn.args.vararg.arg)
         for _ in range(2):
             self._call_kinds.clear()
             self._prepass()
@@ -136,6 +142,8 @@ class FunctionScan:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
                     self._bind(target, node.value)
+            elif isinstance(node, ast.NamedExpr):
+                self._bind(node.target, node.value)
             elif isinstance(node, ast.For):
                 self._bind_iter(node.target, node.iter)
             elif isinstance(node, ast.comprehension):
@@ -258,6 +266,8 @@ class FunctionScan:
             return self.is_tensor(expr.value)
         if isinstance(expr, ast.Call):
             return "tensor" in self.kinds(expr)
+        if isinstance(expr, ast.Starred):
+            return self.is_tensor(expr.value)
         return False
 
     # -- calls ---------------------------------------------------------------------------------
@@ -269,7 +279,7 @@ class FunctionScan:
 
     def _call_info(self, call: ast.Call) -> CallInfo:
         a = self.analysis
-        func = call.func
+        func = unwrap_callee(call.func)  # (f := torch.relu)(x), [torch.relu][0](x)
         if isinstance(func, ast.Subscript):
             kinds = self.kinds(func.value)
             if "kernel" in kinds or any(isinstance(n, ast.Name) and n.id in a.jit_kernels for n in ast.walk(func.value)):

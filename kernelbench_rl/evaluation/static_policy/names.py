@@ -47,8 +47,32 @@ def collect_imports(tree: ast.AST) -> ImportTable:
     return table
 
 
+def unwrap_callee(expr: ast.AST) -> ast.AST:
+    """What an expression that only passes a value on stands for: `(f := g)` is g, `[g][0]` and `(g,)[0]` are g,
+    `{"k": g}["k"]` is g."""
+    for _ in range(16):
+        if isinstance(expr, ast.NamedExpr):
+            expr = expr.value
+        elif isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant):
+            key = expr.slice.value
+            holder = expr.value
+            if isinstance(holder, (ast.List, ast.Tuple)) and isinstance(key, int) and -len(holder.elts) <= key < len(holder.elts):
+                expr = holder.elts[key]
+            elif isinstance(holder, ast.Dict):
+                found = [v for k, v in zip(holder.keys, holder.values) if isinstance(k, ast.Constant) and k.value == key]
+                if not found:
+                    return expr
+                expr = found[-1]
+            else:
+                return expr
+        else:
+            return expr
+    return expr
+
+
 def dotted_name(expr: ast.AST) -> str | None:
-    """`a.b.c` for a pure attribute chain (also `getattr(a, "b")`), else None."""
+    """`a.b.c` for a pure attribute chain (also `getattr(a, "b")`, and through `unwrap_callee`), else None."""
+    expr = unwrap_callee(expr)
     if isinstance(expr, ast.Name):
         return expr.id
     if isinstance(expr, ast.Attribute):

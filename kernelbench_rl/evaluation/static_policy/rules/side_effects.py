@@ -6,6 +6,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
+from kernelbench_rl.evaluation.static_policy.names import unwrap_callee
 from kernelbench_rl.evaluation.static_policy.rule import Finding, Rule, line_of
 from kernelbench_rl.evaluation.static_policy.vocabulary import (
     FILE_READ_METHODS,
@@ -49,7 +50,8 @@ def _open_mode(call: ast.Call) -> str | None:
 
 
 def _is_open_call(a: Analysis, call: ast.Call) -> bool:
-    if isinstance(call.func, ast.Name) and call.func.id == "open" and "open" not in a.defined_names:
+    func = unwrap_callee(call.func)
+    if isinstance(func, ast.Name) and func.id == "open" and "open" not in a.defined_names:
         return True
     qn = a.resolver.qualname(call.func)
     return qn in ("io.open", "os.open", "codecs.open") or (isinstance(call.func, ast.Attribute) and call.func.attr == "open" and qn is None
@@ -68,9 +70,9 @@ def _file_write(a: Analysis) -> list[Finding]:
             mode = _open_mode(node) or "r"
             if any(c in mode for c in "wax+?"):
                 found.append((line_of(node), "open(..., write mode): writing files is not allowed"))
-        elif isinstance(node.func, ast.Attribute) and node.func.attr in FILE_WRITE_METHODS and a.resolver.qualname(node.func) is None:
-            if node.func.attr in ("write_text", "write_bytes", "tofile") or isinstance(node.func.value, ast.Call):
-                found.append((line_of(node), f".{node.func.attr}(): writing files is not allowed"))
+        elif isinstance(func := unwrap_callee(node.func), ast.Attribute) and func.attr in FILE_WRITE_METHODS and a.resolver.qualname(func) is None:
+            if func.attr in ("write_text", "write_bytes", "tofile") or isinstance(func.value, ast.Call):
+                found.append((line_of(node), f".{func.attr}(): writing files is not allowed"))
     for text in a.cuda_sources:
         if re.search(r"\bfopen\s*\([^)]*\"[wa+]|\bofstream\b", text):
             found.append((0, "writing files from the CUDA source is not allowed"))

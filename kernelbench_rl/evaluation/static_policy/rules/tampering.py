@@ -94,9 +94,10 @@ def _dynamic_code(a: Analysis) -> list[Finding]:
     for node in a.all_nodes:
         if isinstance(node, ast.Attribute) and node.attr == "__dict__" and a.resolver.qualname(node.value) is not None:
             found.append((line_of(node), f"{ast.unparse(node)} looks functions up by computed name"))
-        if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in _HIDDEN_CALLABLES
-                and node.id not in a.defined_names and node.id not in a.resolver.aliases
-                and not _called_by_name(a, node)):
+        if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in a.defined_names
+                and node.id not in a.resolver.aliases and not _called_by_name(a, node)
+                and (node.id in _HIDDEN_CALLABLES or (node.id in _WATCHED_BUILTINS
+                                                      and isinstance(a.parents.get(id(node)), _PACKING)))):
             # [exec][0](...), f = getattr: the builtin passed around as a value, out of sight of the rules below
             found.append((line_of(node), f"{node.id} used as a value: running code or looking names up where no "
                                          "rule can see it is not allowed"))
@@ -113,7 +114,13 @@ def _dynamic_code(a: Analysis) -> list[Finding]:
 
 
 # Builtins that run code or look names up: called by name they are judged below; passed around as values they hide.
-_HIDDEN_CALLABLES = DYNAMIC_BUILTINS | {"getattr", "vars", "globals", "locals", "setattr"}
+_HIDDEN_CALLABLES = DYNAMIC_BUILTINS | {"getattr", "vars", "globals", "locals", "setattr", "delattr"}
+# Builtins other rules look for by name (open, type, sum...): packed into a container or bound to another name,
+# where no rule looks (`[open][0](...)`, `t = type`). Passed as an argument (`isinstance(c, type)`) they are fine.
+_WATCHED_BUILTINS = frozenset({"open", "type", "sum", "abs", "pow", "max", "min", "round", "divmod", "print", "super",
+                               "memoryview", "breakpoint", "input", "exit", "quit"})
+_PACKING = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.Return, ast.Lambda,
+            ast.Starred)
 
 
 def _called_by_name(a: Analysis, node: ast.Name) -> bool:
@@ -131,7 +138,8 @@ def _computed_getattr_in_path(a: Analysis) -> list[Finding]:
             continue
         receiver = call.args[0]
         if (isinstance(receiver, ast.Name) and receiver.id == scan.self_name) or (
-                is_self_attribute(receiver, scan.self_name) and not scan.is_tensor(receiver)):
+                is_self_attribute(receiver, scan.self_name) and not scan.is_tensor(receiver)
+                and not scan.kinds(receiver) & {"nn_layer", "torch_fn"}):
             continue  # getattr(self, f"conv{i}"): judged by what self's attributes hold
         found.append((line_of(call), f"getattr({ast.unparse(receiver)[:30]}, <computed name>) hides which method runs"))
     return found

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from kernelbench_rl.evaluation.static_policy.names import unwrap_callee
 from kernelbench_rl.evaluation.static_policy.rule import Rule
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def tensor_subclass(a: Analysis) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Constant) and node.value in SUBCLASS_MAKERS:
             found.append((node.lineno, f"{node.value!r} names a way to make a torch.Tensor subclass"))
         elif isinstance(node, ast.Call):
-            func = node.func
+            func = unwrap_callee(node.func)
             if isinstance(func, ast.Name) and func.id == "type" and len(node.args) == 3 and "type" not in a.defined_names:
                 found.append((node.lineno, "type(name, bases, namespace) builds a class at run time"))
             elif a.resolver.qualname(func) in CLASS_BUILDERS:
