@@ -13,14 +13,14 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from deployments.server import REPO_ROOT, LocalPrefect, port_in_use, server_answers
+from deployments.server import LocalPrefect, port_in_use, server_answers
 from kernelbench_rl.commands.hints import command
 from kernelbench_rl.errors import ExitCode
 from kernelbench_rl.ownership import pid_alive
+from kernelbench_rl.prefect_home import prefect_home, serve_port, serve_state_file
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -49,9 +49,7 @@ def _say(text: str, *, err: bool = False) -> None:
         pass
 
 
-def state_file(port: int) -> Path:
-    """Where a serve on this port says who it is (one place per user and port, whatever its PREFECT_HOME)."""
-    return Path(tempfile.gettempdir()) / f"kernelbench-rl-serve-{os.getuid()}-{port}.json"
+state_file = serve_state_file  # where a serve on this port says who it is (the pipeline reads it too)
 
 
 def what_runs_on(port: int) -> str | None:
@@ -79,12 +77,17 @@ def _deployed_names(output: str) -> list[str]:
     return sorted(set(re.findall(r"Deployment '([^']+)'", output)))
 
 
-def main() -> None:
+def arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, default=int(os.environ.get("KBRL_PREFECT_PORT", "4200")))
-    parser.add_argument("--prefect-home", type=Path, default=REPO_ROOT / "runs" / "prefect")
+    parser.add_argument("--port", type=int, default=serve_port())
+    # The home `kernelbench-rl pipeline` records into when no serve is up: one home, so its runs are here.
+    parser.add_argument("--prefect-home", type=Path, default=prefect_home())
     parser.add_argument("--no-worker", action="store_true", help="Start the server and deploy, but no worker.")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arg_parser().parse_args()
 
     busy = what_runs_on(args.port)
     if busy:  # the port is held by another process: busy, as a run or a DuckDB file another process holds (README)

@@ -24,12 +24,16 @@ COMMANDS = sorted(name for name, _ in _command_infos(app))
 STATED_CODE = re.compile(r"(?i)\bexit\w*(?:\s+(?:with|code|codes|status))*:?\s+\d+")
 
 
+DOCS = REPO / "docs" / "cli.md"
+BLOCK = re.compile(r"(<!-- exit codes:[^\n]*-->\n)(.*?)(\n<!-- end of exit codes -->)", re.S)
+
+
 def test_docs_show_the_clis_own_table():
-    text = (REPO / "docs" / "cli.md").read_text()
-    block = re.search(r"<!-- exit codes:[^\n]*-->\n(.*?)\n<!-- end of exit codes -->", text, re.S)
+    block = BLOCK.search(DOCS.read_text())
     assert block, "docs/cli.md lost its exit-code markers"
-    assert block.group(1) == exit_code_tables(), (
-        "docs/cli.md's exit codes differ from the CLI's; paste this between its markers:\n" + exit_code_tables())
+    assert block.group(2) == exit_code_tables(), (
+        "docs/cli.md's exit codes differ from the CLI's: `.venv/bin/python tests/test_cli_exit_codes.py --write` "
+        "rewrites them")
 
 
 def test_every_command_declares_its_exit_codes_from_the_table():
@@ -108,3 +112,7 @@ def test_serve_on_a_taken_port_exits_busy_as_its_help_says():
     assert done.returncode == ExitCode.BUSY and ExitCode.BUSY in COMMAND_EXITS["serve"]
     assert done.stderr.strip().splitlines() == [
         f"error: Port {port} is in use by another program; stop it or pass --port with a free port."]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:  # rewrite docs/cli.md's tables from the CLI's own
+    DOCS.write_text(BLOCK.sub(lambda m: m.group(1) + exit_code_tables() + m.group(3), DOCS.read_text(), count=1))

@@ -112,3 +112,22 @@ def test_show_writes_code_verbatim_when_piped(tmp_path):
     for source in (problem.source_for("real"), load_solution(problem)):
         assert all(line in lines for line in source.splitlines())
     assert max(len(line) for line in load_solution(problem).splitlines()) > 40  # a line the width would have cut
+
+
+def test_a_level_the_source_lacks_is_one_sentence_not_an_empty_table(tmp_path):
+    _write_checkout(tmp_path, {1: 2, 2: 1})
+    for command in (["problems", "list"], ["problems", "audit"]):
+        proc = _run_cli(*command, "--level", "11", "--problems-root", str(tmp_path))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            f"error: Level 11 has no problems in {tmp_path / 'KernelBench'}; its levels are 1, 2."]
+    bundled = _run_cli("problems", "list", "--level", "11")
+    assert bundled.returncode == 2 and "Level 11 has no problems in the bundled set; its levels are 1, 2, 3" in bundled.stderr
+
+
+def test_floor_options_without_floor_are_refused_not_ignored():
+    proc = _run_cli("problems", "show", "L1/19", "--gpu", "H200")
+    assert proc.returncode == 2 and not proc.stdout
+    assert proc.stderr.strip().splitlines() == [
+        "error: --gpu only goes with --floor; add --floor to print the problem's speed of light, or drop it to print "
+        "its source."]

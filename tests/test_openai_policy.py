@@ -19,6 +19,7 @@ import pytest
 
 from kernelbench_rl.envs.kernel_env import EnvSpec, make_group_builders
 from kernelbench_rl.evaluation import Evaluator
+from kernelbench_rl.errors import ExitCode
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.policy.openai_backend import OpenAIChatPolicy, OpenAIPolicySpec, run_chat_episodes
 from kernelbench_rl.problems import get_problem
@@ -36,13 +37,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_chat_server(log: Path, only_prose: bool = False, failing: str = "") -> tuple[subprocess.Popen, str]:
-    port = free_port()
+def start_chat_server(log: Path, only_prose: bool = False, failing: str = "", port: int | None = None,
+                      **settings: str) -> tuple[subprocess.Popen, str]:
+    """The stub in its own process; `settings` are its CHAT_SERVER_* variables (CONTEXT="40960": max_model_len)."""
+    port = port or free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "CHAT_SERVER_SLOW_S": "3", "CHAT_SERVER_ONLY_PROSE": "1" if only_prose else "0",
-           "CHAT_SERVER_FAIL_PROBLEMS": failing}
+           "CHAT_SERVER_FAIL_PROBLEMS": failing, **{f"CHAT_SERVER_{k}": v for k, v in settings.items()}}
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", str(REPO / "tests"), "chat_server:app",
                              "--port", str(port), "--log-level", "warning"],
-                            cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+                            cwd=REPO, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -186,10 +189,12 @@ def _eval_model_against_failing_server(tmp_path: Path, failing: str, max_problem
 
 def test_a_request_that_keeps_failing_is_that_samples_infra_verdict_and_the_rest_is_judged(tmp_path):
     """One problem's requests always fail: its samples get no verdict (left out of every rate, counted), the other
-    problem's are judged, and every sample's row is in DuckDB."""
+    problem's are judged, every sample's row is in DuckDB, and the report is partial: exit code 3 (run again)."""
     done = _eval_model_against_failing_server(tmp_path, "L1/1", 2)
     db = tmp_path / "kb.duckdb"
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == ExitCode.BUSY, done.stderr[-3000:]
+    assert "2 request(s) got no answer (they failed after their retries); the report above is partial" in done.stderr
+    assert "Traceback" not in done.stderr
     assert "| unjudged_samples | 2 |" in done.stdout
     metrics = json.loads(Store(db).fetchall("SELECT metrics_json FROM eval_reports WHERE level IS NULL")[0][0])
     assert metrics["unjudged_samples"] == 2 and metrics["problems_without_verdict"] == 1
@@ -199,11 +204,15 @@ def test_a_request_that_keeps_failing_is_that_samples_infra_verdict_and_the_rest
     assert "still failed after 2 retries" in rows[0][2] and "pending" not in {r[1] for r in rows}
 
 
-def test_a_report_with_nothing_judged_fails_in_one_sentence_and_keeps_its_rows(tmp_path):
+def test_a_server_that_answers_nothing_fails_in_one_sentence_and_keeps_its_rows(tmp_path):
+    """Every request refused (503) after its retries: nothing to judge, and the cause is the server's, so the exit
+    code is 3 (run again: the rerun sends those requests), not 4 (no verdict on kernels it got)."""
     done = _eval_model_against_failing_server(tmp_path, "all", 1)
     db = tmp_path / "kb.duckdb"
-    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]  # no verdict, as `eval`'s
-    assert "No sample of openai:canned was judged: all 2 got no verdict" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == ExitCode.BUSY, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "error: 2 request(s) got no answer (they failed after their retries); the report above is partial")
+    assert "Traceback" not in done.stderr
     assert Store(db).fetchall("SELECT count(*), min(error_category) FROM eval_samples") == [(2, "infra")]
 
 
@@ -235,3 +244,111 @@ def test_a_cuda_evaluator_without_a_gpu_is_refused_at_start(command, tmp_path):
     assert done.returncode == 2, (done.stdout[-1000:], done.stderr[-1000:])
     assert "eval.device=cuda needs a CUDA GPU, and none is visible; use eval.device=cpu." in done.stderr
     assert not (tmp_path / "kb.duckdb").exists()  # nothing started, nothing written
+
+
+def _eval_model(url: str, db: Path, *extra: str, overrides: tuple[str, ...] = tuple(CLI_OVERRIDES),
+                samples: int = 2, max_problems: int = 1, timeout: int = 400) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", "eval-model", "--policy", "openai:canned",
+                           "--base-url", f"{url}/v1", "--samples", str(samples), "--split", "train",
+                           "--max-problems", str(max_problems), "--db", str(db), "--run-id", "api-eval",
+                           "--timeout", "5", "--retries", "1", *extra, *overrides],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+NO_CAP = tuple(o for o in CLI_OVERRIDES if not o.startswith("sampling.max_tokens"))  # the served model's budget
+
+
+def test_the_answer_budget_is_the_served_models_context_kevin_turns_included(tmp_path):
+    """The server says its model has 40960 tokens of context: every request (each Kevin turn with its own, longer
+    prompt) asks for what that leaves after its prompt, not the 3072 of the config's local base model; the report
+    counts the answers cut at their budget."""
+    proc, url = start_chat_server(tmp_path / "chat.log", only_prose=True, PLAIN="1", CONTEXT="40960", LENGTH="1")
+    try:
+        done = _eval_model(url, tmp_path / "kb.duckdb", "--config", "kevin", overrides=(*NO_CAP, "env.turns=2"))
+        budgets = httpx.get(f"{url}/stats").json()["budgets"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(budgets) == 4  # two samples, two turns each
+    turn_0, turn_1 = sorted(set(budgets), reverse=True)  # a turn's budget is what its own prompt leaves
+    assert 40960 - 16000 < turn_1 < turn_0 < 40960 and budgets.count(turn_0) == budgets.count(turn_1) == 2
+    assert "context 40960 tokens (the server's /models)" in done.stdout
+    assert "4 of 4 answers hit the token budget (finish_reason length)" in done.stdout
+    metrics = json.loads(Store(tmp_path / "kb.duckdb").fetchall(
+        "SELECT metrics_json FROM eval_reports WHERE level IS NULL")[0][0])
+    assert (metrics["usage"]["truncated"], metrics["usage"]["context_tokens"]) == (4, 40960)
+
+
+def test_a_flag_sets_the_context_and_without_one_the_server_decides(tmp_path):
+    """No GET /models on this server: without --context-tokens the requests carry no max_tokens (the server
+    decides); with it, the flag's context bounds each answer, and sampling.max_tokens caps it."""
+    proc, url = start_chat_server(tmp_path / "chat.log", only_prose=True, PLAIN="1", NO_MODELS="1")
+    try:
+        plain = _eval_model(url, tmp_path / "a.duckdb", overrides=NO_CAP)
+        after_plain = len(httpx.get(f"{url}/stats").json()["budgets"])
+        flagged = _eval_model(url, tmp_path / "b.duckdb", "--context-tokens", "20000", overrides=NO_CAP)
+        capped = _eval_model(url, tmp_path / "c.duckdb", "--context-tokens", "20000", overrides=tuple(CLI_OVERRIDES))
+        budgets = httpx.get(f"{url}/stats").json()["budgets"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    for done in (plain, flagged, capped):
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert budgets[:after_plain] == [None, None]
+    assert "no max_tokens sent: the server decides" in plain.stdout
+    assert all(4096 < b < 20000 for b in budgets[2:4]) and budgets[4:] == [256, 256]
+
+
+def test_an_unreachable_server_is_found_before_any_request_and_exits_as_docs_say(tmp_path):
+    done = _eval_model(f"http://127.0.0.1:{free_port()}", tmp_path / "kb.duckdb")
+    assert done.returncode == ExitCode.BUSY, done.stdout[-2000:] + done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: The model server at http://127.0.0.1:") and "does not answer" in line
+    assert "nothing was sent. Start it, or check --base-url." in line
+    assert "still failed after" not in line  # the check before the first request, not a request's retries
+
+
+def test_a_server_killed_mid_run_gives_a_partial_report_and_the_rerun_sends_only_what_is_left(tmp_path):
+    """The stub dies (SIGKILL) after a few answers: eval-model reports what it has, says it is partial and exits 3;
+    the same command on a restarted stub sends only the requests that got no answer, and the report is whole."""
+    db, port = tmp_path / "kb.duckdb", free_port()
+    total = 8  # four problems, two samples each
+    proc, url = start_chat_server(tmp_path / "chat.log", only_prose=True, port=port, PLAIN="1", WORK_S="1.0")
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "kernelbench_rl.cli", "eval-model", "--policy", "openai:canned",
+               "--base-url", f"{url}/v1", "--samples", "2", "--split", "train", "--max-problems", "4", "--db", str(db),
+               "--run-id", "api-eval", "--timeout", "5", "--retries", "1", "--concurrency", "1", *CLI_OVERRIDES]
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while sum(httpx.get(f"{url}/stats").json()["served"].values()) < 3 and time.monotonic() < deadline:
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(timeout=30)
+        out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == ExitCode.BUSY, out[-2000:] + err[-2000:]
+    assert "the report above is partial" in err and "stopped answering" in err and "Traceback" not in err
+    assert "| metric | openai:canned (train) |" in out and "| unjudged_samples |" in out
+    answered = Store(db).fetchall("SELECT count(*) FROM model_answers")[0][0]
+    assert 3 <= answered < total
+
+    proc, url = start_chat_server(tmp_path / "chat.log", only_prose=True, port=port, PLAIN="1")
+    try:
+        second = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+        stats = httpx.get(f"{url}/stats").json()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert stats["requests"] == total - answered  # only the unanswered ones were sent again
+    assert f"resuming evaluation" in second.stdout and f"{answered} answer(s) reused" in second.stdout
+    assert "| unjudged_samples | 0 |" in second.stdout
+    rows = Store(db).fetchall("SELECT DISTINCT eval_id FROM eval_reports")
+    assert len(rows) == 1  # the resumed report replaced the partial one
+    assert Store(db).fetchall("SELECT count(*) FROM eval_samples WHERE error_category IN ('infra', 'pending')") == [(0,)]

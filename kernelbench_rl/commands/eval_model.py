@@ -25,10 +25,20 @@ def eval_model_command(
     retries: Annotated[int, typer.Option("--retries", help="Retries of a 429/5xx/timeout, with exponential backoff.")] = 4,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds one request may take.")] = 300.0,
     problems_root: ProblemsRootOption = None,
+    context_tokens: Annotated[Optional[int], typer.Option(
+        "--context-tokens", help="The served model's context window in tokens, for a server whose GET /models does "
+        "not say it (vLLM and SGLang do). Each answer may take what it leaves after the prompt; sampling.max_tokens=N "
+        "caps that; with neither, requests carry no max_tokens and the server decides.", show_default=False)] = None,
 ) -> None:
-    """Sample k kernels per problem from the model, evaluate them, and record an eval report like a checkpoint's."""
+    """Sample k kernels per problem from the model, evaluate them, and record an eval report like a checkpoint's.
+
+    The server is asked first (GET /models: does it answer, and what context does the model have). Each answer is
+    recorded as it arrives, so the same command after a run that died, or whose server stopped answering (a partial
+    report), sends only the requests left.
+    """
     from kernelbench_rl.config import load_config
-    from kernelbench_rl.training.checkpoint_eval import evaluate_model, markdown_table
+    from kernelbench_rl.training.checkpoint_eval import evaluate_model
+    from kernelbench_rl.training.model_answers import UnansweredRequests
 
     if samples < 1:
         raise UserError("--samples must be at least 1.")
@@ -49,20 +59,34 @@ def eval_model_command(
     try:
         report = evaluate_model(cfg, policy, base_url=base_url, samples_per_problem=samples, split=split,
                                 max_problems=max_problems, ks=sorted({1, 5, 10, samples}), concurrency=concurrency,
-                                max_retries=retries, timeout_s=timeout_s)
-    except InfraError as exc:  # ours, not the model's: retry later, never a traceback (exit codes: README)
+                                max_retries=retries, timeout_s=timeout_s, context_tokens=context_tokens,
+                                say=typer.echo)
+    except UnansweredRequests as exc:  # the server stopped answering: what was judged, then "run again"
+        _print_report(exc.report, cfg.db_path)
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(exc.exit_code) from None
+    except InfraError as exc:  # ours, not the model's: retry later, never a traceback (docs/cli.md)
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(exc.exit_code) from None
+    _print_report(report, cfg.db_path)
+
+
+def _print_report(report, db_path) -> None:
+    """The table, what got no verdict, and what the model cost (answers cut at the token budget included)."""
+    from kernelbench_rl.training.checkpoint_eval import markdown_table
+
     typer.echo(markdown_table([report]))
     if report.overall.unjudged_samples:
         typer.secho(f"partial: {report.overall.unjudged_samples} sample(s) got no verdict on their kernel (eval_samples "
                     f"rows of eval_id {report.eval_id} say why); they are left out of every rate above.", err=True,
                     fg=typer.colors.YELLOW)
     usage = report.usage or {}
+    answers = usage.get("requests", 0) + usage.get("reused", 0)
+    reused = f", {usage['reused']} answer(s) reused from the interrupted run" if usage.get("reused") else ""
     typer.echo(f"{usage.get('requests', 0)} requests, {usage.get('prompt_tokens', 0)} prompt + "
-               f"{usage.get('completion_tokens', 0)} completion tokens, {usage.get('retries', 0)} retries; "
-               f"report {report.run_id}|{report.label}|{report.split} -> {cfg.db_path} (table eval_reports)")
-
+               f"{usage.get('completion_tokens', 0)} completion tokens, {usage.get('retries', 0)} retries{reused}; "
+               f"{usage.get('truncated', 0)} of {answers} answers hit the token budget (finish_reason length); "
+               f"report {report.run_id}|{report.label}|{report.split} -> {db_path} (table eval_reports)")
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the top-level app."""

@@ -118,6 +118,9 @@ def _launch(module: str, args: list[str]) -> NoReturn:
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    from kernelbench_rl.prefect_home import project_prefect_env
+
+    env.update(project_prefect_env(env))  # the home `serve` shows (its API when it is up), not ~/.prefect
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
     sys.stdout.flush()
     sys.stderr.flush()
@@ -149,7 +152,8 @@ def register(app: typer.Typer) -> None:
         port: Annotated[int, typer.Option(help="Port of the Prefect server and UI.")] = 4200,
         no_worker: Annotated[bool, typer.Option("--no-worker", help="Do not start a worker.")] = False,
         prefect_home: Annotated[Optional[str], typer.Option(
-            "--prefect-home", help="PREFECT_HOME of the server (default: runs/prefect).", show_default=False)] = None,
+            "--prefect-home", help="PREFECT_HOME of the server (default: $PREFECT_HOME, else runs/prefect here: where "
+            "`kernelbench-rl pipeline` records its runs).", show_default=False)] = None,
     ) -> None:
         """Start a local Prefect server (UI on localhost), deploy prefect.yaml and start a process worker.
 

@@ -24,9 +24,26 @@ def _warn(message: str) -> None:
     Console(stderr=True).print(f"[yellow]note:[/yellow] {message}")
 
 
+LEVEL_HELP = "Only this level (KernelBench's are 1-3, kernrl's 1-10; a level with no problems is an error)."
+
+
+def _require_level(level: int | None, problems: list, problems_root) -> None:
+    """A level the source does not have is a mistake (one sentence, exit 2), never an empty table."""
+    if level is None or problems:
+        return
+    from kernelbench_rl.errors import UserError
+
+    from kernelbench_rl.problems.loaders import resolve_problems_root
+
+    have = sorted({p.level for p in load_problems(problems_root)})
+    source = resolve_problems_root(problems_root)
+    where = "the bundled set" if source is None else str(source.path)
+    raise UserError(f"Level {level} has no problems in {where}; its levels are {', '.join(map(str, have)) or 'none'}.")
+
+
 @problems_app.command("list")
 def list_problems(
-    level: Annotated[Optional[int], typer.Option("--level", "-l", help="Only this level (1, 2 or 3).")] = None,
+    level: Annotated[Optional[int], typer.Option("--level", "-l", help=LEVEL_HELP)] = None,
     problems_root: RootOption = None,
     holdout_fraction: Annotated[float, typer.Option(help="Fraction held out for evaluation.")] = 0.2,
     split_seed: Annotated[int, typer.Option(help="Seed of the train/holdout split.")] = 0,
@@ -35,6 +52,7 @@ def list_problems(
     """List problems with their level, name and train/holdout split, then counts per level."""
     levels = [level] if level is not None else None
     problems = load_problems(problems_root, levels=levels, warn=_warn)
+    _require_level(level, problems, problems_root)
     if ids_only:  # each in its suite's own form: kernrl's L1_23_Softmax, KernelBench's L1/23
         for problem in problems:
             typer.echo(problem.display_id)
@@ -70,6 +88,14 @@ def show_problem(
 ) -> None:
     """Print a problem's source (and optionally our solution), verbatim: `> x.py` gives a Python file; with --floor,
     its speed of light instead."""
+    floor_only = [name for name, given in (("--gpu", gpu is not None), ("--precision", precision != "fp32"),
+                                           ("--json", as_json)) if given]
+    if floor_only and not floor:  # silently ignored they would print the source, not what was asked for
+        from kernelbench_rl.errors import UserError
+
+        one = len(floor_only) == 1
+        raise UserError(f"{' and '.join(floor_only)} only {'goes' if one else 'go'} with --floor; add --floor to print "
+                        f"the problem's speed of light, or drop {'it' if one else 'them'} to print its source.")
     problem = get_problem(problem_id, problems_root)
     if floor:
         _show_floor(problem, gpu, precision, as_json)
@@ -131,7 +157,7 @@ _STATUS_STYLE = {"ok": "green", "widened": "cyan", "fails": "red", "unavailable"
 
 @problems_app.command("audit")
 def audit_command(
-    level: Annotated[Optional[int], typer.Option("--level", "-l", help="Only this level.")] = None,
+    level: Annotated[Optional[int], typer.Option("--level", "-l", help=LEVEL_HELP)] = None,
     ids: Annotated[Optional[str], typer.Option("--ids", help="Only these problems, comma-separated (e.g. L1/19,L1/20 or kernrl's L10_1).")] = None,
     problems_root: RootOption = None,
     size: Annotated[str, typer.Option("--size", help="small (the CPU sizes) or real (the problem's own sizes).")] = "small",
@@ -169,6 +195,7 @@ def audit_command(
         if not torch.cuda.is_available():
             raise UserError("--device cuda needs a CUDA GPU, and none is visible here; use --device cpu.")
     problems = load_problems(problems_root, levels=[level] if level is not None else None, warn=_warn)
+    _require_level(level, problems, problems_root)
     if ids:
         chosen = []
         for wanted in (i.strip() for i in ids.split(",") if i.strip()):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -56,14 +55,12 @@ def sql(
     ] = None,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of objects instead of a table.")] = False,
-    max_rows: Annotated[int, typer.Option("--max-rows", help="Rows shown in the table view.")] = 100,
+    max_rows: Annotated[int, typer.Option("--max-rows", help="Rows shown in the table view (CSV and JSON give all).")] = 100,
     busy_timeout: Annotated[
         float, typer.Option("--busy-timeout", help="Seconds to keep retrying while another process writes.")
     ] = 30.0,
 ) -> None:
-    """Run read-only SQL against the run database and print the result (a table, CSV or JSON)."""
-    import polars as pl
-
+    """Run read-only SQL against the run database and print the result (a plain table, CSV or JSON)."""
     if as_csv and as_json:
         raise UserError("Choose one of --csv and --json, not both.")
     path = db if db is not None else default_db_path()
@@ -82,17 +79,43 @@ def sql(
     elif as_csv:
         typer.echo(_flatten_nested(frame).write_csv(), nl=False)
     else:
-        width = shutil.get_terminal_size(fallback=(160, 24)).columns
-        with pl.Config(
-            tbl_rows=max_rows,
-            tbl_cols=-1,
-            tbl_width_chars=width,
-            fmt_str_lengths=TABLE_STRING_WIDTH,
-            fmt_table_cell_list_len=8,
-            tbl_hide_column_data_types=False,
-        ):
-            typer.echo(str(frame))
+        typer.echo(plain_table(frame.columns, frame.rows(), max_rows))
 
+
+def _cell(value) -> str:
+    """One value as the table shows it: NULL, a number in a few significant digits, nested values as JSON, and text
+    cut at TABLE_STRING_WIDTH (CSV and JSON give everything)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (dict, list, tuple)):
+        value = json.dumps(_plain(value))
+    text = " ".join(str(value).split()) if isinstance(value, str) else str(value)
+    return text if len(text) <= TABLE_STRING_WIDTH else text[:TABLE_STRING_WIDTH - 1] + "…"
+
+
+def plain_table(columns: list[str], rows: list[tuple], max_rows: int) -> str:
+    """A plain-text table: a header, a rule, one line per row (numbers right-aligned), then the row count."""
+    shown = [[_cell(v) for v in row] for row in rows[:max(max_rows, 0)]]
+    def is_number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    values = [[row[i] for row in rows if row[i] is not None] for i in range(len(columns))]
+    numeric = [bool(column) and all(is_number(v) for v in column) for column in values]
+    widths = [max([len(name), *(len(r[i]) for r in shown)]) for i, name in enumerate(columns)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)).rstrip()
+
+    out = [line(list(columns)), "  ".join("-" * w for w in widths), *(line(r) for r in shown)]
+    more = len(rows) - len(shown)
+    if more > 0:
+        out.append(f"… {more} more row{'s' if more != 1 else ''} (--max-rows N shows more; --csv and --json give all)")
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
 
 def register(app: typer.Typer) -> None:
     """Add `sql` to the top-level app."""

@@ -5,6 +5,42 @@ from __future__ import annotations
 import typer
 
 
+# A local policy on the CPU with more than this per step runs for minutes per step (the default config is sized for
+# Tinker and a GPU: 8 problems x 8 answers of up to 3,072 tokens).
+CPU_ANSWER_TOKENS_PER_STEP = 16 * 1024
+
+
+def describe_plan(cfg) -> list[str]:
+    """What one step does, where, and (on a CPU with a config sized for a GPU) that it takes a while and why."""
+    import os
+
+    from kernelbench_rl.training.setup import resolve_eval_device
+
+    answers = cfg.training.batch_problems * cfg.sampling.group_size
+    turns = cfg.env.turns if cfg.env.mode == "kevin" else 1
+    tokens = cfg.max_completion_tokens()
+    tinker = cfg.policy.backend == "tinker" or (cfg.policy.backend == "auto" and bool(os.environ.get("TINKER_API_KEY")))
+    if tinker:
+        where = "on Tinker's service"
+    else:
+        import torch
+
+        device = cfg.policy.device if cfg.policy.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        where = f"by the local backend on the {'GPU' if device == 'cuda' else 'CPU'}"
+    eval_device, _ = resolve_eval_device(cfg.eval.device, cfg.eval.size)
+    judge = "Triton's CPU interpreter (correctness only)" if eval_device == "cpu" else "the evaluator on the GPU"
+    per_turn = f" per turn, {turns} turns" if turns > 1 else ""
+    lines = [f"plan: {cfg.training.steps} steps; each samples {cfg.training.batch_problems} problems x "
+             f"{cfg.sampling.group_size} answers = {answers} answers of up to {tokens} tokens{per_turn} {where}, "
+             f"judged by {judge}; progress shows each problem as it is judged, with the time left at that pace"]
+    if not tinker and where.endswith("CPU") and answers * tokens * turns > CPU_ANSWER_TOKENS_PER_STEP:
+        lines.append(f"note: up to {answers * tokens * turns:,} tokens per step sampled on the CPU: expect minutes per "
+                     "step before the first problem is judged (this config is sized for Tinker and a GPU). For a run "
+                     "sized for a laptop: `kernelbench-rl pipeline` (make run), or add sampling.group_size=4 "
+                     "training.batch_problems=2 sampling.max_tokens=400.")
+    return lines
+
+
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the top-level app."""
 
@@ -35,11 +71,13 @@ def register(app: typer.Typer) -> None:
         typer.echo(describe_run_start(cfg))
         typer.echo(f"run {cfg.resolved_run_id()}: {cfg.env.mode} mode, policy {resolve_base_model(cfg)} "
                    f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
+        for line in describe_plan(cfg):
+            typer.echo(line)
         from kernelbench_rl.commands.signals import sigterm_as_interrupt
 
         try:
             with sigterm_as_interrupt():  # a supervisor's SIGTERM stops the run as Ctrl-C does: checkpoint kept
-                summary = run_training(cfg, progress=progress, stop_after_steps=stop_after)
+                summary = run_training(cfg, progress=progress, lines=not progress, stop_after_steps=stop_after)
         except KeyboardInterrupt:
             typer.secho(f"run {cfg.resolved_run_id()}: stopped; its last finished step is saved, and the same "
                         "command resumes it.", err=True)

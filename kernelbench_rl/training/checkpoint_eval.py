@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,27 +255,57 @@ def evaluate_model(
     concurrency: int = 8,
     max_retries: int = 4,
     timeout_s: float = 300.0,
+    context_tokens: int | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> CheckpointReport:
     """`policy="openai:MODEL"` served at `base_url`: the same problems, prompts, evaluator and report
-    rows as a checkpoint's evaluation (label = the policy string); token usage joins metrics_json."""
-    from kernelbench_rl.policy.openai_backend import OpenAIChatPolicy, OpenAIPolicySpec, run_chat_episodes
+    rows as a checkpoint's evaluation (label = the policy string); token usage joins metrics_json.
 
+    The answer budget is the served model's (`OpenAIChatPolicy.probe`: its context as the server reports it, or
+    `context_tokens`; `sampling.max_tokens` caps it when set), never the config's base model's. The same call
+    after a run that died or whose server stopped answering resumes it (`model_answers`): only the requests
+    left are sent. Requests that never got an answer make the report partial: its rows are recorded and
+    UnansweredRequests (an InfraError) is raised with it. `say` gets a line on the budget and on what resumes."""
+    from kernelbench_rl.policy.openai_backend import OpenAIChatPolicy, OpenAIPolicySpec, run_chat_episodes
+    from kernelbench_rl.training.model_answers import AnswerLog, UnansweredRequests
+
+    say = say or (lambda _line: None)
     policy_spec = OpenAIPolicySpec.from_policy(policy, base_url, concurrency=concurrency, max_retries=max_retries,
-                                         timeout_s=timeout_s)
+                                               timeout_s=timeout_s, max_tokens=config.sampling.max_tokens,
+                                               context_tokens=context_tokens)
     store = store or Store(config.db_path)
     problems = evaluation_problems(config, split, max_problems)
     chat = OpenAIChatPolicy(policy_spec)
-    run_id, eval_id = config.resolved_run_id(), new_eval_id()
+    server = chat.probe()  # before the evaluator starts and anything is paid for
+    say(f"{chat.label} at {chat.where}: {server.describe(policy_spec.max_tokens)}")
+    run_id = config.resolved_run_id()
+    log = AnswerLog(store, run_id, chat.label, split, policy_spec.model, temperature=config.sampling.temperature,
+                    top_p=config.sampling.top_p)
+    eval_id = log.resume()
+    if eval_id is not None:
+        say(f"resuming evaluation {eval_id}: {log.earlier_answers} answer(s) already in {store.path}; only the "
+            "requests without one are sent")
+    eval_id = log.eval_id = eval_id or new_eval_id()
     with _evaluating(config, store, problems, evaluate_fn) as evaluate_fn:
         builders = make_group_builders(problems, samples_per_problem, EnvSpec.from_config(config), retrieve,
                                        config.rag.k if retrieve is not None else 0)
         recorder = _AnswerRecorder(store, run_id, chat.label, split, eval_id)
+
+        def on_answer(env: KernelEnv, sample_index: int, answer: Any) -> None:
+            log.record(env, sample_index, answer)
+            recorder(env, sample_index)
+
         groups = run_chat_episodes(builders, chat, evaluate_fn, temperature=config.sampling.temperature,
-                                   top_p=config.sampling.top_p, on_answer=recorder)
+                                   top_p=config.sampling.top_p, on_answer=on_answer, earlier=log.earlier)
     report = _report(run_id, chat.label, split, problems, groups, samples_per_problem, ks)
     report.eval_id = eval_id
-    report.usage = chat.usage.to_dict()
+    report.usage = {**chat.usage.to_dict(), **({"context_tokens": server.context_tokens} if server.context_tokens else {})}
     _store_report(store, report, [env for envs in groups for env in envs])
+    if chat.usage.unanswered:
+        raise UnansweredRequests(
+            f"{chat.usage.unanswered} request(s) got no answer ({chat.gone or 'they failed after their retries'}); "
+            f"the report above is partial (eval_id {eval_id}). Run the same command again when the server answers: "
+            "it sends only those.", report)
     require_a_verdict(report, groups)
     return report
 
@@ -378,7 +408,8 @@ def markdown_table(reports: Sequence[CheckpointReport]) -> str:
         return "-" if value is None else f"{value:.3f}"
 
     def summary_rows(prefix: str, pick) -> list[str]:
-        summaries = [pick(r) for r in reports]
+        # A summary with nothing judged measured nothing: "-", never 0.000.
+        summaries = [x if x is not None and x.num_problems else None for x in (pick(r) for r in reports)]
         rows = []
         for key in ("compile_rate", "correct_rate"):
             rows.append(f"| {prefix}{key} | " + " | ".join(

@@ -135,6 +135,8 @@ class TrainingRun:
         self._evaluate_fn = evaluate_fn
         self._service = service_client
         self.on_step = on_step
+        # (step, problems judged, problems of the step) as each problem's samples are judged: progress within a step
+        self.on_group: Callable[[int, int, int], None] | None = None
         self.next_step = 0
         self.resumed_from_step: int | None = None
         self.checkpoint_step: int | None = None  # last step whose state is saved
@@ -293,6 +295,8 @@ class TrainingRun:
                     raise RolloutStopped()
                 self._write_group(batch.step, batch.stage, group, group_samples)
             batch.samples_by_group[group.index] = group_samples
+            if self.on_group is not None:
+                self.on_group(batch.step, len(batch.samples_by_group), len(batch.builders))
 
         runner = RolloutRunner(batch.sampling_client, self.renderer, self._evaluate_fn,
                                temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
@@ -567,8 +571,10 @@ def run_training(
     evaluate_fn: EvaluateFn | None = None,
     service_client: Any | None = None,
     store: Store | None = None,
+    lines: bool = False,
 ) -> TrainSummary:
-    """Train (or resume) the configured run; `stop_after_steps` ends this invocation early."""
+    """Train (or resume) the configured run; `stop_after_steps` ends this invocation early. `progress` shows a
+    progress bar; `lines` (without it) prints the same progress as plain lines."""
     if retrieve is None and config.rag.enabled:
         retrieve = default_retriever(config, store)
     run = TrainingRun(config, store=store, retrieve=retrieve, evaluate_fn=evaluate_fn, service_client=service_client)
@@ -577,11 +583,11 @@ def run_training(
         limit = config.training.steps - first if stop_after_steps is None else min(stop_after_steps, config.training.steps - first)
         run.step_limit = first + limit
         bar: Any = nullcontext()
-        if progress:
-            from kernelbench_rl.training.progress import TrainProgress
+        if progress or lines:
+            from kernelbench_rl.training.progress import TrainLines, TrainProgress
 
-            bar = TrainProgress(run.run_id, config.training.steps, completed=first)
-            run.on_step = bar.update
+            bar = (TrainProgress if progress else TrainLines)(run.run_id, config.training.steps, completed=first)
+            run.on_step, run.on_group = bar.update, bar.group_done
         with bar:
             while count < limit:
                 run.step()

@@ -1,0 +1,96 @@
+"""A served model's answers in DuckDB, one row per request (`model_answers`), so that an evaluation that was
+killed, or whose server stopped answering, resumes: the same command sends only the requests left.
+
+An evaluation is resumed when it is the newest of its run, model and split and it is unfinished (no report yet,
+or a report with requests that never got an answer). An earlier answer is reused only for the very same request:
+the same model, prompt messages and sampling settings (a changed prompt or temperature is a new request).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from kernelbench_rl.envs.kernel_env import KernelEnv
+from kernelbench_rl.errors import InfraError
+from kernelbench_rl.policy.openai_backend import ChatAnswer
+from kernelbench_rl.store import Store
+
+
+class UnansweredRequests(InfraError):
+    """Some requests never got an answer (the server stopped answering): the report is partial, its rows are
+    recorded, and the same command resumes it."""
+
+    def __init__(self, message: str, report: Any) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def request_sha256(model: str, messages: Sequence[dict[str, str]], temperature: float, top_p: float) -> str:
+    body = json.dumps({"model": model, "messages": list(messages), "temperature": temperature, "top_p": top_p},
+                      sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+class AnswerLog:
+    """The answers of one evaluation of a served model: those of an unfinished earlier run, and each new one."""
+
+    def __init__(self, store: Store, run_id: str, label: str, split: str, model: str, *, temperature: float,
+                 top_p: float) -> None:
+        self.store, self.run_id, self.label, self.split, self.model = store, run_id, label, split, model
+        self.temperature, self.top_p = temperature, top_p
+        self.eval_id: str | None = None
+        self._earlier: dict[tuple[str, int, int], tuple[str, ChatAnswer]] = {}
+        self._requests: dict[tuple[str, int, int], str] = {}  # each request's sha256, as it is asked
+
+    def resume(self) -> str | None:
+        """The eval_id of this evaluation's unfinished earlier run (its answers loaded), else None."""
+        latest = self.store.dicts(
+            "SELECT eval_id, max(created_at) AS last FROM model_answers WHERE run_id = ? AND checkpoint = ? "
+            "AND split = ? GROUP BY eval_id ORDER BY last DESC LIMIT 1", [self.run_id, self.label, self.split])
+        if not latest:
+            return None
+        eval_id = latest[0]["eval_id"]
+        report = self.store.dicts("SELECT metrics_json FROM eval_reports WHERE eval_id = ? AND level IS NULL",
+                                  [eval_id])
+        if report and not json.loads(report[0]["metrics_json"] or "{}").get("usage", {}).get("unanswered"):
+            return None  # finished: a rerun is a new evaluation
+        rows = self.store.dicts(
+            "SELECT a.problem_id, a.sample_index, a.turn, a.request_sha256, b.text, a.finish_reason, a.prompt_tokens, "
+            "a.completion_tokens, a.max_tokens FROM model_answers a JOIN blobs b ON b.sha256 = a.completion_sha256 "
+            "WHERE a.eval_id = ?", [eval_id])
+        self._earlier = {
+            (r["problem_id"], r["sample_index"], r["turn"]): (r["request_sha256"], ChatAnswer(
+                r["text"], r["finish_reason"] or "", r["prompt_tokens"] or 0, r["completion_tokens"] or 0,
+                r["max_tokens"]))
+            for r in rows}
+        self.eval_id = eval_id
+        return eval_id
+
+    @property
+    def earlier_answers(self) -> int:
+        return len(self._earlier)
+
+    def earlier(self, env: KernelEnv, sample_index: int, messages: list[dict[str, str]]) -> ChatAnswer | None:
+        """The answer an earlier run got to this very request, if any (asked before each request is sent)."""
+        key = (env.problem.id, sample_index, len(env.turns))
+        request = self._requests[key] = request_sha256(self.model, messages, self.temperature, self.top_p)
+        found = self._earlier.get(key)
+        return found[1] if found is not None and found[0] == request else None
+
+    def record(self, env: KernelEnv, sample_index: int, answer: ChatAnswer | None) -> None:
+        """This answer of the run, as it arrives (nothing for a request that got none)."""
+        if answer is None or self.eval_id is None:
+            return
+        turn = env.turns[-1]
+        with self.store.connect():
+            (digest,) = self.store.put_texts("completion", [answer.text])
+            self.store.upsert("model_answers", [{
+                "eval_id": self.eval_id, "run_id": self.run_id, "checkpoint": self.label, "split": self.split,
+                "problem_id": env.problem.id, "sample_index": sample_index, "turn": turn.index,
+                "request_sha256": self._requests.get((env.problem.id, sample_index, turn.index)),
+                "completion_sha256": digest, "finish_reason": answer.finish_reason,
+                "prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
+                "max_tokens": answer.max_tokens}])
