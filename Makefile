@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test serve bench-gpu clean
+.PHONY: install run test mutation serve bench-gpu clean
 
 # torch first, pinned, so no resolver pulls the multi-GB CUDA build onto a CPU machine.
 $(STAMP): pyproject.toml
@@ -19,11 +19,22 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/kernelbench-rl pipeline
 
+# Both cores: pytest-xdist gives each worker whole test files (module fixtures such as an evaluator pool start once
+# per file), then the tests marked `alone` run with nothing beside them. Both parts always run; either failing fails.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -ra
+	@status=0; \
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not alone" || status=$$?; \
+	$(PY) -m pytest -q -ra -p no:xdist -m alone || status=$$?; \
+	exit $$status
+
+# Mutation testing of the verdict, reward, GRPO and resume code (bench/mutation.py; tens of minutes on 2 cores).
+mutation: $(STAMP)
+	$(PY) -m pip install -q 'mutmut==3.8.1'
+	$(PY) bench/mutation.py --out bench/results/mutation_cpu.json
 
 serve: $(STAMP)
 	$(VENV)/bin/kernelbench-rl serve
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache mutants

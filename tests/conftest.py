@@ -71,4 +71,6 @@ def pytest_unconfigure(config):
     import faulthandler
     import sys
 
+    if "mutmut" in sys.modules:  # the mutation run calls pytest again and again in one process (make mutation)
+        return
     faulthandler.dump_traceback_later(120, exit=True, file=sys.__stderr__)

@@ -70,6 +70,7 @@ def _forwards(path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+@pytest.mark.alone  # a 1 s timeout or a 5 s budget inside: a busy neighbour would move the verdict
 def test_a_reference_past_its_budget_gets_no_verdict_and_the_batch_goes_on(forwards_dir):
     forwards, other_forwards = forwards_dir / "forwards.txt", forwards_dir / "other_forwards.txt"
     slow = _slow_problem(9301, str(forwards), 600.0)
@@ -103,6 +104,7 @@ def test_a_reference_past_its_budget_gets_no_verdict_and_the_batch_goes_on(forwa
     assert replaced and restarts == 0
 
 
+@pytest.mark.alone  # a 1 s timeout or a 5 s budget inside: a busy neighbour would move the verdict
 def test_the_references_forwards_are_not_charged_to_its_candidate(forwards_dir):
     # Each correctness seed's reference forward takes 0.4 s; 5 seeds and 2 widened ones are over 2 s of the
     # reference's, past the candidate's 1 s timeout, while the candidate (a ReLU) takes milliseconds.
@@ -131,6 +133,7 @@ class ModelNew(nn.Module):
 """
 
 
+@pytest.mark.alone  # a 1 s timeout or a 5 s budget inside: a busy neighbour would move the verdict
 def test_a_candidate_as_slow_as_its_reference_is_judged_not_timed_out(forwards_dir):
     # 0.6 s a call on both sides: its first call and each of its 7 correctness calls would pass a 1 s timeout.
     slow = _slow_problem(9307, str(forwards_dir / "forwards.txt"), 0.6)

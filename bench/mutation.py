@@ -1,0 +1,126 @@
+"""Mutation testing (mutmut) over the code whose mistakes cost most quietly: the verdict's comparison, the
+reward, GRPO's credit assignment and what a resumed run removes.
+
+mutmut (configured in pyproject.toml, [tool.mutmut]) copies the package into ./mutants/, makes one small change
+at a time in the functions below (an operator, a constant, a condition, an argument dropped) and runs the
+focused tests that reach that function; a change no test notices "survives". The run is bounded to these
+functions and their focused test files, so it fits a shared 2-core machine (`make mutation`, tens of minutes).
+
+Prints a table (score per module: killed / (killed + survived + timeouts)), each survivor with its diff, and
+writes JSON with --out. Exit 0 whatever the score: survivors are read and answered (a test, or a reason), not
+gated on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Module label -> mutmut's names of the functions mutated (x_<function>, xǁ<Class>ǁ<method>).
+TARGETS: dict[str, list[str]] = {
+    "verdict (evaluation/checks.py)": [
+        "kernelbench_rl.evaluation.checks.x_compare_outputs__mutmut_*",
+        "kernelbench_rl.evaluation.checks.x__tie_tolerant_fault__mutmut_*",
+        "kernelbench_rl.evaluation.checks.x_declared_index_outputs__mutmut_*",
+        "kernelbench_rl.evaluation.checks.x_inputs_unmodified__mutmut_*",
+    ],
+    "reward (rewards/shaping.py, returns.py)": [
+        "kernelbench_rl.rewards.shaping.x_score__mutmut_*",
+        "kernelbench_rl.rewards.shaping.x_bounded_log_speedup__mutmut_*",
+        "kernelbench_rl.rewards.shaping.x_is_hack__mutmut_*",
+        "kernelbench_rl.rewards.returns.*",
+    ],
+    "GRPO advantages (training/grpo.py)": [
+        "kernelbench_rl.training.grpo.x_score_group__mutmut_*",
+        "kernelbench_rl.training.grpo.x_build_datums__mutmut_*",
+    ],
+    "resume (store/db.py discard_steps_after)": [
+        "kernelbench_rl.store.db.x\u01c1Store\u01c1discard_steps_after__mutmut_*",
+    ],
+}
+COUNTED = ("killed", "survived", "timeout")  # the score's denominator; "no tests" is listed apart
+
+
+def module_of(name: str) -> str | None:
+    return next((label for label, patterns in TARGETS.items() if any(fnmatch.fnmatchcase(name, p) for p in patterns)),
+                None)
+
+
+def mutmut(*args: str, timeout_s: float | None = None) -> subprocess.CompletedProcess:
+    exe = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or "mutmut"
+    return subprocess.run([exe, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+
+
+def results() -> dict[str, str]:
+    """Every mutant's status as `mutmut results --all true` prints it (name: status)."""
+    proc = mutmut("results", "--all", "true")
+    found = {}
+    for line in proc.stdout.splitlines():
+        match = re.match(r"\s*(\S+): (.+)$", line)
+        if match:
+            found[match.group(1)] = match.group(2).strip()
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--only", help="one module label's start (verdict, reward, GRPO, resume)")
+    parser.add_argument("--no-run", action="store_true", help="report the last run's results without running")
+    args = parser.parse_args()
+    if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
+        print("mutmut is not installed in this environment: pip install -e '.[mutation]'", file=sys.stderr)
+        return 2
+    labels = [label for label in TARGETS if not args.only or label.lower().startswith(args.only.lower())]
+    if not labels:
+        print(f"--only {args.only!r} names none of: {', '.join(TARGETS)}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    if not args.no_run:
+        patterns = [p for label in labels for p in TARGETS[label]]
+        proc = mutmut("run", *patterns)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:] + proc.stderr[-3000:], file=sys.stderr)
+            print("mutmut run failed (its output above)", file=sys.stderr)
+            return 1
+    wall_s = time.monotonic() - started
+    statuses = {name: status for name, status in results().items() if module_of(name) in labels}
+    table = []
+    for label in labels:
+        mine = {n: s for n, s in statuses.items() if module_of(n) == label}
+        counts = {status: sum(s == status for s in mine.values()) for status in sorted(set(mine.values()))}
+        judged = sum(counts.get(s, 0) for s in COUNTED)
+        killed = counts.get("killed", 0) + counts.get("timeout", 0)
+        table.append({"module": label, "mutants": len(mine), **counts,
+                      "score": round(killed / judged, 3) if judged else None,
+                      "survivors": sorted(n for n, s in mine.items() if s == "survived"),
+                      "no_tests": sorted(n for n, s in mine.items() if s == "no tests")})
+    print(f"{'module':45} {'mutants':>7} {'killed':>6} {'timeout':>7} {'survived':>8} {'no tests':>8} {'score':>6}")
+    for row in table:
+        score = f"{row['score']:.1%}" if row["score"] is not None else "-"
+        print(f"{row['module']:45} {row['mutants']:>7} {row.get('killed', 0):>6} {row.get('timeout', 0):>7} "
+              f"{row.get('survived', 0):>8} {row.get('no tests', 0):>8} {score:>6}")
+    for row in table:
+        for name in row["survivors"] + row["no_tests"]:
+            shown = mutmut("show", name).stdout
+            diff = [line for line in shown.splitlines() if line.startswith(("-", "+")) and not line.startswith(("---", "+++"))]
+            print(f"\n{'survived' if name in row['survivors'] else 'no tests'}: {name}\n  " + "\n  ".join(diff))
+    if args.out:
+        args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "machine": platform.node(),
+                                        "cpus": len(__import__("os").sched_getaffinity(0)), "wall_s": round(wall_s),
+                                        "modules": table}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
