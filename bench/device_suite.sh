@@ -52,8 +52,10 @@
 #                                                # GRPO_COLD_AB="VAR=a VAR=b" alternates settings within each run
 #   bash bench/device_suite.sh grpo-trace        # <= 500 s: the warm batch of level 2, then level 1 (GRPO_TRACE_LEVELS), with the
 #                                                # evaluation timeline on; bench/trace_timeline.py's summary (and picture)
-#   bash bench/device_suite.sh gpu-tests         # <= 575 s: the tests marked gpu (skipped on CPU machines), with pytest from
+#   bash bench/device_suite.sh gpu-tests         # <= 575 s: the tests marked gpu (deselected on CPU machines), with pytest from
 #                                                # .whl-test/ (carry it; .whl-rl/ too for the local policy's test); $OUT/gpu_tests.{log,xml}
+#                                                # and $OUT/gpu_tests_row.md, the result as a row of bench/RESULTS.md. Run it for
+#                                                # every change under kernelbench_rl/evaluation/ (bench/README.md, "GPU tests")
 # kernrl (carry .kr: a copy of its snapshot's problems folder):
 #   bash bench/device_suite.sh kr-identity [IDS]  # <= 575 s: reference-as-candidate over kernrl's problems whose reference
 #                                                # runs under 1 s a call at real size (72 of 89), or IDS; KR_ARGS="--timeout 60"
@@ -130,8 +132,11 @@ case "$MODE" in
     [ -d .whl-rl ] && install_wheels .whl-rl /tmp/test_site 120
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
     timeout $LEFT python3 -m pytest -q -ra -m gpu -p no:cacheprovider --junitxml "$OUT/gpu_tests.xml" \
-      ${GPU_TESTS:-tests/hacks/test_hacks.py tests/test_evaluator.py tests/test_reference_budget.py tests/test_policy_local.py} \
-      2>&1 | tee "$OUT/gpu_tests.log" ;;
+      ${GPU_TESTS:-tests/hacks/test_hacks.py tests/test_evaluator.py tests/test_reference_budget.py tests/test_policy_local.py tests/test_integer_outputs_exact.py} \
+      2>&1 | tee "$OUT/gpu_tests.log"
+    GPU_TESTS_STATUS=$?
+    [ -f "$OUT/gpu_tests.xml" ] && python3 bench/gpu_tests_row.py "$OUT/gpu_tests.xml" | tee "$OUT/gpu_tests_row.md"
+    exit $GPU_TESTS_STATUS ;;
   kr-identity)
     # The 72 of kernrl's 89 whose reference runs under 1 s a call, alone and warm, at real size on an H100 (the other 17 take
     # longer, or fail on their own: bench/RESULTS.md, "kernrl's problems").
