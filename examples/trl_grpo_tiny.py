@@ -65,7 +65,9 @@ def main() -> None:
     # Correctness on the CPU through Triton's interpreter, with one trial: cheap and the same verdict path as train.
     evaluator = Evaluator(EvalSettings(device="cpu", size="small", correctness_trials=1), store=store,
                           problems={p.id: p for p in problems})
-    output_dir = args.output_dir or tempfile.mkdtemp(prefix="trl-grpo-tiny-")
+    # Without --output-dir the trainer's folder is temporary: nothing is left behind in /tmp.
+    scratch = tempfile.TemporaryDirectory(prefix="trl-grpo-tiny-") if not args.output_dir else None
+    output_dir = args.output_dir or scratch.name
     config = GRPOConfig(output_dir=output_dir, max_steps=args.steps, per_device_train_batch_size=2, num_generations=2,
                         max_completion_length=24, learning_rate=1e-4, logging_steps=1, report_to=[], save_strategy="no",
                         use_cpu=True, bf16=False, temperature=1.0, seed=0)
@@ -84,9 +86,12 @@ def main() -> None:
         result = trainer.train()
     finally:
         evaluator.close()
+        if scratch is not None:
+            scratch.cleanup()
     rewards = [entry for entry in trainer.state.log_history if "reward" in entry]
+    kept = f"; output in {output_dir}" if scratch is None else ""
     print(f"trained {result.global_step} step(s); loss {result.training_loss:.4f}; "
-          f"mean reward {rewards[-1]['reward'] if rewards else float('nan'):.3f}; output in {output_dir}")
+          f"mean reward {rewards[-1]['reward'] if rewards else float('nan'):.3f}{kept}")
 
 
 if __name__ == "__main__":

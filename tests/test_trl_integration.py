@@ -28,13 +28,14 @@ def test_adapter_imports_without_trl():
 
 def test_grpo_example_trains_one_multi_turn_step_on_the_cpu(tmp_path):
     pytest.importorskip("trl")
-    db = tmp_path / "trl.duckdb"
-    done = subprocess.run([sys.executable, "examples/trl_grpo_tiny.py", "--multi-turn", "--db", str(db),
-                           "--output-dir", str(tmp_path / "out")],
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=500)
+    db, scratch = tmp_path / "trl.duckdb", tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run([sys.executable, "examples/trl_grpo_tiny.py", "--multi-turn", "--db", str(db)],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(scratch)},
+                          capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained 1 step(s)" in done.stdout
+    assert not list(scratch.glob("trl-grpo-tiny-*"))  # without --output-dir, its temporary folder is gone
     turns = Store(db).fetchall("SELECT step, turn, format_ok, error_category FROM rollouts ORDER BY step, turn")
     # two prompts (one step, two generations each), two turns each: the tiny model never writes a kernel
     assert [(s, t) for s, t, *_ in turns] == [(0, 0), (0, 1), (1, 0), (1, 1)]

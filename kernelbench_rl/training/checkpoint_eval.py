@@ -190,8 +190,36 @@ def evaluate_checkpoint(
 
     report = _report(run_id, label, split, problems, groups, samples_per_problem, ks)
     _store_report(store, report, [env for envs in groups for env in envs])
+    log_to_tensorboard(config, report, step=0 if ckpt is None else int(ckpt["step"]))
     require_a_verdict(report, groups)
     return report
+
+
+def report_scalars(report: CheckpointReport) -> dict[str, float]:
+    """The report's figures as TensorBoard scalars: `{split}/{metric}` overall, `{split}/L{level}/{metric}` per
+    level; a level with nothing judged, or a figure not measured (a CPU's speedups), gives none."""
+    out: dict[str, float] = {}
+    for level, summary in [(None, report.overall), *sorted(report.per_level.items())]:
+        if not summary.num_problems:
+            continue
+        prefix = report.split if level is None else f"{report.split}/L{level}"
+        for key, value in summary.to_dict().items():
+            for name, number in (value.items() if isinstance(value, dict) else [(key, value)]):
+                if isinstance(number, (int, float)) and not isinstance(number, bool):
+                    out[f"{prefix}/{name}"] = float(number)
+    return out
+
+
+def log_to_tensorboard(config: TrainConfig, report: CheckpointReport, step: int) -> None:
+    """A checkpoint's evaluation beside its run's training curves: `<run log dir>/tensorboard/eval` at the
+    checkpoint's step (the base model's under `eval-base`, at step 0)."""
+    from kernelbench_rl.training.metrics import TensorBoardLogger
+
+    logger = TensorBoardLogger(config.run_log_dir() / "tensorboard" / ("eval-base" if report.label == BASE else "eval"))
+    try:
+        logger.log(step, report_scalars(report), [o.speedup for o in report.outcomes if o.speedup is not None])
+    finally:
+        logger.close()
 
 
 @contextlib.contextmanager
