@@ -178,8 +178,11 @@ def test_the_worker_clock_check_flags_reported_times_its_own_clock_cannot_explai
     honest = BlockWall(60 * (0.8 + 0.5) / 1000.0, 60, [0.5] * 50)  # really twice as fast
     faked = BlockWall(60 * (0.8 + 1.0) / 1000.0, 60, [1.0 / 3] * 50)  # as slow as the reference, reports 3x
     noisy = BlockWall(60 * (0.8 + 0.5) * 1.1 / 1000.0, 60, [0.5] * 50)  # an honest block whose wall ran 10% long
+    # An honest kernel that holds memory: its fresh inputs reach cudaMalloc and the loop's overhead grows by a third.
+    allocating = BlockWall(60 * (0.8 * 1.33 + 0.5) / 1000.0, 60, [0.5] * 50)
     assert host_clock_check(honest, reference)[0] is False
     assert host_clock_check(noisy, reference)[0] is False
+    assert host_clock_check(allocating, reference)[0] is False
     disagrees, text = host_clock_check(faked, reference)
     assert disagrees and text.startswith("DISAGREES") and "1.0000 ms" in text
     assert host_clock_check(faked, None) == (False, "not checked: no timed calls on the worker's clock")

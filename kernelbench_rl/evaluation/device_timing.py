@@ -61,9 +61,14 @@ VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
 # adds per call beyond the reported times is the same overhead on both sides: the candidate's time per call implied by
 # the worker's clock is the reference's reported time plus the difference of the two walls per call. Reported times
 # that this implied time exceeds by more than HOST_CLOCK_RATIO (and HOST_CLOCK_SLACK_MS: launch overhead the events
-# need not see) are a flagged verdict, whatever speedup they claim.
+# need not see) are a flagged verdict, whatever speedup they claim. The loop's overhead is the same on both sides only
+# up to the allocator: fresh inputs are made in the candidate's own process, and a kernel that holds memory (a workspace,
+# a memo) can make them reach cudaMalloc where the reference's did not (an honest memoising kernel on KernelBench's
+# L1/19, 6 GiB of inputs a call, read 0.93x and was flagged on an H200). So the slack grows with that overhead: a
+# share HOST_CLOCK_OVERHEAD_SHARE of the reference's own overhead a call.
 HOST_CLOCK_RATIO = 1.5
 HOST_CLOCK_SLACK_MS = 0.05
+HOST_CLOCK_OVERHEAD_SHARE = 0.5
 
 
 @dataclasses.dataclass
@@ -95,9 +100,10 @@ def host_clock_check(kernel: BlockWall, reference: BlockWall | None) -> tuple[bo
         return False, "not checked: no timed calls on the worker's clock"
     implied = max(0.0, reference.mean_ms + kernel.per_call_ms - reference.per_call_ms)
     reported = kernel.mean_ms
+    overhead = max(0.0, reference.per_call_ms - reference.mean_ms)
     text = (f"reported {reported:.4f} ms a call; the worker's clock implies {implied:.4f} ms (its wall {kernel.per_call_ms:.4f}"
             f" ms a call against the reference's {reference.per_call_ms:.4f} ms, which reported {reference.mean_ms:.4f} ms)")
-    disagrees = implied > HOST_CLOCK_RATIO * reported + HOST_CLOCK_SLACK_MS
+    disagrees = implied > HOST_CLOCK_RATIO * reported + HOST_CLOCK_SLACK_MS + HOST_CLOCK_OVERHEAD_SHARE * overhead
     return disagrees, ("DISAGREES: " if disagrees else "agrees: ") + text
 
 
