@@ -352,3 +352,18 @@ def test_a_server_killed_mid_run_gives_a_partial_report_and_the_rerun_sends_only
     rows = Store(db).fetchall("SELECT DISTINCT eval_id FROM eval_reports")
     assert len(rows) == 1  # the resumed report replaced the partial one
     assert Store(db).fetchall("SELECT count(*) FROM eval_samples WHERE error_category IN ('infra', 'pending')") == [(0,)]
+
+
+def test_a_level_with_nothing_judged_shows_dashes_not_zeros():
+    """L1 judged (one right of two), L2's samples all without a verdict: L2's rates are "-", not 0.000."""
+    from kernelbench_rl.metrics import SampleOutcome, summarize
+    from kernelbench_rl.training.checkpoint_eval import CheckpointReport, markdown_table
+
+    judged = [SampleOutcome("L1/19", True, True, None), SampleOutcome("L1/19", True, False, None)]
+    unanswered = [SampleOutcome("L2/1", False, False, None, judged=False)] * 2
+    report = CheckpointReport("r", "openai:m", "holdout", judged + unanswered, summarize(judged + unanswered, [1]),
+                              {1: summarize(judged, [1]), 2: summarize(unanswered, [1])})
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in markdown_table([report]).splitlines()[2:]}
+    assert (rows["correct_rate"], rows["L1 correct_rate"], rows["L1 pass@1"]) == ("0.500", "0.500", "0.500")
+    assert rows["L2 num_problems"] == "0"
+    assert {rows[f"L2 {key}"] for key in ("compile_rate", "correct_rate", "pass@1", "fast_1")} == {"-"}

@@ -133,6 +133,13 @@ def nightly_targets(store: Store, run_ids: Sequence[str] = ()) -> list[NightlyTa
             for row, why in chosen]
 
 
+def _sampler_path(config: TrainConfig, checkpoint: dict[str, Any]) -> str:
+    """The checkpoint's sampler weights: a stored relative path is under the run's folder (a copied runs/ included)."""
+    from kernelbench_rl.training.checkpoints import resolved_path
+
+    return resolved_path(checkpoint["sampler_path"], config.run_log_dir())
+
+
 def _sampling_client(config: TrainConfig, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
     from kernelbench_rl.policy import make_service_client
     from kernelbench_rl.training.setup import policy_config, resolve_base_model
@@ -140,7 +147,7 @@ def _sampling_client(config: TrainConfig, checkpoint: dict[str, Any] | None, ser
     base_model = resolve_base_model(config)
     service = service_client or make_service_client(policy_config(config))
     client = (service.create_sampling_client(base_model=base_model) if checkpoint is None
-              else service.create_sampling_client(model_path=checkpoint["sampler_path"]))
+              else service.create_sampling_client(model_path=_sampler_path(config, checkpoint)))
     # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
     return client.result() if callable(getattr(client, "result", None)) else client
 
@@ -442,7 +449,9 @@ def markdown_table(reports: Sequence[CheckpointReport]) -> str:
         for key in ("compile_rate", "correct_rate"):
             rows.append(f"| {prefix}{key} | " + " | ".join(
                 fmt(getattr(x, key)) if x is not None else "-" for x in summaries) + " |")
-        pass_keys = sorted({k for x in summaries if x is not None for k in x.pass_at_k}, key=lambda k: int(k.split("@")[1]))
+        # every pass@k any summary has, so a level with nothing judged shows its rows too ("-")
+        pass_keys = sorted({k for r in reports for x in (r.overall, *r.per_level.values()) for k in x.pass_at_k},
+                           key=lambda k: int(k.split("@")[1]))
         for key in pass_keys:
             rows.append(f"| {prefix}{key} | " + " | ".join(
                 fmt(x.pass_at_k.get(key)) if x is not None else "-" for x in summaries) + " |")
