@@ -95,6 +95,7 @@ def run_curriculum(rates: list[dict[str, float]], truth: list[dict[str, float]],
         if cur.at_last_stage:
             break
         name, threshold = cur.watched_rate()
+        name = name.split("/", 1)[-1]  # level_<L>/<rate>: these traces have one level
         for event in cur.observe(step, dict(observed)):
             if event.kind == "stage":
                 if "max_steps_per_stage" in event.reason:
