@@ -11,7 +11,8 @@ from kernelbench_rl.envs.kernel_env import EnvGroupBuilder
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 from kernelbench_rl.problems import get_problem
 from kernelbench_rl.rewards.returns import group_advantages, is_constant
-from kernelbench_rl.rewards.shaping import bounded_log_speedup, score
+from kernelbench_rl.evaluation.result import Flag
+from kernelbench_rl.rewards.shaping import PRESETS, RewardPreset, bounded_log_speedup, score
 from kernelbench_rl.training import score_group
 from kernelbench_rl.training.rollouts import GroupRollout
 
@@ -56,6 +57,37 @@ def test_constant_means_within_the_tolerance_and_nothing_is_constant():
     assert is_constant([0.0, 0.5], tol=0.5)  # at the tolerance
     assert not is_constant([0.0, 0.5000001], tol=0.5)
     assert not is_constant([0.0, 1e-6])
+
+
+def test_a_score_names_its_preset_and_its_parts():
+    for preset in ("format", "correctness", "speed", "kernrl_server"):
+        assert score(_verdict(**COMPILED), preset).preset == preset
+        assert score(_verdict(error_category=ErrorCategory.INFRA), preset).preset == preset
+        hack = score(_verdict(**CORRECT, flags=[Flag.HACK.value]), preset)
+        assert hack.hack and hack.components == {"hack": 1.0} and hack.preset == preset
+    assert set(score(_verdict(**CORRECT), "speed").components) == {"format", "compile", "correct", "faster", "speed",
+                                                                   "slowdown"}
+    assert set(score(_verdict(**CORRECT), "kernrl_server").components) >= {"not_compiled", "incorrect", "gain", "slow"}
+    # A preset given as itself scores as its name does.
+    assert score(_verdict(**CORRECT), PRESETS["speed"]) == score(_verdict(**CORRECT), "speed")
+
+
+def test_kernrl_terms_apply_whichever_one_a_preset_sets():
+    wrong = score(_verdict(**COMPILED), RewardPreset("only_incorrect", incorrect=-0.3))
+    assert wrong.reward == pytest.approx(-0.3)
+    missing = score(_verdict(error_category=ErrorCategory.COMPILE, format_ok=True), RewardPreset("only_nc", not_compiled=-0.4))
+    assert missing.reward == pytest.approx(-0.4)
+    fast = score(_verdict(**dict(CORRECT, speedup=2.5)), RewardPreset("only_gain", gain_cap=1.0))
+    assert fast.reward == pytest.approx(1.0)
+    slow = score(_verdict(**dict(CORRECT, speedup=0.5)), RewardPreset("only_slope", slow_slope=0.5))
+    assert slow.reward == pytest.approx(-0.25)
+
+
+def test_a_correct_kernel_whose_speedup_does_not_count_earns_no_speed():
+    below = _verdict(**dict(CORRECT, speedup=4.0), flags=[Flag.BELOW_SPEED_OF_LIGHT.value])
+    assert not below.speedup_counts
+    assert score(below, "speed").components["speed"] == 0.0
+    assert score(below, "speed").reward == score(_verdict(**dict(CORRECT, speedup=None)), "speed").reward
 
 
 # -- GRPO credit --------------------------------------------------------------------------------------------------
