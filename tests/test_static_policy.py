@@ -306,6 +306,13 @@ LEGIT: list[tuple[str, str, str]] = [
         "\n\nif __name__ == '__main__':\n    from reference import Model\n    x = torch.randn(4)\n"
         "    print(torch.allclose(ModelNew()(x), Model()(x)))\n"), "triton"),
     ("tricky_file", TRITON_TRICKY, "triton"),
+    # launch grids as lambdas and closures, inline, in a table or built by a helper: callables passed around as
+    # values are scanned as part of the forward, and a grid's `meta` is no tensor
+    ("grid_callables", model("n = a.numel(); g = lambda meta: (n // meta['B'] + n % meta['B'],); out = torch.empty_like(a); "
+                             "copy_kernel[g](a, out, n, B=1024); copy_kernel[GRIDS['x']](a, out, n, B=1024); "
+                             "copy_kernel[grid_of(n)](a, out, n, B=1024); return out",
+                             extra="GRIDS = {'x': lambda meta: (4096 // meta['B'],)}\n\n\ndef grid_of(n):\n"
+                                   "    def grid(meta):\n        return (n // meta['B'] + 1,)\n    return grid\n"), "triton"),
     ("tensor_type_checks_and_operator_reduce", model(
         "assert isinstance(a, torch.Tensor) and type(a) is Tensor; n = functools.reduce(operator.mul, a.shape, 1); "
         "return launch(a)", extra="import functools\nimport operator\nfrom torch import Tensor\n\n\n"

@@ -125,9 +125,11 @@ class FunctionScan:
             scalar_positions = analysis.scalar_input_positions if owner is analysis.model_new else set()
             self.tensor_names = {p.arg for i, p in enumerate(params)
                                  if i not in scalar_positions and not _annotated_scalar(p.annotation)}
-        elif as_forward:  # a callable passed around as a value: its arguments may be the forward's tensors
-            params = args[1:] if self.self_name else args
-            self.tensor_names = {p.arg for p in params if not _annotated_scalar(p.annotation)}
+        elif as_forward:
+            # A callable passed around as a value: a forward kept in a table (self first) takes the forward's
+            # tensors, and so may a pass-through `*args`; a launch grid's `meta` is no tensor.
+            if self.self_name:
+                self.tensor_names = {p.arg for p in args[1:] if not _annotated_scalar(p.annotation)}
             if fn.args.vararg is not None:
                 self.tensor_names.add(fn.args.vararg.arg)
         for _ in range(2):
