@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 PACKAGE = "kernelbench_rl"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
@@ -159,7 +158,9 @@ def test_kernelbench_rl_has_no_import_cycles():
     assert not unexpected, "import cycles: " + "; ".join(" <-> ".join(cycle) for cycle in unexpected)
 
 
-@pytest.mark.parametrize("cycle", sorted(ALLOWED_CYCLES))
-def test_every_allowed_cycle_still_exists(cycle):
-    # An allowed cycle that is gone must leave the list, so the list cannot hide a new one later.
-    assert cycle in find_cycles(import_graph()), f"{cycle} no longer forms a cycle: remove it from ALLOWED_CYCLES"
+def test_every_allowed_cycle_still_exists():
+    # An allowed cycle that is gone must leave the list, so the list cannot hide a new one later. (One test over
+    # the list, not one per entry: an empty list is the goal, not a skip.)
+    cycles = find_cycles(import_graph())
+    gone = sorted(cycle for cycle in ALLOWED_CYCLES if cycle not in cycles)
+    assert not gone, f"{gone} no longer form cycles: remove them from ALLOWED_CYCLES"
