@@ -49,7 +49,6 @@ def snapshot_root() -> Path:
 KB_ROOT = snapshot_root()
 # Loaded by its folder: with KERNELBENCH_ROOT set, load_problems() alone would load the snapshot.
 BUNDLED = load_problems(BUNDLED_ROOT)
-_ids = [p.id for p in BUNDLED]
 
 
 def kernelbench_file(level: int, number: int) -> Path | None:
@@ -71,6 +70,23 @@ def kernelbench_problem(level: int, number: int, *, infer_sizes: bool = False) -
         level=level, number=number, name=path.stem, source=source, origin="kernelbench_root", path=str(path),
         small_sizes=infer_small_sizes(source) if infer_sizes else {},
     )
+
+
+# Only the bundled problems that restate one of KernelBench's have a twin to compare: the others (ours beyond
+# its numbering, and levels 4-10, which restate kernrl's) get no case here rather than a skip every run.
+# Without a snapshot every case is generated, and each skips saying where the snapshot should be.
+PAIRED = [p for p in BUNDLED if kernelbench_file(p.level, p.number) is not None] if KB_ROOT.is_dir() else BUNDLED
+_ids = [p.id for p in PAIRED]
+# Bundled problems of levels 1-3 that are ours, not KernelBench's.
+OURS_BEYOND_KERNELBENCH = {"L2/101", "L2/102"}
+
+
+def test_every_bundled_kernelbench_problem_is_compared():
+    if not KB_ROOT.is_dir():
+        return  # each case below skips, naming the missing snapshot
+    unpaired = {p.id for p in BUNDLED} - {p.id for p in PAIRED}
+    assert {p for p in unpaired if int(p.split("/")[0][1:]) <= 3} == OURS_BEYOND_KERNELBENCH
+    assert len(PAIRED) >= 40
 
 
 def kernelbench_twin(problem: Problem) -> Problem:
@@ -140,7 +156,7 @@ def seeded_inputs(namespace: dict) -> list:
     return namespace["get_inputs"]()
 
 
-@pytest.mark.parametrize("problem", BUNDLED, ids=_ids)
+@pytest.mark.parametrize("problem", PAIRED, ids=_ids)
 def test_same_name_and_signatures(problem: Problem):
     theirs = kernelbench_twin(problem)
     assert problem.name == theirs.name, f"{problem.id}: file {problem.name}.py, KernelBench's is {theirs.name}.py"
@@ -151,7 +167,7 @@ def test_same_name_and_signatures(problem: Problem):
         assert mine == reference, f"{problem.id}: Model.{method}{mine} but KernelBench's takes {reference}"
 
 
-@pytest.mark.parametrize("problem", BUNDLED, ids=_ids)
+@pytest.mark.parametrize("problem", PAIRED, ids=_ids)
 def test_same_init_inputs_and_input_shapes_at_real_size(problem: Problem):
     theirs = kernelbench_twin(problem)
     ours_ns, theirs_ns = load_module(problem.source, problem.name), load_module(theirs.source, theirs.name)
@@ -177,7 +193,7 @@ def test_same_init_inputs_and_input_shapes_at_real_size(problem: Problem):
         assert ok, f"{problem.id} at {where}: inputs {describe(mine)}, KernelBench's {describe(reference)}"
 
 
-@pytest.mark.parametrize("problem", BUNDLED, ids=_ids)
+@pytest.mark.parametrize("problem", PAIRED, ids=_ids)
 def test_same_input_values_at_small_size(problem: Problem):
     """One seed, one draw: equal values mean the same distributions (rand, randn, randint) and order."""
     theirs = kernelbench_twin(problem)
@@ -193,7 +209,7 @@ def test_same_input_values_at_small_size(problem: Problem):
         )
 
 
-@pytest.mark.parametrize("problem", BUNDLED, ids=_ids)
+@pytest.mark.parametrize("problem", PAIRED, ids=_ids)
 def test_same_operation_at_small_size(problem: Problem):
     """Both Models, each built right after the same seed, agree on our small inputs."""
     theirs = kernelbench_twin(problem)
