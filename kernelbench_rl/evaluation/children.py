@@ -383,7 +383,7 @@ class ChildPool:
                 if child is not None:
                     child.reap()
                 if isinstance(workdir, set):  # a sweep's dead processes that came (or come) to this process
-                    pending, deadline = workdir, time.monotonic() + 5.0
+                    pending, deadline = workdir, time.monotonic() + 30.0
                     while pending and time.monotonic() < deadline:
                         pending = leftovers.reap(pending)
                         time.sleep(0.02 if pending else 0)

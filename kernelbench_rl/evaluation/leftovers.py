@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 _PR_SET_CHILD_SUBREAPER = 36
 _ROUNDS = 50  # stop-and-look rounds: each stops what the last one found, so a fork bomb cannot outrun it long
-_DEATH_WAIT_S = 2.0
+_DEATH_WAIT_S = 20.0  # hundreds of torch-sized processes take seconds to tear down on a loaded host
 
 
 def adopt_orphans() -> bool:
@@ -110,9 +110,11 @@ def sweep(root: int | None) -> Swept:
         stopped |= new
     for pid in stopped:
         _signal(pid, signal.SIGKILL)
-    swept.pids = stopped
+    # Dead ones this process adopted (a killed child's process group, say) are collected with them.
+    zombies = {pid for pid, (parent, state) in _table().items() if parent == me and state == "Z" and sandboxed(pid)}
+    swept.pids = stopped | zombies
     swept.survivors = _wait_dead(stopped)
-    reap(stopped)
+    reap(swept.pids)
     return swept
 
 
