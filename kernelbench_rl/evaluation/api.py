@@ -5,7 +5,8 @@
 
 An identical (problem, candidate sha256, settings) never runs twice: verdicts are cached in DuckDB
 (`evaluations`), and eager baselines in `baselines` per (problem, source sha256, precision,
-hardware, size) are handed to the workers so a known baseline is never re-timed.
+hardware, size) are handed to the workers so a known baseline is never re-timed on the card that timed it
+(device_timing.usable_baseline: a worker never uses another card's; on a host of several GPUs, each times its own once).
 """
 
 from __future__ import annotations
@@ -341,13 +342,7 @@ class Evaluator:
                 result.settings_hash = request.verdict_hash
                 self._hardware = self._hardware or result.hardware
                 if answer.get("baseline") and result.hardware:
-                    self.baselines[(request.problem_id, item.problem.sha256, request.settings.precision, result.hardware,
-                                    request.settings.size)] = dict(answer["baseline"])
-                    baselines.append({
-                        "problem_id": request.problem_id, "source_sha256": item.problem.sha256, "suite": item.problem.suite,
-                        "precision": request.settings.precision, "hardware": result.hardware,
-                        "size": request.settings.size, **answer["baseline"],
-                    })
+                    baselines.append(self._remember_baseline(request, item.problem, result.hardware, answer["baseline"]))
             if item.static is not None:
                 result.static = item.static
                 result.phase_seconds["static"] = item.static_s
@@ -357,6 +352,17 @@ class Evaluator:
                 finished(item)
         if baselines and self.store is not None:
             self.store.upsert("baselines", baselines)
+
+    def _remember_baseline(self, request: EvalRequest, problem: Problem, hardware: str,
+                           baseline: dict[str, Any]) -> dict[str, Any]:
+        """A worker's fresh baseline, kept for later requests; returns its row for the store. The store keeps baselines
+        per GPU model, not per card: the card (`gpu`) stays in this evaluator's memory only (a worker never uses a
+        baseline of another card, and one that names none only when it is alone on its host)."""
+        self.baselines[(request.problem_id, problem.sha256, request.settings.precision, hardware,
+                        request.settings.size)] = dict(baseline)
+        return {"problem_id": request.problem_id, "source_sha256": problem.sha256, "suite": problem.suite,
+                "precision": request.settings.precision, "hardware": hardware, "size": request.settings.size,
+                **{k: v for k, v in baseline.items() if k != "gpu"}}
 
     def _cached(self, keys: list[str]) -> dict[str, EvalResult]:
         if self.store is None or not keys:

@@ -41,12 +41,23 @@ def gpus_for_this_worker() -> tuple[int, int]:
     return (1 if visible else on_host), on_host
 
 
+def host_position() -> int:
+    """Where this worker's GPU stands among its host's (its share of the host's cores, host_share.py): dask-cuda gives
+    each worker the host's GPUs with its own first, so its place in their sorted list; 0 with nothing visible."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible:
+        return 0
+    ordered = sorted(visible, key=lambda d: (not d.isdigit(), int(d) if d.isdigit() else 0, d))
+    return ordered.index(visible[0])
+
+
 def _share_all_cores() -> None:
     """Let this thread (and the pool processes it starts) use every core the process may use.
 
     dask-cuda pins each worker to the cores nearest its GPU, which can leave two GPUs' pools on the same
     half of the machine and the other half idle; the pool sizes itself by its share of all cores instead,
-    as the local evaluator does. The kernel keeps the mask inside any cpuset the process is confined to."""
+    as the local evaluator does, and each of its workers then takes its own share of them (host_share.py). The kernel
+    keeps the mask inside any cpuset the process is confined to."""
     try:
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
     except (AttributeError, OSError, ValueError):
@@ -112,8 +123,11 @@ class EvalPoolPlugin(WorkerPlugin):
             # Compile slots from this worker's share of the host's cores (one share per GPU on the host).
             parallel, in_flight, warm = pool_shape(self.device, on_host, self.parallel_compiles,
                                                    self.in_flight, self.warm_children)
+            # Each worker's share of the host's cores is its own (its GPU's place among the host's): two pools on one
+            # host never keep the same cores for their timing.
+            slots = (host_position(), on_host) if self.device == "cuda" else None
             pool = self._starting = WorkerPool(self.device, gpus, parallel_compiles=parallel, warm_children=warm,
-                                               in_flight=in_flight, worker_args=self.worker_args)
+                                               in_flight=in_flight, worker_args=self.worker_args, host_slots=slots)
             infos = pool.wait_ready()
             if not infos or not all(infos):
                 reasons = {s.last_failure or (s.worker.failed if s.worker is not None else "") for s in pool.slots}

@@ -24,7 +24,8 @@ from kernelbench_rl.evaluation.children import Child, stopped
 from kernelbench_rl.evaluation.faults import Fault
 from kernelbench_rl.evaluation.reference_cache import ProblemState, ReferenceCache, host_calls
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
-from kernelbench_rl.evaluation.scheduling import QuietGate
+from kernelbench_rl.evaluation.host_share import host_share
+from kernelbench_rl.evaluation.scheduling import QuietGate, gpu_identity, same_gpu
 
 LOW_KERNEL_SHARE = 0.5
 TOKEN_KERNEL_SHARE = 0.1  # own kernels under 10% of GPU time: a token launch beside library work
@@ -144,10 +145,21 @@ def baseline_home(mode: str, big: bool, needed_bytes: int) -> str:
     return BASELINE_IN_CHILD
 
 
-def usable_baseline(known: dict | None, home: str) -> bool:
-    """Whether a baseline the orchestrator cached may stand for this problem's: it has a time and was timed where
-    this worker would time it (a cached row from before baselines moved to a child says nothing: the worker's)."""
-    return bool(known and known.get("eager_ms")) and (known.get("timed_in") or BASELINE_IN_WORKER) == home
+def usable_baseline(known: dict | None, home: str, gpu: str = "", alone_on_host: bool = True) -> bool:
+    """Whether a baseline the orchestrator cached may stand for this problem's: it has a time, was timed where
+    this worker would time it (a cached row from before baselines moved to a child says nothing: the worker's), and on
+    this worker's GPU (`gpu`, scheduling.gpu_identity): one timed on another card never stands for this one's. One that
+    names no card (the store's rows, kept per GPU model) stands only for a worker alone on its host (`alone_on_host`);
+    beside others, each worker times its own once."""
+    if not (known and known.get("eager_ms")) or (known.get("timed_in") or BASELINE_IN_WORKER) != home:
+        return False
+    timed_on = str(known.get("gpu") or "")
+    return same_gpu(timed_on, gpu) if timed_on else alone_on_host
+
+
+def baseline_gpu(base: dict[str, Any]) -> str:
+    """For a verdict's versions: the card its baseline was timed on."""
+    return str(base.get("gpu") or "not recorded: a stored baseline for this GPU model")
 
 
 # After a side-by-side timing the problem's baseline becomes the reference's side of it, if that side is steady
@@ -255,11 +267,15 @@ class CandidateTiming:
         self.baseline_child = baseline_child
         self.home_for = home_for or (lambda state: BASELINE_IN_WORKER)
         self.floor_service: Any = None  # a floor_service.FloorService where the worker started one
+        # The card this worker times on, and whether it is its host's only worker: which cached baselines may stand for
+        # its own (usable_baseline).
+        self.gpu = "" if hardware.startswith("cpu") else gpu_identity()
+        self.alone_on_host = host_share()[1] <= 1
 
     def needs_baseline(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any]) -> bool:
         """Whether this evaluation times its problem's baseline (none known here, none usable from the cache)."""
         return (settings.precision not in state.baselines
-                and not usable_baseline(payload.get("baseline"), self.home_for(state)))
+                and not usable_baseline(payload.get("baseline"), self.home_for(state), self.gpu, self.alone_on_host))
 
     def run(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
             deadline: float, payload: dict[str, Any], timed: contextlib.ExitStack | None = None,
@@ -274,7 +290,8 @@ class CandidateTiming:
         precision = settings.precision
         t = time.perf_counter()
         home = self.home_for(state)
-        known = payload.get("baseline") if usable_baseline(payload.get("baseline"), home) else None
+        known = (payload.get("baseline")
+                 if usable_baseline(payload.get("baseline"), home, self.gpu, self.alone_on_host) else None)
         fresh = self.needs_baseline(state, settings, payload)
         # The candidate's child is stopped meanwhile: a thread of its own loading the device would inflate the
         # baseline, and the first candidate's baseline is cached for every later one of its problem.
@@ -287,6 +304,9 @@ class CandidateTiming:
             if base is None:
                 base = self.references.baseline(state, precision, settings, known)
         result.phase_seconds["baseline"] = time.perf_counter() - t
+        # Timed here (now, or by an earlier candidate), or the cache's, which names its card if it knows it.
+        base.setdefault("gpu", self.gpu if fresh or known is None else "")
+        result.versions["baseline_gpu"] = baseline_gpu(base)
         trace.record(trace.who_of(child), "baseline", t)
         if base.get("timed_in"):
             result.versions["baseline_timed_in"] = str(base["timed_in"])
@@ -383,9 +403,10 @@ class CandidateTiming:
                                          f"{base.get('eager_spread_ms') or 0.0:.3f}), the kernel {solo.median_ms:.3f} ms "
                                          f"(spread {solo.iqr_ms:.3f})")
             result.baseline_ms = paired.median_ms
+            result.versions["baseline_gpu"] = self.gpu  # the reference's side, timed beside the kernel
             refreshed = refreshed_baseline(state.baselines.get(precision) or base, paired)
             if refreshed is not None:  # for the problem's later candidates (this one is judged side by side)
-                state.baselines[precision] = refreshed
+                state.baselines[precision] = {**refreshed, "gpu": self.gpu}
         result.phase_seconds["timing"] = time.perf_counter() - t
         if result.runtime_ms > 0:
             result.speedup = result.baseline_ms / result.runtime_ms
@@ -447,7 +468,8 @@ class CandidateTiming:
             pass  # the verdict stands; the child is killed anyway
         if fresh:
             return {"eager_ms": base["eager_ms"], "eager_spread_ms": base.get("eager_spread_ms"),
-                    "compile_ms": base.get("compile_ms"), "timed_in": base.get("timed_in") or BASELINE_IN_WORKER}
+                    "compile_ms": base.get("compile_ms"), "timed_in": base.get("timed_in") or BASELINE_IN_WORKER,
+                    "gpu": self.gpu}
         return None
 
     def _baseline_in_child(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],

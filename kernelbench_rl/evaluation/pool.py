@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelbench_rl.evaluation import reference_budget, startup, tempdirs
+from kernelbench_rl.evaluation import host_share
 from kernelbench_rl.evaluation.sandbox import scrubbed_env
 
 PACKAGE_PARENT = startup.PACKAGE_PARENT
@@ -243,7 +244,11 @@ class WorkerPool:
         worker_args: list[str] | None = None,
         max_restarts: int = 5,
         watchdog_slack_s: float = 120.0,
+        host_slots: tuple[int, int] | None = None,
     ) -> None:
+        """`host_slots`: (the position of this pool's first worker among the workers on this host, how many there are),
+        for the share of the host's cores each worker takes (host_share.py); default: this pool's workers are
+        the host's, or what KBRL_EVAL_HOST_SHARE says of a one-worker pool."""
         self.device = device
         self.num_workers = num_workers or _default_worker_count(device)
         in_flight = in_flight or parallel_compiles + 1
@@ -262,12 +267,12 @@ class WorkerPool:
         self._remove_home = weakref.finalize(self, shutil.rmtree, self.home, ignore_errors=True)
         self.log_dir = self.home
         self.slots: list[_Slot] = []
+        devices = _worker_devices(self.num_workers) if device == "cuda" else []
+        first, on_host = host_slots or _host_slots(self.num_workers)
         for index in range(self.num_workers):
             overrides = {"HOME": self.home, "PYTHONUNBUFFERED": "1", "PYTHONPATH": startup.package_pythonpath()}
             if device == "cuda":
-                visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-                devices = visible.split(",") if visible else [str(i) for i in range(self.num_workers)]
-                overrides["CUDA_VISIBLE_DEVICES"] = devices[index % len(devices)]
+                overrides.update(slot_environment(index, devices, first, on_host))
             slot = _Slot(self, index, scrubbed_env(**overrides), threading.Semaphore(in_flight))
             slot.start()
             self.slots.append(slot)
@@ -364,6 +369,31 @@ class WorkerPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def slot_environment(index: int, devices: list[str], first: int, on_host: int) -> dict[str, str]:
+    """What worker `index` of a GPU pool gets in its environment: its own GPU (one of `devices`, in turn) and its share of
+    the host's cores (position first + index of on_host)."""
+    return {"CUDA_VISIBLE_DEVICES": devices[index % len(devices)],
+            host_share.HOST_SHARE_ENV: f"{(first + index) % max(1, on_host)}/{max(1, on_host)}"}
+
+
+def _worker_devices(num_workers: int) -> list[str]:
+    """The GPUs a pool's workers take in turn: CUDA_VISIBLE_DEVICES's entries, else the host's (one a worker up to
+    their number)."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if visible:
+        return visible
+    return [str(i) for i in range(cuda_device_count() or num_workers)]
+
+
+def _host_slots(num_workers: int) -> tuple[int, int]:
+    """(first position, workers on the host) for a pool told nothing: KBRL_EVAL_HOST_SHARE for a pool of one worker
+    (one of several evaluators started by hand on one host), else this pool's workers are the host's."""
+    position, count = host_share.host_share()
+    if num_workers == 1 and count > 1:
+        return position, count
+    return 0, num_workers
 
 
 def default_parallel_compiles(device: str, num_workers: int | None = None) -> int:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 
 from kernelbench_rl.evaluation import memory as footprints
+from kernelbench_rl.evaluation.host_share import by_physical_core, sysfs_topology, host_share, share_of
 
 # GPU memory per child: a pre-started one holds a bare CUDA context, one serving an evaluation also cuBLAS's
 # and cuDNN's handles and workspaces (H100, torch 2.11: 526 and 722 MiB, bench/context_probe.py).
@@ -32,8 +33,8 @@ USABLE_FRACTION = 0.92
 # Timing waits at most this long for warm-ups under way in other children to finish (a Triton JIT can
 # take seconds); past it, the trial runs and the overlap is recorded.
 QUIET_WAIT_S = 5.0
-# With at least this many cores, two are kept for whoever holds the device section (a delayed launch
-# counts in a 1 ms trial); compiling children run on the rest.
+# With at least this many cores in the worker's share of its host, two are kept for whoever holds the device section
+# (a delayed launch counts in a 1 ms trial); compiling children run on the rest of the share.
 QUIET_CORES_MIN_CPUS = 8
 # A plan needing more than this share of the budget is "big": its child is killed and reaped before its
 # bytes go back to the budget, and it is admitted only once the device shows them free (a killed child
@@ -362,14 +363,48 @@ def _largest_cuda_tensors(count: int = 4) -> str:
 
 
 
-def core_split(device: str) -> tuple[set[int], set[int], set[int]]:
-    """(all cores, cores kept for the device section's holder, cores for compiling children); the last two
-    empty where no cores are kept. KBRL_EVAL_PIN_CORES=0 leaves every process on all cores (a diagnostic
-    switch for timing studies)."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if device == "cuda" and len(cores) >= QUIET_CORES_MIN_CPUS and os.environ.get("KBRL_EVAL_PIN_CORES", "1") != "0":
-        return set(cores), set(cores[-2:]), set(cores[:-2])
-    return set(cores), set(), set()
+def core_split(device: str, cores: list[int] | None = None, share: tuple[int, int] | None = None,
+               topology: Callable[[int], tuple[int, int]] = sysfs_topology) -> tuple[set[int], set[int], set[int]]:
+    """(the worker's cores, cores kept for its device section's holder, cores for its compiling children); the last two
+    empty where no cores are kept. The worker's cores are its share of the host (`share`, default host_share()); the
+    quiet ones are its share's last physical core(s), at least two logical CPUs. KBRL_EVAL_PIN_CORES=0 leaves every
+    process on all cores (a diagnostic switch for timing studies)."""
+    if cores is None:
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if os.environ.get("KBRL_EVAL_PIN_CORES", "1") == "0":
+        return set(cores), set(), set()
+    position, count = share if share is not None else host_share()
+    mine = share_of(list(cores), position, count, topology)
+    if device != "cuda" or len(mine) < QUIET_CORES_MIN_CPUS:
+        return set(mine), set(), set()
+    quiet: list[int] = []
+    for group in reversed(by_physical_core(mine, topology)):
+        if len(quiet) >= 2:
+            break
+        quiet += group
+    return set(mine), set(quiet), set(mine) - set(quiet)
+
+
+def gpu_identity() -> str:
+    """'INDEX UUID' of the GPU this process times on (the first it sees): INDEX its number on the host
+    (CUDA_VISIBLE_DEVICES's first entry, 0 where that is unset), UUID the driver's (as nvidia-smi prints it); '' without
+    a CUDA device."""
+    try:
+        if not torch.cuda.is_available():
+            return ""
+        uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "") or "")
+    except Exception:  # noqa: BLE001 - no driver: no GPU to name
+        return ""
+    if uuid and not uuid.startswith("GPU-"):
+        uuid = f"GPU-{uuid}"
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return f"{visible[0] if visible else '0'} {uuid}".strip()
+
+
+def same_gpu(a: str, b: str) -> bool:
+    """Whether two gpu_identity strings name one card (by its UUID, the last word; the index may differ between
+    processes that number the host's GPUs differently)."""
+    return bool(a.strip()) and bool(b.strip()) and a.split()[-1] == b.split()[-1]
 
 
 # Whether the worker's own threads, other than a device section's holder, keep off the quiet cores too

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import numerics, reference_budget, scheduling, startup
+from kernelbench_rl.evaluation import host_share, numerics, reference_budget, scheduling, startup
 from kernelbench_rl.evaluation.same_uid import settle as same_uid_settle
 from kernelbench_rl.evaluation.worker import Worker
 from kernelbench_rl.evaluation.worker_config import argument_parser, config_from_args
@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None, boot: Any = None) -> None:
     try:
         worker = Worker(config, phases)
         worker.versions["switch_interval"] = switch_interval
+        # Which card times this worker's candidates ('INDEX UUID'), and its share of the host's cores.
+        worker.versions["gpu"] = worker.candidate_timing.gpu or ("none: the CPU" if config.device != "cuda" else "unknown")
+        worker.versions["cores"] = host_share.describe_cores(worker.all_cores, worker.quiet_cores)
         # What the start made (torch, Triton, our modules: about 180k objects) lives as long as this process: kept out
         # of the collector, a full collection (a release of device memory after an error, Python's own gen-2 passes,
         # all holding the GIL) takes microseconds instead of 0.1-0.2 s.
