@@ -208,6 +208,7 @@ def audit_command(
         task = progress.add_task("auditing", total=len(problems))
         audits = audit_problems(problems, size=size, device=device, precision=precision, siblings=siblings,  # type: ignore[arg-type]
                                 progress=lambda p: progress.update(task, advance=1, description=f"auditing {p.id}"))
+    shown = {p.id: p.display_id for p in problems}  # each id in its suite's own form
     table = Table(title=f"problem audit: {len(problems)} problems, {size} sizes on {device}, {precision}")
     for column in ("id", "name", "status", "what passes", "inputs / reason"):
         table.add_column(column, overflow="fold")
@@ -218,7 +219,7 @@ def audit_command(
         why = audit.detail if audit.status in ("fails", "unavailable") else audit.inputs
         if audit.same_function:
             why = (why + "; " if audit.status != "ok" else "") + f"same function as {', '.join(audit.same_function)}"
-        table.add_row(audit.problem_id, audit.name, f"[{_STATUS_STYLE[audit.status]}]{audit.status}[/]", passes, why)
+        table.add_row(shown.get(audit.problem_id, audit.problem_id), audit.name, f"[{_STATUS_STYLE[audit.status]}]{audit.status}[/]", passes, why)
     console = Console()
     console.print(table)
     tally = counts(audits)
