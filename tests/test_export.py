@@ -138,3 +138,29 @@ def test_exported_rows_feed_sft_as_a_corpus(recorded, tmp_path):
     assert [(e.problem_id, e.source) for e in dataset.examples] == [("L1/19", "trajectories")]
     completion = tokenizer.decode(dataset.examples[0].completion_tokens[:-1])
     assert completion == completion_text(datasets.load_from_disk(str(out)).filter(lambda r: r["correct"])[0]["kernel"])
+
+
+def test_a_training_runs_holdout_is_its_configs_split(tmp_path):
+    """A `train` run's rows carry no holdout flag: its split is the one its stored config makes (fraction and seed)."""
+    from kernelbench_rl.config import config_to_dict
+    from kernelbench_rl.problems import holdout_ids, load_problems
+
+    config = load_config("default", ["run_id=trained", "problems.levels=[1]", "problems.holdout_fraction=0.2"])
+    held = holdout_ids(load_problems(levels=[1]), 0.2, 0)
+    assert "L1/24" in held and "L1/19" not in held
+    store = Store(tmp_path / "train.duckdb")
+    store.upsert("runs", [{"run_id": "trained", "kind": "train", "config_json": json.dumps(config_to_dict(config))}])
+    prompt, completion = store.put_texts("prompt", ["p"])[0], store.put_texts("completion", [NO_KERNEL])[0]
+    store.upsert("rollouts", [{"run_id": "trained", "step": 0, "problem_id": pid, "suite": "kernelbench", "level": 1,
+                               "sample_index": 0, "turn": 0, "stage": "format", "prompt_sha256": prompt,
+                               "completion_sha256": completion, "format_ok": False, "error_category": "format"}
+                              for pid in ("L1/19", "L1/24")])
+    out = tmp_path / "out"
+    done = export(store.path, out)
+    assert done.returncode == 0 and "holdout 1" in done.stdout, done.stderr
+    assert [r["problem"] for r in datasets.load_from_disk(str(out))] == ["L1/19"]
+    # The same run exported with another split: a config of fraction 0 holds nothing out.
+    store.upsert("runs", [{"run_id": "trained", "config_json": json.dumps(
+        config_to_dict(load_config("default", ["problems.holdout_fraction=0.0"])))}])
+    assert export(store.path, tmp_path / "all").returncode == 0
+    assert datasets.load_from_disk(str(tmp_path / "all")).num_rows == 2
