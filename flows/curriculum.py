@@ -6,6 +6,7 @@ from prefect import flow, get_run_logger
 from prefect.events import emit_event
 
 from flows.common import build_config
+from kernelbench_rl.commands.signals import note_stops
 from kernelbench_rl.training import TrainingRun
 from kernelbench_rl.training.loop import default_retriever
 from tasks.training import train_step
@@ -45,6 +46,7 @@ def curriculum(
     num_problems: int | None = None,
 ) -> dict:
     """Train (or resume: the same run_id continues after its last checkpoint) until the configured steps."""
+    note_stops()  # SIGINT/SIGTERM: noted, then Prefect's handling (the run saves its state and stops)
     logger = get_run_logger()
     cfg = build_config(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir,
                        train_steps=train_steps, levels=levels, num_problems=num_problems)

@@ -9,6 +9,7 @@ from prefect import flow
 
 from flows.common import build_config, cluster_overrides, dask_task_runner
 from kernelbench_rl.commands.options import check_max_problems
+from kernelbench_rl.commands.signals import note_stops
 from kernelbench_rl.config.schema import apply_overrides, config_from_dict
 from kernelbench_rl.policy.openai_backend import is_openai_policy
 from kernelbench_rl.store import Store
@@ -38,6 +39,7 @@ def evaluate_checkpoint(
     checkpoints' evaluations side by side as tasks on Prefect's DaskTaskRunner over that cluster, their
     kernels on the same cluster's warm pools. checkpoint="openai:MODEL" with base_url evaluates a model
     behind an OpenAI-compatible server instead."""
+    note_stops()  # SIGINT/SIGTERM: noted, then Prefect's handling
     check_max_problems(max_problems, "max_problems")
     overrides = cluster_overrides(overrides, cluster)
     cfg = build_config(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir, levels=levels)

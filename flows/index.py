@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
+from kernelbench_rl.commands.signals import note_stops
 from tasks.corpus import build_index as build_index_task
 
 
@@ -15,6 +16,7 @@ def build_index(
     verified_only: bool = False,
     index_dir: str | None = None,
 ) -> dict:
+    note_stops()  # SIGINT/SIGTERM: noted, then Prefect's handling
     report = build_index_task(db_path, model, kind, verified_only, index_dir)
     print(f"index {report['build_id']}: {report['num_docs']} docs, {report['index_kind']}, at {report['path']}")
     return report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
+from kernelbench_rl.commands.signals import note_stops
 from tasks.corpus import ingest_source
 from tasks.problems import sync_problems
 
@@ -33,6 +34,7 @@ def ingest_corpus(
         split_seed: Seed of the train/holdout split.
         kernelbench_root: The older name of problems_root.
     """
+    note_stops()  # SIGINT/SIGTERM: noted, then Prefect's handling
     problems = sync_problems(db_path, levels, problems_root or kernelbench_root, holdout_fraction, split_seed)
     print(f"recorded {problems} problems in {db_path}")
     reports = {}

@@ -22,7 +22,11 @@ from kernelbench_rl.commands.pipeline import (
 from flows.evaluate import evaluate_checkpoint
 from flows.index import build_index
 from kernelbench_rl.commands.hints import command
+from kernelbench_rl.commands.signals import (
+    install_stop_handlers, note_stops, quiet_logs_after_stop, stop_requested, stopped_line,
+)
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.training.checkpoints import check_run_files
 from kernelbench_rl import ownership
 from flows.ingest import ingest_corpus
 from tasks.training import publish_training_curves, sft_warm_start
@@ -68,6 +72,7 @@ def pipeline(
         cluster: Where kernels are evaluated: local | dask-local | dask://HOST:PORT (default: eval.cluster).
         rebuild_index: Rebuild the retrieval index even if one is already beside the database.
     """
+    note_stops()  # SIGINT/SIGTERM: noted, then Prefect's handling (runs inside save their state and stop)
     db_path = str(Path(db_path).resolve())
     log_dir = str(Path(log_dir).resolve())
     if cluster:  # local | dask-local | dask://HOST:PORT: where training's and evaluation's kernels run
@@ -83,11 +88,15 @@ def pipeline(
 
 def ensure_index(db_path: str, index_dir: str, rebuild: bool) -> dict:
     """The retrieval index the run uses: the one already there (the user's), unless asked to rebuild it."""
-    from kernelbench_rl.rag.index import index_exists
+    from kernelbench_rl.rag.index import index_damage, index_exists
 
     if index_exists(index_dir) and not rebuild:
-        print(f"keeping the retrieval index in {index_dir} (rebuild_index=True, or --rebuild-index, rebuilds it)")
-        return {"path": index_dir, "kept": True}
+        damage = index_damage(index_dir)
+        if damage is None:
+            print(f"keeping the retrieval index in {index_dir} (rebuild_index=True, or --rebuild-index, rebuilds it)")
+            return {"path": index_dir, "kept": True}
+        # Rebuilt as a missing one is (its rows come from the database; nothing is lost).
+        print(f"the retrieval index in {index_dir} is damaged ({damage}): rebuilding it", file=sys.stderr, flush=True)
     return {**build_index(db_path=db_path, index_dir=index_dir), "kept": False}
 
 
@@ -122,8 +131,23 @@ EXAMPLE_SQL = (
 
 
 def main() -> None:
+    # SIGINT and SIGTERM alike stop the pipeline: the stage under way saves its state, the run is marked stopped,
+    # one line is said and the exit code is 130; Prefect's logs of the stop (crash reports, tracebacks) are quieted.
+    install_stop_handlers()
+    quiet_logs_after_stop()
     parser = pipeline_arg_parser(description=__doc__)
     args = parser.parse_args()
+    try:
+        _main(args)
+    except BaseException as exc:  # noqa: BLE001 - a stop, whichever handler turned the signal into an exception
+        if isinstance(exc, Exception) or (stop_requested() is None and not isinstance(exc, KeyboardInterrupt)):
+            raise
+        quiet_logs_after_stop()  # handlers Prefect set up after the start
+        print(stopped_line(args.run_id, args.db_path), file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+
+
+def _main(args) -> None:
     overrides = pipeline_overrides(args)
     try:  # one sentence before Prefect starts, not a flow run's traceback
         check_pipeline_inputs(args.config, overrides, run_id=args.run_id, db_path=args.db_path, log_dir=args.log_dir,
@@ -131,15 +155,17 @@ def main() -> None:
                               num_problems=args.num_problems, eval_samples=args.eval_samples,
                               eval_max_problems=args.eval_max_problems)
         ownership.acquire(args.db_path, args.run_id)  # held until exit; the flow takes it again (re-entrant)
-    except UserError as exc:
+        # Damaged, unwritable or full: said here in one sentence, before the orchestrator starts.
+        check_run_files(args.db_path, Path(args.log_dir), args.run_id)
+        result = pipeline(
+            run_id=args.run_id, config=args.config, overrides=overrides, db_path=args.db_path, log_dir=args.log_dir,
+            train_steps=args.train_steps, levels=parse_levels(args.levels),
+            num_problems=args.num_problems, eval_samples=args.eval_samples, eval_max_problems=args.eval_max_problems,
+            build_rag_index=not args.no_index, cluster=args.cluster, rebuild_index=args.rebuild_index,
+        )
+    except UserError as exc:  # before Prefect, or a stage's (its logs of it are quieted: one sentence, no traceback)
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
-    result = pipeline(
-        run_id=args.run_id, config=args.config, overrides=overrides, db_path=args.db_path, log_dir=args.log_dir,
-        train_steps=args.train_steps, levels=parse_levels(args.levels),
-        num_problems=args.num_problems, eval_samples=args.eval_samples, eval_max_problems=args.eval_max_problems,
-        build_rag_index=not args.no_index, cluster=args.cluster, rebuild_index=args.rebuild_index,
-    )
     print("\n" + "=" * 72)
     print(result["summary"])
     print("=" * 72)

@@ -53,6 +53,12 @@ COMMAND_EXITS: dict[str, tuple[ExitCode, ...]] = {
     "export": (_OK, _BAD, _BUSY),
 }
 
+# A command that opens the DuckDB file (the ones that may find it busy) may also find it, or the files of a run, damaged,
+# unwritable or the disk full.
+for _name, _codes in COMMAND_EXITS.items():
+    if _BUSY in _codes and _name != "serve":  # `serve`'s busy is its port
+        COMMAND_EXITS[_name] = tuple(sorted({*_codes, ExitCode.DAMAGED, ExitCode.UNWRITABLE, ExitCode.DISK_FULL}))
+
 
 def exit_codes_epilog(codes: tuple[ExitCode, ...]) -> str:
     """The last line of a command's help: its exit codes, from the one table."""

@@ -66,8 +66,15 @@ def serve(
                f"{service.spec.turns} turn(s), preset {service.preset}, evaluator on {service.evaluator.settings.device}, "
                f"rows -> {cfg.db_path} (run_id {run_id}); idle episodes close after {service.idle_timeout_s:g} s "
                f"(env.idle_timeout_s); http://{host}:{port}")
+    from kernelbench_rl.commands.signals import stop_signals
+
     try:
-        uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+        # uvicorn stops on SIGINT or SIGTERM and then sends the signal on: ours ends here, after the evaluator's
+        # clean-up (its workers and its kbrl-eval-home-* folder), not by the default handler's exit.
+        with stop_signals():
+            uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+    except KeyboardInterrupt:
+        pass
     finally:
         service.close()
 

@@ -24,26 +24,34 @@ def register(app: typer.Typer) -> None:
         from kernelbench_rl.training.setup import resolve_base_model
         from kernelbench_rl.training.sft import SftStepResult, run_sft
 
+        from kernelbench_rl.commands.signals import stop_signals, stopped_line
+        from kernelbench_rl.errors import ExitCode
+
         cfg = load_config(config, list(overrides or []))
         if not cfg.sft.enabled:
             typer.echo("sft.enabled is false: nothing to do.")
             raise typer.Exit(0)
-        typer.echo(f"run {cfg.resolved_run_id()}: SFT warm start of {resolve_base_model(cfg)} -> {cfg.db_path}")
-        retrieve = default_retriever(cfg) if cfg.rag.enabled else None
 
         def show(result: SftStepResult) -> None:
             mark = f" · checkpoint {result.checkpoint}" if result.checkpoint else ""
             typer.echo(f"sft step {result.step}: loss {result.loss:.4f}/token over {result.tokens} tokens "
                        f"({result.examples} examples, lr {result.learning_rate:.2e}){mark}")
 
-        from kernelbench_rl.commands.signals import sigterm_as_interrupt
-
         try:
-            with sigterm_as_interrupt():  # a supervisor's SIGTERM stops SFT as Ctrl-C does
+            # SIGINT and SIGTERM alike: SFT stops with its state saved at its last finished step, one line said.
+            with stop_signals():
+                from kernelbench_rl import ownership
+
+                ownership.check_free(cfg.db_path, cfg.resolved_run_id())
+                from kernelbench_rl.training.checkpoints import check_run_files
+
+                check_run_files(cfg.db_path, cfg.log_dir, cfg.resolved_run_id())  # damaged, unwritable, full: one sentence
+                typer.echo(f"run {cfg.resolved_run_id()}: SFT warm start of {resolve_base_model(cfg)} -> {cfg.db_path}")
+                retrieve = default_retriever(cfg) if cfg.rag.enabled else None
                 summary = run_sft(cfg, retrieve=retrieve, stop_after_steps=stop_after, on_step=show)
         except KeyboardInterrupt:
-            typer.secho(f"run {cfg.resolved_run_id()}: SFT stopped; the same command resumes it.", err=True)
-            raise typer.Exit(130) from None
+            typer.echo(stopped_line(cfg.resolved_run_id(), cfg.db_path), err=True)
+            raise typer.Exit(ExitCode.STOPPED) from None
         resumed = f" (resumed after step {summary.resumed_from_step})" if summary.resumed_from_step is not None else ""
         left = ", ".join(f"{k} {v}" for k, v in sorted(summary.excluded.items())) or "none"
         typer.echo(f"run {summary.run_id}: {summary.num_examples} examples (left out: {left}); "

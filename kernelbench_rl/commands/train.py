@@ -65,23 +65,30 @@ def register(app: typer.Typer) -> None:
         from kernelbench_rl.training.setup import resolve_base_model
 
         from kernelbench_rl.commands.evaluate import require_config_gpu
+        from kernelbench_rl.commands.signals import stop_signals, stopped_line
 
         cfg = load_config(config, list(overrides or []) + ([f"eval.cluster={cluster}"] if cluster else []))
-        require_config_gpu(cfg)
-        typer.echo(describe_run_start(cfg))
-        typer.echo(f"run {cfg.resolved_run_id()}: {cfg.env.mode} mode, policy {resolve_base_model(cfg)} "
-                   f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
-        for line in describe_plan(cfg):
-            typer.echo(line)
-        from kernelbench_rl.commands.signals import sigterm_as_interrupt
-
         try:
-            with sigterm_as_interrupt():  # a supervisor's SIGTERM stops the run as Ctrl-C does: checkpoint kept
+            # SIGINT and SIGTERM alike: the run stops with its state saved, marked stopped, one line said.
+            with stop_signals():
+                require_config_gpu(cfg)
+                from kernelbench_rl import ownership
+
+                ownership.check_free(cfg.db_path, cfg.resolved_run_id())  # a busy run: its owner, nothing else
+                from kernelbench_rl.training.checkpoints import check_run_files
+
+                check_run_files(cfg.db_path, cfg.log_dir, cfg.resolved_run_id())  # damaged, unwritable, full: one sentence
+                typer.echo(describe_run_start(cfg))
+                typer.echo(f"run {cfg.resolved_run_id()}: {cfg.env.mode} mode, policy {resolve_base_model(cfg)} "
+                           f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
+                for line in describe_plan(cfg):
+                    typer.echo(line)
                 summary = run_training(cfg, progress=progress, lines=not progress, stop_after_steps=stop_after)
         except KeyboardInterrupt:
-            typer.secho(f"run {cfg.resolved_run_id()}: stopped; its last finished step is saved, and the same "
-                        "command resumes it.", err=True)
-            raise typer.Exit(130) from None
+            typer.echo(stopped_line(cfg.resolved_run_id(), cfg.db_path), err=True)
+            from kernelbench_rl.errors import ExitCode
+
+            raise typer.Exit(ExitCode.STOPPED) from None
         resumed = f" (resumed after step {summary.resumed_from_step})" if summary.resumed_from_step is not None else ""
         typer.echo(f"run {summary.run_id}: {summary.steps_run} step(s) done{resumed}; last step {summary.last_step}, "
                    f"stage {summary.stage}, level {summary.level}{'; finished' if summary.finished else ''}")

@@ -9,6 +9,7 @@ different clients are evaluated at once by the one shared evaluator pool.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import kernelbench_rl.integrations.openenv_env  # noqa: F401 - first: it imports openenv quietly
@@ -25,6 +26,90 @@ from kernelbench_rl.integrations.openenv_env import (
 
 # A body beyond this is refused before it is parsed (the code limit plus room for JSON escaping).
 MAX_BODY_BYTES = 4 * MAX_CODE_BYTES
+
+
+class BoundedRequests:
+    """ASGI middleware: every HTTP body is bounded while it streams, and WebSocket frames must be text.
+
+    A body announced past the limit (Content-Length) is refused at once; one sent without its length
+    (chunked) is read up to the limit and refused as soon as it passes it, never read whole. A binary
+    WebSocket frame gets an error frame saying what to send instead, and the session goes on.
+    """
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self.app(scope, self._text_frames(receive, send), send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _refuse(self, send: Any, detail: str) -> None:
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        length = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            await self._refuse(send, f"The request body is {int(length)} bytes; the limit is {self.limit} bytes.")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        first: dict[str, Any] | None = None
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: the app sees that
+                first = message
+                break
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._refuse(send, f"The request body passed {self.limit} bytes (the limit) before its end; "
+                                         "send less.")
+                return
+            chunks.append(body)
+            if not message.get("more_body"):
+                break
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return first or {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _text_frames(self, receive: Any, send: Any) -> Any:
+        async def text_only() -> dict[str, Any]:
+            while True:
+                message = await receive()
+                if message["type"] != "websocket.receive" or message.get("text") is not None:
+                    return message
+                size = len(message.get("bytes") or b"")
+                await send({"type": "websocket.send", "text": json.dumps({"type": "error", "data": {
+                    "message": f"A binary frame ({size} bytes) was ignored: this endpoint reads JSON messages in text "
+                               "frames; send the same JSON as a text frame.", "code": "BINARY_FRAME"}})})
+
+        return text_only
+
+
+def _check_text(value: Any, field: str) -> None:
+    """A string that cannot be UTF-8 text (a lone surrogate, which JSON's \\u escapes allow) is refused up front."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise EnvRequestError(f"{field} holds a lone surrogate ({value[exc.start]!r} at character {exc.start}), "
+                                  "which is not Unicode text; send it as valid UTF-8.", 422) from None
 
 
 def _sentence(exc: ValidationError | RequestValidationError, prefix: str = "") -> str:
@@ -56,13 +141,7 @@ def create_app(service: KernelEnvService) -> FastAPI:
     async def _malformed(_: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _sentence(exc)}, status_code=422)
 
-    @app.middleware("http")
-    async def _limit_body(request: Request, call_next: Any) -> Any:
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return JSONResponse({"detail": f"The request body is {length} bytes; the limit is {MAX_BODY_BYTES} bytes."},
-                                status_code=413)
-        return await call_next(request)
+    app.add_middleware(BoundedRequests, limit=MAX_BODY_BYTES)
 
     @app.post("/reset", response_model=ResetResponse, tags=["Environment Control"])
     def reset(request: ResetRequest = Body(default_factory=ResetRequest)) -> dict[str, Any]:
@@ -72,6 +151,8 @@ def create_app(service: KernelEnvService) -> FastAPI:
             raise EnvRequestError(f"Unknown reset field {unknown[0]!r}; reset takes problem_id, seed, split, "
                                   "max_turns and episode_id.", 422)
         problem_id, split, max_turns = extra.get("problem_id"), extra.get("split", "train"), extra.get("max_turns")
+        _check_text(problem_id, "problem_id")
+        _check_text(split, "split")
         if problem_id is not None and not isinstance(problem_id, str):
             raise EnvRequestError("problem_id must be a string such as 'L1/19'.", 422)
         if not isinstance(split, str):
@@ -89,6 +170,8 @@ def create_app(service: KernelEnvService) -> FastAPI:
         if unknown:
             raise EnvRequestError(f"Unknown step field {unknown[0]!r}; step takes action and episode_id.", 422)
         code = request.action.get("code")
+        _check_text(code, "action.code")
+        _check_text(extra.get("episode_id"), "episode_id")
         if isinstance(code, str) and len(code.encode("utf-8", "replace")) > MAX_CODE_BYTES:
             raise EnvRequestError(f"The code is {len(code.encode('utf-8', 'replace'))} bytes; "
                                   f"the limit is {MAX_CODE_BYTES} bytes.", 413)

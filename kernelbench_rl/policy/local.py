@@ -49,6 +49,7 @@ from kernelbench_rl.policy.config import PolicyConfig
 from kernelbench_rl.policy.local_sampling import (
     SAMPLE_BATCH_ROWS,
     SampleJob,
+    SamplingStopped,
     batches,
     decode,
     logprobs_of,
@@ -172,6 +173,7 @@ class LocalServiceClient:
         self._training_ids = itertools.count()
         self._sampling_ids = itertools.count()
         self._closed = False
+        self._sampling_stopped = threading.Event()
         self._lock = threading.Lock()
         self._holding = threading.local()  # batched_sampling(): the requests this thread holds back
 
@@ -243,6 +245,8 @@ class LocalServiceClient:
             for batch in batches(jobs, SAMPLE_BATCH_ROWS):
                 try:
                     client._decode(batch)
+                except SamplingStopped:
+                    raise  # every request still held gets the stop (the caller's finally)
                 except Exception as exc:  # noqa: BLE001 - e.g. out of memory together: each alone, each its own answer
                     if len(batch) == 1:
                         batch[0].future.set_exception(exc)
@@ -362,6 +366,12 @@ class LocalServiceClient:
 
         return ClientFuture(self._submit(build))
 
+    def stop_sampling(self) -> None:
+        """Not in Tinker's SDK, the local backend's own: requests being decoded end at their next token and those
+        not started never start (their futures raise SamplingStopped); training and saving calls still run. A run
+        being stopped calls it so that its state is saved within seconds, not after a batch of long answers."""
+        self._sampling_stopped.set()
+
     def close(self, status: SessionStatus = "success", detail: str | None = None) -> APIFuture[None]:
         if not self._closed:
             self._closed = True
@@ -477,7 +487,7 @@ class LocalSamplingClient:
         """Decode jobs of this client's weights together (one batch), filling their outcomes."""
         engine = self._service._engine(self._base_model, self._base_seed)
         with torch.no_grad(), engine.model_for(self._snapshot) as model:
-            decode(model, jobs, self._service.device, self.get_tokenizer())
+            decode(model, jobs, self._service.device, self.get_tokenizer(), self._service._sampling_stopped.is_set)
 
     def _response(self, job: SampleJob) -> types.SampleResponse:
         return response(job, lambda: f"local-{id(self):x}-{next(self._sequence_ids)}")

@@ -18,7 +18,7 @@ logits: results are deterministic for the same requests sent together in the sam
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,8 +82,16 @@ def batches(jobs: Sequence[SampleJob], max_rows: int = SAMPLE_BATCH_ROWS) -> lis
     return out
 
 
-def decode(model: Any, jobs: Sequence[SampleJob], device: torch.device, tokenizer: Any) -> None:
-    """Decode `jobs` together, filling each job's outcomes (and prompt logprobs where asked)."""
+class SamplingStopped(RuntimeError):
+    """The policy was told to stop sampling (a run being stopped): the request was dropped."""
+
+
+def decode(model: Any, jobs: Sequence[SampleJob], device: torch.device, tokenizer: Any,
+           stopped: Callable[[], bool] | None = None) -> None:
+    """Decode `jobs` together, filling each job's outcomes (and prompt logprobs where asked); `stopped()`, polled
+    before each token, ends it with SamplingStopped."""
+    if stopped is not None and stopped():
+        raise SamplingStopped("the local policy was stopped before this request was decoded")
     for job in jobs:
         if job.max_tokens <= 0:
             for outcome in job.outcomes:
@@ -134,6 +142,8 @@ def decode(model: Any, jobs: Sequence[SampleJob], device: torch.device, tokenize
         raise FloatingPointError("a left-padded batch gave non-finite logits")
     budget = max(job.max_tokens for job in jobs)
     for step in range(budget):
+        if stopped is not None and stopped():
+            raise SamplingStopped("the local policy was stopped while decoding this request")
         chosen = torch.full((len(rows),), pad, dtype=torch.long, device=device)
         chosen_logprobs_t = torch.zeros(len(rows), dtype=torch.float32, device=device)
         for job, rows_of_job in zip(jobs, slices):

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.store.files import DamagedFileError
 
 IndexKind = Literal["flat", "hnsw", "ivf"]
 KindChoice = Literal["auto", "flat", "hnsw", "ivf"]
@@ -171,8 +172,29 @@ def index_exists(folder: str | Path) -> bool:
     return (root / INDEX_FILE).is_file() and (root / META_FILE).is_file()
 
 
+class IndexDamagedError(DamagedFileError):
+    """The saved index (its vectors or its metadata) cannot be read back."""
+
+
+def index_damage(folder: str | Path) -> str | None:
+    """What is wrong with a saved index, in a few words naming the file (None: it loads). The pipeline rebuilds a
+    damaged index as it builds a missing one."""
+    try:
+        load_index(folder)
+    except IndexDamagedError as exc:
+        return exc.damage
+    return None
+
+
+def _damaged(file: Path, what: str) -> IndexDamagedError:
+    error = IndexDamagedError(f"The retrieval index file {file} is damaged ({what}), so rebuild it with "
+                              "`kernelbench-rl index build` (the pipeline rebuilds it by itself).")
+    error.damage = f"{file}: {what}"
+    return error
+
+
 def load_index(folder: str | Path, *, expected_model_id: str | None = None, expected_dimension: int | None = None) -> VectorIndex:
-    """Load an index folder, refusing one built with another model or dimension."""
+    """Load an index folder, refusing one built with another model or dimension, or damaged (IndexDamagedError)."""
     import faiss
 
     root = Path(folder)
@@ -181,7 +203,7 @@ def load_index(folder: str | Path, *, expected_model_id: str | None = None, expe
     try:
         meta = IndexMeta(**json.loads((root / META_FILE).read_text()))
     except (TypeError, ValueError) as exc:
-        raise UserError(f"The index metadata {root / META_FILE} is unreadable ({type(exc).__name__}); rebuild the index.") from None
+        raise _damaged(root / META_FILE, f"unreadable metadata, {type(exc).__name__}") from None
     if expected_model_id is not None and meta.model_id != expected_model_id:
         raise UserError(
             f"The index at {root} was built with model {meta.model_id}, not {expected_model_id}; "
@@ -192,9 +214,13 @@ def load_index(folder: str | Path, *, expected_model_id: str | None = None, expe
             f"The index at {root} holds {meta.dimension}-dimensional vectors but the model gives "
             f"{expected_dimension}; rebuild the index with this model."
         )
-    index = faiss.read_index(str(root / INDEX_FILE))
+    try:
+        index = faiss.read_index(str(root / INDEX_FILE))
+    except RuntimeError as exc:  # faiss: a truncated or garbled file
+        reason = " ".join(str(exc).split())
+        raise _damaged(root / INDEX_FILE, reason.rsplit("Error:", 1)[-1].strip()[:120] or "unreadable") from None
     if index.d != meta.dimension or index.ntotal != len(meta.doc_sha256):
-        raise UserError(f"The index at {root} does not match its metadata file; rebuild it.")
+        raise _damaged(root / INDEX_FILE, "it does not match its metadata file")
     if meta.index_kind == "ivf":
         index.make_direct_map()  # so retrieval can read stored vectors back for the near-duplicate check
     if meta.index_kind == "hnsw" and "efSearch" in meta.params:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import duckdb
 
 from kernelbench_rl.errors import StoreBusyError, UserError
+from kernelbench_rl.store.files import DamagedFileError, write_error
 from kernelbench_rl.evaluation.result import categories_without_verdict
 from kernelbench_rl.store.schema import MIGRATIONS
 
@@ -271,7 +272,10 @@ class Store:
         if read_only and not self.path.exists():
             raise StoreMissingError(f"There is no database at {self.path}; pass --db or set KBRL_DB to an existing file.")
         if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise (write_error(self.path.parent, exc, "the database's folder") or exc) from None
         deadline = time.monotonic() + self.busy_timeout_s
         lock = _path_lock(key)
         if not lock.acquire(timeout=max(self.busy_timeout_s, 0.001)):
@@ -281,21 +285,61 @@ class Store:
             if not gate.acquire(deadline):
                 raise self._busy("another process")
             try:
-                con = self._open(read_only, deadline, LOCKED_DOWN_CONFIG if locked_down else None)
-                try:
-                    if not read_only and not self._migrated:
-                        self._migrate(con)
-                    _open_connections()[key] = (con, read_only)
+                with self._file_errors():
+                    con = self._open(read_only, deadline, LOCKED_DOWN_CONFIG if locked_down else None)
                     try:
-                        yield con
+                        if not read_only and not self._migrated:
+                            self._migrate(con)
+                        _open_connections()[key] = (con, read_only)
+                        try:
+                            yield con
+                        finally:
+                            del _open_connections()[key]
                     finally:
-                        del _open_connections()[key]
-                finally:
-                    con.close()
+                        con.close()
+                    if not read_only:
+                        self._check_folded()
             finally:
                 gate.release()
         finally:
             lock.release()
+
+    @contextmanager
+    def _file_errors(self) -> Iterator[None]:
+        """DuckDB's and the OS's failures of the file itself as one sentence: damaged, unwritable, disk full."""
+        try:
+            yield
+        except (duckdb.Error, OSError) as exc:
+            error = write_error(self.path, exc, "the database") or self._damaged(exc)
+            if error is None:
+                raise
+            raise error from None
+
+    def _damaged(self, exc: BaseException) -> DamagedFileError | None:
+        """DuckDB's report of a damaged file (truncated, garbled, failed checksum) naming the file, else None."""
+        text = str(exc)
+        lower = text.lower()
+        damaged = (isinstance(exc, (duckdb.SerializationException, duckdb.InternalException, duckdb.FatalException))
+                   or "corrupt" in lower or "checksum" in lower
+                   or (isinstance(exc, duckdb.IOException) and self.path.name in text))
+        if not damaged:
+            return None
+        detail = " ".join(text.split())[:200]
+        return DamagedFileError(
+            f"The database {self.path} is damaged ({detail}), so restore it from a copy, or move it aside "
+            f"(mv {self.path} {self.path}.damaged) and run again to start a new one.")
+
+    def _check_folded(self) -> None:
+        """After a write turn DuckDB folds its write-ahead log into the file as it closes, and says nothing when that
+        fails (a full disk, a size limit): a log still there is that failure, raised here with its own words."""
+        wal = self.path.with_name(self.path.name + ".wal")
+        if not wal.exists() or not wal.stat().st_size:
+            return
+        con = duckdb.connect(str(self.path))
+        try:
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
 
     def _open(self, read_only: bool, deadline: float, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
         """duckdb.connect, retried while a process outside our turn-taking (a DuckDB CLI) holds the file."""

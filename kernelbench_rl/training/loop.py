@@ -58,7 +58,9 @@ from kernelbench_rl.training.setup import (
     resolve_base_model,
     training_problems,
 )
+from kernelbench_rl.training.checkpoints import newest_intact, saving, stored_path
 from kernelbench_rl.training.sft import warm_start_checkpoint
+from kernelbench_rl.training.stops import deferred_stop, is_stop
 
 
 @dataclass
@@ -187,6 +189,10 @@ class TrainingRun:
             policy = policy_config(cfg)
             self.policy_backend = resolve_backend(policy)
             self._service = make_service_client(policy)
+        from kernelbench_rl.store.files import check_free_space
+
+        check_free_space(self.store.path, "before the run")
+        check_free_space(self.log_dir, "before the run")
         checkpoint = self._last_checkpoint()
         # Rows of steps after the resume point were written by an attempt whose state is lost (killed
         # between a step's rows and its checkpoint): they go, all at once, before anything is redone.
@@ -231,10 +237,11 @@ class TrainingRun:
         return warm_start_checkpoint(self.store, self.config)
 
     def _last_checkpoint(self) -> dict[str, Any] | None:
+        """The newest intact checkpoint (a damaged newer one is passed over, said on stderr), paths resolved."""
         rows = self.store.dicts(
-            "SELECT step, state_path, sampler_path FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT 1",
+            "SELECT step, state_path, sampler_path FROM checkpoints WHERE run_id = ? ORDER BY step DESC",
             [self.run_id])
-        return rows[0] if rows else None
+        return newest_intact(rows, self.log_dir, what="checkpoint", run_id=self.run_id)
 
     def _replay_curriculum(self, up_to_step: int) -> None:
         events = self.store.dicts(
@@ -354,53 +361,56 @@ class TrainingRun:
         samples = [sample for index in sorted(batch.samples_by_group) for sample in batch.samples_by_group[index]]
         metrics, speedups = step_metrics(groups, samples)
 
-        train_start = time.perf_counter()
-        trained = [s for s in samples if s.trainable]
-        datums, prompt_lengths = build_datums(trained), [len(s.prompt_tokens) for s in trained]
-        outcome = train_step(self.training_client, datums, prompt_lengths, cfg.training,
-                             base_sampler=self._base_sampler() if cfg.training.kl_penalty_coef > 0 else None)
-        loss = outcome.loss
-        metrics.update(outcome.metrics)
-        if trained:
-            self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
-            if cfg.training.compute_post_kl:
-                metrics.update(post_update_kl(datums, prompt_lengths, self.sampling_client))
-        # Untrained, the weights are unchanged: the sampler holds this step's weights either way.
-        self.sampler_step = step
-        train_s = time.perf_counter() - train_start
+        # From the update on, a stop waits for the step's rows and checkpoint: a stop checkpoint then holds
+        # exactly the steps it names.
+        with deferred_stop():
+            train_start = time.perf_counter()
+            trained = [s for s in samples if s.trainable]
+            datums, prompt_lengths = build_datums(trained), [len(s.prompt_tokens) for s in trained]
+            outcome = train_step(self.training_client, datums, prompt_lengths, cfg.training,
+                                 base_sampler=self._base_sampler() if cfg.training.kl_penalty_coef > 0 else None)
+            loss = outcome.loss
+            metrics.update(outcome.metrics)
+            if trained:
+                self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
+                if cfg.training.compute_post_kl:
+                    metrics.update(post_update_kl(datums, prompt_lengths, self.sampling_client))
+            # Untrained, the weights are unchanged: the sampler holds this step's weights either way.
+            self.sampler_step = step
+            train_s = time.perf_counter() - train_start
 
-        timings = batch.timings
-        metrics.update({"time/sampling_s": timings.sampling_s, "time/eval_s": timings.eval_s,
-                        "time/rollout_wall_s": timings.wall_s, "time/train_s": train_s,
-                        "time/rollout_wait_s": wait_s, "off_policy/staleness": float(batch.staleness),
-                        "stage_index": float(self.curriculum.stages.index(stage)), "level": float(level)})
-        if loss is not None:
-            metrics["loss"] = loss
-        # Judged only as the stage and level it was sampled under (a prefetched step may predate a promotion).
-        promotions = self.curriculum.observe(step, metrics, stage=stage, level=level)
-        self._write_events(promotions)
-        # TensorBoard before the step's row: a run killed in between redoes the step, and the resumed
-        # writer purges events from that step on, so TensorBoard never lacks a step DuckDB has.
-        assert self._tb is not None
-        self._tb.log(step, metrics, speedups)
-        self.store.upsert("train_steps", [{
-            "run_id": self.run_id, "step": step, "stage": stage, "level": level, "loss": loss,
-            "reward_mean": metrics.get("reward_mean"), "reward_std": metrics.get("reward_std"),
-            "format_rate": metrics.get("format_rate"), "compile_rate": metrics.get("compile_rate"),
-            "correct_rate": metrics.get("correct_rate"), "hack_rate": metrics.get("hack_rate"),
-            "truncated_rate": metrics.get("truncated_rate"),
-            "num_samples": int(metrics["num_samples"]), "num_trained": int(metrics["num_trained"]),
-            "sampling_s": timings.sampling_s, "eval_s": timings.eval_s, "train_s": train_s,
-            "staleness": batch.staleness, "sampler_step": batch.sampler_step,
-            "metrics_json": json.dumps(metrics, sort_keys=True),
-        }])
-        # The checkpoint row comes last: resume trusts the newest checkpoint, so every step it covers
-        # must already have its rows. A kill before it re-does this step from the previous checkpoint.
-        checkpoint = None
-        if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
-            checkpoint = self._checkpoint(step, final=step + 1 == cfg.training.steps)
-        self.next_step = step + 1
-        self._write_run("running")
+            timings = batch.timings
+            metrics.update({"time/sampling_s": timings.sampling_s, "time/eval_s": timings.eval_s,
+                            "time/rollout_wall_s": timings.wall_s, "time/train_s": train_s,
+                            "time/rollout_wait_s": wait_s, "off_policy/staleness": float(batch.staleness),
+                            "stage_index": float(self.curriculum.stages.index(stage)), "level": float(level)})
+            if loss is not None:
+                metrics["loss"] = loss
+            # Judged only as the stage and level it was sampled under (a prefetched step may predate a promotion).
+            promotions = self.curriculum.observe(step, metrics, stage=stage, level=level)
+            self._write_events(promotions)
+            # TensorBoard before the step's row: a run killed in between redoes the step, and the resumed
+            # writer purges events from that step on, so TensorBoard never lacks a step DuckDB has.
+            assert self._tb is not None
+            self._tb.log(step, metrics, speedups)
+            self.store.upsert("train_steps", [{
+                "run_id": self.run_id, "step": step, "stage": stage, "level": level, "loss": loss,
+                "reward_mean": metrics.get("reward_mean"), "reward_std": metrics.get("reward_std"),
+                "format_rate": metrics.get("format_rate"), "compile_rate": metrics.get("compile_rate"),
+                "correct_rate": metrics.get("correct_rate"), "hack_rate": metrics.get("hack_rate"),
+                "truncated_rate": metrics.get("truncated_rate"),
+                "num_samples": int(metrics["num_samples"]), "num_trained": int(metrics["num_trained"]),
+                "sampling_s": timings.sampling_s, "eval_s": timings.eval_s, "train_s": train_s,
+                "staleness": batch.staleness, "sampler_step": batch.sampler_step,
+                "metrics_json": json.dumps(metrics, sort_keys=True),
+            }])
+            # The checkpoint row comes last: resume trusts the newest checkpoint, so every step it covers
+            # must already have its rows. A kill before it re-does this step from the previous checkpoint.
+            checkpoint = None
+            if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
+                checkpoint = self._checkpoint(step, final=step + 1 == cfg.training.steps)
+            self.next_step = step + 1
+            self._write_run("running")
         result = StepResult(step, stage, level, loss, metrics, events + promotions, checkpoint)
         self.last_result = result
         if self.on_step is not None:
@@ -419,12 +429,14 @@ class TrainingRun:
         resumes) never does."""
         name = f"step_{step:06d}"
         ttl = None if final else self.config.training.checkpoint_ttl_s
-        # overwrite: a step re-done after a kill saves under the same name
-        state_path = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
-        sampler_path = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
-        self.store.upsert("checkpoints", [{
+        with saving(self.log_dir, name):  # a failed write is an error naming the folder; then free space is checked
+            # overwrite: a step re-done after a kill saves under the same name
+            state_path = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
+            sampler_path = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
+        self.store.upsert("checkpoints", [{  # paths relative to the run's folder: a copied runs/ resumes from the copy
             "run_id": self.run_id, "name": name, "step": step, "backend": self.policy_backend,
-            "state_path": state_path, "sampler_path": sampler_path, "ttl_s": ttl,
+            "state_path": stored_path(state_path, self.log_dir), "sampler_path": stored_path(sampler_path, self.log_dir),
+            "ttl_s": ttl,
         }])
         self.checkpoint_step = step
         return name
@@ -486,11 +498,17 @@ class TrainingRun:
             return
         last_done = self.next_step - 1
         try:
+            if session_status == "interrupted":
+                # Stopped: sampling under way (the local policy's decoding) ends now instead of finishing its batch.
+                stop_sampling = getattr(self._service, "stop_sampling", None)
+                if callable(stop_sampling):
+                    stop_sampling()
             self._stop_prefetch()
             if status != "failed" and last_done >= 0 and self.checkpoint_step != last_done:
                 # Stopped between checkpoints (stop_after_steps, a flow's per-step task): save the state so
                 # that re-running resumes here instead of at the last periodic checkpoint.
-                self._checkpoint(last_done, final=True)
+                with deferred_stop():
+                    self._checkpoint(last_done, final=True)
         finally:
             self._release(status, session_status or ("errored" if status == "failed" else "success"))
 
@@ -514,7 +532,7 @@ class TrainingRun:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()
-        elif issubclass(exc_type, KeyboardInterrupt):
+        elif is_stop(exc_type):  # Ctrl-C, SIGTERM through any handler, an orchestrator's termination: saved, stopped
             self.close(None, "interrupted")
         else:
             self.close("failed", "errored")
@@ -546,10 +564,12 @@ def describe_run_start(config: TrainConfig, store: Store | None = None) -> str:
     rows = []
     if store.exists():
         try:
-            rows = store.dicts("SELECT run_id, status, last_step FROM runs ORDER BY updated_at DESC", read_only=True)
+            rows = store.dicts("SELECT run_id, kind, status, last_step FROM runs ORDER BY updated_at DESC", read_only=True)
         except Exception:  # noqa: BLE001 - no runs table yet
             rows = []
     mine = next((row for row in rows if row["run_id"] == run_id), None)
+    if mine is not None and mine.get("kind") == "sft":
+        return f"starting RL of run {run_id} after its SFT warm start ({mine['status']})"
     if mine is not None:
         last = "no step done yet" if mine["last_step"] is None else f"last step {mine['last_step']}"
         return f"resuming run {run_id} ({mine['status']}, {last})"

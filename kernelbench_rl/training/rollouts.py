@@ -22,6 +22,16 @@ from kernelbench_rl.envs.kernel_env import EnvGroupBuilder, KernelEnv
 from kernelbench_rl.envs.text import messages_to_text
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 
+
+class _EvalThreads(ThreadPoolExecutor):
+    """A rollout's evaluation threads: left by an exception (a stop: Ctrl-C, SIGTERM), evaluations not started never
+    start and the caller does not wait for those under way (closing the evaluator ends them)."""
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.shutdown(wait=exc_type is None, cancel_futures=exc_type is not None)
+        return False
+
+
 # (problem_ids, responses) -> results in the same order; Evaluator.evaluate_responses has this shape.
 EvaluateFn = Callable[[list[str], list[str]], list[EvalResult]]
 
@@ -221,7 +231,7 @@ class RolloutRunner:
         ready: deque[GroupRollout] = deque(groups)
         sampling: deque[tuple[GroupRollout, list[SamplingRequest]]] = deque()
         in_flight: dict[Future, GroupRollout] = {}
-        with ThreadPoolExecutor(max_workers=max(1, self.eval_concurrency), thread_name_prefix="kbrl-eval") as executor:
+        with _EvalThreads(max_workers=max(1, self.eval_concurrency), thread_name_prefix="kbrl-eval") as executor:
             while ready or sampling or in_flight:
                 if self.should_stop is not None and self.should_stop():
                     executor.shutdown(wait=False, cancel_futures=True)  # evaluations not started never start

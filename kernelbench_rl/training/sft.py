@@ -44,7 +44,9 @@ from kernelbench_rl.errors import UserError
 from kernelbench_rl.policy.base import SessionStatus
 from kernelbench_rl.problems import Problem, load_problems, parse_problem_id
 from kernelbench_rl.store import Store
+from kernelbench_rl.training.checkpoints import damage, newest_intact, resolved_path, saving, stored_path
 from kernelbench_rl.training.optim import result_of, adam_params
+from kernelbench_rl.training.stops import deferred_stop, is_stop
 from kernelbench_rl.training.setup import (
     check_lora_rank,
     close_session,
@@ -266,6 +268,7 @@ class SftRun:
         self._datums: list[tinker.Datum] = []
         self._tb: Any = None
         self._started = False
+        self._run_row = False  # this warm start wrote the run's `runs` row (it had steps to do)
 
     @property
     def finished(self) -> bool:
@@ -274,12 +277,33 @@ class SftRun:
     def start(self) -> SftRun:
         if self._started:
             return self
+        from kernelbench_rl import ownership
+
+        # One process owns a run at a time (re-entrant: the pipeline already holds it around this stage).
+        ownership.acquire(self.store.path, self.run_id)
+        try:
+            self._start()
+        except BaseException:
+            ownership.release(self.store.path, self.run_id)
+            raise
+        return self
+
+    def _start(self) -> None:
+        from kernelbench_rl.store.files import check_free_space
+
         cfg = self.config
+        run_dir = cfg.run_log_dir()
+        check_free_space(self.store.path, "before the warm start")
+        check_free_space(run_dir, "before the warm start")
         if self._service is None:
             from kernelbench_rl.policy import make_service_client
 
             self._service = make_service_client(policy_config(cfg))
-        checkpoint = last_sft_checkpoint(self.store, self.run_id)
+        checkpoint = newest_intact(sft_checkpoints(self.store, self.run_id), run_dir, what="SFT checkpoint",
+                                   run_id=self.run_id)
+        if checkpoint is not None:
+            # Steps after an intact checkpoint that a damaged one passed over are done again.
+            self.store.discard_steps_after(self.run_id, int(checkpoint["step"]), tables=("sft_steps",))
         if checkpoint is None:
             self.training_client = result_of(self._service.create_lora_training_client(
                 base_model=resolve_base_model(cfg), rank=cfg.policy.lora_rank))
@@ -302,7 +326,24 @@ class SftRun:
         self._tb = TensorBoardLogger(cfg.run_log_dir() / "tensorboard" / "sft",
                                      purge_step=self.next_step if self.resumed_from_step is not None else None)
         self._started = True
-        return self
+        if not self.finished:
+            self._run_row = True
+            self._write_run("running")
+
+    def _write_run(self, status: str) -> None:
+        """The run's `runs` row while its warm start runs (kind `sft`; RL's own row replaces it when RL starts)."""
+        import json
+        import os
+        import socket
+
+        from kernelbench_rl.config.schema import config_to_dict
+
+        self.store.upsert("runs", [{
+            "run_id": self.run_id, "kind": "sft", "status": status,
+            "config_json": json.dumps(config_to_dict(self.config), sort_keys=True),
+            "last_step": self.next_step - 1 if self.next_step > 0 else None,
+            "owner_pid": os.getpid(), "owner_host": socket.gethostname(),
+        }])
 
     def step(self) -> SftStepResult:
         self.start()
@@ -317,6 +358,17 @@ class SftRun:
         # step 58 where a constant rate had been near 0.8).
         learning_rate = cfg.sft.learning_rate
         start = time.perf_counter()
+        # From the update on, a stop waits for the step to be recorded (and saved, when it saves): a stop
+        # checkpoint then holds exactly the steps it names.
+        with deferred_stop():
+            result = self._train_and_record(step, batch, tokens, learning_rate, start)
+        if self.on_step is not None:
+            self.on_step(result)
+        return result
+
+    def _train_and_record(self, step: int, batch: list[tinker.Datum], tokens: int, learning_rate: float,
+                          start: float) -> SftStepResult:
+        cfg = self.config
         fwd_bwd = self.training_client.forward_backward(batch, loss_fn="cross_entropy")
         optim = self.training_client.optim_step(adam_params(learning_rate, cfg.training))
         output = result_of(fwd_bwd)
@@ -339,10 +391,7 @@ class SftRun:
         # The row (with its checkpoint) last: resume trusts only checkpoints whose row landed.
         self.store.upsert("sft_steps", [row])
         self.next_step = step + 1
-        result = SftStepResult(step, loss, tokens, len(batch), learning_rate, checkpoint)
-        if self.on_step is not None:
-            self.on_step(result)
-        return result
+        return SftStepResult(step, loss, tokens, len(batch), learning_rate, checkpoint)
 
     def _save(self, step: int, row: dict[str, Any], *, final: bool) -> str:
         """Save the state after `step` into `row` (its sft_steps row, written by the caller)."""
@@ -350,8 +399,12 @@ class SftRun:
         # Periodic checkpoints expire (training.checkpoint_ttl_s); the last one, RL's warm start, and the
         # one a stopped warm start resumes from never do.
         ttl = None if final else self.config.training.checkpoint_ttl_s
-        row["state_path"] = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
-        row["sampler_path"] = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
+        run_dir = self.config.run_log_dir()
+        with saving(run_dir, name):  # a failed write is an error naming the folder; then free space is checked
+            state = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
+            sampler = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
+        # Relative to the run's folder: a copied runs/ resumes from the copy's files.
+        row["state_path"], row["sampler_path"] = stored_path(state, run_dir), stored_path(sampler, run_dir)
         self.checkpoint_step, self._saved_at = step, time.monotonic()
         return name
 
@@ -363,32 +416,50 @@ class SftRun:
             run_id=self.run_id, num_examples=len(self.dataset.examples), excluded=dict(self.dataset.excluded),
             total_steps=self.total_steps, resumed_from_step=self.resumed_from_step, steps_run=steps_run,
             first_loss=rows[0]["loss"] if rows else None, last_loss=rows[-1]["loss"] if rows else None,
-            final_state_path=final["state_path"] if final and self.finished else None,
+            final_state_path=(resolved_path(final["state_path"], self.config.run_log_dir())
+                              if final and self.finished else None),
         )
 
     def close(self, session_status: SessionStatus = "success") -> None:
         """Save where a stopped warm start is (unless it failed), close the TensorBoard writer and the
         policy service's session (with `session_status`)."""
+        if not self._started:
+            return
         last_done = self.next_step - 1
-        if self._started and session_status != "errored" and last_done >= 0 and self.checkpoint_step != last_done:
-            # Stopped between checkpoints (stop_after_steps, Ctrl-C, a flow cancelled): the next call
-            # resumes here instead of at the last periodic checkpoint.
-            row = {"run_id": self.run_id, "step": last_done}
-            self._save(last_done, row, final=True)
-            self.store.upsert("sft_steps", [row])
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
-        if self._started:
-            close_session(self._service, session_status)
-        self._started = False
+        try:
+            if session_status == "interrupted":
+                # Sampling is no part of SFT, but a policy shared with other work may be decoding: let it go.
+                stop_sampling = getattr(self._service, "stop_sampling", None)
+                if callable(stop_sampling):
+                    stop_sampling()
+            if session_status != "errored" and last_done >= 0 and self.checkpoint_step != last_done:
+                # Stopped between checkpoints (stop_after_steps, Ctrl-C, a flow cancelled): the next call
+                # resumes here instead of at the last periodic checkpoint.
+                row = {"run_id": self.run_id, "step": last_done}
+                with deferred_stop():
+                    self._save(last_done, row, final=True)
+                    self.store.upsert("sft_steps", [row])
+        finally:
+            if self._tb is not None:
+                self._tb.close()
+                self._tb = None
+            try:
+                if self._run_row:
+                    self._write_run("failed" if session_status == "errored" else
+                                    "finished" if self.finished else "stopped")
+            finally:
+                self._started = False
+                close_session(self._service, session_status)
+                from kernelbench_rl import ownership
+
+                ownership.release(self.store.path, self.run_id)
 
     def __enter__(self) -> SftRun:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close("success" if exc_type is None else
-                   "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "errored")
+        # A stop (Ctrl-C, SIGTERM through any handler, an orchestrator's termination) saves; a failure does not.
+        self.close("success" if exc_type is None else "interrupted" if is_stop(exc_type) else "errored")
 
 
 def _loss_sum(output: Any, batch: Sequence[tinker.Datum]) -> float:
@@ -405,11 +476,16 @@ def _loss_sum(output: Any, batch: Sequence[tinker.Datum]) -> float:
     return total
 
 
-def last_sft_checkpoint(store: Store, run_id: str) -> dict[str, Any] | None:
-    """The newest saved SFT state of a run: {step, state_path, sampler_path, total_steps}, or None."""
-    rows = store.dicts(
+def sft_checkpoints(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """A run's saved SFT states, newest first: {step, state_path, sampler_path, total_steps} (paths as stored)."""
+    return store.dicts(
         "SELECT step, state_path, sampler_path, total_steps FROM sft_steps WHERE run_id = ? AND state_path IS NOT NULL "
-        "ORDER BY step DESC LIMIT 1", [run_id])
+        "ORDER BY step DESC", [run_id])
+
+
+def last_sft_checkpoint(store: Store, run_id: str) -> dict[str, Any] | None:
+    """The newest saved SFT state of a run: {step, state_path, sampler_path, total_steps} (paths as stored), or None."""
+    rows = sft_checkpoints(store, run_id)
     return rows[0] if rows else None
 
 
@@ -437,6 +513,16 @@ def warm_start_checkpoint(store: Store, config: TrainConfig) -> dict[str, Any] |
         total = (checkpoint or {}).get("total_steps") or config.sft.steps
         raise UserError(f"The SFT warm start of run {run_id} has not finished ({done} of {total or 'its'} steps): "
                         "finish it with `kernelbench-rl sft` and the same config, or set sft.enabled=false.")
+    run_dir = config.run_log_dir()
+    checkpoint = {**checkpoint, "state_path": resolved_path(checkpoint["state_path"], run_dir),
+                  "sampler_path": resolved_path(checkpoint["sampler_path"], run_dir)}
+    wrong = damage(checkpoint["state_path"], optimizer=False)
+    if wrong is not None:
+        from kernelbench_rl.training.checkpoints import CheckpointDamagedError
+
+        raise CheckpointDamagedError(
+            f"The final SFT checkpoint of run {run_id} is damaged ({wrong}), so run `kernelbench-rl sft` with the "
+            "same config to redo its last steps from the newest intact one, then train again.")
     return checkpoint
 
 
