@@ -133,6 +133,13 @@ def nightly_targets(store: Store, run_ids: Sequence[str] = ()) -> list[NightlyTa
             for row, why in chosen]
 
 
+def _sampler_path(config: TrainConfig, checkpoint: dict[str, Any]) -> str:
+    """The checkpoint's sampler weights: a stored relative path is under the run's folder (a copied runs/ included)."""
+    from kernelbench_rl.training.checkpoints import resolved_path
+
+    return resolved_path(checkpoint["sampler_path"], config.run_log_dir())
+
+
 def _sampling_client(config: TrainConfig, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
     from kernelbench_rl.policy import make_service_client
     from kernelbench_rl.training.setup import policy_config, resolve_base_model
@@ -140,7 +147,7 @@ def _sampling_client(config: TrainConfig, checkpoint: dict[str, Any] | None, ser
     base_model = resolve_base_model(config)
     service = service_client or make_service_client(policy_config(config))
     client = (service.create_sampling_client(base_model=base_model) if checkpoint is None
-              else service.create_sampling_client(model_path=checkpoint["sampler_path"]))
+              else service.create_sampling_client(model_path=_sampler_path(config, checkpoint)))
     # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
     return client.result() if callable(getattr(client, "result", None)) else client
 
