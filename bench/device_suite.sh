@@ -56,6 +56,15 @@
 #                                                # .whl-test/ (carry it; .whl-rl/ too for the local policy's test); $OUT/gpu_tests.{log,xml}
 #                                                # and $OUT/gpu_tests_row.md, the result as a row of bench/RESULTS.md. Run it for
 #                                                # every change under kernelbench_rl/evaluation/ (bench/README.md, "GPU tests")
+# A whole GPU node (4 or 8 GPUs; carry .kb, and .whl-dask for NODE_ENGINE=both|dask):
+#   bash bench/device_suite.sh node [IDS]        # <= 560 s: identity on NODE_IDS (50) KernelBench references drawn at random
+#                                                # across levels 1-3 (seed NODE_SEED, default this call's start time; or IDS)
+#                                                # with the pool on all GPUs (<= NODE_IDENTITY_ALL_S, 130 s), then the same ids
+#                                                # on GPU 0 alone (<= NODE_IDENTITY_ONE_S, 160 s), each card's band; then
+#                                                # bench/eval_scaling.py, the plain evaluator (NODE_ENGINE) on 1, 2, 4 GPUs
+#                                                # (NODE_GPUS) over a window each from what is left (NODE_WINDOW overrides), and
+#                                                # where the time goes; bench/node_summary.py's table. NODE_PARTS="identity" or
+#                                                # "scaling" gives one part the whole budget (windows of 90-120 s)
 # kernrl (carry .kr: a copy of its snapshot's problems folder):
 #   bash bench/device_suite.sh kr-identity [IDS]  # <= 575 s: reference-as-candidate over kernrl's problems whose reference
 #                                                # runs under 1 s a call at real size (72 of 89), or IDS; KR_ARGS="--timeout 60"
@@ -244,6 +253,51 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
       done
     done
     tar -czf "$OUT/trace_cold.tar.gz" -C "$TRACES" . 2>/dev/null ;;
+  node)
+    NODE_BUDGET=${NODE_BUDGET:-560}
+    PARTS=${NODE_PARTS:-identity scaling}
+    GPUS=$(timeout 30 python3 -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+    echo "node: $GPUS GPU(s), $(nproc) CPUs, parts: $PARTS" | tee "$OUT/node.log"
+    IDENTITY_FILES=()
+    if [[ " $PARTS " == *" identity "* ]]; then
+      if [ ! -d .kb/KernelBench ]; then echo "node's identity needs .kb/ (a copy of the KernelBench snapshot) carried along" | tee -a "$OUT/node.log"; exit 2; fi
+      if [[ "$ARG2" == */* ]]; then SELECT=(--problems "$ARG2"); else SELECT=(--levels 1,2,3 --sample ${NODE_IDS:-50} --seed ${NODE_SEED:-$SUITE_START}); fi
+      ALL_S=${NODE_IDENTITY_ALL_S:-130}; ONE_S=${NODE_IDENTITY_ONE_S:-160}
+      if [[ " $PARTS " != *" scaling "* ]]; then ALL_S=${NODE_IDENTITY_ALL_S:-220}; ONE_S=$(( NODE_BUDGET - ALL_S - ( $(date +%s) - SUITE_START ) - 15 )); fi
+      # The pool on every GPU (one worker each, its own share of the host's cores), then GPU 0 alone: same ids, same code.
+      for RUN in all gpu0; do
+        LIMIT=$ALL_S; VISIBLE=(); [ $RUN = gpu0 ] && LIMIT=$ONE_S && VISIBLE=(CUDA_VISIBLE_DEVICES=0)
+        echo "== identity, $RUN: ${SELECT[*]}, <= $LIMIT s" | tee -a "$OUT/node.log"
+        env "${VISIBLE[@]}" timeout $LIMIT python3 bench/kernelbench_sweep.py identity --kernelbench-root .kb "${SELECT[@]}" \
+          --budget-s $(( LIMIT - 15 )) --worker-logs "$OUT/node_identity_${RUN}_worker_logs.txt" \
+          --out "$OUT/node_identity_${RUN}.json" 2>&1 | tee "$OUT/node_identity_${RUN}.log" | grep -v "^ours  \[" | tail -22
+      done
+      IDENTITY_FILES=(--identity-all "$OUT/node_identity_all.json" --identity-one "$OUT/node_identity_gpu0.json")
+    fi
+    SCALING_FILES=()
+    if [[ " $PARTS " == *" scaling "* ]] && [ "$GPUS" -ge 2 ]; then
+      ENGINE=${NODE_ENGINE:-plain}
+      if [ "$ENGINE" != plain ]; then
+        use_carried .whl-dask /tmp/dask_site node.log 'distributed-*.whl' 'dask_cuda-*.whl'
+      fi
+      COUNTS=${NODE_GPUS:-$( [ "$GPUS" -ge 4 ] && echo 1,2,4 || echo 1,2 )}
+      CONFIGS=$(( $(echo "$COUNTS" | tr ',' '\n' | wc -l) * ( [ "$ENGINE" = both ] && echo 2 || echo 1 ) ))
+      LEFT=$(( NODE_BUDGET - ( $(date +%s) - SUITE_START ) - 10 ))
+      # Each configuration: its pool's start, a warm-up pass (each problem's solution on each worker) and its close
+      # (about 45 s), then its window: eval_scaling shares what is left out among the windows (NODE_WINDOW caps them).
+      if [ "$LEFT" -lt $(( CONFIGS * 60 )) ]; then
+        echo "node: $LEFT s left for $CONFIGS scaling configurations: too little (NODE_PARTS=scaling gives them the whole call)" | tee -a "$OUT/node.log"
+      else
+        echo "== scaling, $ENGINE on $COUNTS GPU(s), <= $LEFT s" | tee -a "$OUT/node.log"
+        timeout $LEFT python3 bench/eval_scaling.py --engine $ENGINE --gpus $COUNTS --window-s ${NODE_WINDOW:-120} \
+          --budget-s $(( LEFT - 15 )) ${NODE_SCALING_ARGS:-} --out-dir "$OUT" 2>&1 | tee "$OUT/node_scaling.log" | tail -16
+        SCALING_FILES=(--scaling "$OUT/scaling.json")
+      fi
+    elif [[ " $PARTS " == *" scaling "* ]]; then
+      echo "node: scaling needs 2 GPUs or more; this machine has $GPUS" | tee -a "$OUT/node.log"
+    fi
+    python3 bench/node_summary.py "${IDENTITY_FILES[@]}" "${SCALING_FILES[@]}" --out "$OUT/node_summary.json" 2>&1 | tee -a "$OUT/node.log"
+    echo "node wall $(( $(date +%s) - SUITE_START )) s" | tee -a "$OUT/node.log" ;;
   host-probe)
     timeout 120 python3 bench/host_overhead_probe.py --out "$OUT/host_overhead_probe.json" 2>&1 | tail -40 ;;
   grpo-ab)

@@ -61,7 +61,7 @@ IDENTITY_OUTLIER_BAND = (0.8, 1.25)
 # timed (overlap, pairing, allocator and launch diagnostics), and what the profile saw.
 _KEPT_VERSIONS = ("transport", "sandbox", "timing_overlap", "profile_error", "timing", "timing_pairing_failed",
                   "timing_diagnostics", "profiler_warmup", "top_kernels", "baseline_timed_in", "baseline_refreshed",
-                  "baseline_child_failed", "device_free_gb", "free_wait_released_gb")
+                  "baseline_child_failed", "device_free_gb", "free_wait_released_gb", "gpu", "baseline_gpu", "cores")
 
 
 class BadInput(Exception):
@@ -195,6 +195,12 @@ def select_problems(args: argparse.Namespace, root: Path, default_ids: str | Non
         if empty:  # KernelBench's level 4 (Hugging Face downloads) is never loaded; kernrl's levels 4-10 are
             raise BadInput(f"Level {empty[0]} is not supported here: {root} has no problems of it that load.")
         chosen = list(problems.values())
+    if getattr(args, "sample", None):
+        # A random draw (reproducible by --seed) of what was selected: the same flags draw the same problems.
+        import random
+
+        chosen = random.Random(args.seed).sample(chosen, min(args.sample, len(chosen)))
+        say(f"sample of {len(chosen)} (seed {args.seed}): {','.join(p.id for p in chosen)}")
     if args.limit is not None:
         chosen = chosen[: max(0, args.limit)]
     return chosen, problems
@@ -290,6 +296,19 @@ def speedup_distribution(records: list[dict[str, Any]]) -> dict[str, Any]:
                               "baseline_ms": _round(r.get("baseline_ms"), 4)}
                              for r in sorted(timed, key=lambda r: r["speedup"]) if not out_low <= r["speedup"] <= out_high],
     }
+
+
+def speedup_by_gpu(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """speedup_distribution per card that timed the candidates (versions' `gpu`), and the verdicts whose baseline was
+    timed on another card (none should be)."""
+    cards = sorted({r.get("versions", {}).get("gpu", "") for r in records} - {""})
+    out: dict[str, Any] = {}
+    for card in cards:
+        mine = [r for r in records if r.get("versions", {}).get("gpu") == card]
+        out[card] = {**speedup_distribution(mine), "verdicts": len(mine),
+                     "baseline_elsewhere": [r["label"] for r in mine
+                                            if r.get("versions", {}).get("baseline_gpu") not in (None, card)]}
+    return out
 
 
 def verdict_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -611,6 +630,7 @@ def summarise_sweep(records: list[dict[str, Any]], group: dict[str, Any], planne
                         if not r["correct"]],
         "flags": {f: sum(1 for r in records if f in r["flags"]) for f in sorted({f for r in records for f in r["flags"]})},
         "speedup": speedup_distribution(records),
+        "speedup_by_gpu": speedup_by_gpu(records),
         "speed_of_light": sol_distribution(records),
         "widened_inputs": sorted(r["problem_id"] for r in records if r.get("inputs", "").startswith("widened")),
         "overhead": overhead_figures(records, wall),
@@ -669,6 +689,11 @@ def print_sweep(data: dict[str, Any]) -> None:
                     say(f"  {r['label']:22s} {r['speedup']:6.2f}x  ({r['runtime_ms']:.3f} ms vs {r['baseline_ms']:.3f} ms)")
     else:
         say(sp.get("note", "no speedups"))
+    for card, d in s.get("speedup_by_gpu", {}).items():
+        if d.get("count"):
+            say(f"  GPU {card}: {d['verdicts']} verdicts, {d['count']} timed, median {d['median']}, within [0.95, 1.05] "
+                f"{d['share_within_0.95_1.05']}, outside [0.8, 1.25] {len(d['outside_0.8_1.25'])}"
+                + (f", baseline timed on another card: {', '.join(d['baseline_elsewhere'])}" if d["baseline_elsewhere"] else ""))
     for level, d in s.get("speed_of_light", {}).items():
         say(f"speed of light {level}: {d['count']} timed ({d['memory_bound']} memory-bound), median {d['median']}, "
             f"p90 {d['p90']}, range {d['min']}-{d['max']}; above 1: "
@@ -1365,6 +1390,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--levels", default="1,2,3", help="levels to take every problem of (default 1,2,3)")
     common.add_argument("--problems", default=None, help="a subset by id, e.g. L1/19,L2/1 (overrides --levels)")
     common.add_argument("--limit", type=int, default=None, help="only the first N problems (smoke runs)")
+    common.add_argument("--sample", type=int, default=None,
+                        help="N problems drawn at random from those selected (the same --seed draws the same ones)")
+    common.add_argument("--seed", type=int, default=0, help="the seed of --sample's draw (default 0)")
 
     evaluation = argparse.ArgumentParser(add_help=False)
     evaluation.add_argument("--correctness-trials", type=int, default=5, help="correctness trials (default 5)")
