@@ -132,3 +132,12 @@ def test_a_dropped_cut_turn_leaves_the_later_turns_of_its_episode_in_training():
     assert by[0, 0].dropped_truncated and not by[0, 0].trainable
     assert by[0, 1].trainable and by[1, 1].trainable
     assert by[0, 1].advantage == pytest.approx(by[0, 1].return_value - by[1, 1].return_value)
+
+
+def test_a_constant_turn_leaves_the_later_turns_of_the_group_in_training():
+    # gamma 0: each turn's return is its own reward, so turn 0 (both compiled) carries no signal and turn 1 does.
+    episodes = [[(COMPILED, "stop"), (CORRECT, "stop")], [(COMPILED, "stop"), (COMPILED, "stop")]]
+    samples = score_group(_group(episodes), "correctness", gamma=0.0, baseline="loo", speedup_cap=8.0)
+    by = {(s.sample_index, s.turn): s for s in samples}
+    assert by[0, 0].dropped_constant and by[1, 0].dropped_constant
+    assert by[0, 1].trainable and by[1, 1].trainable and by[0, 1].advantage > 0 > by[1, 1].advantage

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from kernelbench_rl.store import Store
@@ -61,4 +62,11 @@ def test_only_the_tables_asked_for(store: Store) -> None:
 def test_an_unknown_table_removes_nothing(store: Store) -> None:
     with pytest.raises(StoreSchemaError, match="no table .no_such_table."):
         store.discard_steps_after("killed", 0, tables=("train_steps", "no_such_table"))
+    assert _steps(store, "train_steps", "killed") == [0, 1, 2, 3, 4]
+
+
+def test_a_failure_part_way_removes_nothing_and_says_what_failed(store: Store) -> None:
+    # `runs` has no step column: the second table fails after the first one's rows were deleted in the transaction.
+    with pytest.raises(duckdb.Error, match="step"):
+        store.discard_steps_after("killed", 0, tables=("train_steps", "runs"))
     assert _steps(store, "train_steps", "killed") == [0, 1, 2, 3, 4]
