@@ -41,7 +41,7 @@ def test_the_printed_promotion_matches_its_table() -> None:
     output = README.split("What one run printed")[1].split("```")[1]
     rows = [line.split() for line in output.splitlines() if re.match(r"\s+\d+\s+\w+\s+[\d.]+", line)]
     step, window, mean, threshold = re.search(
-        r"promotion at step (\d+): stage format -> compile \(mean format_rate of the last (\d+) steps "
+        r"promotion at step (\d+): stage format -> compile \(mean (?:level_\d+/)?format_rate of the last (\d+) steps "
         r"([\d.]+) >= ([\d.]+)\)", output).groups()
     step, window, mean, threshold = int(step), int(window), float(mean), float(threshold)
     rates = {int(row[0]): float(row[2]) for row in rows}
