@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelbench_rl.evaluation import kernels, sandbox
+from kernelbench_rl.evaluation import kernels, sandbox, sensitivity
 from kernelbench_rl.evaluation.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, Flag
 from kernelbench_rl.problems import get_problem, list_solutions
@@ -89,11 +89,13 @@ def test_every_bundled_solution_passes(evaluator):
         evaluator.static_checks = False
     failures = [f"{r.problem_id}: {r.error_category.value}: {r.error_message}" for r in results if not r.correct]
     assert not failures, "\n".join(failures)
-    # every seed ran: the problem's own, plus the widened ones where its own inputs cannot tell right from wrong
+    # every seed ran: the problem's own, plus the widened ones where its own inputs cannot tell right from wrong, plus
+    # the sensitivity seeds (evaluation/sensitivity.py)
     widened = {r.problem_id for r in results if r.versions["inputs"].startswith("widened")}
     assert {"L1/19", "L1/20", "L1/32"} <= widened
     assert all(r.trials_passed == r.trials_total == SETTINGS.correctness_trials
-               + (SETTINGS.discriminating_trials if r.problem_id in widened else 0) for r in results)
+               + (SETTINGS.discriminating_trials if r.problem_id in widened else 0)
+               + sensitivity.seeds_in(r.versions["sensitivity"]) for r in results)
     assert all(Flag.NO_SPEEDUP_ON_CPU.value in r.flags and r.speedup is None for r in results)
 
 

@@ -50,6 +50,7 @@ class ProblemAudit:
     same_function: list[str] = field(default_factory=list)  # pass on every input set: the same operation
     given_variant: bool = False  # the widened inputs must be handed to the evaluator (it would not find them)
     detail: str = ""
+    sensitivity: str = ""  # the sensitivity seeds sound for the problem (evaluation/sensitivity.py), as a verdict says
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,7 +128,7 @@ def audit_problems(problems: Sequence[Problem], *, size: SizeMode = "small", dev
         try:
             item = _load(problem, size, device, precision)
             found = discrimination.discriminate(_runner(item, device, precision), AUDIT_SEEDS + CONFIRMATION_SEEDS,
-                                                atol, rtol)
+                                                atol, rtol, module=item.module, source=problem.source_for(size))
         except Exception as exc:  # noqa: BLE001 - the reference cannot run here: say why, judge nothing
             first = str(exc).splitlines()[0] if str(exc) else ""
             audits.append(ProblemAudit(problem.id, problem.name, "unavailable", detail=f"{type(exc).__name__}: {first}"[:300]))
@@ -135,7 +136,8 @@ def audit_problems(problems: Sequence[Problem], *, size: SizeMode = "small", dev
         loaded[problem.id] = item
         status = "ok" if not found.trivial else "widened" if found.variant is not None else "fails"
         audits.append(ProblemAudit(problem.id, problem.name, status, trivial=list(found.trivial), inputs=found.summary(),
-                                   variant=found.variant, detail=found.reason))
+                                   variant=found.variant, detail=found.reason,
+                                   sensitivity=found.sensitivity.summary() if found.sensitivity else ""))
     if siblings:
         _judge_siblings(audits, loaded, device, precision, atol, rtol)
     return audits
