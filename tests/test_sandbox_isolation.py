@@ -192,3 +192,23 @@ def test_a_cpu_verdict_says_it_is_no_verdict_about_the_gpu_or_the_real_size(eval
     [result] = evaluator.evaluate([EvalRequest("L1/19", RELU, SETTINGS)])
     assert result.correct
     assert "says nothing about a GPU" in result.versions["scope"]
+
+
+def test_what_children_leave_in_dev_shm_is_removed_but_live_ipc_reference_counts_stay(tmp_path, monkeypatch) -> None:
+    """On a GPU with CUDA IPC a child may write /dev/shm (torch keeps IPC reference counts there): the worker removes
+    what the children's uid left there once the child is retired, except what was there before and the reference
+    counts of children still alive."""
+    from kernelbench_rl.evaluation import leftovers
+
+    monkeypatch.setattr(leftovers, "SHARED_MEMORY", str(tmp_path))
+    (tmp_path / "sem.mp-before").write_text("")
+    keep = leftovers.shared_memory_entries()
+    for name in ("kbrl-answer-1234", "torch_4242_99_0", "torch_777_1_0", "torch_worker_answers"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "nested").mkdir()
+    removed = leftovers.sweep_shared_memory(os.getuid(), keep, live={4242})
+    assert sorted(removed) == ["kbrl-answer-1234", "nested", "torch_777_1_0", "torch_worker_answers"]
+    assert sorted(os.listdir(tmp_path)) == ["sem.mp-before", "torch_4242_99_0"]
+    # Another uid's entries (the worker's own, when it is root) are not the children's.
+    (tmp_path / "other").write_text("")
+    assert leftovers.sweep_shared_memory(os.getuid() + 1, keep, live=set()) == []

@@ -214,8 +214,8 @@ def _ipc_selftest(conn: Connection, job: dict[str, Any]) -> None:
     """Share a known tensor over CUDA IPC under the same confinement a job gets."""
     if job.get("drop_uid"):
         sandbox.drop_privileges()
-    if job.get("landlock", True):
-        sandbox.restrict_writes_to(["/dev/null", job.get("workdir", "/tmp")] + _nvidia_device_nodes())
+    if job.get("landlock", True):  # (/dev/shm: torch's CUDA IPC keeps its reference counts there)
+        sandbox.restrict_writes_to(["/dev/shm", "/dev/null", job.get("workdir", "/tmp")] + _nvidia_device_nodes())
     sandbox.block_sockets()
     tensor = torch.arange(1024, dtype=torch.float32, device="cuda")
     torch.cuda.synchronize()
@@ -280,11 +280,16 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
     confinement.limits = sandbox.apply_limits(sandbox.Limits(
         address_space_mb=job.get("address_space_mb"), file_size_mb=int(job.get("file_size_mb", 512)),
     ))
-    # Writable: its own directory (removed with it) and device nodes. Never /dev/shm: it is shared by every
-    # candidate and outlives them, so one candidate could leave answers there for the next.
+    # Writable: its own directory (removed with it) and device nodes. /dev/shm only where tensors cross over CUDA IPC:
+    # torch's IPC keeps its reference counts in a shared-memory object the child creates (torch_<pid>_...), and without
+    # it the same-uid probe and the IPC self-test fail and every tensor crosses through files (an H200's red team and
+    # warm batches slowed several-fold). It is shared by every candidate and outlives them, so the worker removes what
+    # a child left there when it retires it (leftovers.sweep_shared_memory).
     writable = [workdir, "/dev/null"]
     if job.get("device") == "cuda":
         writable += _nvidia_device_nodes()
+        if job.get("transport") == "ipc":
+            writable.append("/dev/shm")
     if job.get("drop_uid"):
         read_search = bool(job.get("read_search"))
         confinement.uid_dropped = sandbox.drop_privileges(read_search=read_search)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import faults, leftovers, scheduling, startup, trace, wire
+from kernelbench_rl.evaluation import faults, leftovers, sandbox, scheduling, startup, trace, wire
 from kernelbench_rl.evaluation import memory as footprints
 from kernelbench_rl.evaluation.child import READY_EVENT, child_main
 from kernelbench_rl.evaluation.faults import Fault
@@ -166,6 +166,9 @@ class ChildPool:
         self.reaper.start()
         self.warm: collections.deque[Child] = collections.deque()
         self.warm_lock = threading.Lock()
+        # What /dev/shm held before any child ran: never swept (children may write there only on a GPU with CUDA IPC).
+        self.shared_memory_before = leftovers.shared_memory_entries() if device == "cuda" else set()
+        self.children_uid = sandbox.UNPRIVILEGED_UID if os.geteuid() == 0 else os.getuid()
         self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
         self.stopping = False
         self.closed = False  # shut down: no child is pre-started from now on
@@ -339,6 +342,9 @@ class ChildPool:
         child.signal_kill()
         with self.warm_lock:
             self.running.discard(child)
+            live = {other.pid for other in (*self.running, *self.warm)}
+        if self.device == "cuda":
+            leftovers.sweep_shared_memory(self.children_uid, self.shared_memory_before, live)
         self.reaping.put((child, workdir))
         if swept.pids:
             self.reaping.put((None, swept.pids))

@@ -158,3 +158,40 @@ def reap(pids: set[int]) -> set[int]:
         if done == 0:
             pending.add(pid)
     return pending
+
+
+SHARED_MEMORY = "/dev/shm"
+
+
+def shared_memory_entries() -> set[str]:
+    try:
+        return set(os.listdir(SHARED_MEMORY))
+    except OSError:
+        return set()
+
+
+def sweep_shared_memory(uid: int, keep: set[str], live: set[int]) -> list[str]:
+    """Remove what candidates left in /dev/shm: every entry owned by `uid` (the children's) except those in `keep`
+    (there before the pool's first child) and torch's CUDA IPC reference counts of children still alive
+    (`torch_<pid>_...` for a pid in `live`). Returns what was removed. A child may write /dev/shm only where tensors
+    cross over CUDA IPC (child._confine); without this, answers stored there outlived their candidate."""
+    removed = []
+    for name in shared_memory_entries() - keep:
+        parts = name.split("_")
+        if len(parts) > 2 and parts[0] == "torch" and parts[1].isdigit() and int(parts[1]) in live:
+            continue
+        path = os.path.join(SHARED_MEMORY, name)
+        try:
+            if os.lstat(path).st_uid != uid:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                import shutil
+
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+            removed.append(name)
+        except OSError:
+            continue
+    return removed
+

@@ -101,7 +101,7 @@ def _probe_child(conn: Any, workdir: str, landlock: bool) -> None:
         env = sandbox.scrubbed_env(HOME=workdir, TMPDIR=workdir, TRITON_CACHE_DIR=os.path.join(workdir, ".triton"),
                                    TRITON_INTERPRET="0", PYTHONDONTWRITEBYTECODE="1")
         confinement = child_module._confine({
-            "workdir": workdir, "env": env, "device": "cuda", "drop_uid": False, "landlock": landlock,
+            "workdir": workdir, "env": env, "device": "cuda", "drop_uid": False, "landlock": landlock, "transport": "ipc",
             "block_unix_sockets": True, "readable": [PACKAGE_DIR, "/usr/bin"],
         })
         module = runtime.load_module_from_file(kernel_path, "kbrl_probe_kernel")
