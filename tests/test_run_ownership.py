@@ -141,7 +141,7 @@ def test_sigterm_to_train_stops_it_like_ctrl_c_with_its_checkpoint_and_status(tm
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, err[-2000:]
-    assert "stopped; its last finished step is saved" in err
+    assert "stopped by SIGTERM; its state is saved at step" in err
     status, last_step = Store(db).fetchall("SELECT status, last_step FROM runs WHERE run_id = 'term'")[0]
     assert status == "stopped"
     saved = Store(db).fetchall("SELECT max(step) FROM checkpoints WHERE run_id = 'term'")[0][0]

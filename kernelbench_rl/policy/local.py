@@ -481,13 +481,14 @@ class LocalSamplingClient:
         stop_token_ids, stop_strings = stop_conditions(params.stop, self.get_tokenizer())
         max_tokens = DEFAULT_MAX_TOKENS if params.max_tokens is None else int(params.max_tokens)
         return SampleJob(prompt_tokens, num_samples, params, include_prompt_logprobs,
-                         self._next_generator(params, self._service.device), stop_token_ids, stop_strings, max_tokens)
+                         self._next_generator(params, self._service.device), stop_token_ids, stop_strings, max_tokens,
+                         stopped=self._service._sampling_stopped.is_set)
 
     def _decode(self, jobs: list[SampleJob]) -> None:
         """Decode jobs of this client's weights together (one batch), filling their outcomes."""
         engine = self._service._engine(self._base_model, self._base_seed)
         with torch.no_grad(), engine.model_for(self._snapshot) as model:
-            decode(model, jobs, self._service.device, self.get_tokenizer(), self._service._sampling_stopped.is_set)
+            decode(model, jobs, self._service.device, self.get_tokenizer())
 
     def _response(self, job: SampleJob) -> types.SampleResponse:
         return response(job, lambda: f"local-{id(self):x}-{next(self._sequence_ids)}")

@@ -54,6 +54,7 @@ class SampleJob:
     future: Future | None = None
     outcomes: list[SampleOutcome] = field(default_factory=list)
     prompt_logprobs: list[float | None] | None = None
+    stopped: Callable[[], bool] | None = None  # polled before each token: True ends the decoding (SamplingStopped)
 
     def __post_init__(self) -> None:
         self.outcomes = [SampleOutcome() for _ in range(self.num_samples)]
@@ -86,10 +87,10 @@ class SamplingStopped(RuntimeError):
     """The policy was told to stop sampling (a run being stopped): the request was dropped."""
 
 
-def decode(model: Any, jobs: Sequence[SampleJob], device: torch.device, tokenizer: Any,
-           stopped: Callable[[], bool] | None = None) -> None:
-    """Decode `jobs` together, filling each job's outcomes (and prompt logprobs where asked); `stopped()`, polled
-    before each token, ends it with SamplingStopped."""
+def decode(model: Any, jobs: Sequence[SampleJob], device: torch.device, tokenizer: Any) -> None:
+    """Decode `jobs` together, filling each job's outcomes (and prompt logprobs where asked); a job's `stopped()`,
+    polled before each token, ends it with SamplingStopped."""
+    stopped = next((job.stopped for job in jobs if job.stopped is not None), None)
     if stopped is not None and stopped():
         raise SamplingStopped("the local policy was stopped before this request was decoded")
     for job in jobs:
