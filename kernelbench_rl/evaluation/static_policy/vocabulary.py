@@ -131,8 +131,11 @@ INTROSPECTION_NAMES = ("sys._getframe", "sys._current_frames", "sys.settrace", "
                        "triton._C.libtriton.interpreter")
 FRAME_ATTRIBUTES = frozenset({"f_back", "f_locals", "f_globals", "f_code", "f_builtins", "tb_frame", "gi_frame",
                               "cr_frame", "__globals__", "__closure__", "__code__", "__subclasses__"})
+# `posix` is what `os` wraps (posix.fork, posix._exit passed as plain names), `faulthandler` can crash the process on
+# demand (faulthandler._sigsegv), `multiprocessing` and `_posixsubprocess` start processes.
 PROCESS_MODULES = ("subprocess", "socket", "urllib", "http", "requests", "httpx", "ftplib", "smtplib", "pty",
-                   "signal", "telnetlib", "paramiko", "webbrowser", "xmlrpc")
+                   "signal", "telnetlib", "paramiko", "webbrowser", "xmlrpc", "posix", "nt", "_posixsubprocess",
+                   "faulthandler", "multiprocessing", "concurrent.futures.process")
 PROCESS_NAMES = ("os.system", "os.popen", "os.fork", "os.forkpty", "os.kill", "os.killpg", "os._exit", "os.abort",
                  "sys.exit", "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.execv", "os.execve",
                  "os.execvp", "os.execvpe", "os.spawnl", "os.spawnle", "os.spawnlp", "os.spawnlpe", "os.spawnv",
