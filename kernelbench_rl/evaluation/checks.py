@@ -285,8 +285,11 @@ def inputs_unmodified(original: list[torch.Tensor], after: list[torch.Tensor]) -
         if tuple(before.shape) != tuple(now.shape) or before.dtype != now.dtype:
             return f"input {index} changed shape or dtype during forward"
         now = now.to(before.device)
+        # NaN where NaN was (the masks equal), and every other element bit for bit: nan_to_num alone would read a 0.0
+        # written over an input's NaN as unchanged.
         same = torch.equal(before, now) or (
             before.is_floating_point() and bool(torch.isnan(before).any())
+            and torch.equal(torch.isnan(before), torch.isnan(now))
             and torch.equal(torch.nan_to_num(before), torch.nan_to_num(now))
         )
         if not same:
