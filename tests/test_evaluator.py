@@ -119,7 +119,8 @@ def test_correct_candidate_records_its_sandbox(evaluator):
     [
         # The kernel's output is dropped (not `return x`: ReLU of L1/19's [0, 1) inputs is x itself).
         ("relu_into(x, torch.empty_like(x))\nreturn x - 1.0", ErrorCategory.MISMATCH, "differs"),
-        ("return torch.empty_like(x)", ErrorCategory.MISMATCH, "differs"),
+        # (uninitialised memory: wrong values, or NaNs where the poison or an earlier tensor left them)
+        ("return torch.empty_like(x)", ErrorCategory.MISMATCH, ("differs", "NaN where the reference is finite")),
         ("out = torch.empty_like(x)\nrelu_into(x, out)\nreturn out[:, :-1]", ErrorCategory.SHAPE, "shape"),
         ("out = torch.empty_like(x)\nrelu_into(x, out)\nreturn out.double()", ErrorCategory.DTYPE, "dtype"),
         ("raise ValueError('block size must be a power of two')", ErrorCategory.RUNTIME, "power of two"),
@@ -130,7 +131,7 @@ def test_kernel_faults_map_to_categories(evaluator, body, category, words):
     result = run(evaluator, candidate(body))
     assert result.error_category == category, result.error_message
     assert not result.correct
-    assert words in result.error_message
+    assert any(word in result.error_message for word in ((words,) if isinstance(words, str) else words))
 
 
 def test_syntax_error_is_a_compile_failure(evaluator):

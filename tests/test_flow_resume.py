@@ -123,7 +123,10 @@ def test_killed_pipeline_resumes_without_lost_or_duplicate_rows(prefect_api: str
     checkpoints = store.query("SELECT name, step, state_path, sampler_path FROM checkpoints WHERE run_id = ? "
                               "ORDER BY step", [RUN_ID]).to_dicts()
     assert [c["step"] for c in checkpoints] == list(range(STEPS))  # the smoke overrides checkpoint every step
-    assert all(Path(c["state_path"]).exists() and Path(c["sampler_path"]).exists() for c in checkpoints)
+    # rows keep paths relative to the run's folder (a copied runs/ resumes from its own files)
+    run_dir = tmp_path / "logs" / RUN_ID
+    assert all(not Path(c["state_path"]).is_absolute() for c in checkpoints)
+    assert all((run_dir / c["state_path"]).exists() and (run_dir / c["sampler_path"]).exists() for c in checkpoints)
 
     run = store.query("SELECT status, last_step FROM runs WHERE run_id = ?", [RUN_ID]).to_dicts()
     assert run == [{"status": "finished", "last_step": STEPS - 1}]

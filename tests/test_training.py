@@ -201,7 +201,9 @@ def test_kill_and_resume_via_cli(tmp_path: Path) -> None:
         assert rows == (expected, expected), table
     checkpoints = store.query("SELECT step, state_path, sampler_path FROM checkpoints ORDER BY step").to_dicts()
     assert [c["step"] for c in checkpoints] == [0, 1, 2]
-    assert all(Path(c["state_path"]).exists() and Path(c["sampler_path"]).exists() for c in checkpoints)
+    run_dir = tmp_path / "logs" / "test-run"  # rows keep paths relative to the run's folder
+    assert all(not Path(c["state_path"]).is_absolute() for c in checkpoints)
+    assert all((run_dir / c["state_path"]).exists() and (run_dir / c["sampler_path"]).exists() for c in checkpoints)
     run = store.query("SELECT status, last_step, stage, config_json FROM runs").to_dicts()[0]
     assert run["status"] == "finished" and run["last_step"] == 2 and run["stage"] == "format"
     assert json.loads(run["config_json"])["training"]["steps"] == 3

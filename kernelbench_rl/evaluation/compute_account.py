@@ -402,6 +402,17 @@ def forward(model: Any, inputs: list[Any], module: Any = None) -> Iterator[Accou
         _ACTIVE[0] = None
 
 
+def warm() -> None:
+    """Pay the first use's cost (about a second of torch's lazy Python-dispatch machinery on a 2-core CPU) now: the
+    zygote calls this (startup.ZYGOTE_PRELOAD), so every child forked from it starts warm and no candidate's first
+    correctness call carries it (a ReLU under a 1 s timeout timed out on it). CPU tensors only: the zygote must never
+    start CUDA."""
+    model, inputs = torch.nn.ReLU(), [torch.rand(4, 8)]
+    with torch.no_grad(), forward(model, inputs) as account:
+        account.outputs_done([torch.relu(inputs[0]) + inputs[0]])
+    account.report()
+
+
 def still_active(account: Account) -> bool:
     """Whether the account was still on torch's dispatch-mode stack (a forward that pops it hid its torch ops)."""
     return any(mode is account for mode in _get_current_dispatch_mode_stack())

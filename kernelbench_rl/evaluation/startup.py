@@ -34,7 +34,8 @@ def package_pythonpath() -> str:
 
 
 # What the zygote (the forkserver every candidate's child is forked from) imports once, up front.
-ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child"]
+ZYGOTE_PRELOAD = ["torch", "triton", "triton.language", "kernelbench_rl.evaluation.child",
+                  "kernelbench_rl.evaluation.account_warmup"]
 CACHE_DIR_ENV = "KBRL_EVAL_CACHE_DIR"
 MAX_ENTRY_BYTES = 64 << 10
 
