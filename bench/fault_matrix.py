@@ -205,9 +205,17 @@ def _cli(*args: str) -> list[str]:
 
 
 def _start(args: list[str], cwd: Path, env: dict, merge: bool = False, preexec_fn=None) -> subprocess.Popen:
+    def child() -> None:
+        # As a terminal's foreground job has them: a script started in the background (`&`, nohup) would otherwise
+        # pass its ignored SIGINT on, and a command that keeps an ignored SIGINT ignored never sees the Ctrl-C.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+        if preexec_fn is not None:
+            preexec_fn()
+
     return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT if merge else subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=preexec_fn)
+                            start_new_session=True, preexec_fn=child)
 
 
 def _kill(proc: subprocess.Popen) -> None:
