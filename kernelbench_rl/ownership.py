@@ -14,7 +14,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -117,6 +117,16 @@ def _try_lock(fd: int, path: Path) -> bool:
             return False
     owner = read_owner(path)  # no flock: a live owner on this host holds it; anything else is stale
     return not (owner and owner.get("host") == socket.gethostname() and pid_alive(int(owner.get("pid", 0))))
+
+
+def start_owned(db_path: str | os.PathLike[str], run_id: str, start: Callable[[], None]) -> None:
+    """Own the run (acquire), then `start` it; a start that fails gives the run back before the error goes on."""
+    acquire(db_path, run_id)
+    try:
+        start()
+    except BaseException:
+        release(db_path, run_id)
+        raise
 
 
 def release(db_path: str | os.PathLike[str], run_id: str) -> None:

@@ -135,7 +135,7 @@ def test_lingering_processes_are_a_kernel_fault_and_killed_before_the_verdict(ev
     assert honest.correct and "processes_killed" not in honest.versions
 
 
-def test_every_child_carries_the_socket_filter_and_no_worker_address() -> None:
+def test_the_child_forgets_the_forkservers_address_and_pid() -> None:
     """The forkserver's address and pid are gone from the child's module state (the filter refuses sockets anyway)."""
     import subprocess
     import textwrap

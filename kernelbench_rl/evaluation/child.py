@@ -301,7 +301,7 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
     if job.get("landlock", True):
         # A child that keeps root, or the capability to read past permission bits, could read root's files and
         # other processes' /proc/<pid>/environ (the orchestrator's API keys): confine its reads as well.
-        confined_reads = not confinement.uid_dropped or confinement.read_search or job.get("block_unix_sockets")
+        confined_reads = not confinement.uid_dropped or confinement.read_search
         readable = sandbox.child_readable_paths(job.get("readable", [])) if confined_reads else None
         confinement.landlock = sandbox.restrict_writes_to(sorted(set(writable)), readable)
     if job.get("block_unix_sockets"):

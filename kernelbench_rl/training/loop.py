@@ -164,14 +164,8 @@ class TrainingRun:
     def start(self) -> TrainingRun:
         if self._started:
             return self
-        cfg = self.config
         # One process owns a run at a time; a second one is told who holds it (RunBusyError).
-        ownership.acquire(self.store.path, self.run_id)
-        try:
-            self._start()
-        except BaseException:
-            ownership.release(self.store.path, self.run_id)
-            raise
+        ownership.start_owned(self.store.path, self.run_id, self._start)
         return self
 
     def _start(self) -> None:

@@ -280,12 +280,7 @@ class SftRun:
         from kernelbench_rl import ownership
 
         # One process owns a run at a time (re-entrant: the pipeline already holds it around this stage).
-        ownership.acquire(self.store.path, self.run_id)
-        try:
-            self._start()
-        except BaseException:
-            ownership.release(self.store.path, self.run_id)
-            raise
+        ownership.start_owned(self.store.path, self.run_id, self._start)
         return self
 
     def _start(self) -> None:

@@ -1,7 +1,7 @@
 """One function of the forward path, its local names classified (nn layer, torch op, kernel, tensor...).
 
 `FunctionScan` answers what a call in the function does (`call_info`) and whether an expression is
-certainly a tensor; it asks the module-wide `Analysis` about classes, attributes and library paths.
+certainly a tensor; it asks the module-wide analysis (through `ScanContext`) about classes, attributes and library paths.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 import builtins
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from kernelbench_rl.evaluation.static_policy.names import Resolver, collect_imports, unwrap_callee
+from kernelbench_rl.evaluation.static_policy.scan_context import ScanContext
 from kernelbench_rl.evaluation.static_policy.vocabulary import (
     CONTAINER_METHODS,
     DYNAMIC_BUILTINS,
@@ -19,9 +19,6 @@ from kernelbench_rl.evaluation.static_policy.vocabulary import (
     runs_module,
     under,
 )
-
-if TYPE_CHECKING:
-    from kernelbench_rl.evaluation.static_policy.analysis import Analysis
 
 
 Kinds = set[str]  # "nn_layer", "torch_fn", "extension", "ext_fn", "kernel", "container", "tensor", "cls:<Name>"
@@ -103,7 +100,7 @@ def scalar_input_positions(reference_source: str | None) -> set[int]:
 class FunctionScan:
     """One function of the forward path with its local names classified."""
 
-    def __init__(self, analysis: Analysis, fn: ast.FunctionDef | ast.Lambda, owner: ClassInfo | None,
+    def __init__(self, analysis: ScanContext, fn: ast.FunctionDef | ast.Lambda, owner: ClassInfo | None,
                  as_forward: bool = False):
         self.analysis = analysis
         self.fn = fn
@@ -360,5 +357,5 @@ class FunctionScan:
 class MethodScope(FunctionScan):
     """A method analysed for what it stores on self (used before the forward path exists)."""
 
-    def __init__(self, analysis: Analysis, fn: ast.FunctionDef, owner: ClassInfo):
+    def __init__(self, analysis: ScanContext, fn: ast.FunctionDef, owner: ClassInfo):
         super().__init__(analysis, fn, owner)
