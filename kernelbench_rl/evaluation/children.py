@@ -161,7 +161,7 @@ class ChildPool:
         self.ctx.set_forkserver_preload(startup.ZYGOTE_PRELOAD)
         # Killed children are reaped and their directories removed off the evaluation's path: the result
         # goes back while the driver tears the CUDA context down.
-        self.reaping: queue.Queue[tuple[Child | None, str]] = queue.Queue()
+        self.reaping: queue.Queue[tuple[Child | None, str | set[int]]] = queue.Queue()  # (a folder, or dead pids)
         self.reaper = threading.Thread(target=self._reap_loop, daemon=True, name="kbrl-reaper")
         self.reaper.start()
         self.warm: collections.deque[Child] = collections.deque()

@@ -129,7 +129,7 @@ class Worker:
         self._demands: dict[int, Demand] = {}
         # Orphans of the children's processes (a candidate's setsid'd or double-forked daemons) come to this
         # process instead of init, so the sweep after each evaluation finds them (leftovers.py).
-        self.adopts_orphans = leftovers.adopt_orphans()
+        leftovers.adopt_orphans()
         if "zygote_spawn" not in self.phases.seconds():
             with self.phases.timed("zygote_spawn"):
                 startup.start_zygote()  # its imports go on beside this process's CUDA start
