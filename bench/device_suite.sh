@@ -65,6 +65,11 @@
 #                                                # (NODE_GPUS) over a window each from what is left (NODE_WINDOW overrides), and
 #                                                # where the time goes; bench/node_summary.py's table. NODE_PARTS="identity" or
 #                                                # "scaling" gives one part the whole budget (windows of 90-120 s)
+#   bash bench/device_suite.sh verify            # <= 585 s on 2+ GPUs, side by side, each part on its own GPUs and its own share
+#                                                # of the cores: GPU 0 the red team (<= VERIFY_REDTEAM_S, 250 s), then the
+#                                                # warm batch once per VERIFY_AB setting (sensitivity seeds on, off) with what
+#                                                # is left; the other GPUs identity over every KernelBench reference (levels
+#                                                # VERIFY_LEVELS, 1,2,3) with one pool; all files in $OUT/verify.tar.gz
 # kernrl (carry .kr: a copy of its snapshot's problems folder):
 #   bash bench/device_suite.sh kr-identity [IDS]  # <= 575 s: reference-as-candidate over kernrl's problems whose reference
 #                                                # runs under 1 s a call at real size (72 of 89), or IDS; KR_ARGS="--timeout 60"
@@ -298,6 +303,51 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
     fi
     python3 bench/node_summary.py "${IDENTITY_FILES[@]}" "${SCALING_FILES[@]}" --out "$OUT/node_summary.json" 2>&1 | tee -a "$OUT/node.log"
     echo "node wall $(( $(date +%s) - SUITE_START )) s" | tee -a "$OUT/node.log" ;;
+  verify)
+    # The evaluator's GPU checks at once on a node: the red team and the sensitivity seeds' cost on GPU 0, identity over
+    # the references on the rest; each part runs under taskset on the cores the pool would give its GPUs.
+    if [ ! -d .kb/KernelBench ]; then echo "verify needs .kb/ carried along" | tee "$OUT/verify.log"; exit 2; fi
+    V=/tmp/verify; rm -rf "$V" && mkdir -p "$V"
+    GPUS=$(timeout 30 python3 -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+    if [ "$GPUS" -lt 2 ]; then echo "verify needs 2 GPUs or more; this machine has $GPUS" | tee "$OUT/verify.log"; exit 2; fi
+    read -r CORES_A CORES_B < <(python3 -c "
+import os, sys
+from kernelbench_rl.evaluation.host_share import share_of
+cores, n = sorted(os.sched_getaffinity(0)), int(sys.argv[1])
+a = share_of(cores, 0, n); b = sorted(set(cores) - set(a))
+print(','.join(map(str, a)), ','.join(map(str, b)))" "$GPUS")
+    OTHERS=$(seq -s, 1 $(( GPUS - 1 )))
+    echo "verify: $GPUS GPUs; GPU 0 on cores $CORES_A; GPUs $OTHERS on cores $CORES_B" | tee "$OUT/verify.log"
+    VERIFY_BUDGET=${VERIFY_BUDGET:-585}
+    (
+      CUDA_VISIBLE_DEVICES=0 timeout ${VERIFY_REDTEAM_S:-250} taskset -c "$CORES_A" python3 bench/gpu_redteam.py \
+        ${REDTEAM_ARGS:---concurrent 6} --out "$V/redteam_gpu.json" > "$V/redteam.log" 2>&1
+      echo "redteam rc $? at $(( $(date +%s) - SUITE_START )) s" >> "$V/parts.log"
+      SETTINGS=(${VERIFY_AB:-KBRL_EVAL_SENSITIVITY=on KBRL_EVAL_SENSITIVITY=off})
+      N=${#SETTINGS[@]}
+      for setting in "${SETTINGS[@]}"; do
+        SHARE=$(( ( VERIFY_BUDGET - 20 - ( $(date +%s) - SUITE_START ) ) / N ))
+        TAG=$(echo "$setting" | tr -c 'A-Za-z0-9_\n' '_')
+        [ "$SHARE" -lt 60 ] && echo "grpo $TAG: skipped, $SHARE s left" >> "$V/parts.log" && continue
+        env "$setting" CUDA_VISIBLE_DEVICES=0 timeout $SHARE taskset -c "$CORES_A" python3 bench/grpo_batch.py --problems-root .kb \
+          --no-kb --no-cold --no-mandated --total-budget-s $(( SHARE - 10 )) ${VERIFY_GRPO_ARGS:-} \
+          --out "$V/grpo_ab_${TAG}.json" > "$V/grpo_ab_${TAG}.log" 2>&1
+        echo "grpo $TAG rc $? at $(( $(date +%s) - SUITE_START )) s" >> "$V/parts.log"
+        N=$(( N - 1 ))
+      done
+    ) &
+    A_PID=$!
+    LEFT=$(( VERIFY_BUDGET - 15 - ( $(date +%s) - SUITE_START ) ))
+    CUDA_VISIBLE_DEVICES=$OTHERS timeout $LEFT taskset -c "$CORES_B" python3 bench/kernelbench_sweep.py identity \
+      --kernelbench-root .kb --levels ${VERIFY_LEVELS:-1,2,3} --budget-s $(( LEFT - 25 )) \
+      --worker-logs "$V/identity_worker_logs.txt" --out "$V/identity.json" > "$V/identity.log" 2>&1
+    echo "identity rc $? at $(( $(date +%s) - SUITE_START )) s" >> "$V/parts.log"
+    wait $A_PID
+    cat "$V/parts.log" | tee -a "$OUT/verify.log"
+    tail -12 "$V/redteam.log" | tee -a "$OUT/verify.log"
+    grep -v "^ours  \[" "$V/identity.log" | tail -14 | tee -a "$OUT/verify.log"
+    for f in "$V"/grpo_ab_*.log; do echo "== $f"; grep -v "^ours  \[" "$f" | tail -10; done 2>&1 | tee -a "$OUT/verify.log"
+    tar -czf "$OUT/verify.tar.gz" -C "$V" . ;;
   host-probe)
     timeout 120 python3 bench/host_overhead_probe.py --out "$OUT/host_overhead_probe.json" 2>&1 | tail -40 ;;
   grpo-ab)
