@@ -212,3 +212,64 @@ def test_what_children_leave_in_dev_shm_is_removed_but_live_ipc_reference_counts
     # Another uid's entries (the worker's own, when it is root) are not the children's.
     (tmp_path / "other").write_text("")
     assert leftovers.sweep_shared_memory(os.getuid() + 1, keep, live=set()) == []
+
+
+def test_workers_of_different_gpus_never_share_a_uid(monkeypatch) -> None:
+    """RLIMIT_NPROC counts a uid's tasks host-wide: with every GPU's worker as nobody, a four-GPU host's children
+    together passed the limit and torch aborted in pthread_create. Each GPU's children take their own uid."""
+    monkeypatch.delenv("KBRL_EVAL_HOST_SHARE", raising=False)
+    seen = set()
+    for gpu in ("0", "1", "2", "3"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{gpu},0")  # (a Dask worker's list starts with its own GPU)
+        seen.add(sandbox.unprivileged_uid())
+    assert len(seen) == 4 and sandbox.UNPRIVILEGED_UID in seen
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5d0c")  # a UUID: the worker's place on the host decides
+    monkeypatch.setenv("KBRL_EVAL_HOST_SHARE", "2/4")
+    assert sandbox.unprivileged_uid() == sandbox.UNPRIVILEGED_UID - 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+def test_a_thread_flood_under_one_gpus_uid_leaves_another_gpus_children_their_whole_limit() -> None:
+    """Two children as a root worker of GPU 0 and of GPU 1 would make them: different uids, and threads started under
+    one are not counted against the other's RLIMIT_NPROC."""
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent("""
+        import os, sys, threading
+        from kernelbench_rl.evaluation import sandbox
+        assert sandbox.drop_privileges(processes=64)
+        stop = threading.Event()
+        started = 0
+        if sys.argv[1] == "flood":
+            for _ in range(200):
+                try:
+                    threading.Thread(target=stop.wait, daemon=True).start()
+                    started += 1
+                except RuntimeError:
+                    break
+            print(os.getuid(), started, flush=True)
+            sys.stdin.readline()  # holds its threads until told
+        else:
+            for _ in range(32):
+                threading.Thread(target=stop.wait, daemon=True).start()
+                started += 1
+            print(os.getuid(), started, flush=True)
+        stop.set()
+    """)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
+    env.pop("KBRL_EVAL_HOST_SHARE", None)
+    flood = subprocess.Popen([sys.executable, "-c", script, "flood"], cwd=root, env=env, text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        flood_uid, flood_started = map(int, flood.stdout.readline().split())
+        assert flood_started < 200  # it met its limit
+        neighbour = subprocess.run([sys.executable, "-c", script, "neighbour"], cwd=root, text=True, timeout=60,
+                                   env={**env, "CUDA_VISIBLE_DEVICES": "1"}, capture_output=True)
+        assert neighbour.returncode == 0, neighbour.stderr[-2000:]
+        neighbour_uid, neighbour_started = map(int, neighbour.stdout.split())
+        assert neighbour_uid != flood_uid and neighbour_started == 32
+    finally:
+        flood.stdin.close()
+        flood.wait(timeout=30)

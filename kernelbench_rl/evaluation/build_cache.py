@@ -41,7 +41,7 @@ class BuildCache:
                 if self.drop_uid:
                     for root, dirs, files in os.walk(target):
                         for name in [root] + [os.path.join(root, n) for n in dirs + files]:
-                            os.lchown(name, sandbox.UNPRIVILEGED_UID, sandbox.UNPRIVILEGED_UID)
+                            os.lchown(name, sandbox.unprivileged_uid(), sandbox.unprivileged_uid())
             except OSError:
                 shutil.rmtree(target, ignore_errors=True)
         return key

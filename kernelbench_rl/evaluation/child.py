@@ -213,7 +213,7 @@ def _nvidia_device_nodes() -> list[str]:
 def _ipc_selftest(conn: Connection, job: dict[str, Any]) -> None:
     """Share a known tensor over CUDA IPC under the same confinement a job gets."""
     if job.get("drop_uid"):
-        sandbox.drop_privileges()
+        sandbox.drop_privileges(uid=job.get("uid"))
     if job.get("landlock", True):  # (/dev/shm: torch's CUDA IPC keeps its reference counts there)
         sandbox.restrict_writes_to(["/dev/shm", "/dev/null", job.get("workdir", "/tmp")] + _nvidia_device_nodes())
     sandbox.block_sockets()
@@ -292,7 +292,7 @@ def _confine(job: dict[str, Any]) -> sandbox.Confinement:
             writable.append("/dev/shm")
     if job.get("drop_uid"):
         read_search = bool(job.get("read_search"))
-        confinement.uid_dropped = sandbox.drop_privileges(read_search=read_search)
+        confinement.uid_dropped = sandbox.drop_privileges(uid=job.get("uid"), read_search=read_search)
         confinement.read_search = confinement.uid_dropped and read_search
         if not confinement.uid_dropped:
             raise RuntimeError("the sandbox could not become the unprivileged user")
@@ -422,6 +422,10 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     while True:
         command = wire.recv_json(conn)
         keep_alive.clear()
+        if use_ipc:
+            # What the worker has let go of since the last answer leaves torch's IPC limbo for the allocator now, not
+            # only when an allocation fails: every seed returns its inputs and outputs, GiBs each at real size.
+            torch.cuda.ipc_collect()
         cmd = command.get("cmd")
         try:
             if cmd == "build":

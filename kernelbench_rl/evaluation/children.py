@@ -168,7 +168,7 @@ class ChildPool:
         self.warm_lock = threading.Lock()
         # What /dev/shm held before any child ran: never swept (children may write there only on a GPU with CUDA IPC).
         self.shared_memory_before = leftovers.shared_memory_entries() if device == "cuda" else set()
-        self.children_uid = sandbox.UNPRIVILEGED_UID if os.geteuid() == 0 else os.getuid()
+        self.children_uid = sandbox.unprivileged_uid() if os.geteuid() == 0 else os.getuid()
         self.running: set[Child] = set()  # children serving a job (killed at once if the orchestrator goes)
         self.stopping = False
         self.closed = False  # shut down: no child is pre-started from now on
@@ -542,7 +542,8 @@ def ipc_selftest(ctx: Any, phases: Any, drop_uid: bool, landlock: bool, workdir:
         with phases.timed("ipc_selftest"):
             with phases.timed("selftest_child_spawn"):
                 child = Child(ctx, "cuda")  # waits for the zygote's imports
-            wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop_uid, "landlock": landlock,
+            wire.send_json(child.conn, {"cmd": "ipc_selftest", "drop_uid": drop_uid, "uid": sandbox.unprivileged_uid(),
+                                        "landlock": landlock,
                                         "workdir": workdir, "block_unix_sockets": block_unix_sockets})
             for _ in range(2):  # its first message says its start is over; the answer follows
                 if not child.conn.poll(START_TIMEOUT_S):

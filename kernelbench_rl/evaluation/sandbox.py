@@ -13,6 +13,8 @@ import resource
 import signal
 from dataclasses import dataclass, field
 
+from kernelbench_rl.evaluation import host_share
+
 # Variables a sandboxed process may keep; anything else is dropped.
 _KEEP_EXACT = {
     "PATH", "LANG", "LC_ALL", "TERM", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
@@ -197,6 +199,31 @@ def restrict_writes_to(writable: list[str], readable: list[str] | None = None) -
 UNPRIVILEGED_UID = 65534  # "nobody"
 
 
+def unprivileged_uid() -> int:
+    """The uid a root worker's children (and, in same-uid mode, the worker itself) run as: nobody (65534) less the
+    worker's GPU (the first entry of its CUDA_VISIBLE_DEVICES; else its place among the host's workers, host_share.py).
+    Workers of different GPUs never share a uid, even from two evaluators on one host, so RLIMIT_NPROC's uid-wide
+    count, signals and /proc stay within one GPU's children: with every worker of a four-GPU host as nobody, their
+    children's threads together passed the limit and torch aborted in pthread_create, and a candidate could signal a
+    neighbour's processes. A uid that names an account of this machine is never taken (nobody then)."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    slot = int(first) if first.isdigit() else host_share.host_share()[0]
+    uid = UNPRIVILEGED_UID - min(slot, 1023)
+    if uid != UNPRIVILEGED_UID and _names_an_account(uid):
+        return UNPRIVILEGED_UID
+    return uid
+
+
+def _names_an_account(uid: int) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        return False
+
+
 @dataclass
 class Limits:
     address_space_mb: int | None  # None on GPUs: CUDA reserves huge virtual ranges
@@ -286,7 +313,7 @@ def seccomp_expected() -> bool:
     return sys.platform.startswith("linux") and platform.machine() in _AUDIT_ARCH
 
 
-def drop_privileges(uid: int = UNPRIVILEGED_UID, processes: int = CHILD_NPROC, read_search: bool = False) -> bool:
+def drop_privileges(uid: int | None = None, processes: int = CHILD_NPROC, read_search: bool = False) -> bool:
     """Become an unprivileged user when running as root (the machines here run everything as root).
 
     `read_search`: keep one capability, CAP_DAC_READ_SEARCH (file reads pass the permission bits), for a
@@ -296,6 +323,7 @@ def drop_privileges(uid: int = UNPRIVILEGED_UID, processes: int = CHILD_NPROC, r
     ambient too, so compilers it runs (nvcc, gcc) can read the Python headers."""
     if os.geteuid() != 0:
         return False
+    uid = unprivileged_uid() if uid is None else uid
     try:
         if read_search and not _keep_capabilities_across_setuid():
             return False
