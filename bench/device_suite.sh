@@ -286,7 +286,7 @@ p('L1/94', Path('KernelBench/solutions/level1/94_MSELoss.py'), 'triton', 'fp32',
         use_carried .whl-dask /tmp/dask_site node.log 'distributed-*.whl' 'dask_cuda-*.whl'
       fi
       COUNTS=${NODE_GPUS:-$( [ "$GPUS" -ge 4 ] && echo 1,2,4 || echo 1,2 )}
-      CONFIGS=$(( $(echo "$COUNTS" | tr ',' '\n' | wc -l) * ( [ "$ENGINE" = both ] && echo 2 || echo 1 ) ))
+      CONFIGS=$(( $(echo "$COUNTS" | tr ',' '\n' | wc -l) * $( [ "$ENGINE" = both ] && echo 2 || echo 1 ) ))
       LEFT=$(( NODE_BUDGET - ( $(date +%s) - SUITE_START ) - 10 ))
       # Each configuration: its pool's start, a warm-up pass (each problem's solution on each worker) and its close
       # (about 45 s), then its window: eval_scaling shares what is left out among the windows (NODE_WINDOW caps them).
