@@ -236,9 +236,10 @@ def test_a_thread_flood_under_one_gpus_uid_leaves_another_gpus_children_their_wh
     import textwrap
 
     script = textwrap.dedent("""
-        import os, sys, threading
+        import getpass, os, sys, threading
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
         from kernelbench_rl.evaluation import sandbox
-        assert sandbox.drop_privileges(processes=64)
+        assert sandbox.drop_privileges(processes=64)  # (Python may live where nobody reads: imports come first)
         stop = threading.Event()
         started = 0
         if sys.argv[1] == "flood":
@@ -251,6 +252,7 @@ def test_a_thread_flood_under_one_gpus_uid_leaves_another_gpus_children_their_wh
             print(os.getuid(), started, flush=True)
             sys.stdin.readline()  # holds its threads until told
         else:
+            assert getpass.getuser() and default_cache_dir()  # no account by that uid: torch still names its caches
             for _ in range(32):
                 threading.Thread(target=stop.wait, daemon=True).start()
                 started += 1
@@ -273,3 +275,15 @@ def test_a_thread_flood_under_one_gpus_uid_leaves_another_gpus_children_their_wh
     finally:
         flood.stdin.close()
         flood.wait(timeout=30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="children change uid only under a root worker")
+def test_a_gpu_workers_children_judge_under_a_uid_no_account_names(monkeypatch) -> None:
+    """The worker of GPU 1 runs its children as 65533, which no account of this machine names: they start, import
+    and judge as nobody's do (torch and getpass would otherwise look the uid up and fail)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # (the CPU pool passes its environment on as it is)
+    assert sandbox.unprivileged_uid() == sandbox.UNPRIVILEGED_UID - 1
+    with Evaluator(SETTINGS, num_workers=1, static_checks=False) as ev:
+        [result] = ev.evaluate([EvalRequest("L1/19", RELU, SETTINGS)])
+    assert result.correct, result.error_message
+    assert "uid=nobody-1+" in result.versions["sandbox"] or "uid=nobody-1," in result.versions["sandbox"], result.versions["sandbox"]

@@ -330,6 +330,10 @@ def drop_privileges(uid: int | None = None, processes: int = CHILD_NPROC, read_s
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+        if not _names_an_account(uid):
+            # getpass.getuser() asks these before the password database, which has no entry for this uid (torch's
+            # inductor names its cache folder so: a worker of GPU 1 died importing torch._dynamo without them).
+            os.environ["LOGNAME"] = os.environ["USER"] = f"kbrl-sandbox-{uid}"
         if read_search and not _only_read_search():
             return False
     except OSError:
@@ -405,7 +409,11 @@ class Confinement:
         if self.dies_with_parent:
             parts.append("pdeathsig")
         parts.append(self.landlock or "no-landlock")
-        parts.append(("uid=nobody" + ("+read-search" if self.read_search else "")) if self.uid_dropped else "uid=same")
+        if self.uid_dropped:  # nobody, or nobody-K for GPU K's children (unprivileged_uid)
+            below = UNPRIVILEGED_UID - os.getuid()
+            parts.append("uid=nobody" + (f"-{below}" if 0 < below < 1024 else "") + ("+read-search" if self.read_search else ""))
+        else:
+            parts.append("uid=same")
         if self.seccomp:
             parts.append("seccomp-no-sockets" + ("+spec-allow" if self.seccomp == "spec-allow" else ""))
         ssb = speculation_store_bypass()
