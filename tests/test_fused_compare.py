@@ -2,8 +2,8 @@
 
 On the GPU the worker compares fp32/fp16/bf16 outputs with one Triton kernel (kernelbench_rl/evaluation/
 fused_compare.py); here the same kernel runs on Triton's CPU interpreter against the torch path on the
-adversarial cases bench/compare_cost.py also checks on the GPU (NaN and Inf on either side, the tolerance's
-edge, an odd length, half types). bench/compare_cost.py measures its speed.
+adversarial cases below (NaN and Inf on either side, the tolerance's edge, an odd length, half types). Its speed on
+the GPU is in bench/RESULTS.md ("output comparison cost").
 """
 
 from __future__ import annotations
@@ -21,12 +21,53 @@ from kernelbench_rl.evaluation import checks, fused_compare
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def adversarial_pairs(device: str, size: int = 1 << 20) -> list[tuple[str, torch.Tensor, torch.Tensor, float, float]]:
+    """(case, reference, candidate, atol, rtol): outputs on which a fast comparison could judge otherwise."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    base = torch.randn(size, generator=gen, device=device)
+    cases = [("equal", base, base.clone(), 1e-4, 1e-4),
+             ("small noise", base, base + 1e-6 * torch.randn(base.shape, generator=gen, device=device), 1e-4, 1e-4)]
+    off = base.clone()
+    off[::100] += 1e-3
+    cases.append(("1 in 100 off", base, off, 1e-4, 1e-4))
+    cases.append(("just inside the tolerance", base, base + (1e-4 + 1e-4 * base.abs()) * 0.999, 1e-4, 1e-4))
+    cases.append(("just outside the tolerance", base, base + (1e-4 + 1e-4 * base.abs()) * 1.01, 1e-4, 1e-4))
+    ref_nan = base.clone()
+    ref_nan[5::77] = float("nan")
+    ref_nan[7::99] = float("inf")
+    cases.append(("NaN/Inf where the reference has them", ref_nan, ref_nan.clone(), 1e-4, 1e-4))
+    got_nan = base.clone()
+    got_nan[size // 3] = float("nan")
+    cases.append(("NaN where the reference is finite", base, got_nan, 1e-4, 1e-4))
+    got_inf = base.clone()
+    got_inf[size // 2] = float("-inf")
+    cases.append(("-Inf where the reference is finite", base, got_inf, 1e-4, 1e-4))
+    got_fin = ref_nan.clone()
+    got_fin[7] = 0.0
+    cases.append(("finite where the reference is Inf", ref_nan, got_fin, 1e-4, 1e-4))
+    cases.append(("zeros", base, torch.zeros_like(base), 1e-4, 1e-4))
+    odd = torch.randn(size + 3, generator=gen, device=device)
+    cases.append(("odd length", odd, odd + 2e-4, 1e-4, 1e-4))
+    for dtype in (torch.float16, torch.bfloat16):
+        noisy = (base + 3e-3 * torch.randn(base.shape, generator=gen, device=device)).to(dtype)
+        cases.append((f"{str(dtype)[6:]} noise", base.to(dtype), noisy, 1e-2, 1e-2))
+    return cases
+
+
+def judged_alike(fused: tuple, plain: tuple) -> bool:
+    """Same count outside tolerance and same non-finite verdict; where finite, the same max error and scale
+    (the torch path stops at the first non-finite chunk, so its figures there are partial)."""
+    if fused[0] != plain[0] or fused[3] != plain[3]:
+        return False
+    return bool(fused[3]) or (abs(fused[1] - plain[1]) <= 1e-7 * max(1.0, plain[1]) and fused[2] == plain[2])
+
 INTERPRETED = r"""
 import importlib.util, json, sys
 sys.path.insert(0, sys.argv[1])
-spec = importlib.util.spec_from_file_location("compare_cost", sys.argv[1] + "/bench/compare_cost.py")
+spec = importlib.util.spec_from_file_location("fused_cases", sys.argv[1] + "/tests/test_fused_compare.py")
 cc = importlib.util.module_from_spec(spec); spec.loader.exec_module(cc)
-from kernelbench_rl.evaluation import checks, fused_compare
+checks, fused_compare = cc.checks, cc.fused_compare
 fused_compare.usable = lambda ref, got: True  # CPU tensors, on the interpreter
 rows = []
 for name, ref, got, atol, rtol in cc.adversarial_pairs("cpu", size=int(sys.argv[2])):
@@ -57,6 +98,15 @@ def test_fused_kernel_judges_as_the_torch_path_on_adversarial_outputs():
     assert by_case["NaN/Inf where the reference has them"]["fused"][0] == 0
     assert by_case["finite where the reference is Inf"]["fused"][0] == 1
     assert by_case["zeros"]["fused"][0] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_the_gpu_the_fused_kernel_judges_the_adversarial_outputs_as_the_torch_path():
+    rows = [(name, checks._compare_floating(ref, got, atol, rtol), checks._compare_floating_torch(ref, got, atol, rtol))
+            for name, ref, got, atol, rtol in adversarial_pairs("cuda")]
+    assert not checks._fused_broken
+    assert all(judged_alike(fused, plain) for _, fused, plain in rows), [r for r in rows if not judged_alike(r[1], r[2])]
 
 
 def test_a_fused_kernel_that_cannot_build_falls_back_to_torch(monkeypatch):
