@@ -37,10 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-import report as bench_report  # noqa: E402 - after the path set-up above
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402 - after the path set-up above
 
 import torch  # noqa: E402
 
@@ -156,7 +154,7 @@ def category_of(result: Any) -> str:
 
 def mentions_memory(result: Any) -> bool:
     """A verdict that ran out of device memory, or was run again alone after doing so."""
-    from kernelbench_rl.evaluation.faults import ran_out_of_device_memory
+    from kernelbench_rl.evaluation.verdict.faults import ran_out_of_device_memory
 
     return (ran_out_of_device_memory(result) or "out of memory" in (result.error_message or "").lower()
             or "oom_retry" in result.versions or "oom_alone" in result.versions)
@@ -213,10 +211,11 @@ def run_config(args: argparse.Namespace, workdir: Path) -> list[str]:
 
 
 def rl_step(args: argparse.Namespace) -> dict[str, Any]:
-    from kernelbench_rl.evaluation import api
+    from kernelbench_rl.evaluation.front import api
     from kernelbench_rl.policy import local
     from kernelbench_rl.store import db
-    from kernelbench_rl.training import loop, setup
+    from kernelbench_rl import compose
+    from kernelbench_rl.training import loop
 
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "device": args.device,
                               "hardware": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
@@ -227,7 +226,7 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
 
         report["model_build"] = make_random_model(args.make_model, args.model, device=args.device)
     config = load_config("default", run_config(args, workdir))
-    reserved, uuid = setup.policy_memory_reservation(config)
+    reserved, uuid = compose.policy_memory_reservation(config)
     report["config"] = {"model": args.model, "problems": args.problems, "group": args.group,
                         "max_tokens": args.max_tokens, "lora_rank": args.rank, "renderer": args.renderer,
                         "eval_reserved_for_policy_gib": round(reserved / 2**30, 2), "reserved_device_uuid": uuid,
@@ -266,7 +265,7 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
         watch.start()
     side_verdicts: list[Any] = []
     with patched(targets):
-        run = loop.TrainingRun(config)
+        run = loop.TrainingRun(compose.build_run_parts(config, policy_beside=True))
         side = None
         try:
             started = time.perf_counter()
@@ -366,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    bench_report.show(report, args.out, indent=2)
+    harness.show(report, args.out, indent=2)
     blamed = report["verdicts"]["blamed_on_candidate_for_memory"]
     return 0 if blamed == 0 and report["duckdb_rows"]["rollouts"] > 0 else 1
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelbench_rl.compose import first_training_ids
 from kernelbench_rl.config.schema import TrainConfig, load_config
-from kernelbench_rl.training.setup import first_training_ids
 
 
 def build_config(
@@ -41,7 +41,7 @@ def dask_task_runner(cluster: str) -> Any | None:
     (dask-cuda's LocalCUDACluster when this host has GPUs, else a LocalCluster), and the evaluators of
     the tasks that run on it find it through their worker (`eval.cluster=dask-local` inside a Dask
     worker means the surrounding cluster)."""
-    from kernelbench_rl.evaluation.cluster_spec import parse_cluster
+    from kernelbench_rl.evaluation.cluster.cluster_spec import parse_cluster
 
     spec = parse_cluster(cluster)
     if not spec.is_dask:
@@ -52,7 +52,7 @@ def dask_task_runner(cluster: str) -> Any | None:
         return DaskTaskRunner(address=spec.address)
     from prefect.client.orchestration import get_client
 
-    from kernelbench_rl.evaluation.cluster import local_gpu_count
+    from kernelbench_rl.evaluation.cluster.cluster import local_gpu_count
 
     # Tasks on the workers report to this flow's API, the ephemeral one included (else each worker
     # would try to start a temporary server of its own, and fail).

@@ -7,9 +7,10 @@ from prefect.events import emit_event
 
 from flows.common import build_config
 from kernelbench_rl.commands.signals import note_stops
+from kernelbench_rl.compose import build_run_parts, open_retriever
 from kernelbench_rl.training import TrainingRun
-from kernelbench_rl.training.loop import default_retriever
 from tasks.training import train_step
+from tasks._stops import cancelled_on_stop
 
 
 def promotion_event(run_id: str, event: dict) -> dict:
@@ -35,6 +36,7 @@ def _emit_promotions(run_id: str, events: list[dict]) -> None:
 
 
 @flow(name="curriculum", log_prints=True)
+@cancelled_on_stop
 def curriculum(
     run_id: str = "default",
     config: str = "default",
@@ -50,9 +52,10 @@ def curriculum(
     logger = get_run_logger()
     cfg = build_config(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir,
                        train_steps=train_steps, levels=levels, num_problems=num_problems)
+    parts = build_run_parts(cfg, policy_beside=True)
     # RA-ICL: retrieved examples in every prompt when the config enables retrieval (the index must exist).
-    retrieve = default_retriever(cfg) if cfg.rag.enabled else None
-    with TrainingRun(cfg, retrieve=retrieve) as run:  # entering starts (or resumes) the run
+    retrieve = open_retriever(parts) if parts.rag.enabled else None
+    with TrainingRun(parts, retrieve=retrieve) as run:  # entering starts (or resumes) the run
         if run.resumed_from_step is not None:
             logger.info(f"run {run.run_id} resumes after checkpoint step {run.resumed_from_step}")
         last = None

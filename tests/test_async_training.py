@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 from kernelbench_rl.store import Store
@@ -90,7 +91,7 @@ def test_each_step_is_trained_once_in_order_by_weights_at_most_n_steps_behind(tm
     _slow_training(monkeypatch, 0.3)
     service = _service(monkeypatch)
     judge = Judge(service)
-    summary = run_training(_config(tmp_path, lag), progress=False, evaluate_fn=judge, service_client=service)
+    summary = run_training(build_run_parts(_config(tmp_path, lag), policy_beside=True), progress=False, evaluate_fn=judge, service_client=service)
     assert summary.finished and summary.steps_run == STEPS
     store = Store(tmp_path / "kb.duckdb")
     rows = _step_rows(store)
@@ -134,7 +135,7 @@ def test_zero_keeps_the_synchronous_loop(tmp_path, monkeypatch) -> None:
     service = _service(monkeypatch)
     judge = Judge(service)
     threads_before = {t.name for t in threading.enumerate()}
-    summary = run_training(_config(tmp_path, 0), progress=False, evaluate_fn=judge, service_client=service)
+    summary = run_training(build_run_parts(_config(tmp_path, 0), policy_beside=True), progress=False, evaluate_fn=judge, service_client=service)
     assert summary.finished
     assert not any(t.name.startswith("kbrl-prefetch") for t in threading.enumerate() if t.name not in threads_before)
     rows = _step_rows(Store(tmp_path / "kb.duckdb"))
@@ -148,7 +149,7 @@ def test_zero_keeps_the_synchronous_loop(tmp_path, monkeypatch) -> None:
 def test_an_error_in_a_prefetched_rollout_is_raised_on_the_main_thread(tmp_path, monkeypatch) -> None:
     service = _service(monkeypatch)
     with pytest.raises(RuntimeError, match="the evaluator broke"):
-        run_training(_config(tmp_path, 1), progress=False, evaluate_fn=Judge(service, fail_at_call=3),
+        run_training(build_run_parts(_config(tmp_path, 1), policy_beside=True), progress=False, evaluate_fn=Judge(service, fail_at_call=3),
                      service_client=service)
     store = Store(tmp_path / "kb.duckdb")
     (status, last_step), = store.fetchall("SELECT status, last_step FROM runs")
@@ -161,11 +162,11 @@ def test_an_error_in_a_prefetched_rollout_is_raised_on_the_main_thread(tmp_path,
 def test_a_stopped_invocation_prefetches_nothing_it_will_not_train(tmp_path, monkeypatch) -> None:
     service = _service(monkeypatch)
     cfg = _config(tmp_path, 1)
-    first = run_training(cfg, progress=False, evaluate_fn=Judge(service), service_client=service, stop_after_steps=2)
+    first = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=Judge(service), service_client=service, stop_after_steps=2)
     assert first.last_step == 1 and len(service.sample_log) == 2
     store = Store(tmp_path / "kb.duckdb")
     assert store.fetchall("SELECT max(step) FROM rollouts")[0][0] == 1
-    second = run_training(cfg, progress=False, evaluate_fn=Judge(service), service_client=service)
+    second = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=Judge(service), service_client=service)
     assert second.resumed_from_step == 1 and second.finished
     rows = _step_rows(store)
     # The resumed run's first step is sampled by its checkpoint's weights, the next ones one step behind.
@@ -184,13 +185,13 @@ def test_a_promotion_applies_from_the_first_step_queued_after_it(tmp_path, monke
                            format_ok=True, error_category=ErrorCategory.COMPILE) for pid in problem_ids]
 
     cfg = _config(tmp_path, 1, "curriculum.enabled=true", "curriculum.window=1", "curriculum.threshold=0.5")
-    first = run_training(cfg, progress=False, evaluate_fn=judge, service_client=service, stop_after_steps=3)
+    first = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judge, service_client=service, stop_after_steps=3)
     assert first.stage == "compile"
     store = Store(tmp_path / "kb.duckdb")
     assert store.fetchall("SELECT step, to_value FROM curriculum_events") == [(0, "compile")]
     assert [r[0] for r in store.fetchall("SELECT stage FROM train_steps ORDER BY step")] == ["format", "format", "compile"]
     assert {r[0] for r in store.fetchall("SELECT DISTINCT stage FROM rollouts WHERE step = 1")} == {"format"}
-    second = run_training(cfg, progress=False, evaluate_fn=judge, service_client=service)
+    second = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judge, service_client=service)
     assert second.finished and second.stage == "compile"
     assert [r[0] for r in store.fetchall("SELECT stage FROM train_steps ORDER BY step")] == [
         "format", "format", "compile", "compile", "compile"]
@@ -291,7 +292,7 @@ def test_a_step_sampled_before_a_level_promotion_never_counts_for_the_new_level(
     cfg = _config(tmp_path, 1, "curriculum.enabled=true", "curriculum.start_stage=speed", "curriculum.window=1",
                   "curriculum.demote_threshold=null", "problems.levels=[1,2,3]",
                   f"problems.ids=[L1/19,L2/1,L3/{third.split('_')[0]}]")
-    run_training(cfg, progress=False, evaluate_fn=judge, service_client=service)
+    run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judge, service_client=service)
     store = Store(tmp_path / "kb.duckdb")
     assert store.fetchall("SELECT step, kind, from_value, to_value FROM curriculum_events") == [(0, "level", "1", "2")]
     assert [r[0] for r in store.fetchall("SELECT level FROM train_steps ORDER BY step")] == [1, 1, 2, 2, 2]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.config.schema import TrainConfig
 from kernelbench_rl.errors import UserError
@@ -99,7 +100,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainConfig:
         f"problems.kernelbench_root={root}", "problems.levels=[1,2]", "problems.holdout_fraction=0",
         "eval.device=cpu", "eval.size=small", "curriculum.enabled=false",
     ])
-    summary = run_training(cfg, progress=False, evaluate_fn=_judge_for_training)
+    summary = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=_judge_for_training)
     assert summary.finished
     return cfg
 
@@ -107,7 +108,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainConfig:
 @pytest.fixture(scope="module")
 def scripted_report(trained: TrainConfig) -> tuple[CheckpointReport, ScriptedEvaluator]:
     judge = ScriptedEvaluator()
-    report = evaluate_checkpoint(trained, checkpoint=BASE, samples_per_problem=4, split="all", ks=(1, 2, 10),
+    report = evaluate_checkpoint(build_run_parts(trained, policy_beside=True), checkpoint=BASE, samples_per_problem=4, split="all", ks=(1, 2, 10),
                                  evaluate_fn=judge)
     return report, judge
 
@@ -174,7 +175,7 @@ def test_eval_reports_rows_hold_the_metrics_per_level_and_overall(trained: Train
 
 def test_latest_checkpoint_with_the_real_evaluator(trained: TrainConfig, scripted_report, tmp_path: Path) -> None:
     """The newest checkpoint of the run is loaded and judged by the real evaluator; then table and plot."""
-    report = evaluate_checkpoint(trained, checkpoint="latest", samples_per_problem=1, split="all")
+    report = evaluate_checkpoint(build_run_parts(trained, policy_beside=True), checkpoint="latest", samples_per_problem=1, split="all")
     assert report.label == "step_000000"
     rows = Store(trained.db_path).query(
         "SELECT level, metrics_json FROM eval_reports WHERE run_id = ? AND checkpoint = 'step_000000'",
@@ -207,8 +208,8 @@ def test_latest_checkpoint_with_the_real_evaluator(trained: TrainConfig, scripte
 
 def test_each_evaluation_keeps_its_own_rows(trained: TrainConfig) -> None:
     """Evaluating a checkpoint again adds rows (with their own time): its history is one query."""
-    first = evaluate_checkpoint(trained, checkpoint=BASE, samples_per_problem=4, split="all", evaluate_fn=ScriptedEvaluator())
-    second = evaluate_checkpoint(trained, checkpoint=BASE, samples_per_problem=4, split="all", evaluate_fn=ScriptedEvaluator())
+    first = evaluate_checkpoint(build_run_parts(trained, policy_beside=True), checkpoint=BASE, samples_per_problem=4, split="all", evaluate_fn=ScriptedEvaluator())
+    second = evaluate_checkpoint(build_run_parts(trained, policy_beside=True), checkpoint=BASE, samples_per_problem=4, split="all", evaluate_fn=ScriptedEvaluator())
     assert first.eval_id != second.eval_id
     history = Store(trained.db_path).query(
         "SELECT eval_id, created_at, metrics_json FROM eval_reports "
@@ -235,7 +236,7 @@ def test_every_sample_of_an_evaluation_is_kept_with_its_verdict(scripted_report,
 
 
 def test_the_table_has_every_metric_per_level_even_untimed(trained: TrainConfig) -> None:
-    untimed = evaluate_checkpoint(trained, checkpoint=BASE, samples_per_problem=2, split="all",
+    untimed = evaluate_checkpoint(build_run_parts(trained, policy_beside=True), checkpoint=BASE, samples_per_problem=2, split="all",
                                   evaluate_fn=lambda pids, responses: [verdict(p, compiled=True, correct=True) for p in pids])
     names = [line.split("|")[1].strip() for line in markdown_table([untimed]).splitlines()[2:]]
     for prefix in ("", "L1 ", "L2 "):
@@ -252,20 +253,20 @@ def _one_sentence(err: pytest.ExceptionInfo) -> str:
 
 def test_unknown_checkpoint_name_is_a_user_error(trained: TrainConfig) -> None:
     with pytest.raises(UserError) as err:
-        evaluate_checkpoint(trained, checkpoint="step_999999", evaluate_fn=ScriptedEvaluator())
+        evaluate_checkpoint(build_run_parts(trained, policy_beside=True), checkpoint="step_999999", evaluate_fn=ScriptedEvaluator())
     assert "step_999999" in _one_sentence(err)
 
 
 def test_a_run_without_checkpoints_is_a_user_error(trained: TrainConfig) -> None:
     fresh = dataclasses.replace(trained, run_id="never-trained")
     with pytest.raises(UserError) as err:
-        evaluate_checkpoint(fresh, checkpoint="latest", evaluate_fn=ScriptedEvaluator())
+        evaluate_checkpoint(build_run_parts(fresh, policy_beside=True), checkpoint="latest", evaluate_fn=ScriptedEvaluator())
     assert "never-trained" in _one_sentence(err)
 
 
 def test_unknown_split_is_a_user_error(trained: TrainConfig) -> None:
     with pytest.raises(UserError) as err:
-        evaluate_checkpoint(trained, checkpoint=BASE, split="validation", evaluate_fn=ScriptedEvaluator())
+        evaluate_checkpoint(build_run_parts(trained, policy_beside=True), checkpoint=BASE, split="validation", evaluate_fn=ScriptedEvaluator())
     _one_sentence(err)
 
 
@@ -310,7 +311,7 @@ def test_retrieved_examples_reach_the_evaluation_prompts(trained: TrainConfig, t
                               title=marker)]
 
     service = RecordingService(make_service_client(PolicyConfig(backend="local", base_model="local:tiny", seed=0)))
-    evaluate_checkpoint(cfg, checkpoint=BASE, samples_per_problem=1, split="all", evaluate_fn=ScriptedEvaluator(),
+    evaluate_checkpoint(build_run_parts(cfg, policy_beside=True), checkpoint=BASE, samples_per_problem=1, split="all", evaluate_fn=ScriptedEvaluator(),
                         retrieve=retrieve, service_client=service, store=Store(tmp_path / "own.duckdb"))
     assert sorted(asked) == [("L1/19", 1), ("L2/102", 1)]
     assert len(service.prompts) == 2

@@ -8,7 +8,6 @@ from pathlib import Path
 from kernelbench_rl.config import load_config
 from kernelbench_rl.config.schema import DEFAULT_TINKER_MODEL
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.training.setup import resolve_base_model
 
 
 def test_packaged_configs_load() -> None:
@@ -67,7 +66,7 @@ def test_run_id_is_stable_and_follows_the_config() -> None:
 
 
 def test_precision_policy_reaches_the_evaluator_and_a_bad_value_is_one_sentence() -> None:
-    from kernelbench_rl.training.setup import eval_settings
+    from kernelbench_rl.compose import eval_settings
 
     default = load_config("default")
     assert default.eval.precision_policy == "warn" and eval_settings(default).precision_policy == "warn"
@@ -80,11 +79,11 @@ def test_precision_policy_reaches_the_evaluator_and_a_bad_value_is_one_sentence(
 
 def test_default_model_by_backend(monkeypatch) -> None:
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    assert resolve_base_model(load_config("default")) == "local:tiny"
-    assert resolve_base_model(load_config("default", ["policy.backend=tinker"])) == DEFAULT_TINKER_MODEL
+    assert load_config("default").resolved_base_model() == "local:tiny"
+    assert load_config("default", ["policy.backend=tinker"]).resolved_base_model() == DEFAULT_TINKER_MODEL
     monkeypatch.setenv("TINKER_API_KEY", "tml-test")
-    assert resolve_base_model(load_config("default")) == DEFAULT_TINKER_MODEL
-    assert resolve_base_model(load_config("default", ["policy.base_model=local:tiny"])) == "local:tiny"
+    assert load_config("default").resolved_base_model() == DEFAULT_TINKER_MODEL
+    assert load_config("default", ["policy.base_model=local:tiny"]).resolved_base_model() == "local:tiny"
 
 
 def test_train_cli_reports_a_bad_key_in_one_sentence(tmp_path) -> None:
@@ -102,7 +101,7 @@ def test_train_cli_reports_a_bad_key_in_one_sentence(tmp_path) -> None:
 def test_eval_device_and_size_auto() -> None:
     import torch
 
-    from kernelbench_rl.training.setup import resolve_eval_device
+    from kernelbench_rl.compose import resolve_eval_device
 
     assert resolve_eval_device("cuda", "auto") == ("cuda", "real")
     assert resolve_eval_device("cpu", "auto") == ("cpu", "small")
@@ -114,7 +113,7 @@ def test_eval_device_and_size_auto() -> None:
 
 def test_training_and_checkpoint_evaluation_share_resolved_eval_settings() -> None:
     """`auto` never reaches the evaluator (its workers accept only cpu or cuda), from either caller."""
-    from kernelbench_rl.training.setup import eval_settings, resolve_eval_device
+    from kernelbench_rl.compose import eval_settings, resolve_eval_device
 
     cfg = load_config("default", ["eval.timeout_s=7", "eval.correctness_trials=2"])
     settings = eval_settings(cfg)
@@ -125,10 +124,11 @@ def test_training_and_checkpoint_evaluation_share_resolved_eval_settings() -> No
 
 def test_first_training_ids_are_train_split_ids_in_order_and_ignore_named_ids() -> None:
     from kernelbench_rl.problems import load_problems, split_problems
-    from kernelbench_rl.training.setup import first_training_ids, problem_split
+    from kernelbench_rl.compose import first_training_ids, load_split
 
     cfg = load_config("default", ["problems.levels=[1]"])
-    problems, train, holdout = problem_split(cfg)
+    split = load_split(cfg.problems)
+    problems, train, holdout = list(split.all), list(split.train), list(split.holdout)
     assert (train, holdout) == split_problems(load_problems(levels=[1]), 0.2, 0)
     assert len(problems) == len(train) + len(holdout) and holdout
     assert first_training_ids(cfg, 2) == [p.id for p in train][:2]

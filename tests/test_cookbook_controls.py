@@ -13,6 +13,7 @@ import pytest
 import torch
 from tinker import types
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.policy import PolicyConfig, make_service_client
 from kernelbench_rl.policy.local import LocalServiceClient
@@ -151,9 +152,9 @@ def test_the_loop_logs_the_kl_penalty_post_update_kl_and_optimizer_metrics(tmp_p
             "problems.holdout_fraction=0", "eval.device=cpu", "rewards.truncated=keep", "curriculum.enabled=false",
             "sft.enabled=false", "training.learning_rate=0.01", "training.max_steps_off_policy=0"]
     on = load_config("default", base + ["run_id=kl-on", "training.kl_penalty_coef=0.1", "training.compute_post_kl=true"])
-    run_training(on, progress=False, evaluate_fn=judge)
+    run_training(build_run_parts(on, policy_beside=True), progress=False, evaluate_fn=judge)
     off = load_config("default", base + ["run_id=kl-off"])
-    run_training(off, progress=False, evaluate_fn=judge)
+    run_training(build_run_parts(off, policy_beside=True), progress=False, evaluate_fn=judge)
     store = Store(tmp_path / "kb.duckdb")
 
     def metrics(run_id: str) -> list[dict]:

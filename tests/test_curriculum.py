@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.training.curriculum import Curriculum
 
@@ -65,12 +66,13 @@ def test_defaults_reach_speed_on_a_climbing_run_and_leave_a_plateau() -> None:
 
 
 def test_earlier_levels_keep_their_share_of_the_problems(tmp_path) -> None:
-    from kernelbench_rl.training import TrainingRun, training_problems
+    from kernelbench_rl.training import TrainingRun
 
     cfg = load_config("default", ["problems.levels=[1,2]", "problems.holdout_fraction=0", "training.batch_problems=8",
                                   "curriculum.previous_levels_share=0.25", f"db_path={tmp_path / 'kb.duckdb'}"])
-    run = TrainingRun(cfg)
-    run.problems = training_problems(cfg)
+    parts = build_run_parts(cfg, policy_beside=True)
+    run = TrainingRun(parts)
+    run.problems = parts.split.training_problems(parts.audits)
     run.curriculum = Curriculum.from_config(cfg.curriculum, [p.level for p in run.problems])
     assert {p.level for p in run.problems_for_step(0)} == {1}
     run.curriculum.level = 2
@@ -145,7 +147,7 @@ def test_loop_records_promotions_and_a_resumed_run_keeps_its_stage(tmp_path) -> 
                  # covers the asynchronous rule, one step later)
                  "training.max_steps_off_policy=0"]
     cfg = load_config("default", overrides)
-    first = run_training(cfg, progress=False, evaluate_fn=judge, stop_after_steps=2)
+    first = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judge, stop_after_steps=2)
     assert (first.steps_run, first.last_step, first.finished) == (2, 1, False)
     assert first.stage == "compile"  # promoted after step 0; compile rate 0 keeps it there
     store = Store(cfg.db_path)
@@ -157,13 +159,13 @@ def test_loop_records_promotions_and_a_resumed_run_keeps_its_stage(tmp_path) -> 
     metrics = json.loads(store.fetchall("SELECT metrics_json FROM train_steps WHERE step = 0")[0][0])
     assert metrics["turn_1/format_rate"] == 1.0 and metrics["level_1/reward_mean"] == 1.0
 
-    second = run_training(cfg, progress=False, evaluate_fn=judge)
+    second = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judge)
     assert second.resumed_from_step == 1 and second.first_step == 2 and second.finished
     assert store.fetchall("SELECT stage FROM train_steps WHERE step = 2")[0][0] == "compile"
 
     forced = load_config("default", overrides + ["training.steps=4", "run_id=cur", "curriculum.force_stage=correctness"])
     # a different config with the same explicit run id continues that run; the override is a manual event
-    third = run_training(forced, progress=False, evaluate_fn=judge)
+    third = run_training(build_run_parts(forced, policy_beside=True), progress=False, evaluate_fn=judge)
     assert third.first_step == 3 and third.stage == "correctness"
     manual = store.query("SELECT from_value, to_value FROM curriculum_events WHERE kind = 'manual'").to_dicts()
     assert manual == [{"from_value": "compile", "to_value": "correctness"}]

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 from kernelbench_rl.problems.loaders import BUNDLED_ROOT
@@ -37,8 +38,8 @@ def test_holdout_metrics_are_tensorboard_scalars_at_the_checkpoints_step(tmp_pat
         "sampling.group_size=2", "sampling.max_tokens=8", "training.checkpoint_every=1", "rag.enabled=false",
         f"problems.kernelbench_root={root}", "problems.levels=[1]", "problems.holdout_fraction=0",
         "eval.device=cpu", "eval.size=small", "curriculum.enabled=false"])
-    run_training(cfg, progress=False, evaluate_fn=judged)
-    evaluate_checkpoint(cfg, checkpoint="latest", samples_per_problem=2, split="all", ks=(1, 2), evaluate_fn=judged)
+    run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judged)
+    evaluate_checkpoint(build_run_parts(cfg, policy_beside=True), checkpoint="latest", samples_per_problem=2, split="all", ks=(1, 2), evaluate_fn=judged)
 
     events = EventAccumulator(str(tmp_path / "logs" / "tb" / "tensorboard" / "eval")).Reload()
     scalars = set(events.Tags()["scalars"])

@@ -12,6 +12,7 @@ from pathlib import Path
 import datasets
 import pytest
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.envs.kernel_env import EnvSpec
 from kernelbench_rl.evaluation import Evaluator
@@ -129,12 +130,12 @@ def test_exported_rows_feed_sft_as_a_corpus(recorded, tmp_path):
     assert [d.origin_id for d in loaded.docs] == [f"{RUN}:0:L1/19:0:2"]  # the right kernel only
     assert loaded.stats.skipped["not_correct"] == 3
     ingest_docs(store, loaded)
-    before = build_sft_examples(config, store, load_tokenizer("local:tiny"), leak_reason=lambda doc: None)
+    before = build_sft_examples(build_run_parts(config), store, load_tokenizer("local:tiny"), leak_reason=lambda doc: None)
     assert not before.examples  # a label from elsewhere is not trusted until our evaluator agrees
     report = reverify_corpus(store, settings=EvalSettings(device="cpu", correctness_trials=1))
     assert (report.checked, report.passed) == (1, 1)
     tokenizer = load_tokenizer("local:tiny")
-    dataset = build_sft_examples(config, store, tokenizer, leak_reason=lambda doc: None)
+    dataset = build_sft_examples(build_run_parts(config), store, tokenizer, leak_reason=lambda doc: None)
     assert [(e.problem_id, e.source) for e in dataset.examples] == [("L1/19", "trajectories")]
     completion = tokenizer.decode(dataset.examples[0].completion_tokens[:-1])
     assert completion == completion_text(datasets.load_from_disk(str(out)).filter(lambda r: r["correct"])[0]["kernel"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.store import Store
 from prefect_session import shared_prefect_api
 
@@ -133,7 +134,7 @@ def test_curriculum_flow_puts_retrieved_examples_in_the_prompts(prefect_api: str
     from flows.index import build_index
     from flows.ingest import ingest_corpus
     from kernelbench_rl.problems import get_problem
-    from kernelbench_rl.training.loop import default_retriever
+    from kernelbench_rl.compose import open_retriever
 
     db, index_dir = str(tmp_path / "kb.duckdb"), str(tmp_path / "rag_index")
     ingest_corpus(db_path=db, sources=["solutions"], levels=[1])
@@ -148,8 +149,8 @@ def test_curriculum_flow_puts_retrieved_examples_in_the_prompts(prefect_api: str
         "SELECT DISTINCT r.problem_id, b.text FROM rollouts r JOIN blobs b ON b.sha256 = r.prompt_sha256 "
         "WHERE r.run_id = 'rag-flow'").to_dicts()
     assert len(prompts) == 2
-    retrieve = default_retriever(build_config("default", overrides, run_id="rag-flow", db_path=db,
-                                              log_dir=str(tmp_path / "logs")))
+    retrieve = open_retriever(build_run_parts(build_config("default", overrides, run_id="rag-flow", db_path=db,
+                                                           log_dir=str(tmp_path / "logs"))))
     for row in prompts:
         [example] = retrieve(get_problem(row["problem_id"]), 1)
         assert example.kernel_code.strip() in row["text"], row["problem_id"]
@@ -172,7 +173,7 @@ def test_nightly_eval_evaluates_the_run_with_the_newest_checkpoint(prefect_api: 
                                   "policy.lora_rank=4", "training.steps=1", "training.batch_problems=1",
                                   "sampling.group_size=2", "training.checkpoint_every=1", "problems.levels=[1]",
                                   "problems.ids=[L1/19]", "curriculum.enabled=false"])
-    assert run_training(cfg, progress=False).finished
+    assert run_training(build_run_parts(cfg, policy_beside=True), progress=False).finished
     run_id = cfg.resolved_run_id()
     # The run's own configuration is used (tiny policy, CPU), so no overrides are needed.
     table = nightly_eval(db_path=str(db), samples_per_problem=1, max_problems=1)

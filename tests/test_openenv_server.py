@@ -213,12 +213,12 @@ def test_restart_loses_no_rows_and_verdicts_match_the_training_evaluator(server)
     # The training loop's evaluator (same config) on the same completions: every verdict is the server's, from cache.
     from kernelbench_rl.config import load_config
     from kernelbench_rl.store.db import eval_key_for
-    from kernelbench_rl.training.setup import open_evaluator, problem_split
+    from kernelbench_rl.compose import build_run_parts
 
-    cfg = load_config("default", [*OVERRIDES, "eval.device=cpu", f"db_path={server.db}"])
+    parts = build_run_parts(load_config("default", [*OVERRIDES, "eval.device=cpu", f"db_path={server.db}"]))
     store = Store(server.db)
     completions = [as_response(k) for k in (NO_KERNEL, SIGMOID, RELU)]
-    with open_evaluator(cfg, store, problem_split(cfg)[0]) as evaluator:
+    with parts.evaluator.open(store, parts.split.all) as evaluator:
         verdicts = evaluator.evaluate_responses(["L1/19"] * 3, completions)
     assert [v.error_category.value for v in verdicts] == ["format", "mismatch", "ok"]
     assert all(v.cached for v in verdicts[1:])

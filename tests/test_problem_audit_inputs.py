@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from kernelbench_rl.cli import app
 from kernelbench_rl.config import load_config
-from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import get_problem, load_problems, load_solution
 from kernelbench_rl.problems.audit import audit_problems, audit_set, counts, given_variants
-from kernelbench_rl.training.setup import training_problems
+from kernelbench_rl.compose import build_run_parts
 
 runner = CliRunner()
 
@@ -83,10 +83,12 @@ def test_degenerate_and_broken_problems_fail_or_are_unavailable_and_training_lea
 
     config = load_config("default", [f"problems.kernelbench_root={root}", "problems.levels=[1]",
                                       "problems.holdout_fraction=0.0"])
-    assert [p.id for p in training_problems(config)] == ["L1/1", "L1/3", "L1/5"]
+    parts = build_run_parts(config)
+    assert [p.id for p in parts.split.training_problems(parts.audits)] == ["L1/1", "L1/3", "L1/5"]
     unaudited = load_config("default", [f"problems.kernelbench_root={root}", "problems.levels=[1]",
                                         "problems.holdout_fraction=0.0", "problems.audit=false"])
-    assert len(training_problems(unaudited)) == 5
+    parts = build_run_parts(unaudited)
+    assert len(parts.split.training_problems(parts.audits)) == 5
 
 
 def test_audit_refuses_bad_options_in_one_sentence():
@@ -122,7 +124,7 @@ def test_the_evaluator_uses_the_widened_inputs_the_audit_hands_it(evaluator):
 
 def test_without_the_audits_inputs_tanh_gelu_passes_exact_gelu(monkeypatch):
     """What the widened inputs are for (so the test above can fail). The sensitivity seeds are off here: their
-    perturbed inputs reach past [0, 1) and tell the two apart as well (evaluation/sensitivity.py)."""
+    perturbed inputs reach past [0, 1) and tell the two apart as well (evaluation/verdict/sensitivity.py)."""
     monkeypatch.setenv("KBRL_EVAL_SENSITIVITY", "off")
     with Evaluator(EvalSettings(device="cpu", timeout_s=60), static_checks=False, parallel_compiles=1) as ev:
         (result,) = ev.evaluate([EvalRequest("L1/26", load_solution(get_problem("L1/88")), EvalSettings(device="cpu"))])

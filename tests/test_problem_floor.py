@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kernelbench_rl.problems import get_problem
-from kernelbench_rl.evaluation.floor import GPU_PEAKS, gpu_peaks, sol_fraction, source_floor
+from kernelbench_rl.evaluation.timing.floor import GPU_PEAKS, gpu_peaks, sol_fraction, source_floor
 
 H100 = GPU_PEAKS["H100 SXM"]
 
@@ -117,7 +117,7 @@ def _relu_floor():
 
 
 def test_a_time_under_the_floor_is_flagged_only_past_the_margin():
-    from kernelbench_rl.evaluation.floor import BELOW_FLOOR_MARGIN, speed_of_light
+    from kernelbench_rl.evaluation.timing.floor import BELOW_FLOOR_MARGIN, speed_of_light
 
     f = _relu_floor()
     honest = speed_of_light(f, 4.3, 4.4)
@@ -131,7 +131,7 @@ def test_a_time_under_the_floor_is_flagged_only_past_the_margin():
 
 
 def test_a_result_under_the_floor_earns_no_speed_reward_and_its_figures_reach_duckdb(tmp_path):
-    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.evaluation.timing.floor import speed_of_light
     from kernelbench_rl.evaluation.result import EvalResult, Flag
     from kernelbench_rl.rewards.shaping import score
     from kernelbench_rl.store import Store
@@ -158,9 +158,9 @@ def test_a_result_under_the_floor_earns_no_speed_reward_and_its_figures_reach_du
 def test_the_profile_and_the_speed_of_light_reach_the_refinement_feedback_only_when_asked():
     from kernelbench_rl.config import load_config
     from kernelbench_rl.envs.feedback import refinement_feedback
-    from kernelbench_rl.envs.kernel_env import EnvSpec
-    from kernelbench_rl.evaluation import kernels
-    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.compose import env_spec
+    from kernelbench_rl.evaluation.source import kernels
+    from kernelbench_rl.evaluation.timing.floor import speed_of_light
     from kernelbench_rl.evaluation.result import EvalResult
 
     profile = kernels.profile_rows([["add_kernel", 1, 610.0], ["relu_kernel", 1, 390.0], ["memset", 2, 3.0]])
@@ -174,8 +174,8 @@ def test_the_profile_and_the_speed_of_light_reach_the_refinement_feedback_only_w
     shown = refinement_feedback("code", "", result, profile=True)
     assert "GPU kernels per forward (4 launches): add_kernel 61%, 0.610 ms x1; relu_kernel 39%" in shown
     assert "Speed of light: 0.89 of the memory-bound floor (3.83 ms on H100 SXM: 12.8 GB, 0 GFLOP)" in shown
-    assert not EnvSpec.from_config(load_config("kevin")).feedback_profile
-    assert EnvSpec.from_config(load_config("kevin", ["env.feedback.profile=true"])).feedback_profile
+    assert not env_spec(load_config("kevin")).feedback_profile
+    assert env_spec(load_config("kevin", ["env.feedback.profile=true"])).feedback_profile
 
 
 def test_profile_needs_a_gpu_and_says_so_in_one_sentence():
@@ -185,9 +185,9 @@ def test_profile_needs_a_gpu_and_says_so_in_one_sentence():
 
 
 def test_the_roofline_plot_draws_a_runs_best_kernels(tmp_path):
-    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.evaluation.timing.floor import speed_of_light
     from kernelbench_rl.evaluation.result import EvalResult
-    from kernelbench_rl.evaluation.roofline import best_timed, roofline_plot
+    from kernelbench_rl.evaluation.timing.roofline import best_timed, roofline_plot
 
     matmul = floor_of("torch.matmul(a, b)", "torch.rand(4096, 4096), torch.rand(4096, 4096)", args="a, b")
 
@@ -206,7 +206,7 @@ def test_the_roofline_plot_draws_a_runs_best_kernels(tmp_path):
 
 def test_eval_dir_entries_carry_the_speed_of_light_when_timed():
     from kernelbench_rl.commands.evaluate import _kernelbench_entry
-    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.evaluation.timing.floor import speed_of_light
     from kernelbench_rl.evaluation.result import EvalResult
 
     timed = EvalResult(problem_id="L1/19", candidate_sha256="k", backend="triton", precision="fp32", device_kind="cuda",
@@ -218,7 +218,7 @@ def test_eval_dir_entries_carry_the_speed_of_light_when_timed():
 
 
 def test_an_evaluation_artifact_carries_the_roofline_when_kernels_were_timed(tmp_path):
-    from kernelbench_rl.evaluation.floor import speed_of_light
+    from kernelbench_rl.evaluation.timing.floor import speed_of_light
     from kernelbench_rl.evaluation.result import EvalResult
     from kernelbench_rl.metrics import SampleOutcome, summarize
     from kernelbench_rl.training.checkpoint_eval import CheckpointReport, report_markdown
@@ -236,7 +236,7 @@ def test_an_evaluation_artifact_carries_the_roofline_when_kernels_were_timed(tmp
 
 
 def test_the_warm_up_leaves_later_floors_unchanged_and_says_why_it_failed():
-    from kernelbench_rl.evaluation import floor as floors
+    from kernelbench_rl.evaluation.timing import floor as floors
 
     relu = get_problem("L1/19").source
     before = source_floor(relu, "fp32", "NVIDIA H100 80GB HBM3")
@@ -248,7 +248,7 @@ def test_the_warm_up_leaves_later_floors_unchanged_and_says_why_it_failed():
 def test_a_problems_floor_is_worked_out_once_and_kept_on_its_state():
     import types
 
-    from kernelbench_rl.evaluation.device_timing import CandidateTiming
+    from kernelbench_rl.evaluation.timing.device_timing import CandidateTiming
 
     calls = []
     timing = CandidateTiming.__new__(CandidateTiming)  # floor_for needs only the hardware's name

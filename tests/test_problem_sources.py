@@ -16,8 +16,7 @@ from kernelbench_rl.evaluation import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.integrations.openenv_env import EnvRequestError, KernelEnvService
 from kernelbench_rl.problems import Problem, load_problems
-from kernelbench_rl.training.checkpoint_eval import evaluation_problems
-from kernelbench_rl.training.loop import open_evaluator, training_problems
+from kernelbench_rl.compose import build_run_parts
 
 REPO = Path(__file__).resolve().parents[1]
 KERNRL = Path(os.environ.get("KBRL_KERNRL_ROOT") or REPO.parent / "shared" / "kernrl")
@@ -38,21 +37,23 @@ def test_problems_root_and_its_older_name_are_one_key():
 def test_the_config_key_brings_kernrl_problems_to_training_and_evaluation(tmp_path):
     config = load_config("default", [f"problems.root={KERNRL}", "problems.levels=[]", "problems.audit=false",
                                      "problems.ids=[L10_1,L1_23_Soft,L4/7,L4_2]", f"db_path={tmp_path / 'kb.duckdb'}"])
-    trained = training_problems(config)
+    parts = build_run_parts(config)
+    trained = parts.split.training_problems(parts.audits)
     # Named in kernrl's forms; L4/7 needs `fla` (not installed): left out; a holdout one is never pulled in.
     assert {p.id for p in trained} <= {"L10/1", "L1/23", "L4/2"} and trained
     assert all(p.suite == "kernrl" for p in trained)
-    held = evaluation_problems(config, "holdout")
+    held = parts.split.chosen("holdout")
     assert {p.level for p in held} == set(range(1, 11))  # every level of the source holds one out
-    evaluator = open_evaluator(config, store=None, problems=held)  # type: ignore[arg-type]
+    evaluator = parts.evaluator.open(store=None, problems=held)
     try:
         assert evaluator.problems_root == str(KERNRL)
         assert evaluator.problem("L10_1_SHA").id == "L10/1"  # beyond the problems it was given: from the source
     finally:
         evaluator.close()
     with pytest.raises(UserError, match="start of 8 problem ids"):
-        training_problems(load_config("default", [f"problems.root={KERNRL}", "problems.levels=[]",
-                                                  "problems.audit=false", "problems.ids=[L10_]"]))
+        named = build_run_parts(load_config("default", [f"problems.root={KERNRL}", "problems.levels=[]",
+                                                        "problems.audit=false", "problems.ids=[L10_]"]))
+        named.split.training_problems(named.audits)
 
 
 @needs_kernrl

@@ -23,7 +23,7 @@ from kernelbench_rl.integrations.openenv_env import EnvRequestError, KernelActio
 from kernelbench_rl.problems import Problem, get_problem, load_problems, resolve_problem
 from kernelbench_rl.store import Store
 from kernelbench_rl.store.schema import MIGRATIONS
-from kernelbench_rl.training.setup import problem_split
+from kernelbench_rl.compose import load_split
 
 REPO = Path(__file__).resolve().parents[1]
 KERNRL = Path(os.environ.get("KBRL_KERNRL_ROOT") or REPO.parent / "shared" / "kernrl")
@@ -71,11 +71,11 @@ def test_ids_print_in_their_suites_form():
 @needs_kernrl
 def test_default_levels_are_the_sources_own():
     """`problems.levels` unset: levels 1-3 of the bundled set, every level of kernrl's; a level list still restricts."""
-    assert {p.level for p in problem_split(load_config("default"))[0]} == {1, 2, 3}
+    assert {p.level for p in load_split(load_config("default").problems).all} == {1, 2, 3}
     kernrl = load_config("default", [f"problems.root={KERNRL}"])
-    assert {p.level for p in problem_split(kernrl)[0]} == set(range(1, 11))
+    assert {p.level for p in load_split(kernrl.problems).all} == set(range(1, 11))
     restricted = load_config("default", [f"problems.root={KERNRL}", "problems.levels=[1,2,3]"])
-    assert {p.level for p in problem_split(restricted)[0]} == {1, 2, 3}
+    assert {p.level for p in load_split(restricted.problems).all} == {1, 2, 3}
     # A run configured with the old default [1, 2, 3] keeps its id on the bundled set.
     assert load_config("default").resolved_run_id() == load_config("default", ["problems.levels=[1,2,3]"]).resolved_run_id()
     assert kernrl.resolved_run_id() != restricted.resolved_run_id()

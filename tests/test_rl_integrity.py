@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from tinker import types
 
+from kernelbench_rl.compose import build_run_parts
+from kernelbench_rl.compose import env_spec
 from kernelbench_rl.envs import EnvSpec
 from kernelbench_rl.envs.kernel_env import EnvGroupBuilder
 from kernelbench_rl.policy.tiny import load_tokenizer
@@ -114,21 +116,27 @@ def _qwen_config(*overrides: str):
     return load_config("default", ["policy.backend=tinker", "policy.base_model=Qwen/Qwen3-8B", *overrides])
 
 
+def _renderer_for(config, tokenizer) -> PromptRenderer:
+    """The renderer a run of `config` uses (as the loop builds it from its parts)."""
+    return PromptRenderer.for_model(tokenizer, config.resolved_base_model(), config.policy.renderer,
+                                    config.sampling.thinking)
+
+
 def test_qwen3_prompts_and_stops_come_from_the_cookbook_renderer() -> None:
     tokenizer = load_tokenizer("local:tiny")  # ChatML tokens like Qwen's; the real tokenizer is not offline
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    plain = PromptRenderer.for_config(_qwen_config(), tokenizer)
+    plain = _renderer_for(_qwen_config(), tokenizer)
     assert type(plain.chat_renderer).__name__ == "Qwen3DisableThinkingRenderer"
     assert plain.stop_sequences == [im_end] and plain.end_of_answer_tokens() == [im_end]
     assert tokenizer.decode(plain.encode_messages(messages)).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    thinking = PromptRenderer.for_config(_qwen_config("sampling.thinking=true"), tokenizer)
+    thinking = _renderer_for(_qwen_config("sampling.thinking=true"), tokenizer)
     assert type(thinking.chat_renderer).__name__ == "Qwen3Renderer"
     assert tokenizer.decode(thinking.encode_messages(messages)).endswith("<|im_start|>assistant\n")
     # A model the cookbook does not know keeps the tokenizer's template and stops at EOS.
     from kernelbench_rl.config import load_config
 
-    tiny = PromptRenderer.for_config(load_config("default", ["policy.backend=local"]), tokenizer)
+    tiny = _renderer_for(load_config("default", ["policy.backend=local"]), tokenizer)
     assert tiny.chat_renderer is None and tiny.stop_sequences is None
     assert tiny.end_of_answer_tokens() == [tokenizer.eos_token_id]
 
@@ -142,7 +150,7 @@ def test_the_sampler_is_asked_to_stop_at_the_renderer_stop_sequence() -> None:
     service = StandinServiceClient()
     training = service.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=4).result()
     sampling = training.save_weights_and_get_sampling_client().result()
-    renderer = PromptRenderer.for_config(_qwen_config("sampling.max_tokens=6"), training.get_tokenizer())
+    renderer = _renderer_for(_qwen_config("sampling.max_tokens=6"), training.get_tokenizer())
     runner = RolloutRunner(sampling, renderer, lambda ids, responses: [_failed(pid) for pid in ids])
     runner.run(make_builders(_qwen_config("sampling.max_tokens=6")))
     (request,) = sampling.requests
@@ -160,7 +168,7 @@ def _failed(problem_id: str):
 def make_builders(config):
     from kernelbench_rl.envs.kernel_env import make_group_builders
 
-    return make_group_builders([get_problem("L1/19")], 2, EnvSpec.from_config(config))
+    return make_group_builders([get_problem("L1/19")], 2, env_spec(config))
 
 
 def test_max_tokens_defaults_fit_the_model_and_thinking() -> None:
@@ -173,7 +181,7 @@ def test_max_tokens_defaults_fit_the_model_and_thinking() -> None:
     tiny = load_config("default", ["policy.backend=local"])
     # local:tiny has 4096 positions: the completion leaves room for the prompt, the turn fits the context
     assert tiny.max_completion_tokens() == 3072 and tiny.turn_token_budget() == 4096
-    assert EnvSpec.from_config(tiny).max_tokens == 3072 and EnvSpec.from_config(tiny).token_budget == 4096
+    assert env_spec(tiny).max_tokens == 3072 and env_spec(tiny).token_budget == 4096
 
 
 # -- the Tinker session, checkpoints and the optimizer ---------------------------------------------
@@ -220,10 +228,10 @@ def test_session_closes_with_the_outcome_and_only_periodic_checkpoints_expire(tm
     monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
     cfg = _tinker_config(tmp_path, "training.steps=3", "training.num_substeps=2", "training.checkpoint_ttl_s=7200")
     first = _standin_service()
-    run_training(cfg, progress=False, evaluate_fn=_judge, service_client=first, stop_after_steps=2)
+    run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=_judge, service_client=first, stop_after_steps=2)
     assert first.sdk.closed_with == "success"
     second = _standin_service()
-    run_training(cfg, progress=False, evaluate_fn=_judge, service_client=second)
+    run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=_judge, service_client=second)
     assert second.sdk.closed_with == "success"
 
     store = Store(cfg.db_path)
@@ -260,7 +268,7 @@ def test_a_failed_run_closes_its_session_as_errored(tmp_path, monkeypatch) -> No
 
     service = _standin_service()
     with pytest.raises(RuntimeError, match="evaluator down"):
-        run_training(_tinker_config(tmp_path, "training.steps=1"), progress=False, evaluate_fn=broken,
+        run_training(build_run_parts(_tinker_config(tmp_path, "training.steps=1"), policy_beside=True), progress=False, evaluate_fn=broken,
                      service_client=service)
     assert service.sdk.closed_with == "errored"
 

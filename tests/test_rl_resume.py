@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 from kernelbench_rl.store import Store
@@ -50,7 +51,7 @@ def test_resume_discards_every_row_written_after_the_checkpoint(tmp_path: Path) 
     from kernelbench_rl.training.loop import TrainingRun
 
     # Steps 0-4; the checkpoint is at step 2; step 4's answers promote format -> compile; killed after step 4.
-    run = TrainingRun(cfg, evaluate_fn=_judge({4}, []), on_step=kill_after_step_4)
+    run = TrainingRun(build_run_parts(cfg, policy_beside=True), evaluate_fn=_judge({4}, []), on_step=kill_after_step_4)
     with pytest.raises(Killed), run:
         while not run.finished:
             run.step()
@@ -60,7 +61,7 @@ def test_resume_discards_every_row_written_after_the_checkpoint(tmp_path: Path) 
 
     # The resumed attempt starts after step 2 and, this time, no answer is well formed: step 4's promotion
     # (and every row of steps 3 and 4) belongs to a state that no longer exists.
-    summary = run_training(cfg, progress=False, evaluate_fn=_judge(set(), []), stop_after_steps=1)
+    summary = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=_judge(set(), []), stop_after_steps=1)
     assert summary.resumed_from_step == 2 and summary.last_step == 3 and summary.stage == "format"
     for table in STEP_TABLES:
         assert store.fetchall(f"SELECT count(*) FROM {table} WHERE step > 3")[0][0] == 0, table
@@ -71,6 +72,6 @@ def test_resume_discards_every_row_written_after_the_checkpoint(tmp_path: Path) 
     assert store.fetchall("SELECT count(*) FROM rewards")[0][0] == 4 * per_step
 
     # And the run resumed again is where the live run was: the format stage, no promotion replayed.
-    final = run_training(cfg, progress=False, evaluate_fn=_judge(set(), []))
+    final = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=_judge(set(), []))
     assert final.resumed_from_step == 3 and final.finished and final.stage == "format"
     assert store.fetchall("SELECT count(*), count(DISTINCT step) FROM train_steps")[0] == (6, 6)

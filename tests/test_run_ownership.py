@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.store import Store
 from kernelbench_rl import ownership
@@ -42,7 +43,7 @@ def test_a_second_process_is_told_who_owns_the_run(tmp_path: Path) -> None:
 
         cfg = load_config("default", ["run_id=mine", f"db_path={db}", "policy.backend=local", f"log_dir={tmp_path / 'logs'}"])
         with pytest.raises(ownership.RunBusyError, match=f"owned by process {holder.pid}"):
-            TrainingRun(cfg).start()
+            TrainingRun(build_run_parts(cfg, policy_beside=True)).start()
         assert ownership.RunBusyError.exit_code == 3
         assert not (tmp_path / "logs" / "mine").exists()
         ownership.acquire(db, "other")  # another run is free
@@ -81,15 +82,20 @@ def test_runs_whose_owner_is_gone_are_marked_interrupted(tmp_path: Path) -> None
 def test_train_says_which_run_it_starts_or_resumes(tmp_path: Path) -> None:
     db = tmp_path / "kb.duckdb"
     hashed = load_config("default", [f"db_path={db}", "training.steps=3"])
-    line = describe_run_start(hashed)
+    store = Store(db)
+
+    def describe_run_start_of(cfg) -> str:
+        return describe_run_start(store, cfg.resolved_run_id(), named=bool(cfg.run_id))
+
+    line = describe_run_start_of(hashed)
     assert line.startswith(f"starting a new run {hashed.resolved_run_id()}") and "run_id=NAME" in line
     Store(db).upsert("runs", [{"run_id": hashed.resolved_run_id(), "status": "running", "last_step": 1}])
     # Its owner is gone (no process holds it): reported and recorded as interrupted.
-    assert describe_run_start(hashed) == f"resuming run {hashed.resolved_run_id()} (interrupted, last step 1)"
+    assert describe_run_start_of(hashed) == f"resuming run {hashed.resolved_run_id()} (interrupted, last step 1)"
     changed = load_config("default", [f"db_path={db}", "training.steps=4"])
-    assert hashed.resolved_run_id() in describe_run_start(changed)  # names the runs it could have meant
+    assert hashed.resolved_run_id() in describe_run_start_of(changed)  # names the runs it could have meant
     named = load_config("default", [f"db_path={db}", "run_id=mine"])
-    assert describe_run_start(named) == "starting a new run mine"
+    assert describe_run_start_of(named) == "starting a new run mine"
 
 
 def test_a_second_pipeline_of_the_same_run_stops_before_any_stage(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import math
 import pytest
 import tinker
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.policy import PolicyConfig, make_service_client
@@ -82,7 +83,7 @@ def test_masked_loss_counts_completion_tokens_only(tmp_path):
 def test_sft_lowers_the_loss_on_a_fixed_batch(tmp_path):
     config = _config(tmp_path, "sft.steps=12")
     store = _store_with_solutions(config)
-    summary = run_sft(config, store=store, leak_reason=_no_leak)
+    summary = run_sft(build_run_parts(config), store=store, leak_reason=_no_leak)
     assert summary.num_examples == 2 and summary.steps_run == 12
     rows = store.query("SELECT step, loss, tokens, examples FROM sft_steps WHERE run_id = 'sft-test' ORDER BY step").to_dicts()
     assert [r["step"] for r in rows] == list(range(12))
@@ -93,7 +94,8 @@ def test_sft_lowers_the_loss_on_a_fixed_batch(tmp_path):
 
 
 def test_examples_are_rl_prompts_with_the_run_problems_first(tmp_path):
-    from kernelbench_rl.envs.kernel_env import EnvSpec, make_group_builders
+    from kernelbench_rl.compose import env_spec
+    from kernelbench_rl.envs.kernel_env import make_group_builders
     from kernelbench_rl.policy.tiny import load_tokenizer
     from kernelbench_rl.problems import get_problem, load_solution
     from kernelbench_rl.training.rollouts import PromptRenderer
@@ -101,11 +103,11 @@ def test_examples_are_rl_prompts_with_the_run_problems_first(tmp_path):
     config = _config(tmp_path, "sft.max_examples=3")
     store = _store_with_solutions(config)
     tokenizer = load_tokenizer("local:tiny")
-    dataset = build_sft_examples(config, store, tokenizer, training_ids=ELEMENTWISE, leak_reason=_no_leak)
+    dataset = build_sft_examples(build_run_parts(config), store, tokenizer, training_ids=ELEMENTWISE, leak_reason=_no_leak)
     assert [e.problem_id for e in dataset.examples[:2]] == ELEMENTWISE
     assert dataset.excluded["over_max_examples"] > 0
     first = dataset.examples[0]
-    (builder,) = make_group_builders([get_problem("L1/19")], 1, EnvSpec.from_config(config))
+    (builder,) = make_group_builders([get_problem("L1/19")], 1, env_spec(config))
     assert first.prompt_tokens == PromptRenderer(tokenizer).encode_messages(builder()[0].next_messages())
     assert tokenizer.decode(first.completion_tokens[:-1]) == completion_text(load_solution(get_problem("L1/19")))
     assert first.completion_tokens[-1] == tokenizer.eos_token_id
@@ -132,7 +134,7 @@ def test_no_holdout_problem_solution_is_ever_in_the_sft_set(tmp_path):
     store.upsert("corpus_docs", [{"sha256": code_sha256(kernel), "source": "kernelbook", "backend": "triton",
                                   "origin_id": "copy", "title": "copy", "pytorch_code": held_problem.source,
                                   "kernel_code": kernel, "verified": True}])
-    dataset = build_sft_examples(config, store, load_tokenizer("local:tiny"))
+    dataset = build_sft_examples(build_run_parts(config), store, load_tokenizer("local:tiny"))
     trained = {e.problem_id for e in dataset.examples}
     assert trained and not trained & held
     assert trained == set(ELEMENTWISE)
@@ -153,16 +155,16 @@ def test_a_killed_sft_resumes_from_its_checkpoint_without_duplicate_steps(tmp_pa
     config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=2", "sft.checkpoint_every_s=0")
     store = _store_with_solutions(config)
     with pytest.raises(Killed):  # a failed (or killed) warm start saves nothing on its way out
-        run_sft(config, store=store, leak_reason=_no_leak, on_step=kill_after_step_2)
+        run_sft(build_run_parts(config), store=store, leak_reason=_no_leak, on_step=kill_after_step_2)
     assert last_sft_checkpoint(store, "sft-test")["step"] == 1
-    second = run_sft(config, store=store, leak_reason=_no_leak)
+    second = run_sft(build_run_parts(config), store=store, leak_reason=_no_leak)
     assert second.resumed_from_step == 1  # the last checkpoint; step 2 is re-done
     assert second.steps_run == 3
     steps = [r[0] for r in store.fetchall("SELECT step FROM sft_steps WHERE run_id = 'sft-test' ORDER BY step")]
     assert steps == [0, 1, 2, 3, 4]
     assert second.final_state_path is not None
     # Done means done: a third call trains nothing.
-    assert run_sft(config, store=store, leak_reason=_no_leak).steps_run == 0
+    assert run_sft(build_run_parts(config), store=store, leak_reason=_no_leak).steps_run == 0
 
 
 def test_batches_are_deterministic_and_cover_each_epoch():
@@ -179,7 +181,7 @@ def test_sft_on_tinker_uses_cross_entropy_through_forward_backward(tmp_path, mon
     service = make_service_client(PolicyConfig(backend="tinker", base_model="Qwen/Qwen3-8B"),
                                   client_factory=StandinServiceClient)
     calls = []
-    run = SftRun(config, store=store, service_client=service, leak_reason=_no_leak)
+    run = SftRun(build_run_parts(config), store=store, service_client=service, leak_reason=_no_leak)
     with run:
         original = run.training_client.forward_backward
 
@@ -201,8 +203,8 @@ def test_rl_starts_from_the_warm_start(tmp_path):
 
     config = _config(tmp_path, "sft.steps=2", "training.steps=1")
     store = _store_with_solutions(config)
-    summary = run_sft(config, store=store, leak_reason=_no_leak)
-    run = TrainingRun(config, store=store, evaluate_fn=lambda ids, responses: [])
+    summary = run_sft(build_run_parts(config), store=store, leak_reason=_no_leak)
+    run = TrainingRun(build_run_parts(config, policy_beside=True), store=store, evaluate_fn=lambda ids, responses: [])
     run.start()
     try:
         assert run.warm_start_path == summary.final_state_path
@@ -213,13 +215,13 @@ def test_rl_starts_from_the_warm_start(tmp_path):
 def test_no_examples_is_one_clear_sentence(tmp_path):
     config = _config(tmp_path, "sft.steps=2")
     with pytest.raises(UserError, match="corpus ingest"):
-        run_sft(config, store=Store(config.db_path), leak_reason=_no_leak)
+        run_sft(build_run_parts(config), store=Store(config.db_path), leak_reason=_no_leak)
 
 
 def test_loss_per_token_is_finite_and_positive(tmp_path):
     config = _config(tmp_path, "sft.steps=1")
     store = _store_with_solutions(config)
-    summary = run_sft(config, store=store, leak_reason=_no_leak)
+    summary = run_sft(build_run_parts(config), store=store, leak_reason=_no_leak)
     assert math.isfinite(summary.first_loss) and summary.first_loss > 0
 
 
@@ -236,9 +238,9 @@ def test_a_short_default_run_after_sft_evaluates_sampled_kernels(tmp_path):
         "eval.device=cpu", "eval.size=small", "eval.num_workers=1",
     ])
     store = _store_with_solutions(config)
-    sft = run_sft(config, store=store, leak_reason=_no_leak)
+    sft = run_sft(build_run_parts(config), store=store, leak_reason=_no_leak)
     assert sft.last_loss < 0.2 * sft.first_loss
-    run_training(config, progress=False, store=store)
+    run_training(build_run_parts(config, policy_beside=True), progress=False, store=store)
     rollouts = store.query("SELECT format_ok, eval_key FROM rollouts WHERE run_id = 'short'").to_dicts()
     assert len(rollouts) == 2
     assert any(r["format_ok"] and r["eval_key"] for r in rollouts)
@@ -250,8 +252,8 @@ def test_rl_refuses_an_unfinished_warm_start(tmp_path):
 
     config = _config(tmp_path, "sft.steps=4", "sft.checkpoint_every=2", "training.steps=1")
     store = _store_with_solutions(config)
-    run_sft(config, store=store, leak_reason=_no_leak, stop_after_steps=2)  # checkpoint at step 1 of 4
-    run = TrainingRun(config, store=store, evaluate_fn=lambda ids, responses: [])
+    run_sft(build_run_parts(config), store=store, leak_reason=_no_leak, stop_after_steps=2)  # checkpoint at step 1 of 4
+    run = TrainingRun(build_run_parts(config, policy_beside=True), store=store, evaluate_fn=lambda ids, responses: [])
     with pytest.raises(UserError, match=r"has not finished \(its last checkpoint is step 1 of 4 steps\)"):
         run.start()
     assert not run._started
@@ -261,7 +263,7 @@ def test_rl_says_loudly_that_there_is_no_warm_start(tmp_path):
     from kernelbench_rl.training import TrainingRun
 
     config = _config(tmp_path, "training.steps=1")
-    run = TrainingRun(config, store=Store(config.db_path), evaluate_fn=lambda ids, responses: [])
+    run = TrainingRun(build_run_parts(config, policy_beside=True), store=Store(config.db_path), evaluate_fn=lambda ids, responses: [])
     with pytest.warns(UserWarning, match="no SFT warm start: RL starts from the base model"):
         run.start()
     run.close()
@@ -272,9 +274,9 @@ def test_a_warm_start_of_another_lora_rank_is_refused(tmp_path):
 
     config = _config(tmp_path, "sft.steps=1", "training.steps=1")  # rank 8
     store = _store_with_solutions(config)
-    run_sft(config, store=store, leak_reason=_no_leak)
+    run_sft(build_run_parts(config), store=store, leak_reason=_no_leak)
     other_rank = _config(tmp_path, "sft.steps=1", "training.steps=1", "policy.lora_rank=4")
-    run = TrainingRun(other_rank, store=store, evaluate_fn=lambda ids, responses: [])
+    run = TrainingRun(build_run_parts(other_rank, policy_beside=True), store=store, evaluate_fn=lambda ids, responses: [])
     with pytest.raises(UserError, match="LoRA rank 8, so policy.lora_rank=4 cannot apply"):
         run.start()
 
@@ -282,9 +284,9 @@ def test_a_warm_start_of_another_lora_rank_is_refused(tmp_path):
 def test_a_stopped_sft_resumes_where_it_stopped(tmp_path):
     config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=100", "sft.checkpoint_every_s=0")
     store = _store_with_solutions(config)
-    first = run_sft(config, store=store, leak_reason=_no_leak, stop_after_steps=3)
+    first = run_sft(build_run_parts(config), store=store, leak_reason=_no_leak, stop_after_steps=3)
     assert first.steps_run == 3
-    second = run_sft(config, store=store, leak_reason=_no_leak)
+    second = run_sft(build_run_parts(config), store=store, leak_reason=_no_leak)
     assert second.resumed_from_step == 2 and second.steps_run == 2 and second.final_state_path is not None
 
 
@@ -300,8 +302,8 @@ def test_a_killed_sft_loses_at_most_checkpoint_every_s_of_work(tmp_path):
     config = _config(tmp_path, "sft.steps=5", "sft.checkpoint_every=100", "sft.checkpoint_every_s=1e-9")
     store = _store_with_solutions(config)
     with pytest.raises(Killed):
-        run_sft(config, store=store, leak_reason=_no_leak, on_step=kill_after_step_2)
-    resumed = run_sft(config, store=store, leak_reason=_no_leak)
+        run_sft(build_run_parts(config), store=store, leak_reason=_no_leak, on_step=kill_after_step_2)
+    resumed = run_sft(build_run_parts(config), store=store, leak_reason=_no_leak)
     assert resumed.resumed_from_step == 2 and resumed.steps_run == 2
     steps = [r[0] for r in store.fetchall("SELECT step FROM sft_steps WHERE run_id = 'sft-test' ORDER BY step")]
     assert steps == [0, 1, 2, 3, 4]

@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 from kernelbench_rl.config import load_config
-from kernelbench_rl.evaluation import scheduling
-from kernelbench_rl.evaluation.faults import child_oom_fault, oom_not_the_candidates
-from kernelbench_rl.evaluation.memory import GIB
+from kernelbench_rl.evaluation.worker import scheduling
+from kernelbench_rl.evaluation.verdict.faults import child_oom_fault, oom_not_the_candidates
+from kernelbench_rl.evaluation.worker.memory import GIB
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
-from kernelbench_rl.training import setup
+from kernelbench_rl import compose
+from kernelbench_rl.policy import memory
 
 
 def _until(condition, timeout_s: float = 10.0) -> None:
@@ -116,21 +117,21 @@ def test_the_reservation_is_estimated_only_where_the_local_policy_shares_the_eva
     (model / "config.json").write_text('{"vocab_size": 1000, "max_position_embeddings": 32768, "hidden_size": 64, '
                                        '"num_hidden_layers": 3}')
     on_cpu = _config(tmp_path, f"policy.base_model={model}", "policy.device=cpu", "eval.device=cuda")
-    assert setup.policy_memory_reservation(on_cpu) == (0, "")
+    assert compose.policy_memory_reservation(on_cpu) == (0, "")
     on_gpu = _config(tmp_path, f"policy.base_model={model}", "policy.device=cuda", "eval.device=cuda",
                      "sampling.max_tokens=512")
-    reserved, _ = setup.policy_memory_reservation(on_gpu)
+    reserved, _ = compose.policy_memory_reservation(on_gpu)
     # Two copies of the weights, one training sequence's logits and activations (2048 prompt + 512 completion
     # tokens; 34 bytes per token, hidden unit and layer), working memory; then the allocator's slack and the context.
-    allocated = 2 * 4096 + 16 * 2560 * 1000 + 34 * 2560 * 64 * 3 + setup.POLICY_WORKING_BYTES
-    assert reserved == int(allocated * (1 + setup.ALLOCATOR_SLACK)) + setup.CUDA_CONTEXT_BYTES
+    allocated = 2 * 4096 + 16 * 2560 * 1000 + 34 * 2560 * 64 * 3 + memory.POLICY_WORKING_BYTES
+    assert reserved == int(allocated * (1 + memory.ALLOCATOR_SLACK)) + memory.CUDA_CONTEXT_BYTES
     # A process that runs no policy (the environment server) keeps no room for one.
-    assert setup.policy_memory_reservation(on_gpu, policy_beside=False) == (0, "")
+    assert compose.policy_memory_reservation(on_gpu, policy_beside=False) == (0, "")
     remote = _config(tmp_path, "policy.backend=tinker", "policy.base_model=Qwen/Qwen3-8B", "eval.device=cuda")
-    assert setup.policy_memory_reservation(remote) == (0, "")
+    assert compose.policy_memory_reservation(remote) == (0, "")
     # Set by hand it applies whatever runs where; 0 turns it off.
-    assert setup.policy_memory_reservation(_config(tmp_path, "eval.reserved_memory_gb=3", "eval.device=cpu"))[0] == 3 * GIB
-    assert setup.policy_memory_reservation(_config(tmp_path, f"policy.base_model={model}", "policy.device=cuda",
+    assert compose.policy_memory_reservation(_config(tmp_path, "eval.reserved_memory_gb=3", "eval.device=cpu"))[0] == 3 * GIB
+    assert compose.policy_memory_reservation(_config(tmp_path, f"policy.base_model={model}", "policy.device=cuda",
                                                    "eval.device=cuda", "eval.reserved_memory_gb=0"))[0] == 0
 
 
@@ -138,7 +139,7 @@ def test_the_evaluator_hands_the_reservation_to_its_workers_and_the_run_id_ignor
     from kernelbench_rl.store import Store
 
     cfg = _config(tmp_path, "eval.device=cpu", "eval.reserved_memory_gb=2.5", "problems.ids=L1/19", "problems.levels=[1]")
-    evaluator = setup.open_evaluator(cfg, Store(cfg.db_path), [])
+    evaluator = compose.build_run_parts(cfg).evaluator.open(Store(cfg.db_path), [])
     try:
         assert evaluator.worker_args == ["--reserved-memory-gb", "2.500"]
     finally:
@@ -148,10 +149,10 @@ def test_the_evaluator_hands_the_reservation_to_its_workers_and_the_run_id_ignor
 
 
 def test_the_worker_takes_the_reservation_from_the_arguments_the_evaluator_passes(tmp_path: Path):
-    from kernelbench_rl.evaluation.worker import argument_parser, config_from_args
+    from kernelbench_rl.evaluation.worker.worker import argument_parser, config_from_args
 
     cfg = _config(tmp_path, "eval.device=cpu", "eval.reserved_memory_gb=2.5")
-    reserved, _ = setup.policy_memory_reservation(cfg)
+    reserved, _ = compose.policy_memory_reservation(cfg)
     worker_args = ["--device", "cuda", "--reserved-memory-gb", f"{reserved / GIB:.3f}", "--reserved-device-uuid", "GPU-1"]
     config = config_from_args(argument_parser().parse_args(worker_args), same_uid=False)
     assert config.reserved_memory_bytes == int(2.5 * GIB) and config.reserved_device_uuid == "GPU-1"

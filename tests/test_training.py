@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.envs import EnvSpec
 from kernelbench_rl.envs.kernel_env import EnvGroupBuilder
@@ -132,7 +133,7 @@ def test_loop_trains_when_rewards_differ(tmp_path: Path) -> None:
         # even-length responses count as "well formed": a property the tiny model varies on
         return [result(format_ok=len(r) % 2 == 0, problem_id=pid) for pid, r in zip(problem_ids, responses)]
 
-    summary = run_training(cfg, progress=False, evaluate_fn=judge)
+    summary = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judge)
     assert summary.steps_run == 2 and summary.finished
     store = Store(cfg.db_path)
     steps = store.query("SELECT step, loss, num_trained, metrics_json FROM train_steps ORDER BY step").to_dicts()
@@ -245,9 +246,9 @@ def test_tinker_backend_is_one_config_change_away(tmp_path: Path, monkeypatch: p
     def judge(problem_ids, responses):
         return [result(format_ok=len(r) % 2 == 0, problem_id=pid) for pid, r in zip(problem_ids, responses)]
 
-    first = run_training(cfg, progress=False, evaluate_fn=judge, service_client=service(), stop_after_steps=1)
+    first = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judge, service_client=service(), stop_after_steps=1)
     assert first.steps_run == 1 and not first.finished
-    second = run_training(cfg, progress=False, evaluate_fn=judge, service_client=service())
+    second = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judge, service_client=service())
     assert second.resumed_from_step == 0 and second.finished
     store = Store(cfg.db_path)
     checkpoints = store.query("SELECT step, backend, state_path, sampler_path FROM checkpoints ORDER BY step").to_dicts()

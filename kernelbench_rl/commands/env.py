@@ -52,7 +52,7 @@ def serve(
     require_config_gpu(cfg)
     import uvicorn
 
-    from kernelbench_rl.integrations.openenv_env import build_service
+    from kernelbench_rl.compose import build_service
     from kernelbench_rl.integrations.openenv_server import create_app
     from kernelbench_rl.store import Store
 

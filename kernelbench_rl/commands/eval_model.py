@@ -36,6 +36,7 @@ def eval_model_command(
     recorded as it arrives, so the same command after a run that died, or whose server stopped answering (a partial
     report), sends only the requests left.
     """
+    from kernelbench_rl.compose import build_run_parts
     from kernelbench_rl.config import load_config
     from kernelbench_rl.training.checkpoint_eval import evaluate_model
     from kernelbench_rl.training.model_answers import UnansweredRequests
@@ -57,7 +58,8 @@ def eval_model_command(
 
     require_config_gpu(cfg)
     try:
-        report = evaluate_model(cfg, policy, base_url=base_url, samples_per_problem=samples, split=split,
+        parts = build_run_parts(cfg, policy_beside=True)
+        report = evaluate_model(parts, policy, base_url=base_url, samples_per_problem=samples, split=split,
                                 max_problems=max_problems, ks=sorted({1, 5, 10, samples}), concurrency=concurrency,
                                 max_retries=retries, timeout_s=timeout_s, context_tokens=context_tokens,
                                 say=typer.echo)

@@ -19,9 +19,8 @@ def register(app: typer.Typer) -> None:
 
         `kernelbench-rl train` with the same config then starts RL from these weights.
         """
+        from kernelbench_rl.compose import build_run_parts, open_retriever
         from kernelbench_rl.config import load_config
-        from kernelbench_rl.training.loop import default_retriever
-        from kernelbench_rl.training.setup import resolve_base_model
         from kernelbench_rl.training.sft import SftStepResult, run_sft
 
         from kernelbench_rl.commands.signals import stop_signals, stopped_line
@@ -37,20 +36,23 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"sft step {result.step}: loss {result.loss:.4f}/token over {result.tokens} tokens "
                        f"({result.examples} examples, lr {result.learning_rate:.2e}){mark}")
 
+        run_id = cfg.run_id or ""
         try:
             # SIGINT and SIGTERM alike: SFT stops with its state saved at its last finished step, one line said.
             with stop_signals():
+                parts = build_run_parts(cfg)
+                run_id = parts.run_id
                 from kernelbench_rl import ownership
 
-                ownership.check_free(cfg.db_path, cfg.resolved_run_id())
+                ownership.check_free(cfg.db_path, run_id)
                 from kernelbench_rl.training.checkpoints import check_run_files
 
-                check_run_files(cfg.db_path, cfg.log_dir, cfg.resolved_run_id())  # damaged, unwritable, full: one sentence
-                typer.echo(f"run {cfg.resolved_run_id()}: SFT warm start of {resolve_base_model(cfg)} -> {cfg.db_path}")
-                retrieve = default_retriever(cfg) if cfg.rag.enabled else None
-                summary = run_sft(cfg, retrieve=retrieve, stop_after_steps=stop_after, on_step=show)
+                check_run_files(cfg.db_path, cfg.log_dir, run_id)  # damaged, unwritable, full: one sentence
+                typer.echo(f"run {run_id}: SFT warm start of {parts.base_model} -> {cfg.db_path}")
+                retrieve = open_retriever(parts) if parts.rag.enabled else None
+                summary = run_sft(parts, retrieve=retrieve, stop_after_steps=stop_after, on_step=show)
         except KeyboardInterrupt:
-            typer.echo(stopped_line(cfg.resolved_run_id(), cfg.db_path), err=True)
+            typer.echo(stopped_line(run_id or cfg.resolved_run_id(), cfg.db_path), err=True)
             raise typer.Exit(ExitCode.STOPPED) from None
         resumed = f" (resumed after step {summary.resumed_from_step})" if summary.resumed_from_step is not None else ""
         left = ", ".join(f"{k} {v}" for k, v in sorted(summary.excluded.items())) or "none"

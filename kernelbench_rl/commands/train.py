@@ -10,28 +10,28 @@ import typer
 CPU_ANSWER_TOKENS_PER_STEP = 16 * 1024
 
 
-def describe_plan(cfg) -> list[str]:
+def describe_plan(parts) -> list[str]:
     """What one step does, where, and (on a CPU with a config sized for a GPU) that it takes a while and why."""
     import os
 
-    from kernelbench_rl.training.setup import resolve_eval_device
-
-    answers = cfg.training.batch_problems * cfg.sampling.group_size
-    turns = cfg.env.turns if cfg.env.mode == "kevin" else 1
-    tokens = cfg.max_completion_tokens()
-    tinker = cfg.policy.backend == "tinker" or (cfg.policy.backend == "auto" and bool(os.environ.get("TINKER_API_KEY")))
+    training, group_size = parts.training, parts.sampling.group_size
+    answers = training.batch_problems * group_size
+    turns = parts.env.turns
+    tokens = parts.env.max_tokens
+    policy = parts.policy
+    tinker = policy.backend == "tinker" or (policy.backend == "auto" and bool(os.environ.get("TINKER_API_KEY")))
     if tinker:
         where = "on Tinker's service"
     else:
         import torch
 
-        device = cfg.policy.device if cfg.policy.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        device = policy.device if policy.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         where = f"by the local backend on the {'GPU' if device == 'cuda' else 'CPU'}"
-    eval_device, _ = resolve_eval_device(cfg.eval.device, cfg.eval.size)
+    eval_device = parts.evaluator.settings.device
     judge = "Triton's CPU interpreter (correctness only)" if eval_device == "cpu" else "the evaluator on the GPU"
     per_turn = f" per turn, {turns} turns" if turns > 1 else ""
-    lines = [f"plan: {cfg.training.steps} steps; each samples {cfg.training.batch_problems} problems x "
-             f"{cfg.sampling.group_size} answers = {answers} answers of up to {tokens} tokens{per_turn} {where}, "
+    lines = [f"plan: {training.steps} steps; each samples {training.batch_problems} problems x "
+             f"{group_size} answers = {answers} answers of up to {tokens} tokens{per_turn} {where}, "
              f"judged by {judge}; progress shows each problem as it is judged, with the time left at that pace"]
     if not tinker and where.endswith("CPU") and answers * tokens * turns > CPU_ANSWER_TOKENS_PER_STEP:
         lines.append(f"note: up to {answers * tokens * turns:,} tokens per step sampled on the CPU: expect minutes per "
@@ -59,33 +59,40 @@ def register(app: typer.Typer) -> None:
         The run id is `run_id=NAME` if given, else a hash of the configuration (a changed key starts a new
         run). One process owns a run at a time; a second one is told who holds it and exits as busy (below).
         """
+        from kernelbench_rl.compose import build_run_parts, open_retriever
         from kernelbench_rl.config import load_config
+        from kernelbench_rl.store import Store
         from kernelbench_rl.training import run_training
         from kernelbench_rl.training.loop import describe_run_start
-        from kernelbench_rl.training.setup import resolve_base_model
 
         from kernelbench_rl.commands.evaluate import require_config_gpu
         from kernelbench_rl.commands.signals import stop_signals, stopped_line
 
         cfg = load_config(config, list(overrides or []) + ([f"eval.cluster={cluster}"] if cluster else []))
+        run_id = cfg.run_id or ""
         try:
             # SIGINT and SIGTERM alike: the run stops with its state saved, marked stopped, one line said.
             with stop_signals():
                 require_config_gpu(cfg)
+                parts = build_run_parts(cfg, policy_beside=True)
+                run_id = parts.run_id
                 from kernelbench_rl import ownership
 
-                ownership.check_free(cfg.db_path, cfg.resolved_run_id())  # a busy run: its owner, nothing else
+                ownership.check_free(cfg.db_path, run_id)  # a busy run: its owner, nothing else
                 from kernelbench_rl.training.checkpoints import check_run_files
 
-                check_run_files(cfg.db_path, cfg.log_dir, cfg.resolved_run_id())  # damaged, unwritable, full: one sentence
-                typer.echo(describe_run_start(cfg))
-                typer.echo(f"run {cfg.resolved_run_id()}: {cfg.env.mode} mode, policy {resolve_base_model(cfg)} "
-                           f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {cfg.run_log_dir()}")
-                for line in describe_plan(cfg):
+                check_run_files(cfg.db_path, cfg.log_dir, run_id)  # damaged, unwritable, full: one sentence
+                store = Store(cfg.db_path)
+                typer.echo(describe_run_start(store, run_id, named=bool(cfg.run_id)))
+                typer.echo(f"run {run_id}: {cfg.env.mode} mode, policy {parts.base_model} "
+                           f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {parts.run_dir}")
+                for line in describe_plan(parts):
                     typer.echo(line)
-                summary = run_training(cfg, progress=progress, lines=not progress, stop_after_steps=stop_after)
+                retrieve = open_retriever(parts, store) if parts.rag.enabled else None
+                summary = run_training(parts, progress=progress, lines=not progress, stop_after_steps=stop_after,
+                                       retrieve=retrieve, store=store)
         except KeyboardInterrupt:
-            typer.echo(stopped_line(cfg.resolved_run_id(), cfg.db_path), err=True)
+            typer.echo(stopped_line(run_id or cfg.resolved_run_id(), cfg.db_path), err=True)
             from kernelbench_rl.errors import ExitCode
 
             raise typer.Exit(ExitCode.STOPPED) from None
@@ -93,5 +100,5 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"run {summary.run_id}: {summary.steps_run} step(s) done{resumed}; last step {summary.last_step}, "
                    f"stage {summary.stage}, level {summary.level}{'; finished' if summary.finished else ''}")
         if summary.truncated_rate is not None:
-            typer.echo(f"truncated completions (cut at {cfg.max_completion_tokens()} tokens): "
+            typer.echo(f"truncated completions (cut at {parts.env.max_tokens} tokens): "
                        f"{summary.truncated_rate:.1%} of the run's sampled turns; rewards.truncated={cfg.rewards.truncated}")

@@ -262,18 +262,12 @@ class TrainConfig:
         return DEFAULT_TINKER_MODEL if wants_tinker else DEFAULT_LOCAL_MODEL
 
     def max_completion_tokens(self) -> int:
-        """Completion tokens per turn: sampling.max_tokens, else the default for answers or for thinking."""
-        if self.sampling.max_tokens is not None:
-            return self.sampling.max_tokens
-        preferred = THINKING_MAX_TOKENS if self.sampling.thinking else ANSWER_MAX_TOKENS
-        context = model_context_tokens(self.resolved_base_model())
-        # Leave room for a prompt: a quarter of a small context, at least.
-        return preferred if context is None else max(1, min(preferred, context - max(context // 4, 1024)))
+        """Completion tokens per turn (`completion_token_limit` for the run's base model)."""
+        return completion_token_limit(self.sampling, self.resolved_base_model())
 
     def turn_token_budget(self) -> int:
-        """Prompt + completion tokens of one turn: env.token_budget, never beyond the model's context."""
-        context = model_context_tokens(self.resolved_base_model())
-        return self.env.token_budget if context is None else min(self.env.token_budget, context)
+        """Prompt + completion tokens of one turn (`turn_token_budget` for the run's base model)."""
+        return turn_token_budget(self.env, self.resolved_base_model())
 
 
 # Completion defaults: a kernel answer (code block, a few lines around it) fits in ANSWER_MAX_TOKENS;
@@ -282,6 +276,22 @@ ANSWER_MAX_TOKENS = 4096
 THINKING_MAX_TOKENS = 16384
 # Context windows of models served without a local config to read (Tinker's Qwen3 family).
 _CONTEXT_BY_PREFIX = {"Qwen/Qwen3-": 32768, "Qwen/Qwen3.5-": 65536}
+
+
+def completion_token_limit(sampling: SamplingConfig, base_model: str) -> int:
+    """Completion tokens per turn: sampling.max_tokens, else the default for answers or for thinking."""
+    if sampling.max_tokens is not None:
+        return sampling.max_tokens
+    preferred = THINKING_MAX_TOKENS if sampling.thinking else ANSWER_MAX_TOKENS
+    context = model_context_tokens(base_model)
+    # Leave room for a prompt: a quarter of a small context, at least.
+    return preferred if context is None else max(1, min(preferred, context - max(context // 4, 1024)))
+
+
+def turn_token_budget(env: EnvConfig, base_model: str) -> int:
+    """Prompt + completion tokens of one turn: env.token_budget, never beyond the model's context."""
+    context = model_context_tokens(base_model)
+    return env.token_budget if context is None else min(env.token_budget, context)
 
 
 def model_context_tokens(base_model: str) -> int | None:
@@ -450,7 +460,7 @@ def _validate(config: TrainConfig) -> None:
     _check_truncated_reward(config)
     if not 0.0 <= config.rewards.gamma <= 1.0:
         raise UserError(f"Config key rewards.gamma must be in [0, 1]; got {config.rewards.gamma}.")
-    from kernelbench_rl.evaluation.cluster_spec import parse_cluster
+    from kernelbench_rl.evaluation.cluster.cluster_spec import parse_cluster
 
     parse_cluster(config.eval.cluster)  # a bad value is one sentence now, not at the first evaluation
     problems = config.problems

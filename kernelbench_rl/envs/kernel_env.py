@@ -29,7 +29,8 @@ MIN_TURN_TOKENS = 16
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What an environment needs besides the problem; plain data, cheap to pickle and log."""
+    """What an environment needs besides the problem; plain data, cheap to pickle and log (a run's own:
+    `compose.env_spec`)."""
 
     turns: int = 1
     token_budget: int = 32768  # prompt + completion tokens of one turn's context
@@ -38,19 +39,6 @@ class EnvSpec:
     kernel_backend: str = "triton"
     instructions: str | None = None
     feedback_profile: bool = False  # refinement feedback carries the profile and the speed-of-light line
-
-    @classmethod
-    def from_config(cls, config: Any) -> EnvSpec:
-        env = config.env
-        return cls(
-            turns=env.turns if env.mode == "kevin" else 1,
-            token_budget=config.turn_token_budget(),
-            max_tokens=config.max_completion_tokens(),
-            early_stop_on_correct=env.early_stop_on_correct,
-            kernel_backend=env.kernel_backend,
-            instructions=env.instructions,
-            feedback_profile=env.feedback.profile,
-        )
 
 
 @dataclass

@@ -50,7 +50,7 @@ from pydantic import Field  # noqa: E402
 from kernelbench_rl.envs.feedback import HINTS, Feedback, clean_error_line  # noqa: E402
 from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv  # noqa: E402
 from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
-from kernelbench_rl.evaluation.candidate_class import candidate_class_name  # noqa: E402
+from kernelbench_rl.evaluation.source.candidate_class import candidate_class_name  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
 from kernelbench_rl.errors import UserError  # noqa: E402
 from kernelbench_rl.problems import Problem, resolve_problem, unknown_problem_message  # noqa: E402
@@ -520,20 +520,3 @@ class KernelEnvironment(Environment[KernelAction, KernelObservation, KernelState
         if self.episode_id is None:
             return KernelState()
         return self.service.state(self.episode_id)
-
-
-# -- building a service from a config ----------------------------------------------------------
-def build_service(config: Any, *, store: Any | None = None, max_turns: int | None = None,
-                  preset: str | None = None, run_id: str = DEFAULT_RUN_ID) -> KernelEnvService:
-    """A service with the run's evaluator settings, problem split and environment spec (as `train` has them)."""
-    from kernelbench_rl.training.setup import open_evaluator, problem_split
-
-    problems, train, holdout = problem_split(config)
-    spec = EnvSpec.from_config(config)
-    # Multi-turn whatever the config's env.mode: a client that wants one turn ends its episode after one.
-    spec = EnvSpec(**{**spec.__dict__, "turns": max_turns or config.env.turns})
-    chosen = preset or (config.rewards.preset if config.rewards.preset in PRESETS else "correctness")
-    evaluator = open_evaluator(config, store, problems)
-    return KernelEnvService(evaluator, train, holdout, spec=spec, store=store, preset=chosen,
-                            speedup_cap=config.rewards.speedup_cap, run_id=run_id,
-                            idle_timeout_s=config.env.idle_timeout_s)

@@ -1,4 +1,4 @@
-"""GRPO training loop, curriculum, checkpoints and metrics."""
+"""GRPO training loop, curriculum, checkpoints and metrics (parts from `kernelbench_rl.compose`)."""
 
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, sample_to_datum, score_group
@@ -6,14 +6,11 @@ from kernelbench_rl.training.loop import (
     StepResult,
     TrainingRun,
     TrainSummary,
-    default_retriever,
     run_training,
 )
-from kernelbench_rl.training.setup import resolve_base_model, training_problems
 from kernelbench_rl.training.rollouts import GroupRollout, PromptRenderer, RolloutRunner
 
 __all__ = [
     "Curriculum", "CurriculumEvent", "GroupRollout", "PromptRenderer", "RolloutRunner", "SampleTurn",
-    "StepResult", "TrainSummary", "TrainingRun", "build_datums", "default_retriever", "resolve_base_model",
-    "run_training", "sample_to_datum", "score_group", "training_problems",
+    "StepResult", "TrainSummary", "TrainingRun", "build_datums", "run_training", "sample_to_datum", "score_group",
 ]

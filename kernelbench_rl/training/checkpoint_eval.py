@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelbench_rl.config.schema import TrainConfig
-from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv, Retriever, make_group_builders
+from kernelbench_rl.envs.kernel_env import KernelEnv, Retriever, make_group_builders
 from kernelbench_rl.errors import InfraError, NoVerdictError, UserError
 from kernelbench_rl.rewards.shaping import counts_as_correct
 from kernelbench_rl.metrics import FAST_P_THRESHOLDS, BenchmarkSummary, SampleOutcome, summarize
+from kernelbench_rl.parts import EvaluatorPlan, RunParts
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.store import Store
 from kernelbench_rl.training.rollouts import EvaluateFn, PromptRenderer, RolloutRunner
@@ -61,19 +61,6 @@ class CheckpointReport:
                                            sort_keys=True),
             })
         return out
-
-
-def evaluation_problems(config: TrainConfig, split: str = "holdout", max_problems: int | None = None) -> list[Problem]:
-    """The held-out problems of the configured levels (never trained on), or the train split."""
-    from kernelbench_rl.training.setup import problem_split
-
-    problems, train, holdout = problem_split(config)
-    chosen = {"holdout": holdout, "train": train, "all": problems}.get(split)
-    if chosen is None:
-        raise UserError(f"Unknown split {split!r}; use holdout, train or all.")
-    if not chosen:
-        raise UserError(f"The {split} split of levels {config.problems.levels} is empty; raise problems.holdout_fraction or add levels.")
-    return chosen[:max_problems] if max_problems else chosen
 
 
 def resolve_checkpoint(store: Store, run_id: str, checkpoint: str | None) -> dict[str, Any] | None:
@@ -133,27 +120,20 @@ def nightly_targets(store: Store, run_ids: Sequence[str] = ()) -> list[NightlyTa
             for row, why in chosen]
 
 
-def _sampler_path(config: TrainConfig, checkpoint: dict[str, Any]) -> str:
-    """The checkpoint's sampler weights: a stored relative path is under the run's folder (a copied runs/ included)."""
+def _sampling_client(parts: RunParts, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
+    from kernelbench_rl.policy import make_service_client
     from kernelbench_rl.training.checkpoints import resolved_path
 
-    return resolved_path(checkpoint["sampler_path"], config.run_log_dir())
-
-
-def _sampling_client(config: TrainConfig, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
-    from kernelbench_rl.policy import make_service_client
-    from kernelbench_rl.training.setup import policy_config, resolve_base_model
-
-    base_model = resolve_base_model(config)
-    service = service_client or make_service_client(policy_config(config))
-    client = (service.create_sampling_client(base_model=base_model) if checkpoint is None
-              else service.create_sampling_client(model_path=_sampler_path(config, checkpoint)))
+    service = service_client or make_service_client(parts.policy)
+    # A stored relative sampler path is under the run's folder (a copied runs/ included).
+    client = (service.create_sampling_client(base_model=parts.base_model) if checkpoint is None
+              else service.create_sampling_client(model_path=resolved_path(checkpoint["sampler_path"], parts.run_dir)))
     # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
     return client.result() if callable(getattr(client, "result", None)) else client
 
 
 def evaluate_checkpoint(
-    config: TrainConfig,
+    parts: RunParts,
     *,
     checkpoint: str | None = None,
     samples_per_problem: int = 4,
@@ -171,33 +151,31 @@ def evaluate_checkpoint(
     `checkpoint="openai:MODEL"` (with `base_url`) evaluates a model served by an OpenAI-compatible
     server instead (`evaluate_model`); its report rows have the same shape.
 
-    `retrieve` (RA-ICL runs: `training.loop.default_retriever`) puts retrieved examples in the
-    prompts as training did, `config.rag.k` of them; without it prompts carry the default example.
+    `retrieve` (RA-ICL runs: `compose.open_retriever`) puts retrieved examples in the prompts as
+    training did, `rag.k` of them; without it prompts carry the default example.
     """
     from kernelbench_rl.policy.openai_backend import is_openai_policy
 
     if is_openai_policy(checkpoint):  # a model behind an OpenAI-compatible server, not a checkpoint
-        return evaluate_model(config, str(checkpoint), base_url=base_url, samples_per_problem=samples_per_problem,
+        return evaluate_model(parts, str(checkpoint), base_url=base_url, samples_per_problem=samples_per_problem,
                               split=split, max_problems=max_problems, ks=ks, store=store,
                               evaluate_fn=evaluate_fn, retrieve=retrieve)
-    store = store or Store(config.db_path)
-    run_id = config.resolved_run_id()
-    ckpt = resolve_checkpoint(store, run_id, checkpoint)
+    store = store or Store(parts.db_path)
+    ckpt = resolve_checkpoint(store, parts.run_id, checkpoint)
     label = BASE if ckpt is None else str(ckpt["name"])
-    problems = evaluation_problems(config, split, max_problems)
-    sampling_client = _sampling_client(config, ckpt, service_client)
+    problems = parts.split.chosen(split, max_problems)
+    sampling_client = _sampling_client(parts, ckpt, service_client)
 
-    with _evaluating(config, store, problems, evaluate_fn) as evaluate_fn:
-        spec = EnvSpec.from_config(config)
+    with _evaluating(parts.evaluator, store, problems, evaluate_fn) as evaluate_fn:
         runner = RolloutRunner(sampling_client, PromptRenderer(sampling_client.get_tokenizer()), evaluate_fn,
-                               temperature=config.sampling.temperature, top_p=config.sampling.top_p)
-        builders = make_group_builders(problems, samples_per_problem, spec, retrieve,
-                                       config.rag.k if retrieve is not None else 0)
+                               temperature=parts.sampling.temperature, top_p=parts.sampling.top_p)
+        builders = make_group_builders(problems, samples_per_problem, parts.env, retrieve,
+                                       parts.rag.k if retrieve is not None else 0)
         groups = [group.envs for group in runner.run(builders)]
 
-    report = _report(run_id, label, split, problems, groups, samples_per_problem, ks)
+    report = _report(parts.run_id, label, split, problems, groups, samples_per_problem, ks)
     _store_report(store, report, [env for envs in groups for env in envs])
-    log_to_tensorboard(config, report, step=0 if ckpt is None else int(ckpt["step"]))
+    log_to_tensorboard(parts.run_dir, report, step=0 if ckpt is None else int(ckpt["step"]))
     require_a_verdict(report, groups)
     return report
 
@@ -217,12 +195,12 @@ def report_scalars(report: CheckpointReport) -> dict[str, float]:
     return out
 
 
-def log_to_tensorboard(config: TrainConfig, report: CheckpointReport, step: int) -> None:
+def log_to_tensorboard(run_dir: Path, report: CheckpointReport, step: int) -> None:
     """A checkpoint's evaluation beside its run's training curves: `<run log dir>/tensorboard/eval` at the
     checkpoint's step (the base model's under `eval-base`, at step 0)."""
     from kernelbench_rl.training.metrics import TensorBoardLogger
 
-    logger = TensorBoardLogger(config.run_log_dir() / "tensorboard" / ("eval-base" if report.label == BASE else "eval"))
+    logger = TensorBoardLogger(Path(run_dir) / "tensorboard" / ("eval-base" if report.label == BASE else "eval"))
     try:
         logger.log(step, report_scalars(report), [o.speedup for o in report.outcomes if o.speedup is not None])
     finally:
@@ -230,21 +208,19 @@ def log_to_tensorboard(config: TrainConfig, report: CheckpointReport, step: int)
 
 
 @contextlib.contextmanager
-def _evaluating(config: TrainConfig, store: Store, problems: Sequence[Problem], evaluate_fn: EvaluateFn | None):
-    """The caller's evaluate function, or one of a training-configured evaluator opened for the block."""
+def _evaluating(plan: EvaluatorPlan, store: Store, problems: Sequence[Problem], evaluate_fn: EvaluateFn | None):
+    """The caller's evaluate function, or one of the run's evaluator opened for the block."""
     if evaluate_fn is not None:
         yield evaluate_fn
         return
-    from kernelbench_rl.training.setup import open_evaluator
-
-    evaluator = open_evaluator(config, store, problems, policy_beside=True)
-    if config.eval.cluster not in ("", "local"):
+    evaluator = plan.open(store, problems)
+    if plan.is_dask:
         # A cluster that does not answer is found before the first model request is paid for.
         try:
             evaluator.start()
         except Exception as exc:  # noqa: BLE001 - any failure to reach it: one sentence, nothing sampled
             evaluator.__exit__(None, None, None)
-            raise InfraError(f"The evaluation cluster eval.cluster={config.eval.cluster} cannot be reached "
+            raise InfraError(f"The evaluation cluster eval.cluster={plan.cluster} cannot be reached "
                              f"({type(exc).__name__}: {str(exc)[:160]}); start it, or set eval.cluster=local.") from None
     try:
         yield evaluator.evaluate_responses
@@ -276,7 +252,7 @@ def _report(run_id: str, label: str, split: str, problems: Sequence[Problem], gr
 
 
 def evaluate_model(
-    config: TrainConfig,
+    parts: RunParts,
     policy: str,
     *,
     base_url: str | None = None,
@@ -306,32 +282,32 @@ def evaluate_model(
 
     say = say or (lambda _line: None)
     policy_spec = OpenAIPolicySpec.from_policy(policy, base_url, concurrency=concurrency, max_retries=max_retries,
-                                               timeout_s=timeout_s, max_tokens=config.sampling.max_tokens,
+                                               timeout_s=timeout_s, max_tokens=parts.sampling.max_tokens,
                                                context_tokens=context_tokens)
-    store = store or Store(config.db_path)
-    problems = evaluation_problems(config, split, max_problems)
+    store = store or Store(parts.db_path)
+    problems = parts.split.chosen(split, max_problems)
     chat = OpenAIChatPolicy(policy_spec)
     server = chat.probe()  # before the evaluator starts and anything is paid for
     say(f"{chat.label} at {chat.where}: {server.describe(policy_spec.max_tokens)}")
-    run_id = config.resolved_run_id()
-    log = AnswerLog(store, run_id, chat.label, split, policy_spec.model, temperature=config.sampling.temperature,
-                    top_p=config.sampling.top_p)
+    run_id = parts.run_id
+    log = AnswerLog(store, run_id, chat.label, split, policy_spec.model, temperature=parts.sampling.temperature,
+                    top_p=parts.sampling.top_p)
     eval_id = log.resume()
     if eval_id is not None:
         say(f"resuming evaluation {eval_id}: {log.earlier_answers} answer(s) already in {store.path}; only the "
             "requests without one are sent")
     eval_id = log.eval_id = eval_id or new_eval_id()
-    with _evaluating(config, store, problems, evaluate_fn) as evaluate_fn:
-        builders = make_group_builders(problems, samples_per_problem, EnvSpec.from_config(config), retrieve,
-                                       config.rag.k if retrieve is not None else 0)
+    with _evaluating(parts.evaluator, store, problems, evaluate_fn) as evaluate_fn:
+        builders = make_group_builders(problems, samples_per_problem, parts.env, retrieve,
+                                       parts.rag.k if retrieve is not None else 0)
         recorder = _AnswerRecorder(store, run_id, chat.label, split, eval_id)
 
         def on_answer(env: KernelEnv, sample_index: int, answer: Any) -> None:
             log.record(env, sample_index, answer)
             recorder(env, sample_index)
 
-        groups = run_chat_episodes(builders, chat, evaluate_fn, temperature=config.sampling.temperature,
-                                   top_p=config.sampling.top_p, on_answer=on_answer, earlier=log.earlier)
+        groups = run_chat_episodes(builders, chat, evaluate_fn, temperature=parts.sampling.temperature,
+                                   top_p=parts.sampling.top_p, on_answer=on_answer, earlier=log.earlier)
     report = _report(run_id, chat.label, split, problems, groups, samples_per_problem, ks)
     report.eval_id = eval_id
     report.usage = {**chat.usage.to_dict(), **({"context_tokens": server.context_tokens} if server.context_tokens else {})}
@@ -481,7 +457,7 @@ def report_markdown(reports: Sequence[CheckpointReport], out_dir: str | Path, ke
     the speedup histogram and, where kernels were timed on a GPU, the best ones against the speed of light."""
     import base64
 
-    from kernelbench_rl.evaluation.roofline import roofline_plot
+    from kernelbench_rl.evaluation.timing.roofline import roofline_plot
 
     def embedded(name: str, path: Path) -> str:
         return f"![{name}](data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()})\n"

@@ -1,11 +1,12 @@
 """The GRPO training loop, one step at a time, resumable by re-running the same configuration.
 
-    run = TrainingRun(config)          # cheap: nothing heavy is built yet
+    parts = build_run_parts(config, policy_beside=True)   # kernelbench_rl.compose: the config resolved once
+    run = TrainingRun(parts)           # cheap: nothing heavy is built yet
     with run:                          # builds the policy, evaluator, store rows; resumes if it can
         while not run.finished:
             result = run.step()        # sample -> evaluate -> reward -> train -> checkpoint -> rows
 
-`run_training(config)` does exactly that with a progress bar. A flow can make one task per
+`run_training(parts)` does exactly that with a progress bar. A flow can make one task per
 `run.step()`. Resume: the run id (explicit, or derived from the config) finds the last row of
 `checkpoints`; the run reloads that state, deletes (in one transaction) every row of a later step
 that a killed attempt left, and starts at the next step. Rows are upserted on natural keys, so a
@@ -30,9 +31,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelbench_rl.config.schema import TrainConfig, config_to_dict
-from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
+from kernelbench_rl.envs.kernel_env import Retriever, make_group_builders
+from kernelbench_rl.parts import RunParts
 from kernelbench_rl.policy.base import SessionStatus
+from kernelbench_rl.policy.session import check_lora_rank, close_session
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.store import Store
 from kernelbench_rl.store.db import eval_key_for
@@ -49,14 +51,6 @@ from kernelbench_rl.training.rollouts import (
     RolloutRunner,
     RolloutStopped,
     RolloutTimings,
-)
-from kernelbench_rl.training.setup import (
-    check_lora_rank,
-    close_session,
-    open_evaluator,
-    policy_config,
-    resolve_base_model,
-    training_problems,
 )
 from kernelbench_rl.training.checkpoints import newest_intact, saving, stored_path
 from kernelbench_rl.training.sft import warm_start_checkpoint
@@ -117,11 +111,13 @@ class TrainSummary:
 
 
 class TrainingRun:
-    """One training run: builds its heavy parts on `start()`, then advances one `step()` at a time."""
+    """One training run: builds its heavy parts on `start()`, then advances one `step()` at a time.
+
+    `parts` come from `compose.build_run_parts(config, policy_beside=True)`."""
 
     def __init__(
         self,
-        config: TrainConfig,
+        parts: RunParts,
         *,
         store: Store | None = None,
         retrieve: Retriever | None = None,
@@ -129,10 +125,11 @@ class TrainingRun:
         service_client: Any | None = None,
         on_step: Callable[[StepResult], None] | None = None,
     ) -> None:
-        self.config = config
-        self.run_id = config.resolved_run_id()
-        self.log_dir = config.run_log_dir()
-        self.store = store or Store(config.db_path)
+        self.parts = parts
+        self.training = parts.training
+        self.run_id = parts.run_id
+        self.log_dir = parts.run_dir
+        self.store = store or Store(parts.db_path)
         self.retrieve = retrieve
         self._evaluate_fn = evaluate_fn
         self._service = service_client
@@ -150,7 +147,7 @@ class TrainingRun:
         self.sampler_step: int | None = None  # the last step trained into self.sampling_client's weights
         # Asynchronous training: steps at or after step_limit are never prefetched (run_training lowers it
         # for stop_after_steps, so a stopped invocation leaves no work behind).
-        self.step_limit = config.training.steps
+        self.step_limit = parts.training.steps
         self._prefetch: Prefetcher | None = None
         self._stopping = threading.Event()  # set, under _rows_lock, when prefetched rollouts must write no more rows
         self._rows_lock = threading.Lock()
@@ -159,7 +156,7 @@ class TrainingRun:
     # -- set-up and resume ----------------------------------------------------------------------
     @property
     def finished(self) -> bool:
-        return self.next_step >= self.config.training.steps
+        return self.next_step >= self.training.steps
 
     def start(self) -> TrainingRun:
         if self._started:
@@ -169,20 +166,19 @@ class TrainingRun:
         return self
 
     def _start(self) -> None:
-        cfg = self.config
+        parts = self.parts
         # Runs left "running" by an owner that died (SIGKILL, a lost machine) are marked interrupted.
         self.interrupted = {row["run_id"]: row for row in ownership.mark_interrupted_runs(self.store)}
-        self.problems = training_problems(cfg)
-        self.spec = EnvSpec.from_config(cfg)
-        self.curriculum = Curriculum.from_config(cfg.curriculum, [p.level for p in self.problems])
-        self.base_model = resolve_base_model(cfg)
+        self.problems = parts.split.training_problems(parts.audits)
+        self.spec = parts.env
+        self.curriculum = Curriculum.from_config(parts.curriculum, [p.level for p in self.problems])
+        self.base_model = parts.base_model
         self.policy_backend = "tinker" if "tinker" in type(self._service).__name__.lower() else "local"
         if self._service is None:
             from kernelbench_rl.policy import make_service_client, resolve_backend
 
-            policy = policy_config(cfg)
-            self.policy_backend = resolve_backend(policy)
-            self._service = make_service_client(policy)
+            self.policy_backend = resolve_backend(parts.policy)
+            self._service = make_service_client(parts.policy)
         from kernelbench_rl.store.files import check_free_space
 
         check_free_space(self.store.path, "before the run")
@@ -196,39 +192,40 @@ class TrainingRun:
             # RL starts from the supervised warm start's final weights, with a fresh optimizer.
             self.warm_start_path = warm_start["state_path"]
             self.training_client = result_of(self._service.create_training_client_from_state(warm_start["state_path"]))
-            check_lora_rank(self.training_client, cfg.policy.lora_rank, f"SFT warm start {warm_start['state_path']}")
+            check_lora_rank(self.training_client, parts.policy.lora_rank, f"SFT warm start {warm_start['state_path']}")
             self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         elif checkpoint is None:
             self.training_client = result_of(self._service.create_lora_training_client(
-                base_model=self.base_model, rank=cfg.policy.lora_rank))
+                base_model=self.base_model, rank=parts.policy.lora_rank))
             self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
         else:
             self.resumed_from_step = self.checkpoint_step = self.sampler_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
             self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
-            check_lora_rank(self.training_client, cfg.policy.lora_rank, f"checkpoint {checkpoint['state_path']}")
+            check_lora_rank(self.training_client, parts.policy.lora_rank, f"checkpoint {checkpoint['state_path']}")
             self.sampling_client = result_of(self._service.create_sampling_client(model_path=checkpoint["sampler_path"]))
             self._replay_curriculum(self.resumed_from_step)
-        self.renderer = PromptRenderer.for_config(cfg, self.training_client.get_tokenizer())
+        self.renderer = PromptRenderer.for_model(self.training_client.get_tokenizer(), parts.base_model,
+                                                 parts.sampling.renderer, parts.sampling.thinking)
         if self._evaluate_fn is None:
             self._evaluate_fn = self._make_evaluator()
         self._tb = TensorBoardLogger(self.log_dir / "tensorboard", purge_step=self.next_step if self.resumed_from_step is not None else None)
         self._write_run("running")
-        if cfg.training.max_steps_off_policy > 0:
+        if self.training.max_steps_off_policy > 0:
             self._stopping.clear()
             self._prefetch = Prefetcher(f"kbrl-prefetch-{self.run_id}")
         self._started = True
 
     def _make_evaluator(self) -> EvaluateFn:
-        self._evaluator = open_evaluator(self.config, self.store, self.problems, policy_beside=True)
+        self._evaluator = self.parts.evaluator.open(self.store, self.problems)
         return self._evaluator.evaluate_responses
 
     def _sft_checkpoint(self) -> dict[str, Any] | None:
         """The run's finished warm start (kernelbench_rl.training.sft), when SFT is enabled; an unfinished one is refused."""
-        if not self.config.sft.enabled:
+        if not self.parts.sft.enabled:
             return None
-        return warm_start_checkpoint(self.store, self.config)
+        return warm_start_checkpoint(self.store, self.run_id, self.log_dir, self.parts.sft.steps)
 
     def _last_checkpoint(self) -> dict[str, Any] | None:
         """The newest intact checkpoint (a damaged newer one is passed over, said on stderr), paths resolved."""
@@ -249,14 +246,14 @@ class TrainingRun:
     def _write_run(self, status: str) -> None:
         last = self.next_step - 1 if self.next_step > 0 else None
         self.store.upsert("runs", [{
-            "run_id": self.run_id, "kind": "train", "config_json": json.dumps(config_to_dict(self.config), sort_keys=True),
+            "run_id": self.run_id, "kind": "train", "config_json": json.dumps(self.parts.record, sort_keys=True),
             "status": status, "stage": self.curriculum.stage, "level": self.curriculum.level, "last_step": last,
             "owner_pid": os.getpid(), "owner_host": socket.gethostname(),
         }])
 
     # -- one step ------------------------------------------------------------------------------
     def stage_preset(self) -> str:
-        preset = self.config.rewards.preset
+        preset = self.parts.rewards.preset
         return self.curriculum.stage if preset == "curriculum" else preset
 
     def problems_for_step(self, step: int) -> list[Problem]:
@@ -266,31 +263,30 @@ class TrainingRun:
         level = self.curriculum.level
         current = [p for p in self.problems if p.level == level] or self.problems
         previous = [p for p in self.problems if p.level < level]
-        rng = random.Random(f"{self.config.training.seed}:{step}")
-        n_previous, n_current = self.curriculum.problem_counts(self.config.training.batch_problems, bool(previous))
+        rng = random.Random(f"{self.training.seed}:{step}")
+        n_previous, n_current = self.curriculum.problem_counts(self.training.batch_problems, bool(previous))
         picked = rng.sample(current, min(n_current, len(current)))
         return picked + rng.sample(previous, min(n_previous, len(previous)))
 
     def _prepare(self, step: int) -> StepRollout:
         """Decide a step's batch on the calling thread: a forced stage, the stage and level, the
         problems, and the sampler (the latest weights)."""
-        cfg = self.config
         events = self.curriculum.apply_override(step)
         self._write_events(events)
         problems = self.problems_for_step(step)
-        builders = make_group_builders(problems, cfg.sampling.group_size, self.spec, self.retrieve,
-                                       cfg.rag.k if cfg.rag.enabled else 0)
+        builders = make_group_builders(problems, self.parts.sampling.group_size, self.spec, self.retrieve,
+                                       self.parts.rag_k)
         return StepRollout(step, self.curriculum.stage, self.curriculum.level, self.stage_preset(), events, builders,
                            self.sampling_client, self.sampler_step)
 
     def _roll_out(self, batch: StepRollout) -> StepRollout:
         """Sample, evaluate and score a batch; each group's rows are written as it finishes."""
-        cfg = self.config
+        rewards, sampling = self.parts.rewards, self.parts.sampling
 
         def on_group_done(group: GroupRollout) -> None:
-            group_samples = score_group(group, batch.preset, gamma=cfg.rewards.gamma, baseline=cfg.rewards.baseline,
-                                        speedup_cap=cfg.rewards.speedup_cap, truncated=cfg.rewards.truncated,
-                                        truncated_reward=cfg.rewards.truncated_reward)
+            group_samples = score_group(group, batch.preset, gamma=rewards.gamma, baseline=rewards.baseline,
+                                        speedup_cap=rewards.speedup_cap, truncated=rewards.truncated,
+                                        truncated_reward=rewards.truncated_reward)
             with self._rows_lock:  # a stopping run drops the rows of steps it will not train
                 if self._stopping.is_set():
                     raise RolloutStopped()
@@ -300,8 +296,8 @@ class TrainingRun:
                 self.on_group(batch.step, len(batch.samples_by_group), len(batch.builders))
 
         runner = RolloutRunner(batch.sampling_client, self.renderer, self._evaluate_fn,
-                               temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                               infra_retries=cfg.training.infra_retries, on_group_done=on_group_done,
+                               temperature=sampling.temperature, top_p=sampling.top_p,
+                               infra_retries=self.training.infra_retries, on_group_done=on_group_done,
                                should_stop=self._stopping.is_set, timings=batch.timings)
         batch.groups = runner.run(batch.builders)
         return batch
@@ -333,7 +329,7 @@ class TrainingRun:
             self._prefetch.submit(step, self._job(self._prepare(step)))
         # Later steps are decided now, before this one trains: their stage is the one known after step-1
         # and their sampler has step-1's weights; they roll out while this step trains.
-        last = min(step + self.config.training.max_steps_off_policy, self.step_limit - 1, self.config.training.steps - 1)
+        last = min(step + self.training.max_steps_off_policy, self.step_limit - 1, self.training.steps - 1)
         for later in range(self._prefetch.pending[-1] + 1, last + 1):
             self._prefetch.submit(later, self._job(self._prepare(later)))
         wait_start = time.perf_counter()
@@ -343,8 +339,8 @@ class TrainingRun:
     def step(self) -> StepResult:
         self.start()
         if self.finished:
-            raise RuntimeError(f"run {self.run_id} has already done its {self.config.training.steps} steps")
-        cfg = self.config
+            raise RuntimeError(f"run {self.run_id} has already done its {self.training.steps} steps")
+        training = self.training
         step = self.next_step
         if self._prefetch is None:
             batch, wait_s = self._roll_out(self._prepare(step)), 0.0
@@ -361,13 +357,13 @@ class TrainingRun:
             train_start = time.perf_counter()
             trained = [s for s in samples if s.trainable]
             datums, prompt_lengths = build_datums(trained), [len(s.prompt_tokens) for s in trained]
-            outcome = train_step(self.training_client, datums, prompt_lengths, cfg.training,
-                                 base_sampler=self._base_sampler() if cfg.training.kl_penalty_coef > 0 else None)
+            outcome = train_step(self.training_client, datums, prompt_lengths, training,
+                                 base_sampler=self._base_sampler() if training.kl_penalty_coef > 0 else None)
             loss = outcome.loss
             metrics.update(outcome.metrics)
             if trained:
                 self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
-                if cfg.training.compute_post_kl:
+                if training.compute_post_kl:
                     metrics.update(post_update_kl(datums, prompt_lengths, self.sampling_client))
             # Untrained, the weights are unchanged: the sampler holds this step's weights either way.
             self.sampler_step = step
@@ -401,8 +397,8 @@ class TrainingRun:
             # The checkpoint row comes last: resume trusts the newest checkpoint, so every step it covers
             # must already have its rows. A kill before it re-does this step from the previous checkpoint.
             checkpoint = None
-            if (step + 1) % cfg.training.checkpoint_every == 0 or step + 1 == cfg.training.steps:
-                checkpoint = self._checkpoint(step, final=step + 1 == cfg.training.steps)
+            if (step + 1) % training.checkpoint_every == 0 or step + 1 == training.steps:
+                checkpoint = self._checkpoint(step, final=step + 1 == training.steps)
             self.next_step = step + 1
             self._write_run("running")
         result = StepResult(step, stage, level, loss, metrics, events + promotions, checkpoint)
@@ -422,7 +418,7 @@ class TrainingRun:
         training.checkpoint_ttl_s on Tinker; a final one (the run's last step, or where a stopped run
         resumes) never does."""
         name = f"step_{step:06d}"
-        ttl = None if final else self.config.training.checkpoint_ttl_s
+        ttl = None if final else self.training.checkpoint_ttl_s
         with saving(self.log_dir, name):  # a failed write is an error naming the folder; then free space is checked
             # overwrite: a step re-done after a kill saves under the same name
             state_path = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
@@ -550,10 +546,8 @@ class TrainingRun:
         return float(truncated or 0) / total if total else None
 
 
-def describe_run_start(config: TrainConfig, store: Store | None = None) -> str:
-    """One line: which run this command resumes or starts, and how run ids work."""
-    store = store or Store(config.db_path)
-    run_id = config.resolved_run_id()
+def describe_run_start(store: Store, run_id: str, *, named: bool) -> str:
+    """One line: which run this command resumes or starts, and how run ids work (`named`: run_id=NAME was given)."""
     ownership.mark_interrupted_runs(store)
     rows = []
     if store.exists():
@@ -568,7 +562,7 @@ def describe_run_start(config: TrainConfig, store: Store | None = None) -> str:
         last = "no step done yet" if mine["last_step"] is None else f"last step {mine['last_step']}"
         return f"resuming run {run_id} ({mine['status']}, {last})"
     line = f"starting a new run {run_id}"
-    if not config.run_id:
+    if not named:
         others = ", ".join(row["run_id"] for row in rows[:5])
         line += (" (its id is a hash of the configuration, so changing any key, training.steps included, starts "
                  "a new run; pass run_id=NAME to name a run and the same run_id=NAME to resume it"
@@ -577,7 +571,7 @@ def describe_run_start(config: TrainConfig, store: Store | None = None) -> str:
 
 
 def run_training(
-    config: TrainConfig,
+    parts: RunParts,
     *,
     progress: bool = True,
     stop_after_steps: int | None = None,
@@ -587,43 +581,23 @@ def run_training(
     store: Store | None = None,
     lines: bool = False,
 ) -> TrainSummary:
-    """Train (or resume) the configured run; `stop_after_steps` ends this invocation early. `progress` shows a
-    progress bar; `lines` (without it) prints the same progress as plain lines."""
-    if retrieve is None and config.rag.enabled:
-        retrieve = default_retriever(config, store)
-    run = TrainingRun(config, store=store, retrieve=retrieve, evaluate_fn=evaluate_fn, service_client=service_client)
+    """Train (or resume) the run; `stop_after_steps` ends this invocation early. `progress` shows a progress bar;
+    `lines` (without it) prints the same progress as plain lines. `retrieve`: RA-ICL examples in every prompt (a run
+    with rag.enabled: `compose.open_retriever`)."""
+    steps = parts.training.steps
+    run = TrainingRun(parts, store=store, retrieve=retrieve, evaluate_fn=evaluate_fn, service_client=service_client)
     with run:
         first, count = run.next_step, 0
-        limit = config.training.steps - first if stop_after_steps is None else min(stop_after_steps, config.training.steps - first)
+        limit = steps - first if stop_after_steps is None else min(stop_after_steps, steps - first)
         run.step_limit = first + limit
         bar: Any = nullcontext()
         if progress or lines:
             from kernelbench_rl.training.progress import TrainLines, TrainProgress
 
-            bar = (TrainProgress if progress else TrainLines)(run.run_id, config.training.steps, completed=first)
+            bar = (TrainProgress if progress else TrainLines)(run.run_id, steps, completed=first)
             run.on_step, run.on_group = bar.update, bar.group_done
         with bar:
             while count < limit:
                 run.step()
                 count += 1
         return run.summary(first, count)
-
-
-def default_retriever(config: TrainConfig, store: Store | None = None) -> Retriever:
-    """Leak-free RA-ICL examples from the built index (kernelbench_rl.rag), as prompt examples."""
-    from kernelbench_rl.rag.build import default_index_dir
-    from kernelbench_rl.rag.embed import Embedder
-    from kernelbench_rl.rag.retrieve import Retriever as IndexRetriever
-
-    store = store or Store(config.db_path)
-    rag = config.rag
-    retriever = IndexRetriever.open(
-        store, rag.index_dir or default_index_dir(store), Embedder(rag.model),
-        kernelbench_root=config.problems.source_root, holdout_fraction=config.problems.holdout_fraction,
-        split_seed=config.problems.split_seed)
-    backend = config.env.kernel_backend
-
-    def retrieve(problem: Problem, k: int) -> list[Any]:
-        return [ex.as_prompt_example() for ex in retriever.retrieve(problem, backend, k, char_budget=rag.char_budget)]
-
-    return retrieve

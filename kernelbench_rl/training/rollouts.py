@@ -51,12 +51,11 @@ class PromptRenderer:
         self.use_chat_template = bool(getattr(tokenizer, "chat_template", None))
 
     @classmethod
-    def for_config(cls, config: Any, tokenizer: Any) -> PromptRenderer:
-        """The renderer a run's configuration asks for (policy.renderer, sampling.thinking)."""
+    def for_model(cls, tokenizer: Any, base_model: str, renderer: str = "auto", thinking: bool = False) -> PromptRenderer:
+        """The chat format `renderer` (policy.renderer) names for `base_model`, with or without thinking."""
         from kernelbench_rl.policy.chat import make_chat_renderer
 
-        return cls(tokenizer, make_chat_renderer(tokenizer, config.resolved_base_model(), config.policy.renderer,
-                                                 config.sampling.thinking))
+        return cls(tokenizer, make_chat_renderer(tokenizer, base_model, renderer, thinking))
 
     def encode_messages(self, messages: list[dict[str, str]]) -> list[int]:
         if self.chat_renderer is not None:

@@ -4,8 +4,8 @@ Real kernel-RL systems start from a model that already writes kernels in the exp
 (KernelLLM and AutoTriton fine-tune on verified PyTorch -> Triton pairs first). This stage does
 that with our own verified corpus:
 
-    examples = build_sft_examples(config, store, tokenizer, retrieve)   # leak-free, RL's own prompts
-    with SftRun(config, examples=...) as run:                          # resumes from its last checkpoint
+    examples = build_sft_examples(parts, store, tokenizer, retrieve)    # leak-free, RL's own prompts
+    with SftRun(parts) as run:                                         # resumes from its last checkpoint
         while not run.finished:
             run.step()                                                 # forward_backward + optim_step
 
@@ -33,27 +33,23 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import tinker
 import torch
 
-from kernelbench_rl.config.schema import TrainConfig
-from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever, make_group_builders
+from kernelbench_rl.envs.kernel_env import Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
+from kernelbench_rl.config.schema import SftConfig
+from kernelbench_rl.parts import RunParts
 from kernelbench_rl.policy.base import SessionStatus
+from kernelbench_rl.policy.session import check_lora_rank, close_session
 from kernelbench_rl.problems import Problem, load_problems, parse_problem_id
 from kernelbench_rl.store import Store
 from kernelbench_rl.training.checkpoints import damage, newest_intact, resolved_path, saving, stored_path
 from kernelbench_rl.training.optim import result_of, adam_params
 from kernelbench_rl.training.stops import deferred_stop, is_stop
-from kernelbench_rl.training.setup import (
-    check_lora_rank,
-    close_session,
-    policy_config,
-    resolve_base_model,
-    training_problems,
-)
 
 # Corpus sources whose kernels are known correct without re-verification (our own, tested in CI).
 TRUSTED_SOURCES = ("solutions",)
@@ -114,7 +110,7 @@ def leak_free_documents(
 
 
 def default_leak_reason(
-    config: TrainConfig, store: Store, docs: Sequence[dict[str, Any]]
+    parts: RunParts, store: Store, docs: Sequence[dict[str, Any]]
 ) -> Callable[[dict[str, Any]], str | None]:
     """The retrieval leak rules (holdout ids, near-duplicates of holdout references) over `docs`.
 
@@ -123,10 +119,10 @@ def default_leak_reason(
     from kernelbench_rl.rag.embed import Embedder, embed_cached
     from kernelbench_rl.rag.retrieve import HoldoutGuard
 
-    embedder = Embedder(config.rag.model)
-    guard = HoldoutGuard.for_split(store, embedder, kernelbench_root=config.problems.source_root,
-                                   holdout_fraction=config.problems.holdout_fraction,
-                                   split_seed=config.problems.split_seed)
+    embedder = Embedder(parts.rag.model)
+    split = parts.split
+    guard = HoldoutGuard.for_split(store, embedder, kernelbench_root=split.source_root,
+                                   holdout_fraction=split.holdout_fraction, split_seed=split.seed)
     vectors, _ = embed_cached(store, embedder, {d["sha256"]: d["pytorch_code"] for d in docs})
 
     def reason(doc: dict[str, Any]) -> str | None:
@@ -147,7 +143,7 @@ def _problem_for(doc: dict[str, Any], by_task: dict[tuple[int, int], Problem]) -
 
 
 def build_sft_examples(
-    config: TrainConfig,
+    parts: RunParts,
     store: Store,
     tokenizer: Any,
     *,
@@ -161,25 +157,23 @@ def build_sft_examples(
     """
     from kernelbench_rl.training.rollouts import PromptRenderer
 
-    backend = config.env.kernel_backend
-    docs = candidate_documents(store, backend)
+    spec = parts.env
+    docs = candidate_documents(store, spec.kernel_backend)
     if leak_reason is None:
-        leak_reason = default_leak_reason(config, store, docs) if docs else (lambda doc: None)
+        leak_reason = default_leak_reason(parts, store, docs) if docs else (lambda doc: None)
     docs, excluded = leak_free_documents(docs, leak_reason)
-    problems = load_problems(config.problems.source_root)
+    problems = load_problems(parts.split.source_root)
     by_task = {(p.level, p.number): p for p in problems}
     first = {parse_problem_id(pid) for pid in training_ids}
     # The run's own problems first (by id), then the rest by sha256: the same order on every call.
     docs.sort(key=lambda d: ((d.get("kb_level"), d.get("kb_task")) not in first, d["kb_level"] or 0,
                              d["kb_task"] or 0, d["sha256"]))
-    renderer = PromptRenderer.for_config(config, tokenizer)
+    renderer = PromptRenderer.for_model(tokenizer, parts.base_model, parts.sampling.renderer, parts.sampling.thinking)
     answer_end = renderer.end_of_answer_tokens()
-    max_tokens = config.max_completion_tokens()
-    spec = EnvSpec.from_config(config)
-    k = config.rag.k if config.rag.enabled else 0
+    k = parts.rag_k
     examples: list[SftExample] = []
     for doc in docs:
-        if len(examples) >= config.sft.max_examples:
+        if len(examples) >= parts.sft.max_examples:
             excluded["over_max_examples"] += 1
             continue
         problem = _problem_for(doc, by_task)
@@ -189,18 +183,18 @@ def build_sft_examples(
         # The answer ends the way a sampled turn stops: the chat format's end-of-message token (or EOS).
         completion_tokens = list(tokenizer.encode(completion_text(doc["kernel_code"]), add_special_tokens=False))
         completion_tokens += answer_end
-        if len(completion_tokens) > max_tokens:
+        if len(completion_tokens) > spec.max_tokens:
             excluded["longer_than_max_tokens"] += 1
             continue
         examples.append(SftExample(problem.id, doc["sha256"], doc["source"], prompt_tokens, completion_tokens))
     return SftDataset(examples, excluded)
 
 
-def planned_steps(config: TrainConfig, num_examples: int) -> int:
+def planned_steps(sft: SftConfig, num_examples: int) -> int:
     """`sft.steps`, or enough steps for `sft.epochs` passes over the examples."""
-    if config.sft.steps > 0:
-        return config.sft.steps
-    return math.ceil(config.sft.epochs * num_examples / config.sft.batch_size) if num_examples else 0
+    if sft.steps > 0:
+        return sft.steps
+    return math.ceil(sft.epochs * num_examples / sft.batch_size) if num_examples else 0
 
 
 def batch_indices(num_examples: int, batch_size: int, step: int, seed: int) -> list[int]:
@@ -240,11 +234,13 @@ class SftSummary:
 
 
 class SftRun:
-    """The warm start of one run (the run id is RL's): builds on `start()`, advances one `step()` at a time."""
+    """The warm start of one run (the run id is RL's): builds on `start()`, advances one `step()` at a time.
+
+    `parts` come from `compose.build_run_parts(config)` (the run's own training problems come first)."""
 
     def __init__(
         self,
-        config: TrainConfig,
+        parts: RunParts,
         *,
         store: Store | None = None,
         retrieve: Retriever | None = None,
@@ -252,9 +248,11 @@ class SftRun:
         leak_reason: Callable[[dict[str, Any]], str | None] | None = None,
         on_step: Callable[[SftStepResult], None] | None = None,
     ) -> None:
-        self.config = config
-        self.run_id = config.resolved_run_id()
-        self.store = store or Store(config.db_path)
+        self.parts = parts
+        self.sft = parts.sft
+        self.run_id = parts.run_id
+        self.run_dir = parts.run_dir
+        self.store = store or Store(parts.db_path)
         self.retrieve = retrieve
         self._service = service_client
         self._leak_reason = leak_reason
@@ -286,14 +284,14 @@ class SftRun:
     def _start(self) -> None:
         from kernelbench_rl.store.files import check_free_space
 
-        cfg = self.config
-        run_dir = cfg.run_log_dir()
+        parts = self.parts
+        run_dir = self.run_dir
         check_free_space(self.store.path, "before the warm start")
         check_free_space(run_dir, "before the warm start")
         if self._service is None:
             from kernelbench_rl.policy import make_service_client
 
-            self._service = make_service_client(policy_config(cfg))
+            self._service = make_service_client(parts.policy)
         checkpoint = newest_intact(sft_checkpoints(self.store, self.run_id), run_dir, what="SFT checkpoint",
                                    run_id=self.run_id)
         if checkpoint is not None:
@@ -301,24 +299,24 @@ class SftRun:
             self.store.discard_steps_after(self.run_id, int(checkpoint["step"]), tables=("sft_steps",))
         if checkpoint is None:
             self.training_client = result_of(self._service.create_lora_training_client(
-                base_model=resolve_base_model(cfg), rank=cfg.policy.lora_rank))
+                base_model=parts.base_model, rank=parts.policy.lora_rank))
         else:
             self.resumed_from_step = self.checkpoint_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
             self.training_client = result_of(
                 self._service.create_training_client_from_state_with_optimizer(checkpoint["state_path"]))
-            check_lora_rank(self.training_client, cfg.policy.lora_rank, f"SFT checkpoint {checkpoint['state_path']}")
-        training_ids = [p.id for p in training_problems(cfg)]
-        self.dataset = build_sft_examples(cfg, self.store, self.training_client.get_tokenizer(), retrieve=self.retrieve,
+            check_lora_rank(self.training_client, parts.policy.lora_rank, f"SFT checkpoint {checkpoint['state_path']}")
+        training_ids = [p.id for p in parts.split.training_problems(parts.audits)]
+        self.dataset = build_sft_examples(parts, self.store, self.training_client.get_tokenizer(), retrieve=self.retrieve,
                                           training_ids=training_ids, leak_reason=self._leak_reason)
         if not self.dataset.examples:
             raise UserError("No SFT examples: ingest verified kernels first (kernelbench-rl corpus ingest --source "
                             "solutions), or set sft.enabled=false.")
         self._datums = [example.datum() for example in self.dataset.examples]
-        self.total_steps = planned_steps(cfg, len(self._datums))
+        self.total_steps = planned_steps(self.sft, len(self._datums))
         from kernelbench_rl.training.metrics import TensorBoardLogger
 
-        self._tb = TensorBoardLogger(cfg.run_log_dir() / "tensorboard" / "sft",
+        self._tb = TensorBoardLogger(run_dir / "tensorboard" / "sft",
                                      purge_step=self.next_step if self.resumed_from_step is not None else None)
         self._started = True
         if not self.finished:
@@ -331,11 +329,9 @@ class SftRun:
         import os
         import socket
 
-        from kernelbench_rl.config.schema import config_to_dict
-
         self.store.upsert("runs", [{
             "run_id": self.run_id, "kind": "sft", "status": status,
-            "config_json": json.dumps(config_to_dict(self.config), sort_keys=True),
+            "config_json": json.dumps(self.parts.record, sort_keys=True),
             "last_step": self.next_step - 1 if self.next_step > 0 else None,
             "owner_pid": os.getpid(), "owner_host": socket.gethostname(),
         }])
@@ -344,14 +340,13 @@ class SftRun:
         self.start()
         if self.finished:
             raise RuntimeError(f"the warm start of run {self.run_id} has already done its {self.total_steps} steps")
-        cfg = self.config
         step = self.next_step
-        picked = batch_indices(len(self._datums), cfg.sft.batch_size, step, cfg.training.seed)
+        picked = batch_indices(len(self._datums), self.sft.batch_size, step, self.parts.training.seed)
         batch = [self._datums[i] for i in picked]
         tokens = sum(len(self.dataset.examples[i].completion_tokens) for i in picked)
         # Constant: a linear decay to a tenth, tried on the embedded default, slowed it down (loss 1.25 by
         # step 58 where a constant rate had been near 0.8).
-        learning_rate = cfg.sft.learning_rate
+        learning_rate = self.sft.learning_rate
         start = time.perf_counter()
         # From the update on, a stop waits for the step to be recorded (and saved, when it saves): a stop
         # checkpoint then holds exactly the steps it names.
@@ -363,15 +358,14 @@ class SftRun:
 
     def _train_and_record(self, step: int, batch: list[tinker.Datum], tokens: int, learning_rate: float,
                           start: float) -> SftStepResult:
-        cfg = self.config
         fwd_bwd = self.training_client.forward_backward(batch, loss_fn="cross_entropy")
-        optim = self.training_client.optim_step(adam_params(learning_rate, cfg.training))
+        optim = self.training_client.optim_step(adam_params(learning_rate, self.parts.training))
         output = result_of(fwd_bwd)
         result_of(optim)
         loss_sum = _loss_sum(output, batch)
         seconds = time.perf_counter() - start
         loss = loss_sum / max(tokens, 1)
-        epoch = (step + 1) * cfg.sft.batch_size / len(self._datums)
+        epoch = (step + 1) * self.sft.batch_size / len(self._datums)
         # TensorBoard before the row (as in RL): a resumed writer purges the steps it re-does.
         self._tb.log(step, {"sft/loss": loss, "sft/tokens": float(tokens), "sft/learning_rate": learning_rate,
                             "sft/epoch": epoch, "sft/step_s": seconds}, [])
@@ -379,8 +373,8 @@ class SftRun:
                "examples": len(batch), "learning_rate": learning_rate, "epoch": epoch,
                "state_path": None, "sampler_path": None, "total_steps": self.total_steps}
         checkpoint = None
-        every_s = cfg.sft.checkpoint_every_s
-        if ((step + 1) % cfg.sft.checkpoint_every == 0 or step + 1 == self.total_steps
+        every_s = self.sft.checkpoint_every_s
+        if ((step + 1) % self.sft.checkpoint_every == 0 or step + 1 == self.total_steps
                 or (every_s > 0 and time.monotonic() - self._saved_at >= every_s)):
             checkpoint = self._save(step, row, final=step + 1 == self.total_steps)
         # The row (with its checkpoint) last: resume trusts only checkpoints whose row landed.
@@ -393,8 +387,8 @@ class SftRun:
         name = f"sft_{step:06d}"
         # Periodic checkpoints expire (training.checkpoint_ttl_s); the last one, RL's warm start, and the
         # one a stopped warm start resumes from never do.
-        ttl = None if final else self.config.training.checkpoint_ttl_s
-        run_dir = self.config.run_log_dir()
+        ttl = None if final else self.parts.training.checkpoint_ttl_s
+        run_dir = self.run_dir
         with saving(run_dir, name):  # a failed write is an error naming the folder; then free space is checked
             state = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
             sampler = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
@@ -411,7 +405,7 @@ class SftRun:
             run_id=self.run_id, num_examples=len(self.dataset.examples), excluded=dict(self.dataset.excluded),
             total_steps=self.total_steps, resumed_from_step=self.resumed_from_step, steps_run=steps_run,
             first_loss=rows[0]["loss"] if rows else None, last_loss=rows[-1]["loss"] if rows else None,
-            final_state_path=(resolved_path(final["state_path"], self.config.run_log_dir())
+            final_state_path=(resolved_path(final["state_path"], self.run_dir)
                               if final and self.finished else None),
         )
 
@@ -484,31 +478,31 @@ def last_sft_checkpoint(store: Store, run_id: str) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-def sft_done(store: Store, config: TrainConfig) -> bool:
-    """Whether the run's warm start has saved its final step (cheap: no model is built)."""
-    checkpoint = last_sft_checkpoint(store, config.resolved_run_id())
+def sft_done(store: Store, run_id: str, sft_steps: int = 0) -> bool:
+    """Whether the run's warm start has saved its final step (cheap: no model is built); `sft_steps` (sft.steps)
+    stands for a checkpoint row that does not say its total."""
+    checkpoint = last_sft_checkpoint(store, run_id)
     if checkpoint is None:
         return False
-    total = checkpoint.get("total_steps") or config.sft.steps
+    total = checkpoint.get("total_steps") or sft_steps
     return not total or int(checkpoint["step"]) + 1 >= int(total)
 
 
-def warm_start_checkpoint(store: Store, config: TrainConfig) -> dict[str, Any] | None:
-    """The finished SFT state RL starts from. An unfinished SFT is refused (its newest checkpoint is a
-    partial warm start); no SFT at all is said loudly, and RL starts from the base model."""
-    run_id = config.resolved_run_id()
+def warm_start_checkpoint(store: Store, run_id: str, run_dir: Path, sft_steps: int = 0) -> dict[str, Any] | None:
+    """The finished SFT state RL starts from (paths resolved under the run's folder `run_dir`). An unfinished SFT
+    is refused (its newest checkpoint is a partial warm start); no SFT at all is said loudly, and RL starts from
+    the base model."""
     if not store.fetchall("SELECT count(*) FROM sft_steps WHERE run_id = ?", [run_id])[0][0]:
         warnings.warn(f"sft.enabled is true but run {run_id} has no SFT warm start: RL starts from the base "
                       "model (run `kernelbench-rl sft` with the same config first, or set sft.enabled=false).",
                       stacklevel=2)
         return None
     checkpoint = last_sft_checkpoint(store, run_id)
-    if checkpoint is None or not sft_done(store, config):
+    if checkpoint is None or not sft_done(store, run_id, sft_steps):
         done = "no checkpoint yet" if checkpoint is None else f"its last checkpoint is step {checkpoint['step']}"
-        total = (checkpoint or {}).get("total_steps") or config.sft.steps
+        total = (checkpoint or {}).get("total_steps") or sft_steps
         raise UserError(f"The SFT warm start of run {run_id} has not finished ({done} of {total or 'its'} steps): "
                         "finish it with `kernelbench-rl sft` and the same config, or set sft.enabled=false.")
-    run_dir = config.run_log_dir()
     checkpoint = {**checkpoint, "state_path": resolved_path(checkpoint["state_path"], run_dir),
                   "sampler_path": resolved_path(checkpoint["sampler_path"], run_dir)}
     wrong = damage(checkpoint["state_path"], optimizer=False)
@@ -522,7 +516,7 @@ def warm_start_checkpoint(store: Store, config: TrainConfig) -> dict[str, Any] |
 
 
 def run_sft(
-    config: TrainConfig,
+    parts: RunParts,
     *,
     store: Store | None = None,
     retrieve: Retriever | None = None,
@@ -531,8 +525,8 @@ def run_sft(
     stop_after_steps: int | None = None,
     on_step: Callable[[SftStepResult], None] | None = None,
 ) -> SftSummary:
-    """Run (or resume) the warm start of the configured run; `stop_after_steps` ends this call early."""
-    run = SftRun(config, store=store, retrieve=retrieve, service_client=service_client, leak_reason=leak_reason,
+    """Run (or resume) the warm start of the run; `stop_after_steps` ends this call early."""
+    run = SftRun(parts, store=store, retrieve=retrieve, service_client=service_client, leak_reason=leak_reason,
                  on_step=on_step)
     with run:
         count = 0

@@ -1,0 +1,213 @@
+"""The composition root: a run's configuration resolved once into the parts the library takes.
+
+Commands, Prefect tasks and flows load a `TrainConfig` and call `build_run_parts` once; everything
+below them (the RL and SFT loops, checkpoint evaluation, the environment server) takes the
+resulting `RunParts` (kernelbench_rl/parts.py) or smaller settings, never the configuration. This
+module, `config/`, `commands/`, `tasks/` and `flows/` are the only readers of `TrainConfig`.
+
+    parts = build_run_parts(config, policy_beside=True)
+    retrieve = open_retriever(parts) if parts.rag.enabled else None
+    run_training(parts, retrieve=retrieve)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kernelbench_rl.config.schema import (
+    EvalConfig,
+    ProblemsConfig,
+    TrainConfig,
+    completion_token_limit,
+    config_to_dict,
+    turn_token_budget,
+)
+from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever
+from kernelbench_rl.evaluation.result import EvalSettings
+from kernelbench_rl.parts import EvaluatorPlan, ProblemSplit, RunParts, SamplingSettings
+from kernelbench_rl.policy.config import PolicyConfig, resolve_backend
+from kernelbench_rl.problems import Problem, default_levels, load_problems, split_problems
+
+
+def build_run_parts(config: TrainConfig, *, policy_beside: bool = False) -> RunParts:
+    """The run's parts, each resolved once: run id, base model, problem split and audit, environment spec,
+    evaluator plan, policy configuration and sampling settings.
+
+    policy_beside: this process also runs the run's policy (training, checkpoint evaluation), so a local one on the
+    evaluator's GPU gets its memory reserved."""
+    base_model = config.resolved_base_model()
+    run_id = config.resolved_run_id()
+    run_dir = Path(config.log_dir) / run_id
+    spec = env_spec(config, base_model)
+    policy = policy_config(config, base_model, run_dir)
+    settings = eval_settings(config)
+    reserved, device_uuid = _reservation(config.eval, policy, spec, settings.device, policy_beside=policy_beside)
+    split = load_split(config.problems)
+    audits = problem_audits(config.problems, split, config.eval.precision)
+    evaluator = EvaluatorPlan(settings, cluster=config.eval.cluster, num_workers=config.eval.num_workers,
+                              problems_root=config.problems.source_root, input_variants=_given_variants(audits),
+                              reserved_bytes=reserved, reserved_device_uuid=device_uuid)
+    sampling = config.sampling
+    return RunParts(run_id=run_id, db_path=config.db_path, run_dir=run_dir, record=config_to_dict(config),
+                    base_model=base_model, split=split, audits=audits, env=spec, evaluator=evaluator, policy=policy,
+                    sampling=SamplingSettings(group_size=sampling.group_size, temperature=sampling.temperature,
+                                              top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+                                              renderer=config.policy.renderer, thinking=sampling.thinking),
+                    training=config.training, rewards=config.rewards, curriculum=config.curriculum, sft=config.sft,
+                    rag=config.rag)
+
+
+# -- the small settings, each from its sections ---------------------------------------------------
+def env_spec(config: TrainConfig, base_model: str | None = None) -> EnvSpec:
+    """What an environment needs besides its problem (turns, token limits, backend, instructions, feedback)."""
+    base_model = base_model or config.resolved_base_model()
+    env = config.env
+    return EnvSpec(turns=env.turns if env.mode == "kevin" else 1, token_budget=turn_token_budget(env, base_model),
+                   max_tokens=completion_token_limit(config.sampling, base_model),
+                   early_stop_on_correct=env.early_stop_on_correct, kernel_backend=env.kernel_backend,
+                   instructions=env.instructions, feedback_profile=env.feedback.profile)
+
+
+def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
+    """`auto` -> cuda when torch sees a GPU, else cpu; size `auto` -> real on cuda, small on cpu."""
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if size == "auto":
+        size = "real" if device == "cuda" else "small"
+    return device, size
+
+
+def eval_settings(config: TrainConfig) -> EvalSettings:
+    """The evaluator settings of a run (training and checkpoint evaluation alike), `auto` resolved."""
+    ev = config.eval
+    device, size = resolve_eval_device(ev.device, ev.size)
+    return EvalSettings(backend=config.env.kernel_backend, precision=ev.precision, device=device,  # type: ignore[arg-type]
+                        size=size, correctness_trials=ev.correctness_trials,  # type: ignore[arg-type]
+                        discriminating_trials=ev.discriminating_trials,
+                        timing_trials=ev.timing_trials, timeout_s=ev.timeout_s,
+                        reference_timeout_s=ev.reference_timeout_s,
+                        precision_policy=ev.precision_policy)  # type: ignore[arg-type]
+
+
+def policy_config(config: TrainConfig, base_model: str | None = None, run_dir: Path | None = None) -> PolicyConfig:
+    """The policy backend's configuration for a run (the local backend writes under the run's folder)."""
+    run_dir = run_dir or config.run_log_dir()
+    return PolicyConfig(backend=config.policy.backend,  # type: ignore[arg-type]
+                        base_model=base_model or config.resolved_base_model(), lora_rank=config.policy.lora_rank,
+                        device=config.policy.device, log_dir=str(run_dir / "policy"), seed=config.policy.seed)
+
+
+# -- problems ---------------------------------------------------------------------------------
+def load_split(problems: ProblemsConfig) -> ProblemSplit:
+    """The problems of the configured levels, loaded once, and their train / holdout split; `problems.ids` plays
+    no part (the holdout is always that of the whole set, so naming ids can never pull a holdout problem in)."""
+    levels = problems.levels if problems.levels is not None else default_levels(problems.source_root)
+    loaded = load_problems(problems.source_root, levels=levels)
+    train, holdout = split_problems(loaded, problems.holdout_fraction, problems.split_seed)
+    return ProblemSplit(all=tuple(loaded), train=tuple(train), holdout=tuple(holdout),
+                        levels=tuple(levels) if levels is not None else None, source_root=problems.source_root,
+                        holdout_fraction=problems.holdout_fraction, seed=problems.split_seed,
+                        ids=tuple(problems.ids), audit=problems.audit)
+
+
+def problem_audits(problems: ProblemsConfig, split: ProblemSplit, precision: str) -> dict[str, Any]:
+    """The problem audit of the configured levels (problems/audit.py; none when `problems.audit` is off)."""
+    if not problems.audit:
+        return {}
+    from kernelbench_rl.problems.audit import audit_set
+
+    return audit_set(list(split.all), precision)
+
+
+def _given_variants(audits: Mapping[str, Any]) -> dict[str, Any]:
+    """The widened inputs the audit hands the evaluator (where another problem's reference passes a problem's own)."""
+    if not audits:
+        return {}
+    from kernelbench_rl.problems.audit import given_variants
+
+    return given_variants(audits.values())
+
+
+def first_training_ids(config: TrainConfig, count: int) -> list[str]:
+    """The first `count` ids of the train split of the configured levels (a flow's `num_problems`)."""
+    return [p.id for p in load_split(config.problems).train][:count]
+
+
+# -- the evaluator's room for a policy on its GPU -------------------------------------------------
+def policy_memory_reservation(config: TrainConfig, *, policy_beside: bool = True) -> tuple[int, str]:
+    """(bytes, device uuid): what the evaluator of this configuration leaves to the policy on the policy's GPU
+    (the figure `build_run_parts` puts in the evaluator's plan)."""
+    base_model = config.resolved_base_model()
+    return _reservation(config.eval, policy_config(config, base_model), env_spec(config, base_model),
+                        resolve_eval_device(config.eval.device, config.eval.size)[0], policy_beside=policy_beside)
+
+
+def _reservation(ev: EvalConfig, policy: PolicyConfig, spec: EnvSpec, eval_device: str, *,
+                 policy_beside: bool) -> tuple[int, str]:
+    """eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA (in this process:
+    `policy_beside`) beside a local evaluator on CUDA, the policy's estimated peak (policy/memory.py). The uuid names
+    the policy's GPU (only that worker keeps the room); "" applies to every worker."""
+    from kernelbench_rl.evaluation.cluster.cluster_spec import parse_cluster
+
+    policy_device = policy.device if policy.device != "auto" else (eval_device if eval_device == "cuda" else "cpu")
+    shares = (policy_beside and not parse_cluster(ev.cluster).is_dask and resolve_backend(policy) == "local"
+              and eval_device == "cuda" and policy_device.startswith("cuda"))
+    uuid = ""
+    if shares:
+        from kernelbench_rl.policy.memory import cuda_device_uuid
+
+        uuid = cuda_device_uuid(policy.device)
+    if ev.reserved_memory_gb is not None:
+        from kernelbench_rl.policy.memory import GIB
+
+        return int(ev.reserved_memory_gb * GIB), uuid
+    if not shares:
+        return 0, ""
+    from kernelbench_rl.policy.memory import policy_peak_bytes
+
+    return policy_peak_bytes(policy.base_model, spec.token_budget, spec.max_tokens), uuid
+
+
+# -- parts built from parts -----------------------------------------------------------------------
+def open_retriever(parts: RunParts, store: Any | None = None) -> Retriever:
+    """Leak-free RA-ICL examples from the built index (kernelbench_rl.rag), as prompt examples."""
+    from kernelbench_rl.rag.build import default_index_dir
+    from kernelbench_rl.rag.embed import Embedder
+    from kernelbench_rl.rag.retrieve import Retriever as IndexRetriever
+    from kernelbench_rl.store import Store
+
+    store = store or Store(parts.db_path)
+    rag, split = parts.rag, parts.split
+    retriever = IndexRetriever.open(
+        store, rag.index_dir or default_index_dir(store), Embedder(rag.model),
+        kernelbench_root=split.source_root, holdout_fraction=split.holdout_fraction, split_seed=split.seed)
+    backend = parts.env.kernel_backend
+
+    def retrieve(problem: Problem, k: int) -> list[Any]:
+        return [ex.as_prompt_example() for ex in retriever.retrieve(problem, backend, k, char_budget=rag.char_budget)]
+
+    return retrieve
+
+
+def build_service(config: TrainConfig, *, store: Any | None = None, max_turns: int | None = None,
+                  preset: str | None = None, run_id: str | None = None) -> Any:
+    """The environment server's `KernelEnvService`: the run's evaluator settings, problem split and environment
+    spec (as `train` has them), multi-turn whatever env.mode says (a client that wants one turn ends its episode
+    after one)."""
+    from dataclasses import replace
+
+    from kernelbench_rl.integrations.openenv_env import DEFAULT_RUN_ID, KernelEnvService
+    from kernelbench_rl.rewards.shaping import PRESETS
+
+    parts = build_run_parts(config)
+    spec = replace(parts.env, turns=max_turns or config.env.turns)
+    chosen = preset or (config.rewards.preset if config.rewards.preset in PRESETS else "correctness")
+    evaluator = parts.evaluator.open(store, parts.split.all)
+    return KernelEnvService(evaluator, parts.split.train, parts.split.holdout, spec=spec, store=store, preset=chosen,
+                            speedup_cap=config.rewards.speedup_cap, run_id=run_id or DEFAULT_RUN_ID,
+                            idle_timeout_s=config.env.idle_timeout_s)
+
