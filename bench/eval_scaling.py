@@ -1,34 +1,22 @@
 """Evaluation throughput on 1, 2, 4 ... GPUs of one host, the same candidate mix, in one run: through Dask and through
 the plain evaluator (one worker process per GPU, no Dask), and where the time goes when it does not scale.
 
-The mix is bench/eval_throughput.py's (bundled solutions and mutants of them that are wrong or
-fault), repeated `--repeat` times with a comment that makes every copy a distinct kernel (nothing is
-deduplicated or served from a cache). Each configuration gets a fresh engine on this host: `--engine dask`, a Dask
-cluster (dask-cuda's LocalCUDACluster, one worker per GPU; a plain LocalCluster of CPU workers with `--device cpu`)
-and a `DaskEvaluator` on it; `--engine plain`, `Evaluator(num_workers=N)`, whose pool gives each worker a GPU and a
-share of the host's cores of its own. Before the clock starts, a warm-up pass evaluates each problem's solution once
-per worker (pinned to each Dask worker; N copies through the plain pool's shared queue), so baselines and reference
-outputs exist on every worker, as they do after an RL run's first step; then the whole mix goes out at once and the
-wall until the last verdict (or the verdicts of a `--window-s` window, the queue kept full) is the figure.
-
-Prints candidates per minute per configuration and each one's ratio to 1 GPU, checks that all reached the same
-verdicts, and says where the time goes: per GPU its verdicts and how busy its device section kept it, the phases'
-means per verdict (compile, build, device section...), the host's CPU busy share, the CPU of the driver process
-(client, and a local Dask scheduler) and of each evaluation worker process. With `--kill-check` it SIGKILLs one Dask
-worker in the middle of a further batch and counts lost (no verdict, or `infra`) and duplicated (more than one)
-verdicts. JSON under `--out-dir` (scaling.json).
+The mix is eval_throughput.py's without hangs, repeated `--repeat` times, every copy a distinct kernel. Each
+configuration gets a fresh engine (`--engine dask`: dask-cuda's LocalCUDACluster and a `DaskEvaluator`; `plain`:
+`Evaluator(num_workers=N)`), a warm-up pass (each problem's solution on each worker) before the clock, then the whole
+mix at once: the wall until the last verdict, or the verdicts of a `--window-s` window with the queue kept full.
+Prints candidates per minute and the ratio to 1 GPU, whether the verdicts agree, and where the time goes (per GPU its
+device section's share of the wall, the phases' means, the host's CPU, the driver's and each worker process's CPU).
+`--kill-check` SIGKILLs a Dask worker mid-batch and counts lost and duplicated verdicts. JSON: `--out-dir`/scaling.json.
 
     python bench/eval_scaling.py --out-dir bench/results/scaling --kill-check          # GPU host, 1 vs 2 GPUs, Dask
     python bench/eval_scaling.py --engine plain --gpus 1,2,4 --window-s 60 --out-dir $OUT   # a 4-GPU node, no Dask
-    python bench/eval_scaling.py --device cpu --out-dir /tmp/scaling --kill-check      # offline smoke, tiny mix
-    python bench/eval_scaling.py --device cpu --engine plain --gpus 1,2 --out-dir /tmp/scaling   # the plain pool on CPU
-    python bench/eval_scaling.py --device cpu --parity --out-dir /tmp/scaling          # verdicts: local vs Dask
+    python bench/eval_scaling.py --device cpu --engine plain --gpus 1,2 --out-dir /tmp/scaling   # the machinery only
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -41,18 +29,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "bench"))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402 - after the path set-up above
 from eval_throughput import CPU_MIX, FULL_MIX, QUICK_MIX, Candidate, build_mix  # noqa: E402
+from harness import say  # noqa: E402
 
 # A hang measures the timeout, not throughput: it would pin both walls to the same floor.
 SCALING_KINDS = ("correct", "wrong_constant", "off_by_one", "missing_bias", "raises", "illegal_access")
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
 
 
 # ---------------------------------------------------------------- clusters
@@ -167,11 +150,9 @@ def run_configuration(engine: str, workers: int, candidates: list[Candidate], ar
             if engine == "dask":
                 _save_pool_logs(evaluator, Path(args.out_dir) / "scaling_worker_logs.txt", workers)
             else:
-                from eval_throughput import _save_worker_logs
-
                 with open(Path(args.out_dir) / "scaling_worker_logs.txt", "a") as handle:
                     handle.write(f"#### plain, {workers} worker(s)\n")
-                _save_worker_logs(evaluator, str(Path(args.out_dir) / "scaling_worker_logs.txt"), 60)
+                harness.save_worker_logs(evaluator, str(Path(args.out_dir) / "scaling_worker_logs.txt"), 60)
     finally:
         if cluster is not None:
             try:
@@ -442,61 +423,9 @@ def kill_mid_batch(evaluator: Any, candidates: list[Candidate], settings: Any, a
     return report
 
 
-def parity(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
-    """Every bundled solution and every red-team case of this device through the local Evaluator and
-    through a DaskEvaluator on a 2-worker cluster: the same verdicts (category, correct, flags)?"""
-    import dataclasses
-
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from hacks.hack_cases import CASES
-
-    from kernelbench_rl.evaluation.api import Evaluator
-    from kernelbench_rl.evaluation.cluster import DaskEvaluator
-    from kernelbench_rl.evaluation.result import EvalRequest
-    from kernelbench_rl.problems import list_solutions
-
-    base = _settings(args)
-    requests = [EvalRequest(pid, path.read_text(), base, request_id=f"solution/{pid}") for pid, path in list_solutions()]
-    for case in CASES:
-        if args.device in case.devices:
-            settings = dataclasses.replace(base, **case.settings_overrides())
-            requests.append(EvalRequest(case.problem_id, case.source, settings, request_id=f"hack/{case.name}"))
-
-    def verdict(r: Any) -> list[Any]:
-        return [r.error_category.value, bool(r.correct), sorted(r.flags)]
-
-    t0 = time.perf_counter()
-    with Evaluator(base) as local:
-        expected = local.evaluate(requests)
-    local_s = time.perf_counter() - t0
-    cluster, what = start_cluster(args.device, 2, args.threads)
-    try:
-        t0 = time.perf_counter()
-        with DaskEvaluator(base, cluster=cluster.scheduler_address, ready_timeout_s=args.ready_timeout) as dask_ev:
-            got = dask_ev.evaluate(requests)
-        dask_s = time.perf_counter() - t0
-    finally:
-        cluster.close(timeout=60)
-    rows = [{"request": q.request_id, "local": verdict(a), "dask": verdict(b)} for q, a, b in zip(requests, expected, got)]
-    mismatches = [r for r in rows if r["local"] != r["dask"]]
-    report = {"cluster": what, "requests": len(requests), "agree": len(rows) - len(mismatches),
-              "mismatches": mismatches, "local_s": round(local_s, 1), "dask_s": round(dask_s, 1), "rows": rows}
-    (out_dir / "parity.json").write_text(json.dumps(report, indent=2))
-    say(f"parity: {report['agree']}/{len(requests)} verdicts agree between the local and the Dask evaluator "
-        f"({sum(r.startswith('solution/') for r in (q.request_id for q in requests))} bundled solutions, "
-        f"{sum(r.startswith('hack/') for r in (q.request_id for q in requests))} red-team cases; "
-        f"local {local_s:.0f} s, Dask {dask_s:.0f} s incl. start-up)")
-    for row in mismatches:
-        say(f"  differs: {row['request']}: local {row['local']} dask {row['dask']}")
-    return report
-
-
 def _settings(args: argparse.Namespace) -> Any:
-    from kernelbench_rl.evaluation.result import EvalSettings
-
-    size = "real" if args.device == "cuda" else "small"
-    return EvalSettings(device=args.device, size=size, correctness_trials=args.trials,
-                        timing_trials=args.timing_trials, warmup_trials=3, timeout_s=args.timeout)
+    args.size = None  # real on cuda, small on cpu
+    return harness.eval_settings(args)
 
 
 def _gpu_count() -> int:
@@ -519,6 +448,7 @@ def parse_gpus(text: str | None, workers: int) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    harness.add_trials(parser, correctness=5, warmup=3, timing=None, timeout=None)  # timed 100 (cuda) or 3 (cpu); timeout 60 or 30 s
     parser.add_argument("--engine", choices=["dask", "plain", "both"], default="dask",
                         help="dask: a LocalCUDACluster, one worker per GPU; plain: Evaluator(num_workers=N), one worker "
                              "process per GPU, no Dask; both: each, plain first")
@@ -527,9 +457,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the smaller mix (GPU)")
     parser.add_argument("--repeat", type=int, default=None, help="copies of the mix per run (default 4 cuda, 3 cpu)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N candidates of the mix")
-    parser.add_argument("--trials", type=int, default=5, help="correctness trials")
-    parser.add_argument("--timing-trials", type=int, default=None, help="default 100 (cuda), 3 (cpu)")
-    parser.add_argument("--timeout", type=float, default=None, help="per-phase timeout (default 60 cuda, 30 cpu)")
     parser.add_argument("--threads", type=int, default=32, help="threads per Dask worker (>= its evaluation slots)")
     parser.add_argument("--ready-timeout", type=float, default=240.0, help="seconds for the pools to start")
     parser.add_argument("--kill-check", action="store_true", help="then SIGKILL a Dask worker mid-batch and count verdicts")
@@ -540,8 +467,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=None,
                         help="with --window-s (then a cap): share this many seconds out among the configurations, each "
                              "window what is left after the others' start, warm-up and close")
-    parser.add_argument("--parity", action="store_true",
-                        help="only compare verdicts: bundled solutions and red-team cases, local vs Dask (parity.json)")
     parser.add_argument("--out-dir", default="bench/results/eval_scaling", help="scaling.json goes here")
     args = parser.parse_args(argv)
     try:
@@ -559,8 +484,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if args.parity:
-        return 0 if not parity(args, out_dir)["mismatches"] else 1
     base = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
     mix = [(pid, tuple(k for k in kinds if k in SCALING_KINDS)) for pid, kinds in base]
     candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))
@@ -571,15 +494,14 @@ def main(argv: list[str] | None = None) -> int:
 
     summary: dict[str, Any] = {
         "device": args.device, "host": platform.node(), "cpus": os.cpu_count(), "gpus": _gpu_count(),
-        "mix": [c.label for c in candidates], "repeat": args.repeat, "trials": args.trials,
+        "mix": [c.label for c in candidates], "repeat": args.repeat, "trials": args.correctness_trials,
         "timing_trials": args.timing_trials, "window_s": args.window_s, "configurations": gpus, "runs": {},
         "ratios": {}, "where_the_time_goes": {}, "verdicts_agree": {},
     }
 
     def write() -> None:
-        path = out_dir / "scaling.json"
-        path.write_text(json.dumps(summary, indent=2, default=str))
-        say(f"wrote {path}")
+        harness.write_json(out_dir / "scaling.json", summary)
+        say(f"wrote {out_dir / 'scaling.json'}")
 
     started = time.perf_counter()
     planned = [(engine, workers) for engine in engines for workers in gpus]

@@ -3,10 +3,9 @@
 A fixed mix of candidates (known-correct solutions from KernelBench/solutions/ and mutants of them
 that are wrong, crash or hang) runs through our Evaluator (warm pool) and through
 bench/naive_harness.py (a fresh process per candidate, sequential) with the same trial counts and the
-same per-candidate timeout. Prints candidates per minute for both, the ratio, our overhead per
-candidate beyond the floor (compile + the GPU time of the trials themselves, from
-EvalResult.phase_seconds and runtime_ms), and whether both harnesses get the verdicts right on the
-correct solutions and the wrong mutants. Writes the figures as JSON.
+same per-candidate timeout: candidates per minute for both, the ratio, our overhead per candidate beyond
+the floor (harness.FLOOR_DEFINITION), and whether both get the verdicts right on the correct solutions and the
+wrong mutants.
 
     python bench/eval_throughput.py --out bench/results/throughput_h100.json          # GPU, full mix
     python bench/eval_throughput.py --quick                                            # GPU, small mix
@@ -17,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import platform
 import statistics
 import sys
-import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402 - after the path set-up above
+from harness import FLOOR_DEFINITION, say  # noqa: E402,F401 - FLOOR_DEFINITION: also this module's name for it
 
 # ---------------------------------------------------------------- mutants (AST edits of a solution)
 
@@ -237,74 +234,47 @@ class HarnessRun:
 
 
 def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Callable[[str], None]) -> HarnessRun:
-    from kernelbench_rl.evaluation import Evaluator
     from kernelbench_rl.evaluation.result import EvalRequest
 
     settings = _eval_settings(args)
-    t0 = time.perf_counter()
-    evaluator = Evaluator(settings, num_workers=args.workers, store=None, parallel_compiles=getattr(args, "parallel", None),
-                          warm_children=getattr(args, "warm_children", None), in_flight=getattr(args, "in_flight", None))
-    evaluator.__enter__()
+    pool = harness.Pool(args, settings, warm=True, num_workers=args.workers)
     try:
-        # Warm the pool (workers, zygotes, CUDA) on a problem outside every mix, at small size, so the
-        # measured wall is a warm pool's; the start-up is reported on its own.
-        warm = _warmup_request(settings)
-        if warm is not None:
-            warmed = evaluator.evaluate([warm])
-            progress(f"ours  warm-up: {warmed[0].error_category.value} correct={warmed[0].correct} "
-                     f"transport={warmed[0].versions.get('transport')} sandbox={warmed[0].versions.get('sandbox')}")
-        startup = time.perf_counter() - t0
-        pool_info = _pool_info(evaluator)
-        args.parallel_effective = evaluator.parallel_compiles
-        args.in_flight_effective = evaluator.in_flight
-        progress(f"ours  pool ready in {startup:.1f} s, {evaluator.parallel_compiles} children compiling at once "
-                 f"and {evaluator.in_flight} evaluations under way per worker, {evaluator.warm_children} pre-started: "
-                 f"{pool_info}")
+        # Warmed on a problem outside every mix, at small size: the measured wall is a warm pool's.
+        evaluator = pool.start()
+        startup, pool_info = pool.startup_s, pool.info
+        args.parallel_effective, args.in_flight_effective = evaluator.parallel_compiles, evaluator.in_flight
+        progress(f"ours  {evaluator.parallel_compiles} children compiling at once and {evaluator.in_flight} evaluations "
+                 f"under way per worker, {evaluator.warm_children} pre-started")
         requests = [EvalRequest(c.problem_id, c.source, settings, request_id=c.label) for c in candidates]
-        budget = getattr(args, "ours_budget_s", None)
         # The whole mix goes to the pool at once (as a training step's batch would). With a budget, what has
         # finished when it runs out is kept and the rest dropped, so a slow run still reports figures.
-        finished: dict[int, Any] = {}
-        finished_at: dict[int, float] = {}
-        failure: list[BaseException] = []
+        finished: dict[int, tuple[Any, float]] = {}
 
-        def collect(index: int, res: Any) -> None:
-            finished[index] = res
-            finished_at[index] = time.perf_counter() - t0
+        def collect(index: int, res: Any, at: float) -> None:
+            finished[index] = (res, at)
             progress(f"ours  {candidates[index].label:28s} {res.error_category.value:9s} correct={res.correct} "
-                     f"worker_total={res.phase_seconds.get('worker_total', 0.0):.2f}s  done at {finished_at[index]:.1f}s")
+                     f"worker_total={res.phase_seconds.get('worker_total', 0.0):.2f}s  done at {at:.1f}s")
 
-        def evaluate_all() -> None:
-            try:
-                evaluator.evaluate(requests, on_result=collect)
-            except BaseException as exc:  # noqa: BLE001 - reported below; the pool closing early lands here too
-                failure.append(exc)
-
-        t0 = time.perf_counter()
-        runner = threading.Thread(target=evaluate_all, daemon=True, name="ours-mix")
-        runner.start()
-        runner.join(budget)
-        wall = time.perf_counter() - t0
-        if runner.is_alive():
-            progress(f"ours: budget of {budget:.0f} s spent with {len(finished)} of {len(requests)} candidates "
-                     f"finished; the rest are dropped")
-        elif failure:
-            progress(f"ours: the evaluation stopped: {type(failure[0]).__name__}: {failure[0]}")
+        ran = harness.evaluate_within(evaluator, requests, args.ours_budget_s, collect)
+        wall = ran["wall_s"]
+        if ran["budget_cut"]:
+            progress(f"ours: budget of {args.ours_budget_s:.0f} s spent with {len(finished)} of {len(requests)} "
+                     f"candidates finished; the rest are dropped")
+        elif ran["error"]:
+            progress(f"ours: the evaluation stopped: {ran['error']}")
         done = sorted(finished)
-        results = [finished[i] for i in done]
+        results = [finished[i][0] for i in done]
         candidates = [candidates[i] for i in done]
-        ended_at = [finished_at[i] for i in done]
+        ended_at = [finished[i][1] for i in done]
     finally:
-        if getattr(args, "worker_logs", None):
-            _save_worker_logs(evaluator, args.worker_logs)
-        evaluator.__exit__(None, None, None)
+        pool.close()
     run = HarnessRun("ours", wall, startup, info=pool_info)
     calls = settings.correctness_trials + settings.warmup_trials + settings.timing_trials
     for cand, res, at in zip(candidates, results, ended_at):
         phases = dict(res.phase_seconds)
         own_calls = calls - settings.correctness_trials + res.trials_total  # widened seeds included
         gpu_trials_s = (res.runtime_ms or 0.0) * own_calls / 1000.0 if res.correct else 0.0
-        floor = _compile_s(phases) + gpu_trials_s
+        floor = harness.compile_s(phases) + gpu_trials_s
         if res.error_category.value == "timeout":
             floor += settings.timeout_s  # waiting out a hang is part of any harness's floor
         run.verdicts.append({
@@ -314,81 +284,17 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
             "floor_s": floor, "message": res.error_message[:160], "finished_at_s": round(at, 2),
             "latency_overhead_s": phases.get("worker_total", 0.0) - floor,
             # The same without queueing for a device other candidates were using (a throughput effect).
-            "latency_overhead_unqueued_s": phases.get("worker_total", 0.0) - floor - _queued_s(phases),
+            "latency_overhead_unqueued_s": phases.get("worker_total", 0.0) - floor - harness.queued_s(phases),
             # ... and without the work done once per (problem, precision, GPU): sizing the problem with its
             # first reference, and the eager/compile baselines (cached in DuckDB across runs). This is what
             # a training run sees after its first step on a problem.
-            "latency_overhead_steady_s": (phases.get("worker_total", 0.0) - floor - _queued_s(phases)
-                                          - _once_per_problem_s(phases)),
+            "latency_overhead_steady_s": (phases.get("worker_total", 0.0) - floor - harness.queued_s(phases)
+                                          - harness.once_per_problem_s(phases)),
             # Exclusive device time beyond the GPU work itself: what bounds throughput once compiles overlap.
             "serial_overhead_s": (max(0.0, phases["device_section"] - gpu_trials_s)
                                   if "device_section" in phases and res.error_category.value != "timeout" else None),
         })
     return run
-
-
-FLOOR_DEFINITION = (
-    "floor per candidate = compile (import) + build (construction, incl. a CUDA extension's nvcc) + first_call "
-    "(Triton JIT) + runtime_ms x (correctness + warm-up + timed calls) for correct candidates + the timeout for hangs"
-)
-
-
-def _queued_s(phases: dict[str, float]) -> float:
-    """Seconds spent waiting for the device (or its memory, or a compile slot) while other candidates used it."""
-    return sum(phases.get(k, 0.0) for k in ("device_wait", "memory_wait", "reference_wait", "alone_wait", "compile_wait"))
-
-
-def _once_per_problem_s(phases: dict[str, float]) -> float:
-    """Work a problem costs once: its first reference (beyond the wait for it) and its baselines."""
-    return max(0.0, phases.get("reference", 0.0) - phases.get("reference_wait", 0.0)) + phases.get("baseline", 0.0)
-
-
-def _compile_s(phases: dict[str, float]) -> float:
-    return phases.get("compile", 0.0) + phases.get("build", 0.0) + phases.get("first_call", 0.0)
-
-
-WARMUP_PROBLEM = "L1/20"
-
-
-def _save_worker_logs(evaluator: Any, path: str, tail_lines: int = 200) -> None:
-    """Append the tail of every worker's stderr log (removed with the pool) to `path`."""
-    import glob
-    import os
-
-    pool = getattr(evaluator, "_pool", None)
-    if pool is None:
-        return
-    with open(path, "a") as out:
-        for log in sorted(glob.glob(os.path.join(pool.log_dir, "*.log"))):
-            try:
-                lines = Path(log).read_text(errors="replace").splitlines()[-tail_lines:]
-            except OSError:
-                continue
-            out.write(f"==== {log} (last {len(lines)} lines)\n" + "\n".join(lines) + "\n")
-
-
-def _pool_info(evaluator: Any) -> list[dict[str, Any]]:
-    """What each worker said when ready: transport, same-uid probe, IPC self-test."""
-    infos = []
-    try:
-        for info in evaluator.pool.wait_ready(5.0):
-            infos.append({k: info.get(k) for k in ("transport", "same_uid", "same_uid_probe", "ipc_selftest", "hardware")})
-    except Exception as exc:  # noqa: BLE001 - informative only
-        infos.append({"error": f"{type(exc).__name__}: {exc}"[:200]})
-    return infos
-
-
-def _warmup_request(settings: Any) -> Any:
-    import dataclasses
-
-    from kernelbench_rl.evaluation.result import EvalRequest
-    from kernelbench_rl.problems import get_problem, load_solution
-
-    solution = load_solution(get_problem(WARMUP_PROBLEM))
-    if not solution:
-        return None
-    small = dataclasses.replace(settings, size="small", correctness_trials=1, timing_trials=1, warmup_trials=1)
-    return EvalRequest(WARMUP_PROBLEM, solution, small, request_id="throughput/warmup")
 
 
 def run_naive(candidates: list[Candidate], args: argparse.Namespace, progress: Callable[[str], None]) -> HarnessRun:
@@ -489,11 +395,7 @@ def estimate_naive_full(candidates: list[Candidate], naive: HarnessRun, timeout_
 
 
 def _eval_settings(args: argparse.Namespace) -> Any:
-    from kernelbench_rl.evaluation.result import EvalSettings
-
-    size = args.size or ("real" if args.device == "cuda" else "small")
-    return EvalSettings(device=args.device, size=size, correctness_trials=args.trials, timing_trials=args.timing_trials,
-                        warmup_trials=3, timeout_s=args.timeout)
+    return harness.eval_settings(args)
 
 
 # ---------------------------------------------------------------- figures
@@ -544,7 +446,7 @@ def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: Harne
         "device_name": torch.cuda.get_device_name(0) if args.device == "cuda" and torch.cuda.is_available() else platform.machine(),
         "torch": torch.__version__, "mix": "quick" if args.quick else ("cpu" if args.device == "cpu" else "full"),
         "candidates": count, "kinds": {k: sum(1 for c in candidates if c.kind == k) for k in MUTANTS},
-        "settings": {"size": _eval_settings(args).size, "correctness_trials": args.trials,
+        "settings": {"size": _eval_settings(args).size, "correctness_trials": args.correctness_trials,
                      "timing_trials": args.timing_trials, "warmup_trials": 3, "timeout_s": args.timeout,
                      "workers": args.workers},
         "floor_definition": FLOOR_DEFINITION,
@@ -660,20 +562,11 @@ def print_table(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Evaluator throughput vs a KernelBench-style naive harness.")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    harness.add_device(parser, size=None)
+    harness.add_trials(parser, correctness=5, warmup=3, timing=None, timeout=None)  # timed 100 (cuda) or 3 (cpu); timeout 60 or 30 s
+    harness.add_pool(parser)
     parser.add_argument("--quick", action="store_true", help="a smaller mix")
-    parser.add_argument("--size", choices=["real", "small"], default=None, help="default: real on cuda, small on cpu")
-    parser.add_argument("--trials", type=int, default=5, help="correctness trials (both harnesses)")
-    parser.add_argument("--timing-trials", type=int, default=None, help="timed trials (both); default 100 (cuda), 3 (cpu)")
-    parser.add_argument("--timeout", type=float, default=None, help="per-candidate timeout shared by both harnesses")
     parser.add_argument("--workers", type=int, default=None, help="Evaluator workers (default: its own choice)")
-    parser.add_argument("--parallel", type=int, default=None,
-                        help="children compiling at once per worker (default: the Evaluator's, from the CPU cores)")
-    parser.add_argument("--warm-children", type=int, default=None,
-                        help="children kept pre-started (CUDA ready) per worker (default: the Evaluator's, in-flight + 1 on cuda)")
-    parser.add_argument("--in-flight", type=int, default=None,
-                        help="evaluations under way at once per worker, those queued for the device included "
-                             "(default: the Evaluator's, 2 x parallel + 1 on cuda)")
     parser.add_argument("--harness", choices=["both", "ours", "naive"], default="both")
     parser.add_argument("--limit", type=int, default=None, help="only the first N candidates of the mix (smoke runs)")
     parser.add_argument("--out", default=None, help="JSON output path")
@@ -683,43 +576,32 @@ def main(argv: list[str] | None = None) -> None:
                         help="the naive harness also stops launching once this much of the script's wall is spent "
                              "(minus a margin for the final candidate and the report)")
     parser.add_argument("--ours-budget-s", type=float, default=None,
-                        help="our evaluator runs the mix in 3 chunks and launches no new chunk after this many seconds")
-    parser.add_argument("--worker-logs", default=None, help="append the tail of our workers' logs to this file")
+                        help="stop waiting for our evaluator after this many seconds; what finished is reported")
     parser.add_argument("--naive-sample", choices=["all", "per-problem"], default="all",
                         help="per-problem: one correct + one wrong (else fault) candidate per problem, in mix order")
     args = parser.parse_args(argv)
     script_start = time.perf_counter()
-    if args.timing_trials is None:
-        args.timing_trials = 100 if args.device == "cuda" else 3
-    if args.timeout is None:
-        args.timeout = 60.0 if args.device == "cuda" else 30.0
+    args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
+    args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
     if args.device == "cpu":
         import os
 
         os.environ.setdefault("TRITON_INTERPRET", "1")
-
     mix = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
-
-    def say(text: str) -> None:
-        print(text, flush=True)
-
-    candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))
-    if args.limit:
-        candidates = candidates[: args.limit]
+    candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))[: args.limit or None]
     say(f"{len(candidates)} candidates: " + ", ".join(c.label for c in candidates))
     ours = run_ours(candidates, args, say) if args.harness in ("both", "ours") else None
 
     def write(summary: dict[str, Any]) -> None:
         if args.out:
-            out = Path(args.out)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(summary, indent=2, default=str))
-            say(f"wrote {out}")
+            harness.write_json(args.out, summary)
+            say(f"wrote {args.out}")
 
     planned = naive_sample(candidates, args.naive_sample)
     if ours is not None:
         write(summarise(candidates, ours, None, args, planned))  # kept even if the naive pass is cut off
     naive = None
+    args.naive_budget_effective_s = None
     if args.harness in ("both", "naive"):
         budgets = [b for b in (args.naive_budget_s,) if b is not None]
         if args.total_budget_s is not None:
@@ -729,8 +611,6 @@ def main(argv: list[str] | None = None) -> None:
         say(f"naive harness: {len(planned)} candidates planned ({args.naive_sample}), budget "
             f"{'none' if args.naive_budget_effective_s is None else f'{args.naive_budget_effective_s:.0f} s'}")
         naive = run_naive(planned, args, say)
-    else:
-        args.naive_budget_effective_s = None
     summary = summarise(candidates, ours, naive, args, planned)
     print_table(summary)
     write(summary)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import sys
@@ -22,10 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402 - after the path set-up above
+
+REPO_ROOT = harness.REPO
 sys.path.insert(0, str(REPO_ROOT / "tests" / "hacks"))
-sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 from hack_cases import (  # noqa: E402
     KNOWN_GOOD_PROBLEM,
@@ -107,19 +107,15 @@ def run(args: argparse.Namespace) -> int:
 def _write_report(args: argparse.Namespace, device: str, size: str, honest_speedup: float | None,
                   rows: list[dict[str, Any]], total: float, partial: bool) -> None:
     """The JSON report; also rewritten after every batch, so a run cut short by its time limit keeps its rows."""
-    if not args.out:
-        return
     import torch
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "device": device, "device_name": _device_name(device), "size": size,
+    harness.write_json(args.out, {
+        "device": device, "device_name": _device_name(device), "size": size, "environment": harness.environment(device),
         "torch": torch.__version__, "honest_relu_speedup": honest_speedup, "partial": partial,
         "cases": rows, "passed": sum(1 for r in rows if r["passed"]), "total": len(rows), "wall_s": round(total, 1),
-    }, indent=2))
-    if not partial:
-        print(f"wrote {out}")
+    })
+    if args.out and not partial:
+        print(f"wrote {args.out}")
 
 
 def _run_batch(evaluator: Any, batch: list, layer: str, base: Any, device: str, good_source: str,

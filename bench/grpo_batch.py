@@ -1,27 +1,19 @@
-"""A GRPO-shaped evaluation batch against its GPU floor, and KernelBench's own harness on the same problems.
+"""A GRPO-shaped evaluation batch against its GPU floor, beside the rules' own GPU work done bare, a cold eval-dir-style
+folder and KernelBench's own harness on the same problems. One run, each part with its own budget, the JSON rewritten
+after every result (a run cut off keeps what finished):
 
-One run, three parts, each with its own budget (the JSON is rewritten after every result, so a run cut off keeps
-what finished):
-
-  1. warm batch, per level: P problems x S samples, every sample a distinct candidate (the problem's reference
-     as ModelNew plus a trailing `# sample k` comment, so no cache dedupes it), all sent in ONE
-     `Evaluator.evaluate` call to a pool started and warmed (one candidate of another problem) before the clock.
-     Static checks are off, as in kernelbench_sweep.py's identity mode: the reference is torch ops. Reports the
-     wall, the GPU floor of the same work and their ratio, verdicts, identical-code speedups, candidates/min,
-     the phases (summed, median per candidate) and the five slowest candidates with theirs.
-  2. cold one-per-problem folder: the level's problems (default 2), one identity candidate each, written as
-     KernelBench-named files (level_{L}_problem_{P}_sample_0_kernel.py, eval-dir's naming) and evaluated as
-     `kernelbench-rl eval-dir` does (a fresh DuckDB, a fresh pool, one batch, eval_results.json) in a fresh
-     process, timed from its start to its exit; the pool's start-to-ready time separately. Needs duckdb (on the
-     GPU machine from `--duck-site`); skipped, with the reason, where it does not import.
-  3. KernelBench's harness: one sample per problem of each level through its own eval_kernel_against_ref, a
-     fresh process per candidate (kernelbench_sweep.py's kb-harness runner), cut by --kb-budget-s (what it did
-     not reach is listed). Needs CUDA and a KernelBench checkout with src/.
+  0. the bare loop (bench/mandated_floor.py, a process of its own);
+  1. warm batch, per level: P problems x S samples (the reference as ModelNew plus `# sample k`, so nothing is
+     deduplicated) in ONE `evaluate` call on a warmed pool: wall over the GPU floor, verdicts, identical-code speedups,
+     phases, the slowest candidates;
+  2. cold folder: one identity candidate per problem of a level, evaluated eval-dir's way in a fresh process (a fresh
+     DuckDB; needs duckdb, from --duck-site on the GPU machine);
+  3. KernelBench's harness: one sample per problem, a fresh process each (kernelbench_sweep.py's kb-harness runner).
 
     python bench/grpo_batch.py --problems-root .kb --kb-site /tmp/kb_site --duck-site /tmp/duck_site --out grpo.json
-    python bench/grpo_batch.py --device cpu --size small --problems L1/19,L2/76 --samples 2   # machinery only
+    python bench/grpo_batch.py --device cpu --size small --problems L1/19,L2/76 --samples 2   # the machinery only
 
-On the CPU (`--device cpu --size small`) nothing is timed: the run checks the machinery, not speeds.
+bench/README.md ("GRPO-shaped batch") says what each figure means.
 """
 
 from __future__ import annotations
@@ -37,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 
-import kernelbench_sweep as sweep  # noqa: E402 - after the path set-up above
-from kernelbench_sweep import BadInput, JsonReport, SweepCandidate, say  # noqa: E402
+import harness  # noqa: E402 - after the path set-up above
+import kernelbench_sweep as sweep  # noqa: E402
+from harness import BadInput, JsonReport, SweepCandidate, say  # noqa: E402
 
 # Eight problems a level, chosen once and kept so that runs compare: every op family KernelBench's levels 1 and 2
 # have (matmul, matvec, norms, pooling, convolution, activation, loss; GEMM/conv with epilogues), all in the bundled
@@ -67,18 +59,7 @@ FLOOR_DEFINITION = (
 
 def resolve_root(value: str | None) -> Path:
     """The problem source (a KernelBench checkout or kernrl's folder), else the bundled set."""
-    from kernelbench_rl.errors import UserError
-    from kernelbench_rl.problems import BUNDLED_ROOT
-    from kernelbench_rl.problems.loaders import resolve_kernelbench_root
-
-    value = value or os.environ.get("KBRL_PROBLEMS_ROOT") or os.environ.get("KERNELBENCH_ROOT")
-    if not value:
-        return BUNDLED_ROOT.resolve()
-    try:
-        root = resolve_kernelbench_root(value)
-    except UserError as exc:
-        raise BadInput(str(exc)) from None
-    return (root or BUNDLED_ROOT).resolve()
+    return harness.resolve_root(value, bundled=True)
 
 
 def choose_problems(args: argparse.Namespace, root: Path) -> tuple[dict[int, list[Any]], dict[str, Any], list[str]]:
@@ -87,18 +68,13 @@ def choose_problems(args: argparse.Namespace, root: Path) -> tuple[dict[int, lis
 
     notes: list[str] = []
     if args.problems:
-        ids = sweep.parse_problem_ids(args.problems)
-        levels = sorted({parse_problem_id(i)[0] for i in ids})
-        problems = sweep.load_root_problems(root, levels)
-        missing = [i for i in ids if i not in problems]
-        if missing:
-            raise BadInput(f"No problem {', '.join(missing)} in {root}; its ids run L<level>/<number> as in its file names.")
+        listed, problems = harness.problems_by_id(root, args.problems)
         chosen: dict[int, list[Any]] = {}
-        for i in ids:
-            chosen.setdefault(parse_problem_id(i)[0], []).append(problems[i])
+        for problem in listed:
+            chosen.setdefault(problem.level, []).append(problem)
         return chosen, problems, notes
-    levels = sweep.parse_levels(args.levels)
-    problems = sweep.load_root_problems(root, levels)
+    levels = harness.parse_levels(args.levels)
+    problems = harness.load_root_problems(root, levels)
     chosen = {}
     for level in levels:
         own = [p for p in problems.values() if p.level == level]
@@ -117,7 +93,7 @@ def choose_problems(args: argparse.Namespace, root: Path) -> tuple[dict[int, lis
 def batch_candidates(problems: list[Any], samples: int, size: str) -> list[SweepCandidate]:
     """Every problem's identity candidate `samples` times, each copy textually distinct (a trailing comment), in
     sample-major order (sample 0 of every problem, then sample 1, ...), as a policy's batch would arrive."""
-    base = sweep.identity_candidates(problems, size)
+    base = harness.identity_candidates(problems, size)
     out = []
     for k in range(samples):
         for c in base:
@@ -184,17 +160,17 @@ def summarise_level(records: list[dict[str, Any]], group: dict[str, Any], settin
         "planned": planned, "finished": len(records), "budget_cut": bool(group.get("budget_cut")),
         "not_finished": group.get("not_finished", []), "error": group.get("error"),
         "wall_s": wall, "gpu_floor": floor,
-        "wall_over_floor": sweep._round(wall / floor["total_s"], 2) if wall and floor["total_s"] else None,
-        "candidates_per_min": sweep._round(60.0 * len(records) / wall, 2) if wall and records else None,
-        "wall_per_candidate_s": sweep._round(wall / len(records), 3) if wall and records else None,
-        "floor_per_candidate_s": sweep._round(floor["total_s"] / len(records), 3) if records else None,
-        "overhead_per_candidate_s": sweep._round((wall - floor["total_s"]) / len(records), 3) if wall and records else None,
+        "wall_over_floor": harness.rnd(wall / floor["total_s"], 2) if wall and floor["total_s"] else None,
+        "candidates_per_min": harness.rnd(60.0 * len(records) / wall, 2) if wall and records else None,
+        "wall_per_candidate_s": harness.rnd(wall / len(records), 3) if wall and records else None,
+        "floor_per_candidate_s": harness.rnd(floor["total_s"] / len(records), 3) if records else None,
+        "overhead_per_candidate_s": harness.rnd((wall - floor["total_s"]) / len(records), 3) if wall and records else None,
         "correct": sum(1 for r in records if r["correct"]),
         "all_correct": bool(records) and all(r["correct"] for r in records) and len(records) == planned,
         "not_correct": [{"label": r["label"], "category": r["category"], "message": r["message"]}
                         for r in records if not r["correct"]],
         "cached": sum(1 for r in records if r["cached"]),
-        "speedup": sweep.speedup_distribution(records),
+        "speedup": harness.speedup_distribution(records),
         "timing_ways": timing_ways(records),
         "phases": phase_breakdown(records),
         "slowest": slowest(records),
@@ -208,7 +184,7 @@ def with_mandated(summary: dict[str, Any], mandated: dict[str, Any], name: str) 
     wall, bare_wall = summary.get("wall_s"), bare.get("bare_wall_s")
     summary["mandated"] = {
         "bare_wall_s": bare_wall, "bare_over_floor": bare.get("bare_over_floor"), "complete": bare.get("complete"),
-        "wall_over_bare": sweep._round(wall / bare_wall, 2) if wall and bare_wall else None,
+        "wall_over_bare": harness.rnd(wall / bare_wall, 2) if wall and bare_wall else None,
     }
     return summary
 
@@ -260,7 +236,7 @@ class WarmBatch:
             self.run.close()
         self.run = sweep.OursRun(self.args, self.root, self.problems, static_checks=False, on_record=self.on_record)
         self.run.start()
-        self.pools.append({"startup_s": sweep._round(self.run.startup_s, 2), "info": self.run.pool_info})
+        self.pools.append({"startup_s": harness.rnd(self.run.startup_s, 2), "info": self.run.pool_info})
 
     def run_level(self, name: str, candidates: list[SweepCandidate], budget_s: float | None) -> None:
         if self.run is None:
@@ -311,7 +287,7 @@ def run_cold(args: argparse.Namespace, root: Path, problems: list[Any], level: i
     with tempfile.TemporaryDirectory(prefix="grpo_cold_") as work:
         folder = Path(work) / "generations"
         folder.mkdir()
-        for cand, problem in zip(sweep.identity_candidates(problems, args.size), problems):
+        for cand, problem in zip(harness.identity_candidates(problems, args.size), problems):
             (folder / generation_file_name(problem)).write_text(cand.source)
         spec = {"folder": str(folder), "level": level, "root": str(root), "db": str(Path(work) / "cold.duckdb"),
                 "device": args.device, "size": args.size, "timeout_s": args.timeout,
@@ -322,7 +298,7 @@ def run_cold(args: argparse.Namespace, root: Path, problems: list[Any], level: i
         spec_path.write_text(json.dumps(spec))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (args.duck_site, str(BENCH.parent), os.environ.get("PYTHONPATH")) if p)
-        found, wall, tail, timed_out = sweep.run_child([str(Path(__file__).resolve()), "--cold-child", str(spec_path)],
+        found, wall, tail, timed_out = harness.run_child([str(Path(__file__).resolve()), "--cold-child", str(spec_path)],
                                                        env, work, args.cold_budget_s, result_prefix=COLD_RESULT_PREFIX)
     if found is None:
         out["status"] = "failed"
@@ -406,7 +382,7 @@ def cold_child(spec_path: str) -> None:
     out["stored_verdicts"] = int(stored)
     out["verdicts"] = [{"problem_id": r.problem_id, "file": p.name, "category": r.error_category.value,
                         "correct": bool(r.correct), "runtime_ms": r.runtime_ms, "baseline_ms": r.baseline_ms,
-                        "speedup": r.speedup, "message": sweep.first_line(r.error_message),
+                        "speedup": r.speedup, "message": harness.first_line(r.error_message),
                         "worker_total_s": r.phase_seconds.get("worker_total")} for (_pid, _s, p), r in zip(files, results)]
     out["correct"] = sum(1 for r in results if r.correct)
     out["candidates"] = len(results)
@@ -437,7 +413,7 @@ def run_kb(args: argparse.Namespace, root: Path, chosen: dict[int, list[Any]], s
     except BadInput as exc:
         state.update(status="skipped", reason=str(exc))
         return
-    candidates = sweep.order_by_level([c for level in sorted(chosen) for c in sweep.identity_candidates(chosen[level], args.size)])
+    candidates = sweep.order_by_level([c for level in sorted(chosen) for c in harness.identity_candidates(chosen[level], args.size)])
     # levels alternate; the problems its harness takes 60-120 s on go last, so a cut costs the fewest problems
     candidates = [c for c in candidates if c.problem_id not in KB_SLOW] + [c for c in candidates if c.problem_id in KB_SLOW]
     references = {p.id: p for ps in chosen.values() for p in ps}
@@ -451,7 +427,7 @@ def run_kb(args: argparse.Namespace, root: Path, chosen: dict[int, list[Any]], s
     budget = args.kb_budget_s
     if budget is None and args.total_budget_s is not None:
         budget = max(0.0, args.total_budget_s - (time.perf_counter() - args.script_start) - 5.0)
-    state["budget_s"] = sweep._round(budget, 1)
+    state["budget_s"] = harness.rnd(budget, 1)
     t0 = time.perf_counter()
     for index, cand in enumerate(candidates):
         elapsed = time.perf_counter() - t0
@@ -484,11 +460,11 @@ def kb_comparison(kb_state: dict[str, Any], warm_levels: dict[str, Any], cold: d
         bare = bare_wall / summary["finished"] if bare_wall and summary.get("finished") else None
         out["per_level"][name] = {
             "kb_candidates": len(kb), "kb_correct": sum(1 for r in kb if r["correctness"]),
-            "kb_s_per_candidate": sweep._round(kb_per, 2), "ours_warm_s_per_candidate": ours,
-            "kb_over_ours_warm": sweep._round(kb_per / ours, 2) if kb_per and ours else None,
+            "kb_s_per_candidate": harness.rnd(kb_per, 2), "ours_warm_s_per_candidate": ours,
+            "kb_over_ours_warm": harness.rnd(kb_per / ours, 2) if kb_per and ours else None,
             # the most any evaluator that follows the rules could reach here: the bare loop's wall a candidate
-            "kb_over_bare": sweep._round(kb_per / bare, 2) if kb_per and bare else None,
-            "kb_not_correct": [{"label": r["label"], "error": sweep.first_line(r["error"])} for r in kb if not r["correctness"]],
+            "kb_over_bare": harness.rnd(kb_per / bare, 2) if kb_per and bare else None,
+            "kb_not_correct": [{"label": r["label"], "error": harness.first_line(r["error"])} for r in kb if not r["correctness"]],
             # a cut leaves its mean over fewer problems than our batch covers
             "kb_not_reached": [label for label in kb_state.get("not_reached", []) if label.startswith(name + "/")],
         }
@@ -499,10 +475,10 @@ def kb_comparison(kb_state: dict[str, Any], warm_levels: dict[str, Any], cold: d
         entry: dict[str, Any] = {"problems": len(wanted), "kb_reached": len(kb), "kb_wall_s": round(kb_wall, 2),
                                  "cold_process_wall_s": cold["process_wall_s"]}
         if kb and len(kb) == len(wanted):
-            entry["kb_over_cold"] = sweep._round(kb_wall / cold["process_wall_s"], 2)
+            entry["kb_over_cold"] = harness.rnd(kb_wall / cold["process_wall_s"], 2)
         elif kb:
             # not every problem reached: per candidate, the cold wall spread evenly
-            entry["kb_over_cold_per_candidate"] = sweep._round((kb_wall / len(kb)) / (cold["process_wall_s"] / len(wanted)), 2)
+            entry["kb_over_cold_per_candidate"] = harness.rnd((kb_wall / len(kb)) / (cold["process_wall_s"] / len(wanted)), 2)
             entry["note"] = "KernelBench's harness did not reach every problem: ratio of seconds per candidate"
         out["cold"] = entry
     out["note"] = ("kb_over_ours_warm = KernelBench's mean process wall per candidate (Python start, imports, its "
@@ -519,7 +495,7 @@ def kb_comparison(kb_state: dict[str, Any], warm_levels: dict[str, Any], cold: d
 def run(args: argparse.Namespace) -> int:
     root = resolve_root(args.problems_root)
     chosen, problems, notes = choose_problems(args, root)
-    sweep.require_cuda(args.device)
+    harness.require_cuda(args.device)
     settings = {"device": args.device, "size": args.size, "correctness_trials": args.correctness_trials,
                 "warmup_trials": args.warmup_trials, "timing_trials": args.timing_trials, "timeout_s": args.timeout,
                 "static_checks": False, "samples_per_problem": args.samples}
@@ -530,7 +506,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"trial counts (the Evaluator's defaults unless flags say otherwise): correctness {args.correctness_trials} "
         f"(+ widened seeds where a problem's inputs cannot tell), warm-up {args.warmup_trials}, timed {args.timing_trials}; "
         f"timeout {args.timeout:.0f} s; static checks off (identity candidates are torch ops)")
-    env = sweep.environment(args.device)
+    env = harness.environment(args.device)
     out_path = args.out or "grpo_batch.json"
     batches = {f"L{level}": batch_candidates(ps, args.samples, args.size) for level, ps in sorted(chosen.items())}
     warm = WarmBatch(args, root, problems, on_record=lambda _r: report.write())
@@ -649,9 +625,6 @@ def print_comparison(c: dict[str, Any]) -> None:
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     """The batch's shape (problems, samples, device, size, trial counts): this script's and mandated_floor.py's."""
-    from kernelbench_rl.evaluation.result import EvalSettings
-
-    defaults = EvalSettings()
     parser.add_argument("--problems-root", "--kernelbench-root", dest="problems_root", default=None,
                         help="a KernelBench checkout or kernrl's problems folder (default: $KBRL_PROBLEMS_ROOT, "
                              "$KERNELBENCH_ROOT, else the bundled set)")
@@ -659,57 +632,38 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problems", default=None, help="problem ids instead of the fixed list, e.g. L1/19,L2/76")
     parser.add_argument("--per-level", type=int, default=8, help="problems a level from the fixed list (default 8)")
     parser.add_argument("--samples", type=int, default=8, help="distinct samples per problem (default 8)")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                        help="cuda (default), or cpu to check the machinery (nothing is timed there)")
-    parser.add_argument("--size", choices=["real", "small"], default="real",
-                        help="the problems' own sizes (real, default) or the small ones the CPU can run")
-    parser.add_argument("--correctness-trials", type=int, default=defaults.correctness_trials,
-                        help=f"correctness trials (default: the Evaluator's, {defaults.correctness_trials})")
-    parser.add_argument("--warmup-trials", type=int, default=defaults.warmup_trials,
-                        help=f"warm-up calls (default: the Evaluator's, {defaults.warmup_trials})")
-    parser.add_argument("--timing-trials", type=int, default=defaults.timing_trials,
-                        help=f"timed calls (default: the Evaluator's, {defaults.timing_trials})")
+    harness.add_device(parser)
+    harness.add_trials(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernelbench_rl.evaluation.result import EvalSettings
-
-    defaults = EvalSettings()
-    parser = argparse.ArgumentParser(
-        prog="grpo_batch.py", description=__doc__.split("\n\n")[0],
-        epilog="On the GPU machine: bash bench/device_suite.sh grpo-batch (bench/README.md).")
+    parser = argparse.ArgumentParser(prog="grpo_batch.py", description=__doc__.split("\n\n")[0],
+                                     epilog="On the GPU machine: bash bench/device_suite.sh grpo-batch (bench/README.md).")
     add_batch_arguments(parser)
-    parser.add_argument("--timeout", type=float, default=defaults.timeout_s, help="seconds per candidate")
-    parser.add_argument("--warm-budget-s", type=float, default=None, help="seconds per level's warm batch")
+    harness.add_pool(parser)
+    for flag, default, text in (("--warm-budget-s", None, "seconds per level's warm batch"),
+                                ("--cold-budget-s", 120.0, "the cold process's limit (default 120)"),
+                                ("--mandated-budget-s", 150.0, "the bare loop's limit (default 150)"),
+                                ("--kb-budget-s", None, "KernelBench's harness launches no candidate that would end past "
+                                                        "this (default: what --total-budget-s leaves, else none)"),
+                                ("--total-budget-s", None, "the whole run's seconds; KernelBench's harness gets what is left")):
+        parser.add_argument(flag, type=float, default=default, help=text)
     parser.add_argument("--cold-level", type=int, default=2, help="the level of the cold folder part (default 2)")
-    parser.add_argument("--cold-budget-s", type=float, default=120.0, help="the cold process's limit (default 120)")
-    parser.add_argument("--no-cold", action="store_true", help="skip the cold folder part")
-    parser.add_argument("--no-mandated", action="store_true",
-                        help="skip the bare loop of the rules' GPU work (bench/mandated_floor.py) before the warm batch")
-    parser.add_argument("--mandated-budget-s", type=float, default=150.0,
-                        help="the bare loop's limit in seconds (default 150)")
-    parser.add_argument("--no-warm", action="store_true", help="skip the warm batch (the cold folder and the harness only)")
+    for flag, text in (("--no-cold", "skip the cold folder part"), ("--no-mandated", "skip the bare loop"),
+                       ("--no-warm", "skip the warm batch (the cold folder and the harness only)"),
+                       ("--no-kb", "skip KernelBench's harness"), ("--kb-exact-fp32", "TF32 off in KernelBench's processes")):
+        parser.add_argument(flag, action="store_true", help=text)
     parser.add_argument("--duck-site", default=os.environ.get("DUCK_SITE"),
                         help="a folder with duckdb (pip install --target), on the cold process's path only")
-    parser.add_argument("--kb-budget-s", type=float, default=None,
-                        help="KernelBench's harness launches no candidate that would end past this (default: what "
-                             "--total-budget-s leaves, else none)")
-    parser.add_argument("--total-budget-s", type=float, default=None,
-                        help="the whole run's seconds; KernelBench's harness gets what the other parts leave")
-    parser.add_argument("--no-kb", action="store_true", help="skip KernelBench's harness")
     parser.add_argument("--kb-site", default=os.environ.get("KB_SITE"),
                         help="a folder with KernelBench's pydantic, on its processes' path only")
-    parser.add_argument("--kb-exact-fp32", action="store_true", help="TF32 off in KernelBench's processes")
-    parser.add_argument("--no-warmup", action="store_true", help="skip the pool's warm-up candidate")
-    parser.add_argument("--worker-logs", default=None, help="append the tail of our workers' logs to this file")
-    parser.add_argument("--parallel-compiles", type=int, default=None,
-                        help="children compiling at once per worker, warm batch and cold folder (the pool's default)")
-    parser.add_argument("--in-flight", type=int, default=None,
-                        help="evaluations under way at once per worker, both parts (the pool's default)")
-    parser.add_argument("--warm-children", type=int, default=None,
-                        help="pre-started children per worker, both parts (the pool's default)")
     parser.add_argument("--out", default=None, help="JSON output (default grpo_batch.json)")
     return parser
+
+
+def check_shape(args: argparse.Namespace) -> None:
+    if args.samples < 1 or args.per_level < 1:
+        raise BadInput("--samples and --per-level take a number of at least 1.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -718,16 +672,7 @@ def main(argv: list[str] | None = None) -> int:
         cold_child(argv[1])
         return 0
     args = build_parser().parse_args(argv)
-    args.script_start = time.perf_counter()
-    if args.device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    try:
-        if args.samples < 1 or args.per_level < 1:
-            raise BadInput("--samples and --per-level take a number of at least 1.")
-        return run(args)
-    except BadInput as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
+    return harness.run_main(lambda a: check_shape(a) or run(a), args)
 
 
 if __name__ == "__main__":

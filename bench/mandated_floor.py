@@ -1,22 +1,12 @@
 """The GPU work the evaluator's rules require, done bare: one process, no isolation, no scheduling, nothing else.
 
-The GRPO-shaped batch's floor (grpo_batch.py's FLOOR_DEFINITION) counts only the candidates' and baselines' own
-calls. The rules in DESIGN.md ask for more GPU work than that on every evaluation: fresh inputs made on the device
-for every correctness trial and every timed call, an L2 flush before every timed call, a full-device synchronise
-around it, the reference's outputs for the correctness seeds and the comparison. This script does exactly that
-work for the same batch (P problems x S samples a level, each sample a fresh instance of the problem's Model), in
-this one process, with the library's own input maker and timing loop (`runtime.make_inputs`,
-`timing.time_forward`), and reports:
-
-  - `bare_wall_s`: the loop's wall, problem loading excluded (the evaluator sizes each problem once too, but that
-    is host work the floor leaves out);
-  - `floor_s`: the batch's floor by FLOOR_DEFINITION, from this loop's own timed medians;
-  - `bare_over_floor`: what an evaluator that obeys the rules and adds nothing of its own would reach;
-  - per problem: the median call, and the median GPU time of making one call's fresh inputs (event-timed).
-
-What it leaves out, being neither rule nor floor: process isolation, compiles, the profile, side-by-side timing,
-the check of timed outputs. So grpo_batch.py's wall over `bare_wall_s` is the price of everything the evaluator adds
-to the rules (isolation above all), measured on the same GPU in the same run.
+The rules (DESIGN.md) ask for more GPU work than the GRPO-shaped batch's floor (grpo_batch.py's FLOOR_DEFINITION)
+counts: fresh inputs made on the device for every correctness trial and every timed call, an L2 flush and a full
+synchronise around each timed call, the reference's outputs for the correctness seeds and the comparison. This does
+exactly that for the same batch, in this one process, with the library's own input maker and timing loop, and
+reports `bare_wall_s` (problem loading excluded), `floor_s` (FLOOR_DEFINITION from its own medians), `bare_over_floor`,
+and per problem the median call and the GPU time of one call's fresh inputs. grpo_batch.py's wall over `bare_wall_s`
+is the price of everything the evaluator adds to the rules (isolation above all).
 
     python3 bench/mandated_floor.py --problems-root .kb --out mandated.json      # on a GPU, real size
     python3 bench/mandated_floor.py --device cpu --size small --problems L1/19,L2/76 --samples 2   # machinery only
@@ -25,7 +15,6 @@ to the rules (isolation above all), measured on the same GPU in the same run.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -33,13 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import grpo_batch  # noqa: E402 - after the path set-up above
-import kernelbench_sweep as sweep  # noqa: E402
-from kernelbench_sweep import BadInput, say  # noqa: E402
+import harness  # noqa: E402
+from harness import say  # noqa: E402
 
 INPUT_PROBES = 5  # fresh input sets event-timed per problem, for the GPU cost of one call's inputs
 
@@ -217,37 +204,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.samples < 1 or args.per_level < 1:
-            raise BadInput("--samples and --per-level take a number of at least 1.")
-        root = grpo_batch.resolve_root(args.problems_root)
-        chosen, _all, notes = grpo_batch.choose_problems(args, root)
-        sweep.require_cuda(args.device)
-    except BadInput as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    grpo_batch.check_shape(args)
+    chosen, _all, notes = grpo_batch.choose_problems(args, grpo_batch.resolve_root(args.problems_root))
+    harness.require_cuda(args.device)
     settings = {"correctness_trials": args.correctness_trials, "warmup_trials": args.warmup_trials,
                 "timing_trials": args.timing_trials, "samples_per_problem": args.samples}
     say(f"mandated floor: {sum(len(v) for v in chosen.values())} problems x {args.samples} samples on {args.device} "
         f"at {args.size} size, one process")
     levels = run_levels(chosen, args, settings)
     report = {"mode": "mandated-floor", "date": time.strftime("%Y-%m-%d"), "device": args.device, "size": args.size,
-              "settings": settings, "notes": notes, "levels": levels,
-              "gpu": _gpu_name(args.device), "definition": __doc__.split("\n\n")[1]}
+              "settings": settings, "notes": notes, "levels": levels, "gpu": harness.gpu_name(args.device) or "",
+              "definition": __doc__.split("\n\n")[1]}
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1))
+        harness.write_json(args.out, report, indent=1)
         say(f"wrote {args.out}")
     return 0
 
 
-def _gpu_name(device: str) -> str:
-    if device != "cuda":
-        return ""
-    import torch
-
-    return torch.cuda.get_device_name(0)
+def main(argv: list[str] | None = None) -> int:
+    return harness.run_main(run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

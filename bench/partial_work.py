@@ -15,15 +15,16 @@ partial-work candidate is correct with the seeds on or a solution is not correct
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402 - after the path set-up above
+
+REPO = harness.REPO
 
 from kernelbench_rl.evaluation import sensitivity  # noqa: E402
 from kernelbench_rl.evaluation.api import Evaluator  # noqa: E402
@@ -48,8 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a KernelBench checkout (its problems: L1/95, L1/23)")
     parser.add_argument("--kernrl-root", default=str(REPO.parent / "shared" / "kernrl" / "problems"),
                         help="kernrl's problems folder (L9/1, L6/2, L5/7)")
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--size", default=None, choices=("real", "small"), help="default: real on cuda, small on cpu")
+    harness.add_device(parser, size=None)
     parser.add_argument("--sensitivity", default="both", choices=("both", "on", "off"), help="which passes to run")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per candidate")
     parser.add_argument("--problems", default="", help="comma-separated subset of " + ",".join(c[0] for c in CASES))
@@ -131,13 +131,11 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows if r["pass"] == "on" and (r["correct"] != (r["kind"] == "solution"))]
     report = {
         "device": args.device, "size": size, "wall_s": round(time.perf_counter() - started, 1),
+        "environment": harness.environment(args.device),
         "kernelbench_root": args.kernelbench_root, "kernrl_root": args.kernrl_root,
         "rows": rows, "failures": failures, "ok": not failures,
     }
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text)
+    harness.show(report, args.out, indent=2)
     return 0 if not failures else 1
 
 

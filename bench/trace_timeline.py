@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import report  # noqa: E402 - after the path set-up above
+import harness  # noqa: E402 - after the path set-up above
 
 SECTION = "device_section"
 
@@ -201,7 +201,7 @@ def main() -> int:
     summary = {"rows": len(rows), "skipped_rows": skipped, **summarise(rows)}
     if args.png:
         summary["picture_lanes"] = draw(rows, Path(args.png), args.start_s, args.span_s)
-    report.show(summary, args.out)
+    harness.show(summary, args.out)
     return 0
 
 

@@ -1,0 +1,525 @@
+"""What every benchmark here shares, so that each script holds only its own question.
+
+- the command line: `--device/--size`, trial counts, the pool's knobs, budgets, `--out`; `run_main` turns a
+  `BadInput` into one line and exit 2, and puts the CPU on Triton's interpreter;
+- the JSON: `environment()` (date, commit, GPU, versions) and `JsonReport`, rewritten whole after each result so a
+  run cut off keeps what finished;
+- the problems and candidates: a KernelBench/kernrl root or the bundled set, ids and levels, the reference as its own
+  candidate (`Model` renamed `ModelNew`), the bundled solutions;
+- a started and warmed `Evaluator` (`Pool`) and one `evaluate` call under a budget, with the workers' log tails;
+- the small figures (rounding, percentiles, the identical-code band) and a fresh child process with a result line.
+
+Scripts import it as `import harness` after putting this folder on `sys.path` (it puts the repository there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import io
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import tokenize
+from pathlib import Path
+from typing import Any, Callable
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+for _path in (str(BENCH), str(REPO)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+IDENTITY_BAND = (0.95, 1.05)
+IDENTITY_OUTLIER_BAND = (0.8, 1.25)
+WARMUP_PROBLEM = "L1/20"  # the pool's warm-up candidate is its solution, at small size; no benchmark times it
+FLOOR_DEFINITION = (
+    "floor per candidate = compile (import) + build (construction, incl. a CUDA extension's nvcc) + first_call "
+    "(Triton JIT) + runtime_ms x (correctness + warm-up + timed calls) for correct candidates + the timeout for hangs"
+)
+
+
+class BadInput(Exception):
+    """A one-sentence complaint about the command line; the script exits 2 with it."""
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+# ---------------------------------------------------------------- small figures
+
+
+def rnd(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (q in [0, 100])."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def first_line(text: str, limit: int = 200) -> str:
+    return next((line.strip()[:limit] for line in (text or "").strip().splitlines() if line.strip()), "")
+
+
+def speedup_distribution(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Identical code: baseline / candidate should read 1.00."""
+    timed = [r for r in records if r.get("correct") and r.get("speedup")]
+    values = [r["speedup"] for r in timed]
+    if not values:
+        return {"count": 0, "note": "no speedups (not timed: CPU, or nothing correct)"}
+    (low, high), (out_low, out_high) = IDENTITY_BAND, IDENTITY_OUTLIER_BAND
+    return {
+        "count": len(values), "median": rnd(statistics.median(values)), "p5": rnd(percentile(values, 5)),
+        "p95": rnd(percentile(values, 95)), "min": rnd(min(values)), "max": rnd(max(values)),
+        "share_within_0.95_1.05": rnd(sum(1 for v in values if low <= v <= high) / len(values)),
+        "outside_0.8_1.25": [{"label": r["label"], "speedup": rnd(r["speedup"]), "runtime_ms": rnd(r.get("runtime_ms"), 4),
+                              "baseline_ms": rnd(r.get("baseline_ms"), 4)}
+                             for r in sorted(timed, key=lambda r: r["speedup"]) if not out_low <= r["speedup"] <= out_high],
+    }
+
+
+def compile_s(phases: dict[str, float]) -> float:
+    return phases.get("compile", 0.0) + phases.get("build", 0.0) + phases.get("first_call", 0.0)
+
+
+def queued_s(phases: dict[str, float]) -> float:
+    """Seconds spent waiting for the device (or its memory, or a compile slot) while other candidates used it."""
+    return sum(phases.get(k, 0.0) for k in ("device_wait", "memory_wait", "reference_wait", "alone_wait", "compile_wait"))
+
+
+def once_per_problem_s(phases: dict[str, float]) -> float:
+    """Work a problem costs once: its first reference (beyond the wait for it) and its baselines."""
+    return max(0.0, phases.get("reference", 0.0) - phases.get("reference_wait", 0.0)) + phases.get("baseline", 0.0)
+
+
+# ---------------------------------------------------------------- the JSON
+
+
+def gpu_name(device: str = "cuda") -> str | None:
+    """The first GPU's name from nvidia-smi (this process takes no CUDA context for it); None on the CPU."""
+    if device != "cuda":
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0].strip() if out else None
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Date, commit, GPU and versions, from metadata: this process imports neither torch nor triton for it."""
+    from importlib import metadata
+
+    info: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(), "device": device,
+                            "date": time.strftime("%Y-%m-%d"), "gpu": gpu_name(device)}
+    for package in ("torch", "triton"):
+        try:
+            info[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            info[package] = None
+    try:
+        info["repo_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                             text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        info["repo_commit"] = None
+    return info
+
+
+def write_json(path: str | Path | None, data: Any, indent: int = 2) -> None:
+    """The file rewritten whole, through a temporary file beside it (a reader never sees half of it)."""
+    if not path:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=indent, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def show(figures: dict[str, Any], out: str | None, indent: int = 1) -> None:
+    """A script's figures as JSON on stdout and, with --out, in that file too."""
+    print(json.dumps(figures, indent=indent, default=str), flush=True)
+    write_json(out, figures, indent)
+
+
+class JsonReport:
+    """One JSON file, rewritten whole every time something finishes (any thread)."""
+
+    def __init__(self, path: str | None, build: Callable[[], dict[str, Any]]) -> None:
+        self.path, self.build, self.lock = path, build, threading.Lock()
+
+    def write(self, *_ignored: Any) -> None:
+        with self.lock:
+            write_json(self.path, self.build())
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def add_device(parser: argparse.ArgumentParser, size: str | None = "real") -> None:
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cuda (default) times on the GPU; cpu runs the Triton interpreter and times nothing")
+    parser.add_argument("--size", choices=["real", "small"], default=size,
+                        help="the problems' real sizes or the small ones a CPU runs"
+                             + (f" (default {size})" if size else " (default: real on cuda, small on cpu)"))
+
+
+def add_trials(parser: argparse.ArgumentParser, **defaults: Any) -> None:
+    """Trial counts and the per-candidate timeout; each default the Evaluator's unless given (correctness=, warmup=,
+    timing=, timeout=; None leaves the script to choose by device)."""
+    from kernelbench_rl.evaluation.result import EvalSettings
+
+    d = EvalSettings()
+    for flags, key, kind, own, what in ((("--correctness-trials", "--trials"), "correctness", int, d.correctness_trials,
+                                         "correctness trials"),
+                                        (("--warmup-trials",), "warmup", int, d.warmup_trials, "warm-up calls"),
+                                        (("--timing-trials",), "timing", int, d.timing_trials, "timed calls"),
+                                        (("--timeout",), "timeout", float, d.timeout_s, "seconds per candidate")):
+        default = defaults.get(key, own)
+        parser.add_argument(*flags, type=kind, default=default, help=f"{what} (default {default})")
+
+
+def add_pool(parser: argparse.ArgumentParser) -> None:
+    """The evaluation pool's knobs (each default: the Evaluator's own choice)."""
+    parser.add_argument("--parallel-compiles", "--parallel", type=int, default=None, help="children compiling at once per worker")
+    parser.add_argument("--in-flight", type=int, default=None, help="evaluations under way at once per worker")
+    parser.add_argument("--warm-children", type=int, default=None, help="pre-started children per worker")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the pool's warm-up candidate (L1/20's solution, small)")
+    parser.add_argument("--worker-logs", default=None, help="append the tail of our workers' logs to this file")
+
+
+def run_main(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """`run(args)` with the clock started, the CPU on Triton's interpreter, and bad input as one line + exit 2."""
+    args.script_start = time.perf_counter()
+    if getattr(args, "device", None) == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        return run(args)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+def require_cuda(device: str) -> None:
+    if device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise BadInput("--device cuda (the default) needs a GPU and torch sees none here; on a CPU pass "
+                       "--device cpu --size small.")
+
+
+def eval_settings(args: argparse.Namespace) -> Any:
+    from kernelbench_rl.evaluation.result import EvalSettings
+
+    size = args.size or ("real" if args.device == "cuda" else "small")
+    return EvalSettings(device=args.device, size=size, correctness_trials=args.correctness_trials,
+                        timing_trials=args.timing_trials, warmup_trials=args.warmup_trials, timeout_s=args.timeout)
+
+
+def left_of(budget_s: float | None, args: argparse.Namespace) -> float | None:
+    """What is left of a budget counted from the script's start (at least a second)."""
+    return None if budget_s is None else max(1.0, budget_s - (time.perf_counter() - args.script_start))
+
+
+# ---------------------------------------------------------------- problems and candidates
+
+
+def parse_levels(text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise BadInput("--levels names no level; give e.g. 1,2,3.")
+    if not all(p.isdigit() for p in parts):
+        raise BadInput(f"--levels takes numbers separated by commas (e.g. 1,2,3), not {text!r}.")
+    if min(int(p) for p in parts) < 1:
+        raise BadInput("Levels start at 1.")
+    return sorted({int(p) for p in parts})
+
+
+def parse_problem_ids(text: str) -> list[str]:
+    from kernelbench_rl.problems import make_problem_id, parse_problem_id
+
+    ids = []
+    for part in (p.strip() for p in text.split(",")):
+        if part:
+            try:
+                ids.append(make_problem_id(*parse_problem_id(part)))
+            except ValueError:
+                raise BadInput(f"{part!r} is not a problem id of the form L<level>/<number>, e.g. L1/19.") from None
+    if not ids:
+        raise BadInput("--problems names no problem; give ids such as L1/19,L2/1.")
+    return list(dict.fromkeys(ids))
+
+
+def resolve_root(value: str | None, bundled: bool = False) -> Path:
+    """A KernelBench checkout or kernrl's problems folder (absolute: fresh processes run elsewhere); without one,
+    $KERNELBENCH_ROOT, else (with `bundled`) the bundled set, else bad input."""
+    from kernelbench_rl.errors import UserError
+    from kernelbench_rl.problems import BUNDLED_ROOT
+    from kernelbench_rl.problems.loaders import resolve_kernelbench_root
+
+    value = value or (os.environ.get("KBRL_PROBLEMS_ROOT") if bundled else None) or os.environ.get("KERNELBENCH_ROOT")
+    if not value:
+        if bundled:
+            return BUNDLED_ROOT.resolve()
+        raise BadInput("No KernelBench root: pass --kernelbench-root DIR (a KernelBench checkout) or set KERNELBENCH_ROOT.")
+    try:
+        root = resolve_kernelbench_root(value)
+    except UserError as exc:
+        raise BadInput(str(exc)) from None
+    return (root or BUNDLED_ROOT).resolve()
+
+
+def load_root_problems(root: Path, levels: list[int]) -> dict[str, Any]:
+    from kernelbench_rl.errors import UserError
+    from kernelbench_rl.problems import load_problems
+
+    try:
+        return {p.id: p for p in load_problems(str(root), levels)}
+    except UserError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def problems_by_id(root: Path, text: str) -> tuple[list[Any], dict[str, Any]]:
+    """The problems named in `text`, in order, and every problem of their levels."""
+    from kernelbench_rl.problems import parse_problem_id
+
+    ids = parse_problem_ids(text)
+    problems = load_root_problems(root, sorted({parse_problem_id(i)[0] for i in ids}))
+    missing = [i for i in ids if i not in problems]
+    if missing:
+        raise BadInput(f"No problem {', '.join(missing)} in {root}; its ids run L<level>/<number> as in its file names.")
+    return [problems[i] for i in ids], problems
+
+
+def rename_model_class(source: str, old: str = "Model", new: str = "ModelNew") -> str:
+    """The source with its class `old` renamed `new`, and every reference to it in code renamed too
+    (`super(Model, self)`, `isinstance(x, Model)`, annotations...). Done on the AST and the tokens: names
+    inside strings, comments and docstrings are left alone, as are attributes (`x.Model`) and names that
+    merely contain it (`ModelHelper`). Everything else in the source is kept character for character."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ValueError(f"the source is not valid Python (line {exc.lineno}: {exc.msg})") from None
+    if not any(isinstance(n, ast.ClassDef) and n.name == old for n in tree.body):
+        raise ValueError(f"the source defines no top-level class {old}")
+    if any(isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == new for n in ast.walk(tree)):
+        raise ValueError(f"the source already defines {new}")
+    lines = source.splitlines(keepends=True)
+
+    def char_col(lineno: int, byte_col: int) -> int:  # the AST counts UTF-8 bytes, tokenize characters
+        return len(lines[lineno - 1].encode("utf-8")[:byte_col].decode("utf-8", errors="replace"))
+
+    names = {(n.lineno, char_col(n.lineno, n.col_offset)) for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == old}
+    class_lines = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == old}
+    global_lines = {n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Global, ast.Nonlocal)) and old in n.names}
+    edits: list[tuple[int, int]] = []
+    previous = ""
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.NAME and tok.string == old:
+            line, col = tok.start
+            if ((line, col) in names or (previous == "class" and line in class_lines)
+                    or (previous in ("global", "nonlocal", ",") and line in global_lines)):
+                edits.append((line, col))
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            previous = tok.string
+    for line, col in sorted(edits, reverse=True):
+        text = lines[line - 1]
+        lines[line - 1] = text[:col] + new + text[col + len(old):]
+    renamed = "".join(lines)
+    check = ast.parse(renamed)
+    left = [n.lineno for n in ast.walk(check) if isinstance(n, ast.Name) and n.id == old]
+    if left or not any(isinstance(n, ast.ClassDef) and n.name == new for n in check.body):
+        raise ValueError(f"renaming {old} to {new} left references to {old} (line {left[0] if left else '?'})")
+    return renamed
+
+
+@dataclasses.dataclass
+class SweepCandidate:
+    label: str
+    problem_id: str
+    kind: str  # identity | solution
+    source: str
+    name: str = ""
+    note: str = ""  # e.g. a solution whose file name is not KernelBench's problem name
+
+    @property
+    def level(self) -> int:
+        return int(self.problem_id.split("/")[0][1:])
+
+
+def identity_candidates(problems: list[Any], size: str) -> list[SweepCandidate]:
+    found = []
+    for problem in problems:
+        try:
+            source = rename_model_class(problem.source_for(size))
+        except ValueError as exc:
+            raise BadInput(f"{problem.id} ({problem.path}) cannot become a candidate: {exc}.") from None
+        found.append(SweepCandidate(f"{problem.id}/identity", problem.id, "identity", source, problem.name))
+    return found
+
+
+def solution_candidates(problems: dict[str, Any], wanted: set[str] | None) -> tuple[list[SweepCandidate], list[dict[str, str]]]:
+    """Bundled solutions whose id is a problem of the root; the others come back as skipped."""
+    from kernelbench_rl.problems import list_solutions, parse_problem_id
+
+    found: list[SweepCandidate] = []
+    skipped: list[dict[str, str]] = []
+    levels = {p.level for p in problems.values()}
+    for problem_id, path in list_solutions():
+        if (wanted is not None and problem_id not in wanted) or (wanted is None and parse_problem_id(problem_id)[0] not in levels):
+            continue
+        if problem_id not in problems:
+            skipped.append({"problem_id": problem_id, "solution": path.name,
+                            "reason": "no problem of this id in the KernelBench root"})
+            continue
+        problem = problems[problem_id]
+        note = "" if path.stem == problem.name else f"solution file {path.name}, KernelBench's problem {problem.name}"
+        found.append(SweepCandidate(f"{problem_id}/solution", problem_id, "solution", path.read_text(), problem.name, note))
+    return found, skipped
+
+
+# ---------------------------------------------------------------- the pool
+
+
+def warmup_request(settings: Any) -> Any:
+    from kernelbench_rl.evaluation.result import EvalRequest
+    from kernelbench_rl.problems import get_problem, load_solution
+
+    solution = load_solution(get_problem(WARMUP_PROBLEM))
+    small = dataclasses.replace(settings, size="small", correctness_trials=1, timing_trials=1, warmup_trials=1)
+    return EvalRequest(WARMUP_PROBLEM, solution, small, request_id="bench/warmup") if solution else None
+
+
+def pool_info(evaluator: Any) -> list[dict[str, Any]]:
+    """What each worker said when ready: transport, same-uid probe, IPC self-test."""
+    try:
+        return [{k: info.get(k) for k in ("transport", "same_uid", "same_uid_probe", "ipc_selftest", "hardware")}
+                for info in evaluator.pool.wait_ready(5.0)]
+    except Exception as exc:  # noqa: BLE001 - informative only
+        return [{"error": f"{type(exc).__name__}: {exc}"[:200]}]
+
+
+def save_worker_logs(evaluator: Any, path: str | None, tail_lines: int = 200) -> None:
+    """Append the tail of every worker's stderr log (removed with the pool) to `path`."""
+    pool = getattr(evaluator, "_pool", None)
+    if not path or pool is None:
+        return
+    with open(path, "a") as out:
+        for log in sorted(Path(pool.log_dir).glob("*.log")):
+            try:
+                lines = log.read_text(errors="replace").splitlines()[-tail_lines:]
+            except OSError:
+                continue
+            out.write(f"==== {log} (last {len(lines)} lines)\n" + "\n".join(lines) + "\n")
+
+
+def evaluate_within(evaluator: Any, requests: list[Any], budget_s: float | None,
+                    on_result: Callable[[int, Any, float], None]) -> dict[str, Any]:
+    """One `evaluate` call for all of `requests` (as a training step's batch arrives), waited for at most `budget_s`;
+    `on_result(index, result, seconds since the call)` as each finishes. What is unfinished at the cut is left to the
+    pool. Returns the wall, the indices finished, whether the budget cut it, and the error that stopped it, if any."""
+    done: set[int] = set()
+    failure: list[BaseException] = []
+    t0 = time.perf_counter()
+
+    def collect(index: int, result: Any) -> None:
+        done.add(index)
+        on_result(index, result, time.perf_counter() - t0)
+
+    def evaluate_all() -> None:
+        try:
+            evaluator.evaluate(requests, on_result=collect)
+        except BaseException as exc:  # noqa: BLE001 - reported; the pool closing early lands here too
+            failure.append(exc)
+
+    runner = threading.Thread(target=evaluate_all, daemon=True, name="bench-evaluate")
+    runner.start()
+    runner.join(budget_s)
+    return {"wall_s": time.perf_counter() - t0, "done": done, "budget_cut": runner.is_alive(),
+            "error": f"{type(failure[0]).__name__}: {failure[0]}"[:300] if failure else None}
+
+
+class Pool:
+    """A fresh Evaluator, started and warmed (on a GPU, L1/20's solution at small size) before any clock; the
+    pool's start-up (`startup_s`) and its workers' ready info (`info`) are reported apart from every wall."""
+
+    def __init__(self, args: argparse.Namespace, settings: Any, warm: bool | None = None, **evaluator_kwargs: Any) -> None:
+        self.args, self.settings, self.kwargs = args, settings, evaluator_kwargs
+        self.warm = settings.device == "cuda" if warm is None else warm
+        self.evaluator: Any = None
+        self.startup_s: float | None = None
+        self.info: list[dict[str, Any]] = []
+
+    def start(self) -> Any:
+        from kernelbench_rl.evaluation import Evaluator
+
+        t0 = time.perf_counter()
+        knobs = {name: getattr(self.args, name) for name in ("parallel_compiles", "in_flight", "warm_children")
+                 if getattr(self.args, name, None) is not None}
+        self.evaluator = Evaluator(self.settings, store=None, **knobs, **self.kwargs)
+        self.evaluator.start()
+        warm = warmup_request(self.settings) if self.warm and not getattr(self.args, "no_warmup", False) else None
+        if warm is not None:
+            result = self.evaluator.evaluate([warm])[0]
+            say(f"ours  warm-up: {result.error_category.value} correct={result.correct} (L1/20 solution, small) "
+                f"transport={result.versions.get('transport')} sandbox={result.versions.get('sandbox')}")
+        self.startup_s = time.perf_counter() - t0
+        self.info = pool_info(self.evaluator)
+        say(f"ours  pool ready in {self.startup_s:.1f} s (not in any wall): {self.info}")
+        return self.evaluator
+
+    def close(self) -> None:
+        if self.evaluator is not None:
+            save_worker_logs(self.evaluator, getattr(self.args, "worker_logs", None))
+            self.evaluator.close()
+            self.evaluator = None
+
+
+# ---------------------------------------------------------------- a fresh process
+
+
+def run_child(argv: list[str], env: dict[str, str], cwd: str, timeout_s: float,
+              result_prefix: str) -> tuple[dict[str, Any] | None, float, str, bool]:
+    """A fresh Python process (its own session, killed whole at the timeout); returns (the JSON of its last stdout line
+    starting with `result_prefix`, wall seconds start to exit, its exit code and last stderr line, timed out)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                            start_new_session=True)
+    timed_out = False
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - started
+    found = None
+    for line in stdout.decode(errors="replace").splitlines():
+        if line.startswith(result_prefix):
+            try:
+                found = json.loads(line[len(result_prefix):])
+            except json.JSONDecodeError:
+                continue
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    return found, wall, f"exit code {proc.returncode}" + (f", {lines[-1][:300]}" if lines else ""), timed_out
