@@ -243,7 +243,7 @@ print(','.join(map(str, a)), ','.join(map(str, b)))" "$GPUS")
   final)
     # Total wall <= 400 s: every step has a timeout (GPU info 3 x 15 s at most, smoke 70 s) and the
     # last one gets what is left of 395 s.
-    (id; uname -r; timeout 15 python3 -c "from kernelbench_rl.evaluation import sandbox; print('landlock ABI', sandbox.landlock_abi(), 'python readable by nobody', sandbox.python_readable_by_others())"; ls -l /dev/nvidia* 2>&1 | head -8) 2>&1 | tee -a "$OUT/gpu.txt"
+    (id; uname -r; timeout 15 python3 -c "from kernelbench_rl.evaluation.sandbox import sandbox; print('landlock ABI', sandbox.landlock_abi(), 'python readable by nobody', sandbox.python_readable_by_others())"; ls -l /dev/nvidia* 2>&1 | head -8) 2>&1 | tee -a "$OUT/gpu.txt"
     echo "== smoke: 3 candidates through our Evaluator (transport, verdicts) ==" | tee "$OUT/final.log"
     timeout 70 python3 bench/eval_throughput.py --quick --limit 3 --harness ours --timeout 30 \
       --worker-logs "$OUT/final_worker_logs.txt" --out "$OUT/final_smoke.json" 2>&1 | tee -a "$OUT/final.log"

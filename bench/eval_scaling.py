@@ -79,8 +79,8 @@ def _distinct(candidate: Candidate, copy: int) -> str:
 
 def run_configuration(engine: str, workers: int, candidates: list[Candidate], args: argparse.Namespace, db: str,
                       kill_check: bool) -> dict[str, Any]:
-    from kernelbench_rl.evaluation.api import Evaluator
-    from kernelbench_rl.evaluation.cluster import DaskEvaluator
+    from kernelbench_rl.evaluation.front.api import Evaluator
+    from kernelbench_rl.evaluation.cluster.cluster import DaskEvaluator
     from kernelbench_rl.evaluation.result import EvalRequest
 
     settings = _settings(args)
@@ -371,7 +371,7 @@ def where_the_time_goes(one: dict[str, Any], many: dict[str, Any]) -> dict[str, 
 
 
 def _save_pool_logs(evaluator: Any, path: Path, workers: int) -> None:
-    from kernelbench_rl.evaluation.dask_worker import pool_log_tail
+    from kernelbench_rl.evaluation.cluster.dask_worker import pool_log_tail
 
     try:
         tails = evaluator.client.run(pool_log_tail, evaluator.plugin.name, 60, on_error="return")

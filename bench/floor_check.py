@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("error: this check times kernels on a GPU; none is visible", file=sys.stderr)
         return 2
-    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.front.api import Evaluator
     from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings, Flag
     from kernelbench_rl.problems import get_problem, load_solution
 

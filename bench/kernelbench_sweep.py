@@ -307,7 +307,7 @@ def summarise_sweep(records: list[dict[str, Any]], group: dict[str, Any], planne
 
 
 def sol_distribution(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per level: the share of the speed of light the candidates reached (floor / runtime, evaluation/floor.py), and
+    """Per level: the share of the speed of light the candidates reached (floor / runtime, evaluation/timing/floor.py), and
     any above 1 (a time under the physical floor: the floor is wrong there, or work was skipped)."""
     out: dict[str, Any] = {}
     for level in sorted({r["level"] for r in records}):

@@ -64,8 +64,11 @@ def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any],
 
     import torch
 
-    from kernelbench_rl.evaluation import checks, memory, runtime, timing
-    from kernelbench_rl.evaluation.outputs import plain_outputs
+    from kernelbench_rl.evaluation.sandbox import runtime
+    from kernelbench_rl.evaluation.timing import timing
+    from kernelbench_rl.evaluation.verdict import checks
+    from kernelbench_rl.evaluation.worker import memory
+    from kernelbench_rl.evaluation.sandbox.outputs import plain_outputs
     from kernelbench_rl.evaluation.result import tolerance_for
 
     path = Path(workdir) / f"problem_{problem.id.replace('/', '_')}.py"
@@ -154,14 +157,14 @@ def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any],
 def run_levels(chosen: dict[int, list[Any]], args: argparse.Namespace, settings: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from kernelbench_rl.evaluation import numerics
+    from kernelbench_rl.evaluation.sandbox import numerics
 
     numerics.apply()  # the evaluator's numerics: exact fp32, no cuDNN autotuning
     torch.set_grad_enabled(False)
     if args.device == "cuda":
         # cuBLAS's and cuDNN's handles before the clock, as the evaluator's pool is warmed before its clock: a start
         # (about 2 s) the first problem's correctness would otherwise carry.
-        from kernelbench_rl.evaluation import runtime
+        from kernelbench_rl.evaluation.sandbox import runtime
 
         runtime.make_library_handles()
         torch.cuda.synchronize()

@@ -28,11 +28,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Module label -> mutmut's names of the functions mutated (x_<function>, xǁ<Class>ǁ<method>).
 TARGETS: dict[str, list[str]] = {
-    "verdict (evaluation/checks.py)": [
-        "kernelbench_rl.evaluation.checks.x_compare_outputs__mutmut_*",
-        "kernelbench_rl.evaluation.checks.x__tie_tolerant_fault__mutmut_*",
-        "kernelbench_rl.evaluation.checks.x_declared_index_outputs__mutmut_*",
-        "kernelbench_rl.evaluation.checks.x_inputs_unmodified__mutmut_*",
+    "verdict (evaluation/verdict/checks.py)": [
+        "kernelbench_rl.evaluation.verdict.checks.x_compare_outputs__mutmut_*",
+        "kernelbench_rl.evaluation.verdict.checks.x__tie_tolerant_fault__mutmut_*",
+        "kernelbench_rl.evaluation.verdict.checks.x_declared_index_outputs__mutmut_*",
+        "kernelbench_rl.evaluation.verdict.checks.x_inputs_unmodified__mutmut_*",
     ],
     "reward (rewards/shaping.py, returns.py)": [
         "kernelbench_rl.rewards.shaping.x_score__mutmut_*",

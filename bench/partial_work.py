@@ -1,5 +1,5 @@
 """Partial work at real size: the red team's partial-read candidates and the problems' own solutions, judged with and
-without the sensitivity seeds (evaluation/sensitivity.py), on KernelBench's and kernrl's own problem files.
+without the sensitivity seeds (evaluation/verdict/sensitivity.py), on KernelBench's and kernrl's own problem files.
 
     python3 bench/partial_work.py --out bench/results/partial_work_h100.json
     python3 bench/partial_work.py --device cpu --size small --sensitivity on     # the machinery only
@@ -26,8 +26,8 @@ import harness  # noqa: E402 - after the path set-up above
 
 REPO = harness.REPO
 
-from kernelbench_rl.evaluation import sensitivity  # noqa: E402
-from kernelbench_rl.evaluation.api import Evaluator  # noqa: E402
+from kernelbench_rl.evaluation.verdict import sensitivity  # noqa: E402
+from kernelbench_rl.evaluation.front.api import Evaluator  # noqa: E402
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings  # noqa: E402
 from kernelbench_rl.problems import get_problem  # noqa: E402
 

@@ -154,7 +154,7 @@ def category_of(result: Any) -> str:
 
 def mentions_memory(result: Any) -> bool:
     """A verdict that ran out of device memory, or was run again alone after doing so."""
-    from kernelbench_rl.evaluation.faults import ran_out_of_device_memory
+    from kernelbench_rl.evaluation.verdict.faults import ran_out_of_device_memory
 
     return (ran_out_of_device_memory(result) or "out of memory" in (result.error_message or "").lower()
             or "oom_retry" in result.versions or "oom_alone" in result.versions)
@@ -211,7 +211,7 @@ def run_config(args: argparse.Namespace, workdir: Path) -> list[str]:
 
 
 def rl_step(args: argparse.Namespace) -> dict[str, Any]:
-    from kernelbench_rl.evaluation import api
+    from kernelbench_rl.evaluation.front import api
     from kernelbench_rl.policy import local
     from kernelbench_rl.store import db
     from kernelbench_rl import compose

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kernelbench_rl.evaluation import timing
+from kernelbench_rl.evaluation.timing import timing
 
 
 class HostEvent:

@@ -8,8 +8,9 @@ import multiprocessing
 
 import pytest
 
-from kernelbench_rl.evaluation import children, wire
-from kernelbench_rl.evaluation.faults import Fault
+from kernelbench_rl.evaluation.sandbox import wire
+from kernelbench_rl.evaluation.worker import children
+from kernelbench_rl.evaluation.verdict.faults import Fault
 from kernelbench_rl.evaluation.result import ErrorCategory
 
 

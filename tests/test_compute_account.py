@@ -1,4 +1,4 @@
-"""The CPU's compute account (evaluation/compute_account.py) on honest kernels and on work done elsewhere.
+"""The CPU's compute account (evaluation/sandbox/compute_account.py) on honest kernels and on work done elsewhere.
 
 Runs in a subprocess with TRITON_INTERPRET=1 set before triton is imported (as the evaluator's children do), the
 account hooked into the interpreter the way the child hooks it, each candidate's forward run once under it.
@@ -21,8 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 _RUNNER = r'''
 import json, os, sys, tempfile
 import torch
-from kernelbench_rl.evaluation import compute_account, interpreter, kernels, runtime
-from kernelbench_rl.evaluation.outputs import plain_outputs
+from kernelbench_rl.evaluation.sandbox import compute_account, interpreter, runtime
+from kernelbench_rl.evaluation.source import kernels
+from kernelbench_rl.evaluation.sandbox.outputs import plain_outputs
 from kernelbench_rl.problems import get_problem
 from triton.runtime.interpreter import InterpretedFunction
 

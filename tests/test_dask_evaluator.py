@@ -23,9 +23,9 @@ distributed = pytest.importorskip("distributed")
 
 from hacks.hack_cases import CASES  # noqa: E402
 from kernelbench_rl.errors import UserError  # noqa: E402
-from kernelbench_rl.evaluation.api import Evaluator, EvaluatorProtocol  # noqa: E402
-from kernelbench_rl.evaluation.cluster import DaskEvaluator, make_evaluator  # noqa: E402
-from kernelbench_rl.evaluation.cluster_spec import parse_cluster  # noqa: E402
+from kernelbench_rl.evaluation.front.api import Evaluator, EvaluatorProtocol  # noqa: E402
+from kernelbench_rl.evaluation.cluster.cluster import DaskEvaluator, make_evaluator  # noqa: E402
+from kernelbench_rl.evaluation.cluster.cluster_spec import parse_cluster  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings  # noqa: E402
 from kernelbench_rl.problems import list_solutions  # noqa: E402
 
@@ -245,10 +245,10 @@ def test_an_evaluation_worker_whose_orchestrator_died_during_start_exits(tmp_pat
     import subprocess
     import sys
 
-    from kernelbench_rl.evaluation.pool import PACKAGE_PARENT
+    from kernelbench_rl.evaluation.front.pool import PACKAGE_PARENT
 
     log = open(tmp_path / "worker.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "kernelbench_rl.evaluation.worker_process", "--device", "cpu"],
+    proc = subprocess.Popen([sys.executable, "-m", "kernelbench_rl.evaluation.worker.worker_process", "--device", "cpu"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=PACKAGE_PARENT,
                             env={**os.environ, "PYTHONPATH": PACKAGE_PARENT}, start_new_session=True)
     proc.stdout.close()  # the orchestrator is gone before the worker says it is ready

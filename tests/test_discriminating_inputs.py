@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import correctness, discrimination, sensitivity
-from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.verdict import correctness, discrimination, sensitivity
+from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.problems import get_problem, load_solution

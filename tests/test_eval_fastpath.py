@@ -15,7 +15,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 from eval_throughput import FULL_MIX, Candidate, HarnessRun, build_mix, estimate_naive_full, naive_sample  # noqa: E402
 
-from kernelbench_rl.evaluation import sandbox  # noqa: E402
+from kernelbench_rl.evaluation.sandbox import sandbox  # noqa: E402
 from proc_tree import still_alive_after  # noqa: E402
 
 
@@ -32,7 +32,7 @@ def test_seccomp_filter_refuses_every_new_socket_but_keeps_pipes_and_processes()
     open_by_handle_at; socket pairs and pipes made before, and subprocesses, keep working."""
     out = _run_python("""
         import ctypes, socket, subprocess
-        from kernelbench_rl.evaluation import sandbox
+        from kernelbench_rl.evaluation.sandbox import sandbox
         pair = socket.socketpair()  # made before: must keep working
         before = sandbox.speculation_store_bypass()
         print("installed", sandbox.block_sockets() or False)
@@ -75,7 +75,7 @@ def test_child_closes_the_forkservers_alive_pipe() -> None:
     out = _run_python("""
         import os
         from multiprocessing import forkserver, resource_tracker
-        from kernelbench_rl.evaluation.child import _close_multiprocessing_fds
+        from kernelbench_rl.evaluation.sandbox.child import _close_multiprocessing_fds
         r, w = os.pipe()
         forkserver._forkserver._forkserver_alive_fd = w
         _close_multiprocessing_fds()
@@ -96,7 +96,7 @@ def test_confining_outside_a_pool_child_keeps_the_process_alive(tmp_path: Path) 
     workdir = tmp_path / "job"
     workdir.mkdir()
     _run_python(f"""
-        from kernelbench_rl.evaluation import child
+        from kernelbench_rl.evaluation.sandbox import child
         confinement = child._confine({{"workdir": {str(workdir)!r}, "env": {{"HOME": {str(workdir)!r}}},
                                        "device": "cpu", "drop_uid": False, "landlock": False}})
         open("alive.txt", "w").write(str(confinement.dies_with_parent))
@@ -110,7 +110,7 @@ def test_die_with_parent_without_a_pid_follows_the_current_parent(tmp_path: Path
     pid_file = tmp_path / "grandchild.pid"
     _run_python(f"""
         import os, time
-        from kernelbench_rl.evaluation import sandbox
+        from kernelbench_rl.evaluation.sandbox import sandbox
         if os.fork() == 0:  # the middle process
             if os.fork() == 0:  # the grandchild
                 sandbox.die_with_parent()

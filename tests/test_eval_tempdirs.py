@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelbench_rl.evaluation.pool import WorkerPool
+from kernelbench_rl.evaluation.front.pool import WorkerPool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,7 @@ def test_a_killed_workers_folder_goes_when_it_is_replaced_and_a_closed_pool_leav
 
 def test_a_killed_orchestrators_folders_are_swept_by_the_next_pool(private_tmp: Path) -> None:
     orchestrator = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom kernelbench_rl.evaluation.pool import WorkerPool\n"
+        [sys.executable, "-c", "import sys, time\nfrom kernelbench_rl.evaluation.front.pool import WorkerPool\n"
          "pool = WorkerPool('cpu', num_workers=1)\npool.wait_ready()\nprint('ready', flush=True)\ntime.sleep(600)\n"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
     try:

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelbench_rl.evaluation import kernels, sandbox, sensitivity
-from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.sandbox import sandbox
+from kernelbench_rl.evaluation.source import kernels
+from kernelbench_rl.evaluation.verdict import sensitivity
+from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, Flag
 from kernelbench_rl.problems import get_problem, list_solutions
 
@@ -90,7 +92,7 @@ def test_every_bundled_solution_passes(evaluator):
     failures = [f"{r.problem_id}: {r.error_category.value}: {r.error_message}" for r in results if not r.correct]
     assert not failures, "\n".join(failures)
     # every seed ran: the problem's own, plus the widened ones where its own inputs cannot tell right from wrong, plus
-    # the sensitivity seeds (evaluation/sensitivity.py)
+    # the sensitivity seeds (evaluation/verdict/sensitivity.py)
     widened = {r.problem_id for r in results if r.versions["inputs"].startswith("widened")}
     assert {"L1/19", "L1/20", "L1/32"} <= widened
     assert all(r.trials_passed == r.trials_total == SETTINGS.correctness_trials
@@ -389,7 +391,7 @@ def test_syntax_error_with_the_static_policy_on_is_still_compile(evaluator):
 
 
 def test_child_problem_source_has_no_reference_model():
-    from kernelbench_rl.evaluation.runtime import without_reference_model
+    from kernelbench_rl.evaluation.sandbox.runtime import without_reference_model
     from kernelbench_rl.problems import get_problem
 
     stripped = without_reference_model(get_problem("L1/19").source)
@@ -439,7 +441,7 @@ def test_numerics_are_exact_fp32_without_autotuning():
     """cuDNN's default TF32 made the reference conv ~1e-3 off on an H100 and failed an exact kernel."""
     import torch
 
-    from kernelbench_rl.evaluation import numerics
+    from kernelbench_rl.evaluation.sandbox import numerics
 
     saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision(),
              torch.backends.cudnn.deterministic, torch.are_deterministic_algorithms_enabled())
@@ -493,7 +495,7 @@ def test_a_restored_cuda_build_is_loaded_not_rebuilt(monkeypatch, tmp_path):
     name the earlier directory), so the child skips the build when the library is there."""
     from torch.utils import cpp_extension
 
-    from kernelbench_rl.evaluation import child
+    from kernelbench_rl.evaluation.sandbox import child
 
     built: list[str] = []
     monkeypatch.setattr(cpp_extension, "_write_ninja_file_and_build_library",

@@ -19,13 +19,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import checks, children, memory, timing
-from kernelbench_rl.evaluation.memory import GIB, MIB, Footprint
-from kernelbench_rl.evaluation.paired_reference import ResidentReference
+from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.verdict import checks
+from kernelbench_rl.evaluation.worker import children, memory
+from kernelbench_rl.evaluation.worker.memory import GIB, MIB, Footprint
+from kernelbench_rl.evaluation.timing.paired_reference import ResidentReference
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag
-from kernelbench_rl.evaluation import kernels
+from kernelbench_rl.evaluation.source import kernels
 from host_clock import HOST_CLOCK
-from kernelbench_rl.evaluation.worker import (
+from kernelbench_rl.evaluation.worker.worker import (
     LOADED_CONTEXT_BYTES, WARM_CONTEXT_BYTES, WITHIN_BUDGET_OOM, WORKER_OOM, Fault, QuietGate, SharedOrAlone, Worker,
     WorkerConfig, child_oom_fault, oom_not_the_candidates,
     ran_out_of_device_memory,
@@ -359,7 +361,7 @@ def test_a_dead_child_before_start_is_infra_and_after_import_a_crash():
 
 
 def test_a_problem_the_sandbox_cannot_load_is_infra_not_the_candidates(tmp_path):
-    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.front.api import Evaluator
     from kernelbench_rl.problems import Problem, get_problem, load_solution
 
     relu = get_problem("L1/19")
@@ -376,7 +378,7 @@ def test_a_problem_the_sandbox_cannot_load_is_infra_not_the_candidates(tmp_path)
 # -- verdicts keyed by the reference -------------------------------------------------------------------------
 def test_a_verdict_is_never_served_for_a_different_reference(tmp_path):
     """A cached 'correct' for ReLU must not answer for a problem of the same id that computes sigmoid."""
-    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.front.api import Evaluator
     from kernelbench_rl.problems import Problem, get_problem, load_solution
     from kernelbench_rl.store import Store
 
@@ -400,7 +402,7 @@ def test_a_verdict_is_never_served_for_a_different_reference(tmp_path):
 
 # -- the quiet cores ---------------------------------------------------------------------------------------------
 def test_strict_quiet_cores_keep_the_workers_other_threads_off_them(monkeypatch):
-    from kernelbench_rl.evaluation import scheduling
+    from kernelbench_rl.evaluation.worker import scheduling
 
     all_cores, busy = {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 4, 5}
     monkeypatch.setattr(scheduling, "QUIET_CORES_MODE", "strict")
@@ -413,7 +415,7 @@ def test_strict_quiet_cores_keep_the_workers_other_threads_off_them(monkeypatch)
 def test_a_thread_started_after_the_pin_inherits_it():
     """What strict quiet cores rely on: threads (and the zygote) started after the worker's main thread is pinned
     begin on its cores."""
-    from kernelbench_rl.evaluation import scheduling
+    from kernelbench_rl.evaluation.worker import scheduling
 
     if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two cores and sched_setaffinity")

@@ -11,10 +11,10 @@ import pytest
 
 from proc_tree import descendants, still_alive_after
 
-from kernelbench_rl.evaluation.api import Evaluator
-from kernelbench_rl.evaluation.pool import WorkerPool
+from kernelbench_rl.evaluation.front.api import Evaluator
+from kernelbench_rl.evaluation.front.pool import WorkerPool
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
-from kernelbench_rl.evaluation.sandbox import is_secret_name, scrubbed_env
+from kernelbench_rl.evaluation.sandbox.sandbox import is_secret_name, scrubbed_env
 from kernelbench_rl.problems import get_problem, load_solution
 
 SETTINGS = EvalSettings(device="cpu", timeout_s=60)
@@ -90,7 +90,7 @@ def test_worker_side_imports_nothing_of_the_orchestration_stack():
     import sys
 
     code = (
-        "import sys, kernelbench_rl.evaluation.worker, kernelbench_rl.evaluation.child\n"
+        "import sys, kernelbench_rl.evaluation.worker.worker, kernelbench_rl.evaluation.sandbox.child\n"
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'duckdb', 'polars', 'prefect', 'pyarrow', 'typer'})\n"
         "print(','.join(bad))"
     )
@@ -100,7 +100,7 @@ def test_worker_side_imports_nothing_of_the_orchestration_stack():
 
 
 def test_parallel_compiles_follow_the_cpu_cores(monkeypatch):
-    from kernelbench_rl.evaluation import pool
+    from kernelbench_rl.evaluation.front import pool
 
     monkeypatch.setattr(pool.os, "sched_getaffinity", lambda _pid: set(range(16)))
     assert pool.default_parallel_compiles("cuda", 1) == 8
@@ -120,7 +120,7 @@ def _until(condition, timeout_s: float = 10.0) -> None:
 
 
 def test_memory_budget_bounds_what_children_hold_and_serves_in_order():
-    from kernelbench_rl.evaluation.worker import MemoryBudget
+    from kernelbench_rl.evaluation.worker.worker import MemoryBudget
 
     budget = MemoryBudget(100)
     held: list[int] = []
@@ -157,7 +157,7 @@ def test_memory_budget_bounds_what_children_hold_and_serves_in_order():
 
 
 def test_device_queue_serves_in_arrival_order_but_problem_sizing_first():
-    from kernelbench_rl.evaluation.worker import DeviceQueue
+    from kernelbench_rl.evaluation.worker.worker import DeviceQueue
 
     device = DeviceQueue()
     order: list[str] = []
@@ -186,7 +186,7 @@ def test_device_queue_serves_in_arrival_order_but_problem_sizing_first():
 
 
 def test_an_evaluation_that_must_run_alone_waits_for_the_others_and_holds_back_new_ones():
-    from kernelbench_rl.evaluation.worker import SharedOrAlone
+    from kernelbench_rl.evaluation.worker.worker import SharedOrAlone
 
     residency = SharedOrAlone()
     events: list[str] = []
@@ -227,7 +227,7 @@ def test_an_evaluation_that_must_run_alone_waits_for_the_others_and_holds_back_n
 
 def test_only_device_oom_faults_earn_a_run_alone():
     from kernelbench_rl.evaluation.result import EvalResult
-    from kernelbench_rl.evaluation.worker import ran_out_of_device_memory
+    from kernelbench_rl.evaluation.worker.worker import ran_out_of_device_memory
 
     def result(category: ErrorCategory, message: str) -> EvalResult:
         return EvalResult(problem_id="L1/19", candidate_sha256="", backend="triton", precision="fp32", device_kind="cuda",
@@ -288,7 +288,7 @@ def test_evaluations_past_compiling_hold_no_compile_slot():
 def test_a_gpu_childs_host_memory_limit_grows_only_for_tensors_that_cross_through_host_memory():
     """Over CUDA IPC the sandbox's limit stands as set (the H100/H200 red team's 6 GiB host hoard hid
     under an allowance for 13 GB of file-spilled tensors and ran into the timeout instead)."""
-    from kernelbench_rl.evaluation.worker import host_memory_limit_mb
+    from kernelbench_rl.evaluation.worker.worker import host_memory_limit_mb
 
     tensors = 12_884_901_888  # L1/19 at full size: 6 GiB in, 6 GiB out
     assert host_memory_limit_mb(4096, "ipc", tensors) == 4096
@@ -298,7 +298,7 @@ def test_a_gpu_childs_host_memory_limit_grows_only_for_tensors_that_cross_throug
 
 _ORPHAN_SCRIPT = '''
 import sys, threading, time
-from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
 from kernelbench_rl.problems import get_problem, load_solution
 settings = EvalSettings(device="cpu", timeout_s=300)
@@ -332,7 +332,7 @@ def test_when_the_orchestrator_dies_its_worker_kills_a_running_candidate_at_once
 def test_once_the_worker_is_stopping_no_candidate_starts():
     """The orchestrator died before a job took its child: that child would start its candidate after the sweep of
     running children, with nobody left to stop it. No child starts once the worker is stopping."""
-    from kernelbench_rl.evaluation.worker import Worker, WorkerConfig, WorkerStopping
+    from kernelbench_rl.evaluation.worker.worker import Worker, WorkerConfig, WorkerStopping
 
     worker = Worker(WorkerConfig(device="cpu", warm_children=1))
     try:
@@ -346,7 +346,7 @@ def test_once_the_worker_is_stopping_no_candidate_starts():
 
 _WEDGED_STOP_SCRIPT = """
 import threading
-from kernelbench_rl.evaluation import worker as w, worker_process
+from kernelbench_rl.evaluation.worker import worker as w, worker_process
 worker = w.Worker(w.WorkerConfig(device="cpu", warm_children=1))
 child = worker.take_child()
 print(child.pid, worker.children.warm[0].pid, flush=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.evaluation.extract import extract_kernel, strip_reasoning
+from kernelbench_rl.evaluation.source.extract import extract_kernel, strip_reasoning
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRITON_SOLUTION = (REPO_ROOT / "KernelBench" / "solutions" / "level1" / "19_ReLU.py").read_text()

@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from kernelbench_rl.evaluation import floor as floors
-from kernelbench_rl.evaluation import floor_service, runtime
-from kernelbench_rl.evaluation.device_timing import CandidateTiming
+from kernelbench_rl.evaluation.timing import floor as floors
+from kernelbench_rl.evaluation.sandbox import runtime
+from kernelbench_rl.evaluation.worker import floor_service
+from kernelbench_rl.evaluation.timing.device_timing import CandidateTiming
 
 GPU = "NVIDIA H100 80GB HBM3"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import checks, fused_compare
+from kernelbench_rl.evaluation.verdict import checks, fused_compare
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -164,3 +164,16 @@ def test_every_allowed_cycle_still_exists():
     cycles = find_cycles(import_graph())
     gone = sorted(cycle for cycle in ALLOWED_CYCLES if cycle not in cycles)
     assert not gone, f"{gone} no longer form cycles: remove them from ALLOWED_CYCLES"
+
+
+def test_the_childs_code_imports_nothing_of_the_worker_the_verdict_the_front_or_the_cluster():
+    """evaluation/sandbox/ is the only code that runs in the untrusted child; what it imports runs there too, so it
+    reaches no further than the contract (result), the timeline, the host share, the candidate's text (source/) and
+    the timing loop (timing/)."""
+    graph = import_graph()
+    forbidden = tuple(f"{PACKAGE}.evaluation.{part}" for part in ("worker", "verdict", "front", "cluster"))
+    reaches = {(module, target) for module, targets in graph.items()
+               if module.startswith(f"{PACKAGE}.evaluation.sandbox.") for target in targets
+               if target.startswith(forbidden)}
+    assert not reaches, sorted(reaches)
+    assert any(m.startswith(f"{PACKAGE}.evaluation.sandbox.") for m in graph)  # (the folder is where it is said to be)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import checks
+from kernelbench_rl.evaluation.verdict import checks
 from kernelbench_rl.evaluation.result import ErrorCategory
 
 ATOL = RTOL = 1e-4

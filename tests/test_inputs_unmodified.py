@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench_rl.evaluation.checks import inputs_unmodified
+from kernelbench_rl.evaluation.verdict.checks import inputs_unmodified
 
 
 def _inputs() -> list[torch.Tensor]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import checks, fused_compare, outputs, wire
+from kernelbench_rl.evaluation.sandbox import outputs, wire
+from kernelbench_rl.evaluation.verdict import checks, fused_compare
 from kernelbench_rl.evaluation.result import ErrorCategory, tolerance_for
 
 # Every suite's float tolerance, and none at all: none of them applies to integers.

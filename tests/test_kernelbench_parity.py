@@ -242,7 +242,7 @@ def test_every_level1_solution_is_correct_on_kernelbench_problem():
     """Judged by the evaluator on the CPU against KernelBench's file (sizes inferred, not ours)."""
     if not KB_ROOT.is_dir():
         pytest.skip(f"no KernelBench snapshot at {KB_ROOT} (set KERNELBENCH_ROOT to a checkout)")
-    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.front.api import Evaluator
     from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
 
     snapshot = {}

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from bundled_problems import KERNRL_LEVELS, KERNRL_PROBLEMS, REPO
-from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import BUNDLED_ROOT, get_problem, list_solutions
 from kernelbench_rl.problems.model import declared_small_sizes

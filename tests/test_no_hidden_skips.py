@@ -63,7 +63,7 @@ def test_no_test_skips_or_xfails_when_the_projects_own_modules_fail_to_import():
 
 
 def test_the_check_finds_each_form():
-    skip_own = 'import pytest\napi = pytest.importorskip("kernelbench_rl.evaluation.api")\n'
+    skip_own = 'import pytest\napi = pytest.importorskip("kernelbench_rl.evaluation.front.api")\n'
     skip_computed = 'import pytest\nname = "kernelbench_rl.x"\nm = pytest.importorskip(name)\n'
     flag = ("def available():\n    try:\n        from kernelbench_rl.evaluation import Evaluator\n"
             "    except ImportError:\n        return False\n    return True\n")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import types
 
-from kernelbench_rl.evaluation import device_timing, host_share
-from kernelbench_rl.evaluation.api import Evaluator
-from kernelbench_rl.evaluation.device_timing import BASELINE_IN_CHILD, CandidateTiming, usable_baseline
+from kernelbench_rl.evaluation import host_share
+from kernelbench_rl.evaluation.timing import device_timing
+from kernelbench_rl.evaluation.front.api import Evaluator
+from kernelbench_rl.evaluation.timing.device_timing import BASELINE_IN_CHILD, CandidateTiming, usable_baseline
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
-from kernelbench_rl.evaluation.scheduling import QuietGate, same_gpu
+from kernelbench_rl.evaluation.worker.scheduling import QuietGate, same_gpu
 from kernelbench_rl.problems.loaders import get_problem
 from kernelbench_rl.store.db import Store
 

@@ -12,7 +12,10 @@ import os
 
 import pytest
 
-from kernelbench_rl.evaluation import dask_worker, host_share, pool, scheduling
+from kernelbench_rl.evaluation import host_share
+from kernelbench_rl.evaluation.cluster import dask_worker
+from kernelbench_rl.evaluation.front import pool
+from kernelbench_rl.evaluation.worker import scheduling
 
 HOST_CORES = list(range(64))
 

@@ -6,7 +6,7 @@ for the rule); the GPU half of this is `bash bench/device_suite.sh node`'s per-c
 from __future__ import annotations
 
 from kernelbench_rl.evaluation import host_share
-from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
 from kernelbench_rl.problems import list_solutions
 

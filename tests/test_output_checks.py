@@ -2,7 +2,7 @@
 never an input or a view of one where the reference returns a new tensor; and what Triton's CPU interpreter
 cannot run is no verdict on the kernel.
 
-The unit tests call evaluation/outputs.py and timing.time_forward directly (a host clock stands in for
+The unit tests call evaluation/sandbox/outputs.py and timing.time_forward directly (a host clock stands in for
 CUDA events); the rest run real candidates through one Evaluator on the CPU (Triton's interpreter), all
 in one batch.
 """
@@ -20,8 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from host_clock import HOST_CLOCK  # noqa: E402
 from test_evaluator import candidate as relu_candidate  # noqa: E402 - its HEAD: a ReLU kernel and relu_into(x, out)
 
-from kernelbench_rl.evaluation import outputs, timing  # noqa: E402
-from kernelbench_rl.evaluation.api import Evaluator  # noqa: E402
+from kernelbench_rl.evaluation.sandbox import outputs  # noqa: E402
+from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.front.api import Evaluator  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, Flag  # noqa: E402
 from kernelbench_rl.problems import Problem  # noqa: E402
 from kernelbench_rl.rewards.shaping import score  # noqa: E402

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import candidate_class, checks, discrimination, extract, outputs, wire
-from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.sandbox import outputs, wire
+from kernelbench_rl.evaluation.source import candidate_class, extract
+from kernelbench_rl.evaluation.verdict import checks, discrimination
+from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, tolerance_for
 from kernelbench_rl.evaluation.static_policy import check_static
 from kernelbench_rl.problems import Problem

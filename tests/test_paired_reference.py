@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from kernelbench_rl.evaluation.children import ChildPool
-from kernelbench_rl.evaluation.paired_reference import ResidentReference
+from kernelbench_rl.evaluation.worker.children import ChildPool
+from kernelbench_rl.evaluation.timing.paired_reference import ResidentReference
 
 
 def _dead_soon(child, timeout_s: float = 20.0) -> bool:

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from kernelbench_rl.evaluation import same_uid, startup
-from kernelbench_rl.evaluation.pool import WorkerPool
+from kernelbench_rl.evaluation.worker import same_uid, startup
+from kernelbench_rl.evaluation.front.pool import WorkerPool
 
 KEY = {"host": "h", "kernel": "6.1", "sources": "abc"}
 
@@ -38,7 +38,7 @@ def test_the_ready_event_carries_the_start_up_phases_and_the_zygote_imports_besi
 
 
 def test_the_rest_of_the_warm_children_start_after_ready_and_stop_with_the_pool():
-    from kernelbench_rl.evaluation.worker import Worker, WorkerConfig
+    from kernelbench_rl.evaluation.worker.worker import Worker, WorkerConfig
 
     worker = Worker(WorkerConfig(device="cpu", warm_children=3))
     try:
@@ -64,7 +64,7 @@ def test_the_rest_of_the_warm_children_start_after_ready_and_stop_with_the_pool(
 def test_pre_started_children_start_their_runtime_in_turn(monkeypatch):
     """Paced to one at a time, each pre-start is spawned only once the one before it has started (its first message,
     which on a GPU comes after its CUDA context); a dead child no longer counts as starting."""
-    from kernelbench_rl.evaluation import children as children_module
+    from kernelbench_rl.evaluation.worker import children as children_module
 
     monkeypatch.setattr(children_module, "CONCURRENT_STARTS", 1)
     pool = children_module.ChildPool("cpu", warm_children=4, busy_cores=set())
@@ -97,7 +97,7 @@ def _settled(pool, timeout_s: float = 60.0) -> int:
 def test_the_pool_pre_starts_only_what_the_evaluations_in_hand_and_queued_can_take(monkeypatch):
     """Two children an evaluation (its candidate's, its reference's) and one spare: a folder of a few problems does not
     make the full count of contexts it never uses. Idle again, the pool fills up for the next batch."""
-    from kernelbench_rl.evaluation import children as children_module
+    from kernelbench_rl.evaluation.worker import children as children_module
 
     monkeypatch.setattr(children_module, "DEMAND_AWARE", True)
     monkeypatch.setattr(children_module, "IDLE_REFILL_S", 0.3)
@@ -130,7 +130,7 @@ def test_the_pool_pre_starts_only_what_the_evaluations_in_hand_and_queued_can_ta
 def test_a_batch_whose_first_request_said_little_still_gets_its_children(monkeypatch):
     """The orchestrator's first send of a batch may find the rest not yet queued: the next requests' larger backlog
     starts a fill again."""
-    from kernelbench_rl.evaluation import children as children_module
+    from kernelbench_rl.evaluation.worker import children as children_module
 
     monkeypatch.setattr(children_module, "DEMAND_AWARE", True)
     pool = children_module.ChildPool("cpu", warm_children=6, busy_cores=set())
@@ -145,7 +145,7 @@ def test_a_batch_whose_first_request_said_little_still_gets_its_children(monkeyp
 
 @pytest.mark.parametrize("switch, backlog", [(False, 0), (True, None)])
 def test_without_demand_or_its_switch_the_pool_keeps_all_its_children(monkeypatch, switch, backlog):
-    from kernelbench_rl.evaluation import children as children_module
+    from kernelbench_rl.evaluation.worker import children as children_module
 
     monkeypatch.setattr(children_module, "DEMAND_AWARE", switch)
     pool = children_module.ChildPool("cpu", warm_children=4, busy_cores=set())
@@ -162,7 +162,7 @@ def test_without_demand_or_its_switch_the_pool_keeps_all_its_children(monkeypatc
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
 def test_a_pre_started_child_runs_on_the_compiling_cores_only():
     """Off the quiet cores from its spawn: a context's start there would deschedule a timing's thread."""
-    from kernelbench_rl.evaluation import children as children_module
+    from kernelbench_rl.evaluation.worker import children as children_module
 
     core = min(os.sched_getaffinity(0))
     pool = children_module.ChildPool("cpu", warm_children=2, busy_cores={core})
@@ -294,7 +294,7 @@ def test_counting_gpus_for_the_pool_imports_no_torch():
     import sys
 
     code = ("import os, sys\nos.environ.pop('CUDA_VISIBLE_DEVICES', None)\n"
-            "from kernelbench_rl.evaluation import pool\n"
+            "from kernelbench_rl.evaluation.front import pool\n"
             "count = pool._default_worker_count('cuda')\n"
             "print(count, 'torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -321,7 +321,7 @@ def test_the_probe_runs_in_a_process_of_its_own_and_answers_one_line():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "kernelbench_rl.evaluation.same_uid", "--probe", "--parent",
+    proc = subprocess.run([sys.executable, "-m", "kernelbench_rl.evaluation.worker.same_uid", "--probe", "--parent",
                            str(os.getpid())], capture_output=True, text=True, timeout=same_uid.SAME_UID_PROBE_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
@@ -330,7 +330,7 @@ def test_the_probe_runs_in_a_process_of_its_own_and_answers_one_line():
 
     if not torch.cuda.is_available():
         assert lines[0] != "ok"  # a probe needs a GPU to pass
-    usage = subprocess.run([sys.executable, "-m", "kernelbench_rl.evaluation.same_uid"], capture_output=True,
+    usage = subprocess.run([sys.executable, "-m", "kernelbench_rl.evaluation.worker.same_uid"], capture_output=True,
                            text=True, timeout=60)
     assert usage.returncode == 2 and "--probe" in usage.stderr
 
@@ -384,9 +384,10 @@ def test_a_remembered_pass_stops_the_probe_under_way(monkeypatch):
 
 _BACKLOG_SCRIPT = """
 import dataclasses, json
-from kernelbench_rl.evaluation import numerics, worker_process
+from kernelbench_rl.evaluation.sandbox import numerics
+from kernelbench_rl.evaluation.worker import worker_process
 from kernelbench_rl.evaluation.result import EvalSettings
-from kernelbench_rl.evaluation.worker import Worker, WorkerConfig
+from kernelbench_rl.evaluation.worker.worker import Worker, WorkerConfig
 from kernelbench_rl.problems import get_problem
 
 numerics.apply()  # as the worker's process does (worker_process.main)

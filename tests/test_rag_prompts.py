@@ -67,7 +67,7 @@ def test_chat_messages_carry_the_same_content():
 
 
 def test_an_answer_in_the_requested_format_is_extractable():
-    from kernelbench_rl.evaluation import extract
+    from kernelbench_rl.evaluation.source import extract
     solution = load_solution(get_problem("L1/19"))
     for response in (f"Here it is.\n```python\n{solution}```\n", f"<KERNEL>\n{solution}\n</KERNEL>"):
         extraction = extract.extract_kernel(response, backend="triton")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelbench_rl.evaluation import reference_budget
-from kernelbench_rl.evaluation.api import Evaluator
-from kernelbench_rl.evaluation.reference_cache import ReferenceCache
+from kernelbench_rl.evaluation.worker import reference_budget
+from kernelbench_rl.evaluation.front.api import Evaluator
+from kernelbench_rl.evaluation.worker.reference_cache import ReferenceCache
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import Problem, get_problem, load_solution
 

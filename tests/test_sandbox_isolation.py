@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "hacks"))
 
 from hack_cases import CASES_BY_NAME, lingering_processes  # noqa: E402
 
-from kernelbench_rl.evaluation import sandbox  # noqa: E402
-from kernelbench_rl.evaluation.api import Evaluator  # noqa: E402
+from kernelbench_rl.evaluation.sandbox import sandbox  # noqa: E402
+from kernelbench_rl.evaluation.front.api import Evaluator  # noqa: E402
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings  # noqa: E402
 from kernelbench_rl.problems import get_problem, load_solution  # noqa: E402
 
@@ -142,7 +142,7 @@ def test_the_child_forgets_the_forkservers_address_and_pid() -> None:
 
     out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         from multiprocessing import forkserver
-        from kernelbench_rl.evaluation.child import _close_multiprocessing_fds
+        from kernelbench_rl.evaluation.sandbox.child import _close_multiprocessing_fds
         forkserver._forkserver._forkserver_address = "\\0listener-1-1"
         forkserver._forkserver._forkserver_pid = 1
         _close_multiprocessing_fds()
@@ -171,7 +171,7 @@ def test_the_process_count_of_a_uid_includes_threads_as_the_kernel_counts_them()
 
 def test_the_worker_clock_check_flags_reported_times_its_own_clock_cannot_explain() -> None:
     """The check behind every GPU speedup: the worker's wall over a block of timed calls against the reference's."""
-    from kernelbench_rl.evaluation.device_timing import BlockWall, host_clock_check
+    from kernelbench_rl.evaluation.timing.device_timing import BlockWall, host_clock_check
 
     # 60 calls each; the loop's own overhead (inputs, flush, synchronise) is 0.8 ms a call on both sides.
     reference = BlockWall(60 * (0.8 + 1.0) / 1000.0, 60, [1.0] * 50)
@@ -198,7 +198,7 @@ def test_what_children_leave_in_dev_shm_is_removed_but_live_ipc_reference_counts
     """On a GPU with CUDA IPC a child may write /dev/shm (torch keeps IPC reference counts there): the worker removes
     what the children's uid left there once the child is retired, except what was there before and the reference
     counts of children still alive."""
-    from kernelbench_rl.evaluation import leftovers
+    from kernelbench_rl.evaluation.worker import leftovers
 
     monkeypatch.setattr(leftovers, "SHARED_MEMORY", str(tmp_path))
     (tmp_path / "sem.mp-before").write_text("")
@@ -238,7 +238,7 @@ def test_a_thread_flood_under_one_gpus_uid_leaves_another_gpus_children_their_wh
     script = textwrap.dedent("""
         import getpass, os, sys, threading
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-        from kernelbench_rl.evaluation import sandbox
+        from kernelbench_rl.evaluation.sandbox import sandbox
         assert sandbox.drop_privileges(processes=64)  # (Python may live where nobody reads: imports come first)
         stop = threading.Event()
         started = 0

@@ -4,7 +4,7 @@
 def test_the_workers_gil_switch_interval_is_set_from_its_variable_and_bad_values_change_nothing():
     import sys
 
-    from kernelbench_rl.evaluation import scheduling
+    from kernelbench_rl.evaluation.worker import scheduling
 
     before = sys.getswitchinterval()
     try:
@@ -25,7 +25,7 @@ def test_the_budget_says_when_a_sizing_is_next_in_line_and_forgets_a_request_tha
     import threading
     import time
 
-    from kernelbench_rl.evaluation import scheduling
+    from kernelbench_rl.evaluation.worker import scheduling
 
     budget = scheduling.MemoryBudget(100)
     order = []
@@ -82,7 +82,7 @@ def test_a_wait_for_free_memory_gives_back_this_process_s_own_cache_instead_of_s
     that after its grace, not after FREE_WAIT_S; a wait that children's memory ends never releases it."""
     import torch
 
-    from kernelbench_rl.evaluation import scheduling
+    from kernelbench_rl.evaluation.worker import scheduling
     from kernelbench_rl.evaluation.result import EvalResult
 
     gib = 2**30

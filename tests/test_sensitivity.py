@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelbench_rl.evaluation import checks, discrimination, runtime, sensitivity, wire
-from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.sandbox import perturbation, runtime, wire
+from kernelbench_rl.evaluation.verdict import checks, discrimination, sensitivity
+from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import get_problem, load_solution
 
@@ -141,7 +142,7 @@ PERTURB = {"name": sensitivity.PERTURBED, "perturb": {"sites": 8, "length": 4, "
 
 
 def _perturbed(tensor: torch.Tensor, seed: int = 3, variant=PERTURB) -> torch.Tensor:
-    return sensitivity.perturb_inputs([tensor.clone()], seed, variant)[0]
+    return perturbation.perturb_inputs([tensor.clone()], seed, variant)[0]
 
 
 def test_a_perturbation_is_the_same_for_the_same_seed_and_spreads_over_the_whole_tensor():
@@ -177,17 +178,17 @@ def test_a_perturbation_keeps_zeros_symmetry_and_order():
 def test_integer_inputs_are_perturbed_with_their_own_values_only_when_nothing_is_floating():
     values = torch.randint(0, 256, (4096,))
     spec = {"name": sensitivity.PERTURBED, "perturb": {"sites": 8, "length": 64, "strength": None}}
-    changed = sensitivity.perturb_inputs([values.clone()], 1, spec)[0]
+    changed = perturbation.perturb_inputs([values.clone()], 1, spec)[0]
     assert not torch.equal(changed, values) and set(changed.tolist()) <= set(values.tolist())
     logits, targets = torch.rand(64, 16), torch.randint(0, 16, (64,))
-    assert sensitivity.perturbable([logits, targets]) == [0]  # class labels keep their meaning
-    assert sensitivity.perturbable([torch.rand(4), torch.ones(64, dtype=torch.bool)]) == []
+    assert perturbation.perturbable([logits, targets]) == [0]  # class labels keep their meaning
+    assert perturbation.perturbable([torch.rand(4), torch.ones(64, dtype=torch.bool)]) == []
 
 
 def _runner(forward, make):
     def run(seed, variant):
         torch.manual_seed(seed)
-        inputs = sensitivity.perturb_inputs(discrimination.apply_variant(make(), variant), seed, variant)
+        inputs = perturbation.perturb_inputs(discrimination.apply_variant(make(), variant), seed, variant)
         return inputs, [forward(*inputs)]
     return run
 

@@ -79,7 +79,7 @@ def _flagged(result) -> bool:
 
 @pytest.fixture(scope="module")
 def evaluator():
-    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.front.api import Evaluator
 
     with Evaluator(SETTINGS, num_workers=1, store=None) as ev:
         yield ev
@@ -87,7 +87,7 @@ def evaluator():
 
 @pytest.fixture(scope="module")
 def runtime_only_evaluator():
-    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.front.api import Evaluator
 
     with Evaluator(SETTINGS, num_workers=1, store=None, static_checks=False) as ev:
         yield ev

@@ -445,7 +445,7 @@ def test_precision_policy_is_part_of_the_verdict_cache_key():
 
 
 def test_the_evaluator_rejects_lower_precision_statically_under_the_reject_policy():
-    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.front.api import Evaluator
     from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 
     settings = EvalSettings(device="cpu", precision_policy="reject")

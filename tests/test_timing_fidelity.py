@@ -16,14 +16,14 @@ import time
 import pytest
 
 from host_clock import HOST_CLOCK
-from kernelbench_rl.evaluation import child
-from kernelbench_rl.evaluation.device_timing import (AGREEMENT, CLOSE_CALL, PAIRED_BLOCKS, PAIRED_MAX_CALLS,
+from kernelbench_rl.evaluation.sandbox import child
+from kernelbench_rl.evaluation.timing.device_timing import (AGREEMENT, CLOSE_CALL, PAIRED_BLOCKS, PAIRED_MAX_CALLS,
                                                     PAIRED_BLOCK_CALLS, PAIRED_MAX_SIDE_MS, PAIRED_MIN_SIDE_MS,
                                                     TIMING_ALLOWANCE, BASELINE_IN_CHILD, BASELINE_IN_WORKER,
                                                     REFRESH_LIMIT, PreparedChild, baseline_home, paired_blocks,
                                                     refreshed_baseline, timing_window_s, usable_baseline)
-from kernelbench_rl.evaluation.timing import TimingRecord
-from kernelbench_rl.evaluation.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
+from kernelbench_rl.evaluation.timing.timing import TimingRecord
+from kernelbench_rl.evaluation.worker.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
 
 SMALL = 64 << 20
 
@@ -243,7 +243,7 @@ class TestProfilerWarmup:
         assert "TEARDOWN_CUPTI" not in os.environ
 
     def test_the_sandbox_keeps_the_switch_for_the_child(self):
-        from kernelbench_rl.evaluation import sandbox
+        from kernelbench_rl.evaluation.sandbox import sandbox
 
         env = sandbox.scrubbed_env({child.PROFILER_WARMUP_ENV: "teardown", "OPENAI_API_KEY": "x"})
         assert env == {child.PROFILER_WARMUP_ENV: "teardown"}
@@ -271,7 +271,7 @@ def _sleepy(ms: float):
 def test_launch_cpu_time_tells_host_work_from_waiting(monkeypatch, forward, cpu_bound):
     import torch
 
-    from kernelbench_rl.evaluation import timing
+    from kernelbench_rl.evaluation.timing import timing
 
     monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.empty(16))
     record = timing.time_forward(forward, lambda seed: [torch.zeros(4)], [1, 2, 3, 4, 5], 1, "cpu", HOST_CLOCK)
@@ -287,7 +287,7 @@ def test_launch_cpu_time_tells_host_work_from_waiting(monkeypatch, forward, cpu_
 
 
 def test_diagnostics_merge_blocks_and_read_as_one_line():
-    from kernelbench_rl.evaluation import timing
+    from kernelbench_rl.evaluation.timing import timing
 
     blocks = [{"timed_calls": 20, "calls_reaching_malloc": 3, "allocator_retries": 1, "launch_cpu_median_ms": 0.4},
               {"timed_calls": 20, "calls_reaching_malloc": 0, "allocator_retries": 0, "launch_cpu_median_ms": 0.6},

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from kernelbench_rl.evaluation import trace
-from kernelbench_rl.evaluation.api import Evaluator
+from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
 from kernelbench_rl.problems import get_problem, list_solutions
 

@@ -63,7 +63,7 @@ def _settings(device: str, backend: str, precision: str, timeout_s: float, size:
 def require_visible_gpu(device: str, cluster: str, asked: str = "eval.device=cuda", instead: str = "eval.device=cpu") -> None:
     """Evaluating on CUDA where no GPU is visible is refused at start, in one sentence: every sample would come back
     without a verdict. A Dask cluster's GPUs are not this machine's to see."""
-    from kernelbench_rl.evaluation.cluster_spec import parse_cluster
+    from kernelbench_rl.evaluation.cluster.cluster_spec import parse_cluster
 
     if device != "cuda" or parse_cluster(cluster).kind == "dask":
         return
@@ -84,13 +84,13 @@ def require_config_gpu(config) -> None:
 
 def _evaluator(settings: EvalSettings, cluster: str, **kwargs):
     """The local pool, or the Dask-backed evaluator (same interface) when --cluster names one."""
-    from kernelbench_rl.evaluation.cluster_spec import parse_cluster
+    from kernelbench_rl.evaluation.cluster.cluster_spec import parse_cluster
 
     if not parse_cluster(cluster).is_dask:
-        from kernelbench_rl.evaluation.api import Evaluator
+        from kernelbench_rl.evaluation.front.api import Evaluator
 
         return Evaluator(settings, **kwargs)
-    from kernelbench_rl.evaluation.cluster import make_evaluator
+    from kernelbench_rl.evaluation.cluster.cluster import make_evaluator
 
     return make_evaluator(settings, cluster=cluster, **kwargs)
 
@@ -257,7 +257,7 @@ def eval_dir_command(
                     chunk = runnable[start: start + batch]
                     judged = ev.evaluate([request for request, _ in chunk], on_result=lambda _i, _r: bar.advance(task))
                     verdicts.update({path: result for (_, path), result in zip(chunk, judged)})
-            from kernelbench_rl.evaluation.api import Evaluator
+            from kernelbench_rl.evaluation.front.api import Evaluator
 
             if isinstance(ev, Evaluator):  # every verdict is in: the workers' teardown need not hold the command up
                 ev.close(wait=False)
@@ -294,7 +294,7 @@ def _kernelbench_entry(sample: int, result: EvalResult) -> dict:
         "flags": result.flags, "max_abs_err": result.max_abs_err, "speedup": result.speedup,
         "baseline_ms": result.baseline_ms, "correctness_trials": f"({result.trials_passed} / {result.trials_total})",
     }
-    if result.speed_of_light:  # GPU: the problem's floor and the share of it reached (evaluation/floor.py)
+    if result.speed_of_light:  # GPU: the problem's floor and the share of it reached (evaluation/timing/floor.py)
         sol = result.speed_of_light
         metadata.update(sol_fraction=sol.get("sol_fraction"), reference_sol_fraction=sol.get("reference_sol_fraction"),
                         floor_ms=sol.get("floor_ms"), bound=sol.get("bound"))

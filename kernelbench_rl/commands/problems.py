@@ -122,8 +122,8 @@ def show_problem(
 
 def _show_floor(problem, gpu: str | None, precision: str, as_json: bool) -> None:
     from kernelbench_rl.errors import UserError
-    from kernelbench_rl.evaluation.runtime import PRECISION_DTYPES
-    from kernelbench_rl.evaluation.floor import gpu_peaks, source_floor
+    from kernelbench_rl.evaluation.sandbox.runtime import PRECISION_DTYPES
+    from kernelbench_rl.evaluation.timing.floor import gpu_peaks, source_floor
 
     if precision not in PRECISION_DTYPES:
         raise UserError(f"--precision must be one of {', '.join(PRECISION_DTYPES)}, not {precision!r}.")

@@ -26,8 +26,8 @@ def profile_command(
     kernel of one profiled forward with its launches, time and share (yours marked), the share of GPU time in
     your own kernels, and the speed of light: the problem's physical floor on this GPU and how close the kernel
     and PyTorch's reference came to it. Needs a CUDA GPU."""
-    from kernelbench_rl.evaluation import kernels
-    from kernelbench_rl.evaluation.api import Evaluator
+    from kernelbench_rl.evaluation.source import kernels
+    from kernelbench_rl.evaluation.front.api import Evaluator
     from kernelbench_rl.evaluation.result import EvalRequest
     from kernelbench_rl.problems import get_problem
 

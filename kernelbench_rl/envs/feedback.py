@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kernelbench_rl.evaluation import kernels
+from kernelbench_rl.evaluation.source import kernels
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 
 MAX_ERROR_CHARS = 400

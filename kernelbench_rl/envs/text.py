@@ -1,10 +1,10 @@
 """The text-side helpers the environments use, from their owners: prompts (envs/prompts.py) and
-extraction (evaluation/extract.py); plus the plain-text form of a chat prompt."""
+extraction (evaluation/source/extract.py); plus the plain-text form of a chat prompt."""
 
 from __future__ import annotations
 
 from kernelbench_rl.envs.prompts import build_messages, build_prompt
-from kernelbench_rl.evaluation.extract import extract_kernel, strip_reasoning
+from kernelbench_rl.evaluation.source.extract import extract_kernel, strip_reasoning
 
 __all__ = ["build_messages", "build_prompt", "extract_kernel", "messages_to_text", "strip_reasoning"]
 

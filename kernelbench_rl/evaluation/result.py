@@ -61,7 +61,7 @@ class ErrorCategory(str, Enum):
     TOO_LARGE = "too_large"  # the problem does not fit this device even alone: no verdict, no reward, no retry
     UNKNOWN_PROBLEM = "unknown_problem"  # the request names a problem that does not exist: no verdict, no reward
     # A trivial candidate (zeros, a constant, another seed's output) passes every input set the problem allows
-    # (evaluation/discrimination.py): its verdicts cannot tell right from wrong, so none is given.
+    # (evaluation/verdict/discrimination.py): its verdicts cannot tell right from wrong, so none is given.
     UNDISCRIMINATING = "undiscriminating"
     # Triton's CPU interpreter lacks what the kernel uses (an extern libdevice call, the GPU driver): it may
     # well be right on a GPU, so no verdict.
@@ -93,7 +93,7 @@ class Flag(str, Enum):
     LOW_KERNEL_SHARE = "low_kernel_share"  # the candidate's kernels carry little of the GPU time
     HACK = "hack"  # any detected reward hack: reward is zero
     NO_SPEEDUP_ON_CPU = "no_speedup_on_cpu"
-    # Timed faster than the problem's physical floor allows (evaluation/floor.py): work was skipped; no speed reward.
+    # Timed faster than the problem's physical floor allows (evaluation/timing/floor.py): work was skipped; no speed reward.
     BELOW_SPEED_OF_LIGHT = "below_speed_of_light"
     # The times the candidate's process reported disagree with the worker's own clock over the same calls
     # (device_timing.host_clock_check): the timing was faked; a hack.
@@ -114,7 +114,7 @@ class EvalSettings:
     timing_trials: int = 50
     warmup_trials: int = 3
     timeout_s: float = 120.0
-    # The reference's own budget (evaluation/reference_budget.py): its sizing, one seed's outputs or its baseline
+    # The reference's own budget (evaluation/worker/reference_budget.py): its sizing, one seed's outputs or its baseline
     # timing past this many seconds, and the problem gets no verdict on this evaluator. None: timeout_s.
     reference_timeout_s: float | None = None
     excessive_speedup_threshold: float = 10.0
@@ -213,7 +213,7 @@ class EvalResult:
     cached: bool = False  # served from the evaluation cache
     kernel_share: float | None = None  # GPU: share of the forward's GPU time in the candidate's own kernels
     host_speedup: float | None = None  # GPU: host-clock re-timing of an excessive speedup
-    # GPU: the problem's floor and how close the candidate and the reference came (evaluation/floor.py speed_of_light)
+    # GPU: the problem's floor and how close the candidate and the reference came (evaluation/timing/floor.py speed_of_light)
     speed_of_light: dict[str, Any] | None = None
     # GPU: one profiled forward, [kernel name, launches, device microseconds] by time, at most PROFILE_ROWS rows
     profile: list[list[Any]] | None = None

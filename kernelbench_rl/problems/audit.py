@@ -3,7 +3,7 @@
 For each problem the reference runs on two seeds; the evaluator's own trivial candidates (each input of the
 output's shape returned, zeros, ones, another seed's mean, another seed's whole output) are judged with the
 evaluator's own comparison, and where one passes, widened inputs are searched exactly as the evaluation
-worker does before a problem's first evaluation (evaluation/discrimination.py). Then the reference of every
+worker does before a problem's first evaluation (evaluation/verdict/discrimination.py). Then the reference of every
 other problem that takes inputs of the same shapes (ReLU's for LeakyReLU's) is judged the same way, on the
 inputs the evaluator would use.
 
@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation import checks, discrimination, runtime, wire
+from kernelbench_rl.evaluation.sandbox import runtime, wire
+from kernelbench_rl.evaluation.verdict import checks, discrimination
 from kernelbench_rl.evaluation.result import TOLERANCES
 from kernelbench_rl.problems.model import Problem, SizeMode
 
@@ -50,7 +51,7 @@ class ProblemAudit:
     same_function: list[str] = field(default_factory=list)  # pass on every input set: the same operation
     given_variant: bool = False  # the widened inputs must be handed to the evaluator (it would not find them)
     detail: str = ""
-    sensitivity: str = ""  # the sensitivity seeds sound for the problem (evaluation/sensitivity.py), as a verdict says
+    sensitivity: str = ""  # the sensitivity seeds sound for the problem (evaluation/verdict/sensitivity.py), as a verdict says
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

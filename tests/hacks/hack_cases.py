@@ -73,7 +73,7 @@ class HackCase:
 _FLAG_HACK = "hack"
 
 # PyTorch, NumPy or plain Python doing the work beside a token launch, in spellings the static policy once missed
-# (each was rewarded on the CPU then). On the CPU the compute account (evaluation/compute_account.py) is the runtime
+# (each was rewarded on the CPU then). On the CPU the compute account (evaluation/sandbox/compute_account.py) is the runtime
 # defence, on the GPU the profile's kernel share; on the GPU the NumPy ones fail outright (no NumPy view of a CUDA
 # tensor).
 WORK_ELSEWHERE: tuple[tuple[str, str], ...] = (
@@ -206,8 +206,8 @@ CASES: tuple[HackCase, ...] = (
 )
 
 # Partial work and coarse approximations that the problem's own inputs cannot tell from whole work: each passed at
-# KernelBench's or kernrl's real size. The sensitivity seeds (evaluation/sensitivity.py) and the relative criterion
-# on small outputs (evaluation/checks.py) catch them; at the CPU's small sizes the partial reads also miss on the
+# KernelBench's or kernrl's real size. The sensitivity seeds (evaluation/verdict/sensitivity.py) and the relative criterion
+# on small outputs (evaluation/verdict/checks.py) catch them; at the CPU's small sizes the partial reads also miss on the
 # problem's own seeds (tests/test_sensitivity.py shows them pass there without the sensitivity seeds, at sizes where
 # they should).
 CASES += (

@@ -33,7 +33,7 @@ from hack_cases import (  # noqa: E402
     sandbox_escapes,
 )
 
-from kernelbench_rl.evaluation import api  # noqa: E402
+from kernelbench_rl.evaluation.front import api  # noqa: E402
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

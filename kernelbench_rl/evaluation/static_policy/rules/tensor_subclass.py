@@ -2,7 +2,7 @@
 
 A `torch.Tensor` subclass with a `__torch_function__` (or `__torch_dispatch__`) can defer the real work
 until its output is first read, after the timer has stopped; a kernel module has no use for either. The
-sandbox refuses such outputs at run time (evaluation/outputs.py); these rules say so before anything runs.
+sandbox refuses such outputs at run time (evaluation/sandbox/outputs.py); these rules say so before anything runs.
 """
 
 from __future__ import annotations
