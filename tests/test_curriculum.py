@@ -48,7 +48,7 @@ def test_each_stage_has_its_own_threshold_and_a_fallback() -> None:
 
 
 def test_defaults_reach_speed_on_a_climbing_run_and_leave_a_plateau() -> None:
-    """The traces of bench/curriculum_sim.py without noise: the old rule (0.8 for 5 steps in a row) reached
+    """The replayed traces (bench/RESULTS.md, "Curriculum promotion") without noise: the old rule (0.8 for 5 steps in a row) reached
     neither the speed stage on a correct rate climbing from 0.2 to 0.6, nor left compile at a flat 0.6."""
     def run(trace) -> list[tuple[str, int]]:
         cur = Curriculum.from_config(load_config("default").curriculum, [1])

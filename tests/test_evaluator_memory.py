@@ -37,7 +37,7 @@ from kernelbench_rl.evaluation.worker.worker import (
 L1_19 = Footprint(param_bytes=0, input_bytes=6 * GIB, output_bytes=6 * GIB, forward_bytes=6 * GIB)
 SMALL = Footprint(param_bytes=4 * MIB, input_bytes=64 * MIB, output_bytes=64 * MIB, forward_bytes=96 * MIB)
 # What an H100 80 GB leaves to evaluations beside 17 children serving evaluations and 18 pre-started ones
-# (contexts as bench/context_probe.py measured them) and 8 GiB of resident references; and what it leaves
+# (contexts as bench/RESULTS.md has them) and 8 GiB of resident references; and what it leaves
 # once the pre-started children are killed and other problems' references dropped.
 H100_CAPACITY = int(0.92 * 79 * GIB) - 17 * LOADED_CONTEXT_BYTES - 18 * WARM_CONTEXT_BYTES - 8 * GIB
 H100_ALONE = int(0.92 * 79 * GIB) - 17 * LOADED_CONTEXT_BYTES

@@ -122,7 +122,7 @@ class CurriculumConfig:
     start_stage: str = "format"
     force_stage: str | None = None  # pins the stage: no automatic stage promotion
     # A stage is promoted when the mean of its rate over the last `window` steps reaches its threshold
-    # (defaults from bench/curriculum_sim.py); `threshold`, when set, is every stage's threshold.
+    # (defaults from a replay of published rates: bench/RESULTS.md, "Curriculum promotion"); `threshold`, when set, is every stage's threshold.
     threshold: Annotated[float, Ge(0), Le(1)] | None = None
     format_threshold: Annotated[float, Ge(0), Le(1)] = 0.8  # format rate
     compile_threshold: Annotated[float, Ge(0), Le(1)] = 0.6  # compile rate

@@ -17,7 +17,7 @@ only if it was sampled under them (a step rolled out before a promotion, under a
 training, belongs to the old stage or level and is skipped), and only its samples of the current
 level count (the earlier levels' share of the batch does not). A step with no such rate (every
 sample of the level an infrastructure failure) is not judged at all: no rate 0, and no step toward
-a step limit. bench/curriculum_sim.py chose the defaults from rate traces of real models.
+a step limit. The defaults were chosen by replaying rate traces of real models (bench/RESULTS.md, "Curriculum promotion").
 
 Every promotion is an event that the training loop writes to `curriculum_events`; a resumed run
 rebuilds the state from those rows and the per-step rates in `train_steps`.
@@ -116,7 +116,7 @@ class Curriculum:
             return float(metrics[key])
         if any(k.startswith("level_") for k in metrics):
             return None  # other levels were judged, this one was not
-        # Metrics without per-level keys (one level, e.g. bench/curriculum_sim.py): the overall rate is the level's.
+        # Metrics without per-level keys (one level, e.g. a replayed trace): the overall rate is the level's.
         return float(metrics[name]) if name in metrics else None
 
     def _watching_levels(self) -> bool:

@@ -17,7 +17,7 @@ from kernelbench_rl.evaluation.result import ErrorCategory
 log = logging.getLogger(__name__)
 _fused_broken = False  # set once the fused kernel failed to build here; the torch path serves from then on
 # Set while the worker builds the fused kernel in the background (defer_fused_comparison): the torch path, which
-# judges alike (tests/test_fused_compare.py, bench/compare_cost.py), serves meanwhile instead of the first
+# judges alike (tests/test_fused_compare.py), serves meanwhile instead of the first
 # comparison waiting seconds for Triton.
 _fused_deferred = threading.Event()
 

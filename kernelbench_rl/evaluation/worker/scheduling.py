@@ -24,7 +24,7 @@ from kernelbench_rl.evaluation.worker import memory as footprints
 from kernelbench_rl.evaluation.host_share import by_physical_core, sysfs_topology, host_share, share_of
 
 # GPU memory per child: a pre-started one holds a bare CUDA context, one serving an evaluation also cuBLAS's
-# and cuDNN's handles and workspaces (H100, torch 2.11: 526 and 722 MiB, bench/context_probe.py).
+# and cuDNN's handles and workspaces (H100, torch 2.11: 526 and 722 MiB, bench/RESULTS.md).
 WARM_CONTEXT_BYTES = 560 << 20
 LOADED_CONTEXT_BYTES = 768 << 20
 # Of the device memory free when the worker starts, the share evaluations may plan with (the rest is
