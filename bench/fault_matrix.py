@@ -10,7 +10,9 @@ command's own process) to `sft` mid-step, `train` mid-sample (long answers being
 Damage: a truncated or garbled DuckDB file (`sql` and `train` on it), the newest checkpoint's adapter, optimizer state
 or JSON garbled (`train` resumes), every checkpoint garbled, a garbled `index.faiss` (`retrieve`; `index build`), an
 unwritable `runs/` (empty; holding a run), a file-size limit (RLIMIT_FSIZE, as `ulimit -f`) on the DuckDB file
-(`train`; a writer of many rows), free space below `KBRL_MIN_FREE_MB`.
+(`train`; a writer of many rows) and on Prefect's database (`pipeline`: on the whole command, met at the start; set on
+its temporary API server mid-SFT), free space below `KBRL_MIN_FREE_MB`. A stopped `pipeline` must also leave its flow
+run Cancelled in Prefect's database, not Crashed.
 
 Each cell reports the exit code (against the one expected), the rows lost (rows the command had stored or reported,
 or that were there before it, missing afterwards; for a damaged DuckDB file, which cannot be read, a file the command
@@ -25,6 +27,7 @@ the note); 2 for an --only that names no cell.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -54,6 +57,7 @@ TINY = ["policy.backend=local", "policy.base_model=local:tiny", "policy.lora_ran
         "problems.ids=[L1/19,L1/21]", "rag.enabled=false", "eval.device=cpu"]
 SHORT = [*TINY, "sft.enabled=false", "training.batch_problems=2", "sampling.group_size=2", "sampling.max_tokens=8",
          "rewards.truncated=keep", "training.checkpoint_every=1", "training.max_steps_off_policy=0"]
+PROGRESS = re.compile(r"^\d\d:\d\d:\d\d\.\d+ \| INFO +\| ")  # a flow's or task's log line (Prefect's console format)
 GRACE_S = 30.0  # how long the processes a command started may take to go after it exited
 HANG_S = 600.0  # a bound for a hang, not a timing
 CHECKPOINT_FILES = ("adapter_model.safetensors", "optimizer.pt", "kbrl_checkpoint.json")
@@ -329,6 +333,10 @@ def stop_cell(stage: str, signum: signal.Signals, work: Path) -> Cell:
     status = _status(db, run_id)
     if status is None or status[1] != "stopped":
         cell.checks.append(f"run row {status}, not stopped")
+    if stage == "pipeline":  # Prefect's record of it: stopped (Cancelled), not Crashed
+        states = flow_run_states(work / "prefect" / "prefect.db")
+        if states.get("pipeline") != "CANCELLED":
+            cell.checks.append(f"the pipeline's flow run is {states.get('pipeline')}, not CANCELLED")
     if stage in ("sft", "pipeline"):  # the stop checkpoint holds exactly the updates it names
         saved = _rows(db, "SELECT step, state_path FROM sft_steps WHERE state_path IS NOT NULL") or []
         if len(saved) != 1:
@@ -557,6 +565,77 @@ def disk_full_cell(what: str, fixtures: Fixtures, work: Path) -> Cell:
     return cell
 
 
+def flow_run_states(prefect_db: Path) -> dict[str, str]:
+    """Flow name -> state type of its newest run, read from the temporary API's SQLite database after the command."""
+    import sqlite3
+
+    if not prefect_db.exists():
+        return {}
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{prefect_db}?mode=ro", uri=True)) as db:
+            rows = db.execute("SELECT flow.name, flow_run.state_type FROM flow_run JOIN flow ON flow.id = flow_run.flow_id "
+                              "ORDER BY flow_run.created").fetchall()
+    except sqlite3.Error:
+        return {}
+    return {name: state for name, state in rows}
+
+
+def _pipeline_args(work: Path, *extra: str) -> list[str]:
+    return _cli("pipeline", "--run-id", "p", "--db-path", str(work / "kb.duckdb"), "--log-dir", str(work / "logs"),
+                "--no-index", "--train-steps", "1", *extra)
+
+
+def prefect_db_cell(when: str, work: Path) -> Cell:
+    """Prefect's own database (its temporary API's, in PREFECT_HOME) meets a file-size limit: at the start (`ulimit -f`
+    on the whole command, room for our DuckDB file but not for Prefect's migrations), or mid-run (the limit set on the
+    running server during SFT). One sentence naming it, code 7; the SFT steps stored stay stored."""
+    cell = Cell(f"file-size limit x prefect.db, {when} (pipeline)", ExitCode.DISK_FULL)
+    work.mkdir(parents=True)
+    db, prefect_db = work / "kb.duckdb", work / "prefect" / "prefect.db"
+    env = {**ENV, "PREFECT_HOME": str(work / "prefect")}
+    if when == "at the start":
+        Store(db).init()
+        limit = db.stat().st_size + 256 * 1024
+        run_command(cell, _pipeline_args(work), cwd=work, env=env, preexec_fn=_file_size_limit(limit))
+        cell.rows_lost = 0  # nothing was stored yet
+    else:
+        proc = _start(_pipeline_args(work, "sft.steps=40", "sft.checkpoint_every=1000"), work, env, merge=True)
+        watch, out = Watch(proc), Lines(proc.stdout)
+        seen, stored = 0, set()
+        try:
+            deadline = time.monotonic() + 1200
+            while proc.poll() is None and time.monotonic() < deadline and len(_steps(db, "sft_steps")) < 2:
+                time.sleep(0.5)
+            server = next((k[0] for k in watch.seen | _below(proc.pid, _table()) if "uvicorn" in _cmdline(k[0])), None)
+            if server is None or proc.poll() is not None:
+                cell.checks.append(f"no temporary API server, or ended (rc {proc.poll()}) before the limit")
+            else:
+                seen = len(out.lines)
+                resource.prlimit(server, resource.RLIMIT_FSIZE, (65536, 65536))
+                stored = _steps(db, "sft_steps")
+            proc.wait(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            cell.checks.append(f"still running {HANG_S:.0f} s after the limit")
+        finally:
+            _kill(proc)
+        cell.exit = proc.returncode
+        # The run goes on until its next report to the API: its progress lines (Prefect's INFO logs) are not messages.
+        after = [line for line in out.done()[seen:] if line.strip() and not PROGRESS.match(line)]
+        cell.lines, cell.message, cell.tail = len(after), (after[-1].strip() if after else ""), "".join(after)[-4000:]
+        cell.processes_left = watch.left()
+        cell.rows_lost = len(stored - _steps(db, "sft_steps"))
+    if str(prefect_db) not in cell.message or "full" not in cell.message:
+        cell.checks.append("the message does not name Prefect's database")
+    return cell
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def free_space_cell(fixtures: Fixtures, work: Path) -> Cell:
     cell = Cell("free space < KBRL_MIN_FREE_MB x runs/ (train)", ExitCode.DISK_FULL)
     folder = fixtures.copy("trained_run", Fixtures.trained_run, work)
@@ -590,6 +669,8 @@ def matrix() -> list[tuple[str, Callable[[Fixtures, Path], Cell]]]:
                       lambda f, w, h=holding: unwritable_cell(h, f, w)))
     for what in ("train", "store writes"):
         cells.append((f"file-size limit x kb.duckdb ({what})", lambda f, w, x=what: disk_full_cell(x, f, w)))
+    for when in ("at the start", "mid-run"):
+        cells.append((f"file-size limit x prefect.db, {when} (pipeline)", lambda f, w, x=when: prefect_db_cell(x, w)))
     cells.append(("free space < KBRL_MIN_FREE_MB x runs/ (train)", free_space_cell))
     return cells
 

@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import ctypes
 import functools
+import logging
 import os
 import re
 import resource
@@ -171,8 +172,13 @@ def log_path(prefect_home: str | os.PathLike[str]) -> Path:
 def temporary_api() -> Iterator[Any]:
     """The API the flow reports to: nothing to do when PREFECT_API_URL names one (yields None); otherwise Prefect's
     temporary server, started as the module says, stopped when the block ends (after the logs and events still
-    queued for it are sent). Yields the server (its `server_process`, its `api_url`)."""
+    queued for it are sent). Yields the server (its `server_process`, its `api_url`).
+
+    A failure of that server whose cause is its database (full, or not writable) leaves the block as one sentence
+    (DiskFullError, code 7; UnwritableError, code 6), and Prefect's own reports of the failure are kept off the
+    console: its logs once an API call failed, and its log shipping's complaints (logging.raiseExceptions)."""
     import prefect.settings
+    from prefect.exceptions import CancelledRun
     from prefect.server.api.server import SubprocessASGIServer
 
     if prefect.settings.PREFECT_API_URL.value() or not prefect.settings.PREFECT_SERVER_EPHEMERAL_ENABLED.value():
@@ -188,6 +194,8 @@ def temporary_api() -> Iterator[Any]:
     _log_since = (server.log_path, _size(server.log_path))  # what this run's server writes comes after it
     before = SubprocessASGIServer._instances.get(None)
     SubprocessASGIServer._instances[None] = server  # what Prefect's clients find when they want the temporary API
+    raise_exceptions, logging.raiseExceptions = logging.raiseExceptions, False
+    quiet_prefect_after_api_failure()
     try:
         server.start()
         with prefect.settings.temporary_settings(updates={prefect.settings.PREFECT_API_URL: server.api_url}):
@@ -195,12 +203,76 @@ def temporary_api() -> Iterator[Any]:
                 yield server
             finally:
                 _drain_workers()
+    except Exception as exc:
+        if isinstance(exc, (CancelledRun, UserError)) and not isinstance(exc, ApiServerError):
+            raise
+        failure = api_failure(exc, server.server_process)  # while the server runs: its limits can be read
+        if failure is None:
+            raise
+        raise failure from None
     finally:
         server.stop()
+        logging.raiseExceptions = raise_exceptions
         if before is not None:
             SubprocessASGIServer._instances[None] = before
         else:
             SubprocessASGIServer._instances.pop(None, None)
+
+
+class QuietAfterApiFailure(logging.Filter):
+    """Drops a log record that carries a failed call to Prefect's API (an HTTP 5xx, a refused connection), and every
+    record after it: the flow run is going down, and the command says why in one sentence."""
+
+    failed = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if QuietAfterApiFailure.failed:
+            return False
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and _api_call_failed(exc):
+            QuietAfterApiFailure.failed = True
+            return False
+        return True
+
+
+def quiet_prefect_after_api_failure() -> None:
+    """Put QuietAfterApiFailure on every handler configured so far (Prefect's console handlers included)."""
+    quiet = QuietAfterApiFailure()
+    handlers = set(logging.getLogger().handlers)
+    for logger in list(logging.root.manager.loggerDict.values()):
+        handlers.update(getattr(logger, "handlers", []))
+    for handler in handlers:
+        if not any(isinstance(f, QuietAfterApiFailure) for f in handler.filters):
+            handler.addFilter(quiet)
+
+
+def _api_call_failed(exc: BaseException) -> bool:
+    import httpx
+
+    for link in _chain(exc):
+        response = getattr(link, "response", None)
+        if isinstance(link, httpx.HTTPStatusError) and response is not None and response.status_code >= 500:
+            return True
+        if isinstance(link, (httpx.ConnectError, httpx.RemoteProtocolError)):
+            return True
+    return False
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    links: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in links):
+        links.append(current)
+        current = current.__cause__ or current.__context__
+    return links
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _port_taken(port: int | None) -> bool:
@@ -212,14 +284,6 @@ def _port_taken(port: int | None) -> bool:
         except OSError:
             return True
     return False
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _drain_workers() -> None:
@@ -235,6 +299,7 @@ def _drain_workers() -> None:
 # -- what went wrong with the server ------------------------------------------------------------------------------
 
 _FULL = re.compile(r"database or disk is full|no space left on device|file too large|disk quota exceeded", re.I)
+_IO_ERROR = re.compile(r"disk I/O error", re.I)
 _READ_ONLY = re.compile(r"attempt to write a readonly database|readonly database|permission denied", re.I)
 
 
@@ -248,15 +313,21 @@ def database_path() -> Path | None:
     return Path(match.group(1)) if match else None
 
 
-def api_failure(exc: BaseException) -> UserError | None:
-    """One sentence for an orchestrator failure whose cause is Prefect's database filling the disk or a file-size
-    limit, or a database it may not write (None: something else). The evidence: the server's log, the exception's
-    text, the database file at the file-size limit, or its disk below the free-space floor."""
+def api_failure(exc: BaseException, process: subprocess.Popen[Any] | None = None) -> UserError | None:
+    """One sentence for a failed call to the temporary API (or a server that would not start) whose cause is its
+    database: the disk or a file-size limit full, or a file it may not write (None: something else, or not a failure
+    of the API). The evidence: SQLite's words in the server's log, or the database's files at the file-size limit
+    (this process's or the server's, `process`) or on a disk below the free-space floor (KBRL_MIN_FREE_MB)."""
     from prefect.settings import get_current_settings
 
+    if not (isinstance(exc, ApiServerError) or _api_call_failed(exc)):
+        return None
     text = _chain_text(exc) + _server_log()
     db = database_path() or Path(get_current_settings().home) / "prefect.db"
-    if _FULL.search(text) or _at_size_limit(db) or _short_of_space(db):
+    # SQLite says "disk I/O error" where a write failed for the file-size limit (EFBIG), and the file it grew is
+    # often gone by now (its write-ahead log, removed when the server closed it).
+    limited = _size_limit(process) is not None or _short_of_space(db)
+    if _FULL.search(text) or (_IO_ERROR.search(text) and limited) or _at_size_limit(db, process) or _short_of_space(db):
         return DiskFullError(
             f"Prefect's database {db} could not be written: the disk or a file-size limit is full, so free some space "
             "(or raise the limit) and run the same command again to go on.")
@@ -301,13 +372,25 @@ def _chain_text(exc: BaseException) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _at_size_limit(db: Path) -> bool:
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if soft == resource.RLIM_INFINITY:
+def _size_limit(process: subprocess.Popen[Any] | None) -> int | None:
+    """The smallest file-size limit (RLIMIT_FSIZE, `ulimit -f`) of this process and of the server (`process`, one set
+    on the server alone included); None: none."""
+    limits = [resource.getrlimit(resource.RLIMIT_FSIZE)[0]]
+    if process is not None:
+        with contextlib.suppress(OSError, ValueError):
+            limits.append(resource.prlimit(process.pid, resource.RLIMIT_FSIZE)[0])
+    finite = [limit for limit in limits if limit != resource.RLIM_INFINITY]
+    return min(finite) if finite else None
+
+
+def _at_size_limit(db: Path, process: subprocess.Popen[Any] | None) -> bool:
+    """Whether a file of the database reaches the file-size limit."""
+    limit = _size_limit(process)
+    if limit is None:
         return False
     for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-journal")):
         with contextlib.suppress(OSError):
-            if path.stat().st_size + 65536 >= soft:
+            if path.stat().st_size + 65536 >= limit:
                 return True
     return False
 

@@ -15,9 +15,11 @@ from kernelbench_rl.policy.openai_backend import is_openai_policy
 from kernelbench_rl.store import Store
 from kernelbench_rl.training.checkpoint_eval import BASE, nightly_targets, resolve_checkpoint
 from tasks.evaluation import evaluate, publish_note, publish_report
+from tasks._stops import cancelled_on_stop
 
 
 @flow(name="evaluate-checkpoint", log_prints=True)
+@cancelled_on_stop
 def evaluate_checkpoint(
     run_id: str = "default",
     checkpoint: str = "latest",
@@ -61,6 +63,7 @@ def evaluate_checkpoint(
 
 
 @flow(name="evaluate-on-cluster", log_prints=True)
+@cancelled_on_stop
 def evaluate_on_cluster(cfg: Any, labels: list[str], samples_per_problem: int, split: str,
                         max_problems: int | None, base_url: str | None = None) -> list[Any]:
     """The checkpoints' evaluations as concurrent tasks on the flow's (Dask) task runner."""
@@ -69,6 +72,7 @@ def evaluate_on_cluster(cfg: Any, labels: list[str], samples_per_problem: int, s
 
 
 @flow(name="nightly-eval", log_prints=True)
+@cancelled_on_stop
 def nightly_eval(
     run_ids: list[str] = [],  # noqa: B006
     overrides: list[str] = [],  # noqa: B006

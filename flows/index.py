@@ -6,9 +6,11 @@ from prefect import flow
 
 from kernelbench_rl.commands.signals import note_stops
 from tasks.corpus import build_index as build_index_task
+from tasks._stops import cancelled_on_stop
 
 
 @flow(name="build-index", log_prints=True)
+@cancelled_on_stop
 def build_index(
     db_path: str = "runs/kernelbench_rl.duckdb",
     model: str | None = None,

@@ -7,9 +7,11 @@ from prefect import flow
 from kernelbench_rl.commands.signals import note_stops
 from tasks.corpus import ingest_source
 from tasks.problems import sync_problems
+from tasks._stops import cancelled_on_stop
 
 
 @flow(name="ingest-corpus", log_prints=True)
+@cancelled_on_stop
 def ingest_corpus(
     db_path: str = "runs/kernelbench_rl.duckdb",
     sources: list[str] = ["solutions"],  # noqa: B006 - Prefect parameters are copied per run

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from prefect import flow
 
+from deployments.temporary_api import temporary_api
 from flows.common import build_config
 from flows.curriculum import curriculum
 from kernelbench_rl.commands.pipeline import (
@@ -23,17 +24,18 @@ from flows.evaluate import evaluate_checkpoint
 from flows.index import build_index
 from kernelbench_rl.commands.hints import command
 from kernelbench_rl.commands.signals import (
-    install_stop_handlers, note_stops, quiet_logs_after_stop, stop_requested, stopped_line,
+    install_stop_handlers, note_stops, quiet_logs_after_stop, stopped_line,
 )
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.training.checkpoints import check_run_files
 from kernelbench_rl import ownership
 from flows.ingest import ingest_corpus
+from tasks._stops import cancelled_on_stop, is_stop
 from tasks.training import publish_training_curves, sft_warm_start
 
 
-
 @flow(name="pipeline", log_prints=True)
+@cancelled_on_stop  # a stop leaves the flow run Cancelled (its state saved), not Crashed
 def pipeline(
     run_id: str = "smoke",
     config: str = "default",
@@ -132,7 +134,7 @@ EXAMPLE_SQL = (
 
 def main() -> None:
     # SIGINT and SIGTERM alike stop the pipeline: the stage under way saves its state, the run is marked stopped,
-    # one line is said and the exit code is 130; Prefect's logs of the stop (crash reports, tracebacks) are quieted.
+    # the flow run Cancelled, one line is said and the exit code is 130; Prefect's logs of the stop are quieted.
     install_stop_handlers()
     quiet_logs_after_stop()
     parser = pipeline_arg_parser(description=__doc__)
@@ -140,11 +142,24 @@ def main() -> None:
     try:
         _main(args)
     except BaseException as exc:  # noqa: BLE001 - a stop, whichever handler turned the signal into an exception
-        if isinstance(exc, Exception) or (stop_requested() is None and not isinstance(exc, KeyboardInterrupt)):
+        if not is_stop(exc):
             raise
         quiet_logs_after_stop()  # handlers Prefect set up after the start
         print(stopped_line(args.run_id, args.db_path), file=sys.stderr, flush=True)
         raise SystemExit(130) from None
+
+
+def _run_flow(args, overrides: list[str]) -> dict:
+    # Prefect's temporary API (when no server is configured) in a session of its own: a terminal's Ctrl-C reaches
+    # only this process, which reports the flow run's end and then stops the server. Its database full or not
+    # writable: one sentence (codes 7, 6), not the HTTP 500s of its API.
+    with temporary_api():
+        return pipeline(
+            run_id=args.run_id, config=args.config, overrides=overrides, db_path=args.db_path, log_dir=args.log_dir,
+            train_steps=args.train_steps, levels=parse_levels(args.levels), num_problems=args.num_problems,
+            eval_samples=args.eval_samples, eval_max_problems=args.eval_max_problems,
+            build_rag_index=not args.no_index, cluster=args.cluster, rebuild_index=args.rebuild_index,
+        )
 
 
 def _main(args) -> None:
@@ -157,12 +172,7 @@ def _main(args) -> None:
         ownership.acquire(args.db_path, args.run_id)  # held until exit; the flow takes it again (re-entrant)
         # Damaged, unwritable or full: said here in one sentence, before the orchestrator starts.
         check_run_files(args.db_path, Path(args.log_dir), args.run_id)
-        result = pipeline(
-            run_id=args.run_id, config=args.config, overrides=overrides, db_path=args.db_path, log_dir=args.log_dir,
-            train_steps=args.train_steps, levels=parse_levels(args.levels),
-            num_problems=args.num_problems, eval_samples=args.eval_samples, eval_max_problems=args.eval_max_problems,
-            build_rag_index=not args.no_index, cluster=args.cluster, rebuild_index=args.rebuild_index,
-        )
+        result = _run_flow(args, overrides)
     except UserError as exc:  # before Prefect, or a stage's (its logs of it are quieted: one sentence, no traceback)
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None

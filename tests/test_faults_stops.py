@@ -164,15 +164,36 @@ def test_train_against_a_busy_run_names_its_owner_and_nothing_else(tmp_path: Pat
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and f"process {holder.pid}" in done.stderr
 
 
-def test_sigterm_to_the_pipeline_during_sft_saves_it_and_leaves_no_process(tmp_path: Path) -> None:
-    """A supervisor's stop of `pipeline` (exit 143 before, the run marked failed, no SFT checkpoint, Prefect's server
-    left running): 130, the run stopped with its SFT state saved, one line after the signal, no process left."""
-    db = tmp_path / "kb.duckdb"
-    proc = subprocess.Popen(
-        _cli("pipeline", "--run-id", "p", "--db-path", str(db), "--log-dir", str(tmp_path / "logs"), "--no-index",
-             "--train-steps", "1", "sft.checkpoint_every=1000"),
+def _as_a_foreground_job() -> None:
+    """SIGINT as a terminal's foreground job has it (a test run in the background would pass an ignored one on)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _pipeline(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    """`pipeline` as a terminal starts it: the leader of its own process group, SIGINT at its default."""
+    return subprocess.Popen(
+        _cli("pipeline", "--run-id", "p", "--db-path", str(tmp_path / "kb.duckdb"), "--log-dir", str(tmp_path / "logs"),
+             "--no-index", "--train-steps", "1", "sft.checkpoint_every=1000", *extra),
         cwd=tmp_path, env={**ENV, "PREFECT_HOME": str(tmp_path / "prefect")},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=_as_a_foreground_job)
+
+
+@pytest.mark.parametrize("delivery", ["SIGTERM to the process", "SIGINT to the process group"])
+def test_a_stopped_pipeline_saves_its_sft_state_and_leaves_no_process(tmp_path: Path, delivery: str) -> None:
+    """A supervisor's stop of `pipeline` (exit 143 before, the run marked failed, no SFT checkpoint, Prefect's server
+    left running), and a terminal's Ctrl-C, which reaches the whole foreground process group (before: Prefect's
+    temporary API server in that group stopped too, and the flow's report of its end failed, a traceback and exit 1):
+    130, the run stopped with its SFT state saved, one line after the signal, no process left."""
+    db = tmp_path / "kb.duckdb"
+    proc = _pipeline(tmp_path)
     out = Lines(proc.stdout)
     try:
         deadline = time.monotonic() + 1200
@@ -185,16 +206,46 @@ def test_sigterm_to_the_pipeline_during_sft_saves_it_and_leaves_no_process(tmp_p
                 pass
             time.sleep(0.5)
         seen = len(out.lines)
-        children = _stop(proc, signal.SIGTERM)
+        children = descendants(proc.pid)
+        assert any("uvicorn" in _cmdline(pid) for pid in children)  # Prefect's temporary API server
+        if delivery.startswith("SIGINT"):
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        else:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=600)  # a bound for a hang, not a timing
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     after = out.text(seen)
+    name = delivery.split()[0]
     assert proc.returncode == ExitCode.STOPPED, out.text()[-3000:]
-    assert after.strip().splitlines() == [after.strip()] and "stopped by SIGTERM" in after, after
+    assert after.strip().splitlines() == [after.strip()] and f"stopped by {name}" in after, after
     assert not still_alive_after(children, 30)  # Prefect's server (uvicorn) included
     store = Store(db)
     assert store.fetchall("SELECT kind, status FROM runs WHERE run_id = 'p'") == [("sft", "stopped")]
     (step, path), = store.fetchall("SELECT step, state_path FROM sft_steps WHERE state_path IS NOT NULL")
     meta = json.loads((tmp_path / "logs" / "p" / path / "kbrl_checkpoint.json").read_text())
     assert meta["step"] == step + 1
+
+
+def test_a_killed_pipeline_takes_its_prefect_server_with_it(tmp_path: Path) -> None:
+    """SIGKILL to `pipeline` alone (no clean-up runs): Prefect's temporary API server it started goes too, instead of
+    serving on as an orphan."""
+    proc = _pipeline(tmp_path)
+    out = Lines(proc.stdout)
+    try:
+        deadline, server = time.monotonic() + 600, None
+        while server is None:
+            assert proc.poll() is None and time.monotonic() < deadline, out.text()[-3000:]
+            server = next((pid for pid in descendants(proc.pid) if "uvicorn" in _cmdline(pid)), None)
+            time.sleep(0.2)
+        proc.kill()
+        proc.wait(timeout=60)
+        assert not still_alive_after({server}, 30), _cmdline(server)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if server is not None and _cmdline(server):
+            os.kill(server, signal.SIGKILL)
