@@ -20,12 +20,15 @@ run: $(STAMP)
 	$(VENV)/bin/kernelbench-rl pipeline
 
 # Both cores: pytest-xdist gives each worker whole test files (module fixtures such as an evaluator pool start once
-# per file), then the tests marked `alone` run with nothing beside them. Both parts always run; either failing fails.
+# per file), the longest files first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order), then
+# the tests marked `alone` run with nothing beside them, collected only from the files that mark any. Both parts
+# always run; either failing fails.
 TEST_WORKERS ?= 2
+ALONE_FILES = $(shell grep -rl --include='test_*.py' 'mark\.alone' tests)
 test: $(STAMP)
 	@status=0; \
-	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not alone" || status=$$?; \
-	$(PY) -m pytest -q -ra -p no:xdist -m alone || status=$$?; \
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" || status=$$?; \
+	$(PY) -m pytest -q -ra -p no:xdist -m alone $(or $(ALONE_FILES),tests) || status=$$?; \
 	exit $$status
 
 # Mutation testing of the verdict, reward, GRPO and resume code (bench/mutation.py; tens of minutes on 2 cores).

@@ -12,6 +12,26 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 _GPU_DESELECTED: list[str] = []
 
+# The test files that take longest, longest first (seconds of each file run alone with --durations on a 2-core
+# machine, docs/testing.md). `make test` hands whole files to its two workers in collection order
+# (--dist loadfile --no-loadscope-reorder): the long files start first and the many short ones fill in at the end,
+# instead of a long file starting last with the other worker idle. Only the order: a file missing here runs after
+# these, and a stale entry costs balance, never a test.
+LONGEST_FILES = (
+    "test_faults_stops.py",
+    "test_faults_damage.py",
+    "test_dask_evaluator.py",
+    "test_faults_prefect.py",
+    "test_deployment.py",
+    "test_evaluator_pool.py",
+    "test_faults_env.py",
+    "test_flow_resume.py",
+    "test_export.py",
+    "test_evaluator.py",
+    "test_async_training.py",
+    "test_fault_matrix.py",
+)
+
 
 def _cuda_available() -> bool:
     import torch
@@ -19,9 +39,18 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _longest_first(items) -> None:
+    """Files in LONGEST_FILES first, in its order; the rest after them as collected."""
+    rank = {name: position for position, name in enumerate(LONGEST_FILES)}
+    order = {id(item): (rank.get(item.path.name, len(rank)), index) for index, item in enumerate(items)}
+    items.sort(key=lambda item: order[id(item)])
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope, so the files' order stands
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` need a CUDA device: where there is none they are not run at all (deselected, named in
     the summary), instead of each showing as a skip that hides the skips which mean something."""
+    _longest_first(items)
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu or _cuda_available():
         return

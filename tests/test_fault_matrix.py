@@ -48,7 +48,9 @@ def test_a_process_outliving_its_command_is_counted(tmp_path: Path, monkeypatch)
     """A command that leaves a process in a session of its own (as a daemon does) and exits: processes left 1."""
     monkeypatch.setattr(matrix, "GRACE_S", 1.0)
     code = ("import subprocess, sys, time\n"
-            "p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+            # stdio to /dev/null, as a daemon's: holding the command's pipes would only hold the readers 30 s each
+            "p = subprocess.Popen(['sleep', '300'], start_new_session=True, stdin=subprocess.DEVNULL,\n"
+            "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
             "print(p.pid, flush=True)\ntime.sleep(2)\nprint('one line', file=sys.stderr)\nsys.exit(7)\n")
     cell = matrix.Cell("daemon", ExitCode.DISK_FULL)
     out, err = matrix.run_command(cell, [sys.executable, "-c", code])

@@ -116,10 +116,19 @@ def _train(tmp: Path, steps: int, *extra: str) -> subprocess.CompletedProcess:
                 "run_id=r", *TINY, f"training.steps={steps}", *extra)
 
 
-@pytest.mark.parametrize("file", ["adapter_model.safetensors", "optimizer.pt", "kbrl_checkpoint.json"])
-def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(tmp_path: Path, file: str) -> None:
-    first = _train(tmp_path, 2)
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory) -> Path:
+    """A run of two steps with a checkpoint each, trained once for the file; each test damages its own copy."""
+    folder = tmp_path_factory.mktemp("two-steps")
+    first = _train(folder, 2)
     assert first.returncode == 0, first.stderr[-3000:]
+    return folder / "runs"
+
+
+@pytest.mark.parametrize("file", ["adapter_model.safetensors", "optimizer.pt", "kbrl_checkpoint.json"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(tmp_path: Path, file: str,
+                                                                          two_steps: Path) -> None:
+    shutil.copytree(two_steps, tmp_path / "runs")
     store = Store(tmp_path / "runs" / "kb.duckdb")
     paths = dict(store.fetchall("SELECT step, state_path FROM checkpoints"))
     assert sorted(paths) == [0, 1] and not any(Path(p).is_absolute() for p in paths.values())

@@ -21,13 +21,30 @@ except ImportError:  # pragma: no cover - run from tests/
     from test_openenv_server import RELU, Server
 
 
+def _start(handle: Server, tmp: Path) -> None:
+    with pytest.MonkeyPatch.context() as patch:  # the server's temporary folders (its evaluator home) go here
+        patch.setenv("TMPDIR", str(tmp))
+        handle.start()
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def _server(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults-env")
     handle = Server(root / "env.duckdb", root / "server.log")
-    handle.start()
+    handle.tmp = root / "tmp"
+    handle.tmp.mkdir()
+    _start(handle, handle.tmp)
     yield handle
     handle.stop()
+
+
+@pytest.fixture
+def served(_server):
+    """One server for the file (each start is a CLI process and an evaluator pool); the SIGTERM test, last, ends it,
+    and a test after it would get a new one."""
+    if _server.proc is None or _server.proc.poll() is not None:
+        _start(_server, _server.tmp)
+    return _server
 
 
 def test_a_lone_surrogate_in_the_code_is_a_4xx_and_keeps_the_turn(served):
@@ -89,17 +106,15 @@ def test_a_binary_websocket_frame_gets_a_clear_error_and_the_session_goes_on(ser
         assert answer["type"] == "observation", answer
 
 
-def test_a_sigtermed_server_removes_its_evaluator_home(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    handle = Server(tmp_path / "env.duckdb", tmp_path / "server.log")
-    handle.start()
+def test_a_sigtermed_server_removes_its_evaluator_home(served):
+    handle, tmp = served, served.tmp
     try:
         episode = httpx.post(f"{handle.url}/reset", json={"problem_id": "L1/19"}, timeout=60).json()
         httpx.post(f"{handle.url}/step", json={"action": {"code": RELU},
                                                "episode_id": episode["observation"]["episode_id"]}, timeout=300)
-        assert list(tmp_path.glob("kbrl-eval-home-*")), "the evaluator made no home to remove"
+        assert list(tmp.glob("kbrl-eval-home-*")), "the evaluator made no home to remove"
         handle.proc.send_signal(signal.SIGTERM)
         handle.proc.wait(timeout=300)
     finally:
         handle.stop()
-    assert not list(tmp_path.glob("kbrl-eval-home-*"))
+    assert not list(tmp.glob("kbrl-eval-home-*"))
