@@ -6,6 +6,14 @@ at a time in the functions below (an operator, a constant, a condition, an argum
 focused tests that reach that function; a change no test notices "survives". The run is bounded to these
 functions and their focused test files, so it fits a shared 2-core machine (`make mutation`, tens of minutes).
 
+Each module runs as its own `mutmut run` (mutmut runs the mutants with the cheapest tests first, so in one run for
+all, the verdict's comparison, reached by the most tests, came last), each with an optional time budget
+(--module-budget-s: past it the module's run is interrupted and its unreached mutants are counted as not checked).
+mutmut forks every mutant's test run from a process that has already run torch: with torch's OpenMP thread pool
+started, a forked child's first parallel op waits forever, and every mutant that no early test killed was reported as a
+time-out after mutmut's wall limit. The runs get one OpenMP thread (OMP_NUM_THREADS=1), so no pool exists to inherit.
+Starts afresh (mutants/ removed) unless --resume.
+
 Prints a table (score per module: killed / (killed + survived + timeouts)), each survivor with its diff, and
 writes JSON with --out. Exit 0 whatever the score: survivors are read and answered (a test, or a reason), not
 gated on.
@@ -16,9 +24,11 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -56,9 +66,36 @@ def module_of(name: str) -> str | None:
                 None)
 
 
+# One thread for torch's OpenMP and MKL pools in mutmut and its forked test runs (see the module's docstring).
+MUTMUT_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _mutmut_exe() -> str:
+    return shutil.which("mutmut", path=str(Path(sys.executable).parent)) or "mutmut"
+
+
 def mutmut(*args: str, timeout_s: float | None = None) -> subprocess.CompletedProcess:
-    exe = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or "mutmut"
-    return subprocess.run([exe, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run([_mutmut_exe(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
+                          env=MUTMUT_ENV)
+
+
+def run_module(patterns: list[str], max_children: int | None, budget_s: float | None) -> tuple[int, bool, str]:
+    """`mutmut run` over one module's functions: (exit code, stopped at the budget, output's tail). Past the budget
+    mutmut gets SIGINT, which keeps the verdicts it has (they are read back from mutants/)."""
+    extra = ["--max-children", str(max_children)] if max_children else []
+    proc = subprocess.Popen([_mutmut_exe(), "run", *extra, *patterns], cwd=REPO, env=MUTMUT_ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = proc.communicate(timeout=budget_s)
+        return proc.returncode, False, out[-3000:]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        return 0, True, out[-3000:]
 
 
 def results() -> dict[str, str]:
@@ -77,6 +114,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--only", help="one module label's start (verdict, reward, GRPO, resume)")
     parser.add_argument("--no-run", action="store_true", help="report the last run's results without running")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep mutants/ (mutmut's copy, its test map and timings) instead of starting afresh")
+    parser.add_argument("--module-budget-s", type=float, default=None,
+                        help="stop each module's run after this many seconds (default: no bound)")
+    parser.add_argument("--max-children", type=int, default=None,
+                        help="mutants tested at once (default: mutmut's, the CPU count)")
     args = parser.parse_args()
     if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
         print("mutmut is not installed in this environment: pip install -e '.[mutation]'", file=sys.stderr)
@@ -86,13 +129,22 @@ def main() -> int:
         print(f"--only {args.only!r} names none of: {', '.join(TARGETS)}", file=sys.stderr)
         return 2
     started = time.monotonic()
+    wall_by_label: dict[str, float] = {}
+    stopped: list[str] = []
     if not args.no_run:
-        patterns = [p for label in labels for p in TARGETS[label]]
-        proc = mutmut("run", *patterns)
-        if proc.returncode != 0:
-            print(proc.stdout[-3000:] + proc.stderr[-3000:], file=sys.stderr)
-            print("mutmut run failed (its output above)", file=sys.stderr)
-            return 1
+        if not args.resume:
+            shutil.rmtree(REPO / "mutants", ignore_errors=True)
+        for label in labels:
+            t0 = time.monotonic()
+            code, at_budget, tail = run_module(TARGETS[label], args.max_children, args.module_budget_s)
+            wall_by_label[label] = round(time.monotonic() - t0)
+            if code != 0:
+                print(tail, file=sys.stderr)
+                print(f"mutmut run failed for {label} (its output above)", file=sys.stderr)
+                return 1
+            if at_budget:
+                stopped.append(label)
+                print(f"{label}: stopped at its budget of {args.module_budget_s:g} s", file=sys.stderr)
     wall_s = time.monotonic() - started
     statuses = {name: status for name, status in results().items() if module_of(name) in labels}
     table = []
@@ -101,7 +153,8 @@ def main() -> int:
         counts = {status: sum(s == status for s in mine.values()) for status in sorted(set(mine.values()))}
         judged = sum(counts.get(s, 0) for s in COUNTED)
         killed = counts.get("killed", 0) + counts.get("timeout", 0)
-        table.append({"module": label, "mutants": len(mine), **counts,
+        table.append({"module": label, "mutants": len(mine), **counts, "wall_s": wall_by_label.get(label),
+                      "stopped_at_budget": label in stopped,
                       "score": round(killed / judged, 3) if judged else None,
                       "survivors": sorted(n for n, s in mine.items() if s == "survived"),
                       "no_tests": sorted(n for n, s in mine.items() if s == "no tests")})
