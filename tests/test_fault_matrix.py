@@ -84,7 +84,7 @@ def test_only_picks_cells_by_part_of_their_names() -> None:
     assert names == ["SIGTERM x sft", "SIGTERM x train", "SIGTERM x pipeline", "garbled x index.faiss (retrieve)",
                      "garbled x index.faiss (index build)"]
     everything = [name for name, _ in matrix.select([])]
-    assert len(everything) == len(set(everything)) == 23
+    assert len(everything) == len(set(everything)) == 25
     listed = subprocess.run([sys.executable, str(SCRIPT), "--list", "--only", "kb.duckdb"], capture_output=True,
                             text=True, timeout=300)
     assert listed.returncode == 0 and listed.stdout.split("\n")[0] == "truncated x kb.duckdb (sql)"

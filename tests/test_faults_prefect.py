@@ -32,7 +32,7 @@ ENV.pop("PREFECT_API_URL", None)  # the pipeline starts Prefect's temporary API 
 PROGRESS = re.compile(r"^\d\d:\d\d:\d\d\.\d+ \| INFO +\| ")  # a flow's or task's log line (Prefect's console format)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prefect_api() -> Iterator[str]:
     with shared_prefect_api() as url:
         yield url
@@ -157,7 +157,7 @@ def _flow_run(api_url: str, flow_name: str, db: Path):
     return mine[0]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stopped_pipeline_leaves_its_flow_runs_cancelled_not_crashed(prefect_api: str, tmp_path: Path,
                                                                       signum: int) -> None:
     """Stopped mid-training (SIGINT to the process group as a terminal's Ctrl-C, or SIGTERM to the process), the
