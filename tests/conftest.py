@@ -19,17 +19,25 @@ _GPU_DESELECTED: list[str] = []
 # these, and a stale entry costs balance, never a test.
 LONGEST_FILES = (
     "test_faults_stops.py",
-    "test_faults_damage.py",
+    "test_openai_policy.py",
     "test_dask_evaluator.py",
-    "test_faults_prefect.py",
     "test_deployment.py",
     "test_evaluator_pool.py",
-    "test_faults_env.py",
+    "test_faults_prefect.py",
+    "test_faults_damage.py",
     "test_flow_resume.py",
     "test_export.py",
     "test_evaluator.py",
     "test_async_training.py",
-    "test_fault_matrix.py",
+    "test_openenv_server.py",
+    "test_flows.py",
+    "test_solutions.py",
+    "test_sft.py",
+    "test_small_sizes.py",
+    "test_rag_retrieval.py",
+    "test_run_ownership.py",
+    "test_training.py",
+    "test_curriculum.py",
 )
 
 
