@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernelbench_rl.commands.train import describe_plan
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,12 +23,12 @@ def test_the_default_config_on_a_cpu_says_what_a_step_costs(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    plan, note = describe_plan(load_config("default", []))
+    plan, note = describe_plan(build_run_parts(load_config("default", [])))
     assert plan.startswith("plan: 100 steps; each samples 8 problems x 8 answers = 64 answers of up to 3072 tokens "
                            "by the local backend on the CPU, judged by Triton's CPU interpreter")
     assert note.startswith("note: up to 196,608 tokens per step sampled on the CPU: expect minutes per step")
-    small = describe_plan(load_config("default", ["sampling.group_size=4", "training.batch_problems=2",
-                                                  "sampling.max_tokens=400"]))
+    small = describe_plan(build_run_parts(load_config("default", ["sampling.group_size=4", "training.batch_problems=2",
+                                                                   "sampling.max_tokens=400"])))
     assert len(small) == 1  # sized for a laptop: no warning
 
 

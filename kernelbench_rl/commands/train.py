@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
+
+if TYPE_CHECKING:
+    from kernelbench_rl.parts import RunParts
 
 
 # A local policy on the CPU with more than this per step runs for minutes per step (the default config is sized for
@@ -10,7 +15,7 @@ import typer
 CPU_ANSWER_TOKENS_PER_STEP = 16 * 1024
 
 
-def describe_plan(parts) -> list[str]:
+def describe_plan(parts: RunParts) -> list[str]:
     """What one step does, where, and (on a CPU with a config sized for a GPU) that it takes a while and why."""
     import os
 
