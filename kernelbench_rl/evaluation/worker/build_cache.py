@@ -39,9 +39,10 @@ class BuildCache:
             try:
                 shutil.copytree(cached, target, symlinks=True)
                 if self.drop_uid:
+                    uid = sandbox.unprivileged_uid()
                     for root, dirs, files in os.walk(target):
                         for name in [root] + [os.path.join(root, n) for n in dirs + files]:
-                            os.lchown(name, sandbox.unprivileged_uid(), sandbox.unprivileged_uid())
+                            os.lchown(name, uid, uid)
             except OSError:
                 shutil.rmtree(target, ignore_errors=True)
         return key

@@ -638,11 +638,11 @@ class Worker:
         drop = self.drop_uid
         if drop:
             for path in (workdir, candidate_path, problem_path):
-                os.chown(path, sandbox.unprivileged_uid(), sandbox.unprivileged_uid())
+                os.chown(path, self.children.children_uid, self.children.children_uid)
         job = {
             "cmd": "job", "workdir": workdir, "candidate_path": candidate_path, "problem_path": problem_path,
             "device": self.device, "precision": settings.precision, "env": env, "drop_uid": drop,
-            "uid": sandbox.unprivileged_uid(),
+            "uid": self.children.children_uid,
             "read_search": self.read_search,
             "landlock": self.config.landlock, "transport": self.transport, "block_unix_sockets": self.config.same_uid,
             "address_space_mb": settings.memory_limit_mb if self.device == "cpu" else None,
