@@ -108,6 +108,7 @@ class ModelNew(nn.Module):
 '''
 
 
+@pytest.mark.alone  # its flood fills the uid every CPU evaluator's children share: a neighbour's could not fork
 def test_a_candidate_meets_a_process_limit_and_leaves_no_process_behind(evaluator) -> None:
     """Root is exempt from RLIMIT_NPROC, so a root worker's children are never root: every child has a limit."""
     count = sandbox.CHILD_NPROC + 64
@@ -156,17 +157,23 @@ def test_the_process_count_of_a_uid_includes_threads_as_the_kernel_counts_them()
     must be the kernel's (threads included), or the limit lands below what already runs and nothing can start."""
     import threading
 
-    before = sandbox.processes_of_uid(os.getuid())
-    stop = threading.Event()
-    threads = [threading.Thread(target=stop.wait) for _ in range(20)]
-    for thread in threads:
-        thread.start()
-    try:
-        assert sandbox.processes_of_uid(os.getuid()) >= before + 20
-    finally:
-        stop.set()
+    def counted_with_twenty_more() -> int:
+        stop = threading.Event()
+        threads = [threading.Thread(target=stop.wait) for _ in range(20)]
+        before = sandbox.processes_of_uid(os.getuid())
         for thread in threads:
-            thread.join()
+            thread.start()
+        try:
+            return sandbox.processes_of_uid(os.getuid()) - before
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+
+    # Other processes of this uid come and go meanwhile (a neighbouring test's, on a loaded host): one of a few
+    # counts must show all twenty.
+    seen = [counted_with_twenty_more() for _ in range(5)]
+    assert max(seen) >= 20, seen
 
 
 def test_the_worker_clock_check_flags_reported_times_its_own_clock_cannot_explain() -> None:
@@ -287,3 +294,40 @@ def test_a_gpu_workers_children_judge_under_a_uid_no_account_names(monkeypatch) 
         [result] = ev.evaluate([EvalRequest("L1/19", RELU, SETTINGS)])
     assert result.correct, result.error_message
     assert "uid=nobody-1+" in result.versions["sandbox"] or "uid=nobody-1," in result.versions["sandbox"], result.versions["sandbox"]
+
+
+def test_a_candidates_processes_count_as_its_own_after_its_child_died() -> None:
+    """A child that dies before its sweep (its forkserver restarted, and it dies with its parent) leaves its children
+    orphaned, adopted by the worker: they keep the child's session, so the sweep still counts them as the
+    candidate's and the verdict still says it left processes behind (counted as mere orphans, it did not)."""
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent("""
+        import os, time
+        from kernelbench_rl.evaluation.sandbox import sandbox
+        from kernelbench_rl.evaluation.worker import leftovers
+        assert leftovers.adopt_orphans()
+        ready, told = os.pipe()
+        child = os.fork()
+        if child == 0:  # the candidate's child: a session of its own, the filter, three children, then it dies
+            os.setsid()
+            assert sandbox.block_sockets()
+            for _ in range(3):
+                if os.fork() == 0:
+                    time.sleep(60)
+                    os._exit(0)
+            os.write(told, b"x")
+            os._exit(0)
+        os.read(ready, 1)
+        os.waitpid(child, 0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(leftovers._below({os.getpid()}, leftovers._table())) < 3:
+            time.sleep(0.01)
+        swept = leftovers.sweep(child)
+        print(swept.descendants, swept.orphans, flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["3", "0"]

@@ -9,8 +9,14 @@ facts find them all, for root and unprivileged workers alike:
 - every process a candidate makes inherits the child's seccomp filter (sandbox.block_sockets), which cannot be
   removed: `Seccomp: 2` in /proc/<pid>/status. The worker's own processes (forkserver, helpers) carry none.
 
-`sweep` stops every descendant of a child and every marked orphan the worker adopted (stopped processes cannot
-fork, so the set stops growing), then kills them all. Linux only; elsewhere it finds nothing.
+A child is the leader of a session of its own (it calls setsid() first), and a process keeps its session when its
+parent dies: what a candidate made counts as its own (`Swept.descendants`, what its verdict is judged by) when it
+descends from the child or is a marked process of the child's session. The second covers a child that died before
+its sweep (with its forkserver, whose death it follows): its children, orphaned and adopted by the worker, are still
+its own. Only what left the session (setsid() again) counts as a mere orphan.
+
+`sweep` stops every such process and every marked orphan the worker adopted (stopped processes cannot fork, so the
+set stops growing), then kills them all. Linux only; elsewhere it finds nothing.
 """
 
 from __future__ import annotations
@@ -34,9 +40,9 @@ def adopt_orphans() -> bool:
         return False
 
 
-def _table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, state letter) of every process, from /proc."""
-    table: dict[int, tuple[int, str]] = {}
+def _table() -> dict[int, tuple[int, str, int]]:
+    """pid -> (parent pid, state letter, session id) of every process, from /proc."""
+    table: dict[int, tuple[int, str, int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -47,7 +53,7 @@ def _table() -> dict[int, tuple[int, str]]:
         try:
             with open(f"/proc/{entry}/stat") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
-            table[int(entry)] = (int(fields[1]), fields[0])
+            table[int(entry)] = (int(fields[1]), fields[0], int(fields[3]))
         except (OSError, ValueError, IndexError):
             continue
     return table
@@ -65,13 +71,20 @@ def sandboxed(pid: int) -> bool:
     return False
 
 
-def _below(roots: set[int], table: dict[int, tuple[int, str]]) -> set[int]:
+def _below(roots: set[int], table: dict[int, tuple[int, str, int]]) -> set[int]:
     found: set[int] = set()
     frontier = set(roots)
     while frontier:
-        frontier = {pid for pid, (parent, _) in table.items() if parent in frontier} - found
+        frontier = {pid for pid, (parent, *_) in table.items() if parent in frontier} - found
         found |= frontier
     return found
+
+
+def _own(root: int, table: dict[int, tuple[int, str, int]]) -> set[int]:
+    """What the child `root` made, alive or dead: its descendants, and the marked processes of its session (and
+    theirs) that lost their parent. `root` itself is not included."""
+    members = {pid for pid, (_, _, session) in table.items() if session == root and pid != root and sandboxed(pid)}
+    return _below({root} | members, table) | members
 
 
 @dataclass
@@ -96,10 +109,10 @@ def sweep(root: int | None) -> Swept:
     stopped: set[int] = set()
     for _ in range(_ROUNDS):
         table = _table()
-        family = _below({root}, table) if root else set()
-        adopted = {pid for pid, (parent, _) in table.items() if parent == me and pid not in family and sandboxed(pid)}
+        family = _own(root, table) if root else set()
+        adopted = {pid for pid, (parent, *_) in table.items() if parent == me and pid not in family and sandboxed(pid)}
         adopted |= _below(adopted, table) - family
-        live = {pid for pid in family | adopted if table.get(pid, (0, "Z"))[1] not in ("Z", "X")}
+        live = {pid for pid in family | adopted if table.get(pid, (0, "Z", 0))[1] not in ("Z", "X")}
         new = live - stopped
         if not new:
             break
@@ -111,7 +124,7 @@ def sweep(root: int | None) -> Swept:
     for pid in stopped:
         _signal(pid, signal.SIGKILL)
     # Dead ones this process adopted (a killed child's process group, say) are collected with them.
-    zombies = {pid for pid, (parent, state) in _table().items() if parent == me and state == "Z" and sandboxed(pid)}
+    zombies = {pid for pid, (parent, state, _) in _table().items() if parent == me and state == "Z" and sandboxed(pid)}
     swept.pids = stopped | zombies
     swept.survivors = _wait_dead(stopped)
     reap(swept.pids)
