@@ -83,7 +83,7 @@ def run_configuration(engine: str, workers: int, candidates: list[Candidate], ar
     from kernelbench_rl.evaluation.cluster.cluster import DaskEvaluator
     from kernelbench_rl.evaluation.result import EvalRequest
 
-    settings = _settings(args)
+    settings = harness.eval_settings(args)
     store = None
     try:  # baselines shared through DuckDB, as in training; the GPU image has no duckdb (each worker times its own)
         from kernelbench_rl.store import Store
@@ -423,11 +423,6 @@ def kill_mid_batch(evaluator: Any, candidates: list[Candidate], settings: Any, a
     return report
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    args.size = None  # real on cuda, small on cpu
-    return harness.eval_settings(args)
-
-
 def _gpu_count() -> int:
     try:
         import torch
@@ -439,10 +434,99 @@ def _gpu_count() -> int:
 
 def parse_gpus(text: str | None, workers: int) -> list[int]:
     """--gpus "1,2,4" (default: 1 and --workers), ascending, 1 always first (the ratios' base)."""
-    counts = {1, workers} if not text else {int(p) for p in text.split(",") if p.strip()}
-    if any(c < 1 for c in counts):
-        raise ValueError(f"--gpus takes counts of 1 or more separated by commas, not {text!r}")
-    return sorted(counts | {1})
+    parts = [p.strip() for p in (text or "").split(",") if p.strip()]
+    if not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise harness.BadInput(f"--gpus takes counts of 1 or more separated by commas, not {text!r}.")
+    return sorted({1, workers} if not parts else {int(p) for p in parts} | {1})
+
+
+def compare_with_one(summary: dict[str, Any], engine: str, runs: dict[str, Any]) -> None:
+    """Each configuration of `engine` against its 1-GPU run: the ratio, where the time goes, verdicts that differ."""
+    one = runs.get("1", {})
+    for key, run in runs.items():
+        if key == "1" or "per_minute" not in run or "per_minute" not in one:
+            continue
+        account = summary["where_the_time_goes"].setdefault(engine, {})[key] = where_the_time_goes(one, run)
+        summary["ratios"].setdefault(engine, {})[key] = account["ratio"]
+        both = sorted(set(one["verdicts"]) & set(run["verdicts"]))
+        mismatched = [(k, one["verdicts"][k], run["verdicts"][k]) for k in both if one["verdicts"][k] != run["verdicts"][k]]
+        summary["verdicts_agree"].setdefault(engine, {})[key] = {"compared": len(both), "agree": not mismatched,
+                                                                  "mismatches": mismatched[:20]}
+
+
+def print_summary(summary: dict[str, Any], engines: list[str]) -> None:
+    say(f"\n{'configuration':44s} {'verdicts':>8s} {'wall s':>7s} {'per min':>8s} {'ratio':>6s} {'slots':>6s}")
+    for engine in engines:
+        for key, run in summary["runs"][engine].items():
+            if "per_minute" not in run:
+                say(f"{engine + ', ' + key + ' GPU(s)':44s} failed: {run.get('error', '?')}")
+                continue
+            ratio = summary["ratios"].get(engine, {}).get(key)
+            say(f"{(engine + ', ' + key + ': ' + run['cluster'])[:44]:44s} {run['candidates']:>8d} {run['wall_s']:>7.1f} "
+                f"{run['per_minute']:>8.1f} {(f'{ratio:.2f}x' if ratio else '1'):>6s} {run['slots']:>6d}")
+        for key, account in summary["where_the_time_goes"].get(engine, {}).items():
+            agree = summary["verdicts_agree"][engine][key]
+            say(f"{engine} 1 -> {key}: {account['ratio']}x ({account['efficiency']} of linear); verdicts agree on the "
+                f"{agree['compared']} both finished: {agree['agree']}; " + "; ".join(account["readings"]))
+        kill = summary["runs"][engine].get(str(max(summary["configurations"])), {}).get("kill_check")
+        if kill:
+            say(f"kill check ({engine}): {kill['lost']} lost, {kill['duplicated']} duplicated of {kill['requests']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    gpus = parse_gpus(args.gpus, args.workers)
+    args.size = None  # real on cuda, small on cpu
+    args.repeat = args.repeat or (12 if args.window_s else 4 if args.device == "cuda" else 3)
+    args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
+    args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
+    if args.device == "cuda" and _gpu_count() < max(gpus):
+        raise harness.BadInput(f"This host has {_gpu_count()} GPU(s) and {max(gpus)} are needed (or use --device cpu).")
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
+    mix = [(pid, tuple(k for k in kinds if k in SCALING_KINDS)) for pid, kinds in base]
+    candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))[: args.limit or None]
+    say(f"{len(candidates)} candidates x {args.repeat}: " + ", ".join(c.label for c in candidates))
+    engines = ["plain", "dask"] if args.engine == "both" else [args.engine]
+    summary: dict[str, Any] = {
+        "device": args.device, "host": platform.node(), "cpus": os.cpu_count(), "gpus": _gpu_count(),
+        "environment": harness.environment(args.device),
+        "mix": [c.label for c in candidates], "repeat": args.repeat, "trials": args.correctness_trials,
+        "timing_trials": args.timing_trials, "window_s": args.window_s, "configurations": gpus, "runs": {},
+        "ratios": {}, "where_the_time_goes": {}, "verdicts_agree": {},
+    }
+    report = harness.JsonReport(str(out_dir / "scaling.json"), lambda: summary)
+    planned = [(engine, workers) for engine in engines for workers in gpus]
+    overheads: list[float] = []  # seconds each configuration took beyond its window (start, warm-up, close)
+    window_cap = args.window_s
+    with tempfile.TemporaryDirectory(prefix="kbrl-scaling-") as tmp:
+        for engine in engines:
+            runs = summary["runs"].setdefault(engine, {})
+            for workers in gpus:
+                planned.pop(0)
+                if args.budget_s and window_cap:
+                    # What is left, shared between this configuration and those after it, less each one's overhead.
+                    left = harness.left_of(args.budget_s, args)
+                    overhead = 1.25 * max(overheads) if overheads else OVERHEAD_GUESS_S  # more GPUs start slower
+                    args.window_s = round(min(window_cap, max(MIN_WINDOW_S, left / (len(planned) + 1) - overhead)), 1)
+                    say(f"[{engine}, {workers}] window {args.window_s} s ({left:.0f} s left for {len(planned) + 1} "
+                        f"configuration(s), {overhead:.0f} s overhead each)")
+                mark = time.perf_counter()
+                db = str(Path(tmp) / f"scaling_{engine}_{workers}.duckdb")  # each run computes its own baselines
+                try:
+                    runs[str(workers)] = run_configuration(engine, workers, candidates, args, db,
+                                                           kill_check=args.kill_check and workers == max(gpus) > 1)
+                    runs[str(workers)]["window_s"] = args.window_s
+                    overheads.append(time.perf_counter() - mark - (args.window_s or 0.0))
+                except Exception as exc:  # noqa: BLE001 - the other configurations still count
+                    runs[str(workers)] = {"engine": engine, "workers": workers, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                    say(f"[{engine}, {workers}] failed: {runs[str(workers)]['error']}")
+                report.write()
+            compare_with_one(summary, engine, runs)
+            report.write()
+    say(f"wrote {out_dir / 'scaling.json'}")
+    print_summary(summary, engines)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -468,100 +552,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --window-s (then a cap): share this many seconds out among the configurations, each "
                              "window what is left after the others' start, warm-up and close")
     parser.add_argument("--out-dir", default="bench/results/eval_scaling", help="scaling.json goes here")
-    args = parser.parse_args(argv)
-    try:
-        gpus = parse_gpus(args.gpus, args.workers)
-    except ValueError as exc:
-        say(str(exc))
-        return 2
-    if args.device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    args.repeat = args.repeat or (12 if args.window_s else 4 if args.device == "cuda" else 3)
-    args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
-    args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
-    if args.device == "cuda" and _gpu_count() < max(gpus):
-        say(f"this host has {_gpu_count()} GPU(s); {max(gpus)} are needed (or use --device cpu)")
-        return 2
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    base = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
-    mix = [(pid, tuple(k for k in kinds if k in SCALING_KINDS)) for pid, kinds in base]
-    candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))
-    if args.limit:
-        candidates = candidates[: args.limit]
-    say(f"{len(candidates)} candidates x {args.repeat}: " + ", ".join(c.label for c in candidates))
-    engines = ["plain", "dask"] if args.engine == "both" else [args.engine]
-
-    summary: dict[str, Any] = {
-        "device": args.device, "host": platform.node(), "cpus": os.cpu_count(), "gpus": _gpu_count(),
-        "mix": [c.label for c in candidates], "repeat": args.repeat, "trials": args.correctness_trials,
-        "timing_trials": args.timing_trials, "window_s": args.window_s, "configurations": gpus, "runs": {},
-        "ratios": {}, "where_the_time_goes": {}, "verdicts_agree": {},
-    }
-
-    def write() -> None:
-        harness.write_json(out_dir / "scaling.json", summary)
-        say(f"wrote {out_dir / 'scaling.json'}")
-
-    started = time.perf_counter()
-    planned = [(engine, workers) for engine in engines for workers in gpus]
-    overheads: list[float] = []  # seconds each configuration took beyond its window (start, warm-up, close)
-    window_cap = args.window_s
-    with tempfile.TemporaryDirectory(prefix="kbrl-scaling-") as tmp:
-        for engine in engines:
-            runs = summary["runs"].setdefault(engine, {})
-            for workers in gpus:
-                db = str(Path(tmp) / f"scaling_{engine}_{workers}.duckdb")  # each run computes its own baselines
-                planned.pop(0)
-                if args.budget_s and window_cap:
-                    # What is left, shared between this configuration and those after it, less each one's overhead.
-                    left = args.budget_s - (time.perf_counter() - started)
-                    overhead = 1.25 * max(overheads) if overheads else OVERHEAD_GUESS_S  # more GPUs start slower
-                    args.window_s = round(min(window_cap, max(MIN_WINDOW_S, left / (len(planned) + 1) - overhead)), 1)
-                    say(f"[{engine}, {workers}] window {args.window_s} s ({left:.0f} s left for {len(planned) + 1} "
-                        f"configuration(s), {overhead:.0f} s overhead each)")
-                mark = time.perf_counter()
-                try:
-                    runs[str(workers)] = run_configuration(engine, workers, candidates, args, db,
-                                                           kill_check=args.kill_check and workers == max(gpus) > 1)
-                    runs[str(workers)]["window_s"] = args.window_s
-                    overheads.append(time.perf_counter() - mark - (args.window_s or 0.0))
-                except Exception as exc:  # noqa: BLE001 - the other configurations still count
-                    runs[str(workers)] = {"engine": engine, "workers": workers, "error": f"{type(exc).__name__}: {exc}"[:300]}
-                    say(f"[{engine}, {workers}] failed: {runs[str(workers)]['error']}")
-                write()
-            one = runs.get("1", {})
-            for key, run in runs.items():
-                if key == "1" or "per_minute" not in run or "per_minute" not in one:
-                    continue
-                summary["where_the_time_goes"].setdefault(engine, {})[key] = where_the_time_goes(one, run)
-                summary["ratios"].setdefault(engine, {})[key] = summary["where_the_time_goes"][engine][key]["ratio"]
-                both = sorted(set(one["verdicts"]) & set(run["verdicts"]))
-                mismatched = [(k, one["verdicts"][k], run["verdicts"][k]) for k in both
-                              if one["verdicts"][k] != run["verdicts"][k]]
-                summary["verdicts_agree"].setdefault(engine, {})[key] = {
-                    "compared": len(both), "agree": not mismatched, "mismatches": mismatched[:20]}
-            write()
-    say("")
-    say(f"{'configuration':44s} {'verdicts':>8s} {'wall s':>7s} {'per min':>8s} {'ratio':>6s} {'slots':>6s}")
-    for engine in engines:
-        for key, run in summary["runs"][engine].items():
-            if "per_minute" not in run:
-                say(f"{engine + ', ' + key + ' GPU(s)':44s} failed: {run.get('error', '?')}")
-                continue
-            ratio = summary["ratios"].get(engine, {}).get(key)
-            say(f"{(engine + ', ' + key + ': ' + run['cluster'])[:44]:44s} {run['candidates']:>8d} {run['wall_s']:>7.1f} "
-                f"{run['per_minute']:>8.1f} {(f'{ratio:.2f}x' if ratio else '1'):>6s} {run['slots']:>6d}")
-        for key, account in summary["where_the_time_goes"].get(engine, {}).items():
-            agree = summary["verdicts_agree"][engine][key]
-            say(f"{engine} 1 -> {key}: {account['ratio']}x ({account['efficiency']} of linear); verdicts agree on the "
-                f"{agree['compared']} both finished: {agree['agree']}; " + "; ".join(account["readings"]))
-    for engine in engines:
-        kill = summary["runs"][engine].get(str(max(gpus)), {}).get("kill_check")
-        if kill:
-            say(f"kill check ({engine}): {kill['lost']} lost, {kill['duplicated']} duplicated of {kill['requests']}")
-    return 0
-
+    return harness.run_main(run, parser.parse_args(argv))
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import platform
 import statistics
 import sys
 import time
@@ -32,15 +31,8 @@ from harness import FLOOR_DEFINITION, say  # noqa: E402,F401 - FLOOR_DEFINITION:
 
 
 def _jit_functions(tree: ast.Module) -> list[ast.FunctionDef]:
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef):
-            for deco in node.decorator_list:
-                text = ast.unparse(deco)
-                if "jit" in text or "autotune" in text:
-                    found.append(node)
-                    break
-    return found
+    return [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+            and any("jit" in ast.unparse(d) or "autotune" in ast.unparse(d) for d in node.decorator_list)]
 
 
 def _stores(fn: ast.FunctionDef) -> list[ast.Call]:
@@ -48,12 +40,8 @@ def _stores(fn: ast.FunctionDef) -> list[ast.Call]:
 
 
 def _forward(tree: ast.Module) -> ast.FunctionDef | None:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "forward":
-                    return item
-    return None
+    return next((item for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "ModelNew"
+                 for item in node.body if isinstance(item, ast.FunctionDef) and item.name == "forward"), None)
 
 
 def _last_store(tree: ast.Module) -> ast.Call | None:
@@ -236,12 +224,11 @@ class HarnessRun:
 def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Callable[[str], None]) -> HarnessRun:
     from kernelbench_rl.evaluation.result import EvalRequest
 
-    settings = _eval_settings(args)
+    settings = harness.eval_settings(args)
     pool = harness.Pool(args, settings, warm=True, num_workers=args.workers)
     try:
         # Warmed on a problem outside every mix, at small size: the measured wall is a warm pool's.
         evaluator = pool.start()
-        startup, pool_info = pool.startup_s, pool.info
         args.parallel_effective, args.in_flight_effective = evaluator.parallel_compiles, evaluator.in_flight
         progress(f"ours  {evaluator.parallel_compiles} children compiling at once and {evaluator.in_flight} evaluations "
                  f"under way per worker, {evaluator.warm_children} pre-started")
@@ -256,43 +243,26 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
                      f"worker_total={res.phase_seconds.get('worker_total', 0.0):.2f}s  done at {at:.1f}s")
 
         ran = harness.evaluate_within(evaluator, requests, args.ours_budget_s, collect)
-        wall = ran["wall_s"]
         if ran["budget_cut"]:
             progress(f"ours: budget of {args.ours_budget_s:.0f} s spent with {len(finished)} of {len(requests)} "
                      f"candidates finished; the rest are dropped")
         elif ran["error"]:
             progress(f"ours: the evaluation stopped: {ran['error']}")
-        done = sorted(finished)
-        results = [finished[i][0] for i in done]
-        candidates = [candidates[i] for i in done]
-        ended_at = [finished[i][1] for i in done]
     finally:
         pool.close()
-    run = HarnessRun("ours", wall, startup, info=pool_info)
-    calls = settings.correctness_trials + settings.warmup_trials + settings.timing_trials
-    for cand, res, at in zip(candidates, results, ended_at):
-        phases = dict(res.phase_seconds)
-        own_calls = calls - settings.correctness_trials + res.trials_total  # widened seeds included
-        gpu_trials_s = (res.runtime_ms or 0.0) * own_calls / 1000.0 if res.correct else 0.0
-        floor = harness.compile_s(phases) + gpu_trials_s
-        if res.error_category.value == "timeout":
-            floor += settings.timeout_s  # waiting out a hang is part of any harness's floor
+    run = HarnessRun("ours", ran["wall_s"], pool.startup_s or 0.0, info=pool.info)
+    for index in sorted(finished):
+        cand, (res, at) = candidates[index], finished[index]
+        record = harness.verdict_record(res, settings, at)
+        phases, unqueued = record["phase_seconds"], record["latency_overhead_unqueued_s"] or 0.0
         run.verdicts.append({
-            "label": cand.label, "kind": cand.kind, "expected": cand.expected, "correct": res.correct,
-            "category": res.error_category.value, "flags": res.flags, "runtime_ms": res.runtime_ms,
-            "baseline_ms": res.baseline_ms, "speedup": res.speedup, "phase_seconds": phases,
-            "floor_s": floor, "message": res.error_message[:160], "finished_at_s": round(at, 2),
-            "latency_overhead_s": phases.get("worker_total", 0.0) - floor,
-            # The same without queueing for a device other candidates were using (a throughput effect).
-            "latency_overhead_unqueued_s": phases.get("worker_total", 0.0) - floor - harness.queued_s(phases),
-            # ... and without the work done once per (problem, precision, GPU): sizing the problem with its
-            # first reference, and the eager/compile baselines (cached in DuckDB across runs). This is what
-            # a training run sees after its first step on a problem.
-            "latency_overhead_steady_s": (phases.get("worker_total", 0.0) - floor - harness.queued_s(phases)
-                                          - harness.once_per_problem_s(phases)),
+            "label": cand.label, "kind": cand.kind, "expected": cand.expected, **record,
+            # ... also without the work done once per (problem, precision, GPU): sizing the problem with its first
+            # reference, and the baselines (kept in DuckDB across runs): what a training run sees after its first step.
+            "latency_overhead_steady_s": round(unqueued - harness.once_per_problem_s(phases), 4),
             # Exclusive device time beyond the GPU work itself: what bounds throughput once compiles overlap.
-            "serial_overhead_s": (max(0.0, phases["device_section"] - gpu_trials_s)
-                                  if "device_section" in phases and res.error_category.value != "timeout" else None),
+            "serial_overhead_s": (round(max(0.0, phases["device_section"] - record["gpu_trials_s"]), 4)
+                                  if "device_section" in phases and record["category"] != "timeout" else None),
         })
     return run
 
@@ -302,20 +272,20 @@ def run_naive(candidates: list[Candidate], args: argparse.Namespace, progress: C
 
     from kernelbench_rl.problems import get_problem
 
-    settings = _eval_settings(args)
-    harness = NaiveHarness(NaiveSettings(
+    settings = harness.eval_settings(args)
+    naive = NaiveHarness(NaiveSettings(
         device=args.device, correctness_trials=settings.correctness_trials, timing_trials=settings.timing_trials,
         warmup_trials=settings.warmup_trials, timeout_s=settings.timeout_s,
     ))
     run = HarnessRun("naive", 0.0)
     t0 = time.perf_counter()
-    budget = getattr(args, "naive_budget_effective_s", None)
+    budget = args.naive_budget_effective_s
     for cand in candidates:
         if budget is not None and time.perf_counter() - t0 >= budget:
             progress(f"naive: budget of {budget:.0f} s spent; {len(candidates) - len(run.verdicts)} candidates not launched")
             break
         problem = get_problem(cand.problem_id)
-        res = harness.evaluate(problem.id, problem.source_for(settings.size), cand.source, label=cand.label)
+        res = naive.evaluate(problem.id, problem.source_for(settings.size), cand.source, label=cand.label)
         run.verdicts.append({
             "label": cand.label, "kind": cand.kind, "expected": cand.expected, "correct": res.correct,
             "category": "timeout" if res.timed_out else ("ok" if res.correct else "fail"),
@@ -332,17 +302,9 @@ def naive_sample(candidates: list[Candidate], mode: str) -> list[Candidate]:
     first wrong (else fault) one: a fixed, stratified order, so a budget cut still spans problems and classes."""
     if mode == "all":
         return list(candidates)
-    # Problems alternate between levels (L1, L2, L1, ...): a budget cut then does not leave the sample
-    # made of level-1 problems only, the naive harness's slowest (inputs built on the CPU).
-    by_level: dict[str, list[str]] = {}
-    for problem_id in dict.fromkeys(c.problem_id for c in candidates):
-        by_level.setdefault(_level(problem_id), []).append(problem_id)
-    order: list[str] = []
-    queues = [list(q) for q in by_level.values()]
-    while any(queues):
-        for queue in queues:
-            if queue:
-                order.append(queue.pop(0))
+    # Problems alternate between levels (L1, L2, L1, ...): a budget cut then does not leave the sample made of
+    # level-1 problems only, the naive harness's slowest (inputs built on the CPU).
+    order = harness.alternate_levels(list(dict.fromkeys(c.problem_id for c in candidates)), _level)
     chosen: list[Candidate] = []
     for problem_id in order:
         own = [c for c in candidates if c.problem_id == problem_id]
@@ -350,7 +312,6 @@ def naive_sample(candidates: list[Candidate], mode: str) -> list[Candidate]:
         other = ([c for c in own if c.expected == "incorrect"] + [c for c in own if c.expected == "fault"])[:1]
         chosen += correct + other
     return chosen
-
 
 def _level(problem_id: str) -> str:
     return problem_id.split("/")[0]
@@ -394,10 +355,6 @@ def estimate_naive_full(candidates: list[Candidate], naive: HarnessRun, timeout_
             "measured_candidates": len(measured), "of": len(candidates)}
 
 
-def _eval_settings(args: argparse.Namespace) -> Any:
-    return harness.eval_settings(args)
-
-
 # ---------------------------------------------------------------- figures
 
 
@@ -411,11 +368,6 @@ def agreement(run: HarnessRun) -> dict[str, Any]:
         "wrong_labels": [v["label"] for v in judged if v not in right],
         "faults_rejected": sum(1 for v in faults if not v["correct"]), "faults": len(faults),
     }
-
-
-def _mean_or_none(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return round(statistics.mean(present), 3) if present else None
 
 
 def timing_agreement(ours: HarnessRun, naive: HarnessRun) -> dict[str, Any]:
@@ -438,61 +390,49 @@ def timing_agreement(ours: HarnessRun, naive: HarnessRun) -> dict[str, Any]:
 
 def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: HarnessRun | None, args: argparse.Namespace,
               naive_planned: list[Candidate] | None = None) -> dict[str, Any]:
-    import torch
-
-    count = len(candidates)
     summary: dict[str, Any] = {
-        "device": args.device,
-        "device_name": torch.cuda.get_device_name(0) if args.device == "cuda" and torch.cuda.is_available() else platform.machine(),
-        "torch": torch.__version__, "mix": "quick" if args.quick else ("cpu" if args.device == "cpu" else "full"),
-        "candidates": count, "kinds": {k: sum(1 for c in candidates if c.kind == k) for k in MUTANTS},
-        "settings": {"size": _eval_settings(args).size, "correctness_trials": args.correctness_trials,
-                     "timing_trials": args.timing_trials, "warmup_trials": 3, "timeout_s": args.timeout,
+        "environment": harness.environment(args.device),
+        "mix": "quick" if args.quick else ("cpu" if args.device == "cpu" else "full"),
+        "candidates": len(candidates), "kinds": {k: sum(1 for c in candidates if c.kind == k) for k in MUTANTS},
+        "settings": {"size": harness.eval_settings(args).size, "correctness_trials": args.correctness_trials,
+                     "timing_trials": args.timing_trials, "warmup_trials": args.warmup_trials, "timeout_s": args.timeout,
                      "workers": args.workers},
         "floor_definition": FLOOR_DEFINITION,
     }
     if ours is not None and ours.verdicts:
-        ran = len(ours.verdicts)
-        floors = [v["floor_s"] for v in ours.verdicts]
-        latency = [v["latency_overhead_s"] for v in ours.verdicts]
-        per_candidate = ours.wall_s / ran
-        phase_names = sorted({k for v in ours.verdicts for k in v["phase_seconds"]})
+        verdicts, ran = ours.verdicts, len(ours.verdicts)
+
+        def figures(key: str) -> dict[str, float | None]:
+            values = [v[key] for v in verdicts if v.get(key) is not None]
+            name = key[:-2]
+            return {f"{name}_mean_s": harness.rnd(statistics.mean(values)) if values else None,
+                    f"{name}_median_s": harness.rnd(statistics.median(values)) if values else None,
+                    f"{name}_max_s": harness.rnd(max(values)) if values else None}
+
         summary["ours"] = {
             "candidates": ran, "wall_s": round(ours.wall_s, 2), "pool_startup_s": round(ours.startup_s, 2),
-            "pool_info": ours.info,
-            "per_minute": round(ours.per_minute(ran), 2), "wall_per_candidate_s": round(per_candidate, 3),
-            "mean_floor_s": round(statistics.mean(floors), 3),
-            # Throughput view: wall per candidate minus the mean floor (what the issue's target means).
-            "overhead_per_candidate_s": round(per_candidate - statistics.mean(floors), 3),
-            # Latency view, per candidate: the worker's own total minus that candidate's floor.
-            "latency_overhead_mean_s": round(statistics.mean(latency), 3),
-            "latency_overhead_median_s": round(statistics.median(latency), 3),
-            "latency_overhead_unqueued_mean_s": round(statistics.mean(v["latency_overhead_unqueued_s"] for v in ours.verdicts), 3),
-            "latency_overhead_unqueued_median_s": round(statistics.median(v["latency_overhead_unqueued_s"] for v in ours.verdicts), 3),
-            "latency_overhead_steady_mean_s": round(statistics.mean(v["latency_overhead_steady_s"] for v in ours.verdicts), 3),
-            "latency_overhead_steady_median_s": round(statistics.median(v["latency_overhead_steady_s"] for v in ours.verdicts), 3),
-            "latency_overhead_steady_max_s": round(max(v["latency_overhead_steady_s"] for v in ours.verdicts), 3),
-            "serial_overhead_mean_s": _mean_or_none([v["serial_overhead_s"] for v in ours.verdicts]),
+            "pool_info": ours.info, "per_minute": round(ours.per_minute(ran), 2),
+            # throughput (wall a candidate less the mean floor) and latency (each one's worker_total less its floor)
+            **harness.overhead_figures(verdicts, ours.wall_s),
+            **figures("latency_overhead_steady_s"), "serial_overhead_mean_s": figures("serial_overhead_s")["serial_overhead_mean_s"],
             # What sets the wall: the device's busy time, and when the last hang started waiting out its timeout.
-            "device_busy_s": round(sum(v["phase_seconds"].get("device_section", 0.0) for v in ours.verdicts), 2),
-            "non_hangs_done_at_s": max((v["finished_at_s"] for v in ours.verdicts if v["category"] != "timeout"),
-                                       default=None),
+            "device_busy_s": round(sum(v["phase_seconds"].get("device_section", 0.0) for v in verdicts), 2),
+            "non_hangs_done_at_s": max((v["finished_at_s"] for v in verdicts if v["category"] != "timeout"), default=None),
             "last_hang_started_at_s": max((round(v["finished_at_s"] - v["phase_seconds"].get("worker_total", 0.0), 2)
-                                           for v in ours.verdicts if v["category"] == "timeout"), default=None),
+                                           for v in verdicts if v["category"] == "timeout"), default=None),
             "parallel_compiles": getattr(args, "parallel_effective", None),
             "in_flight": getattr(args, "in_flight_effective", None),
-            "mean_phase_seconds": {p: round(statistics.mean(v["phase_seconds"].get(p, 0.0) for v in ours.verdicts), 3)
-                                   for p in phase_names},
+            "mean_phase_seconds": {p: round(statistics.mean(v["phase_seconds"].get(p, 0.0) for v in verdicts), 3)
+                                   for p in sorted({k for v in verdicts for k in v["phase_seconds"]})},
             "agreement": agreement(ours),
         }
     if naive is not None and naive.verdicts:
         ran = len(naive.verdicts)
         summary["naive"] = {
             "candidates": ran, "planned": len(naive_planned or []), "sample": args.naive_sample,
-            "budget_s": getattr(args, "naive_budget_effective_s", None),
-            "wall_s": round(naive.wall_s, 2), "per_minute": round(naive.per_minute(ran), 2),
-            "wall_per_candidate_s": round(naive.wall_s / ran, 3), "agreement": agreement(naive),
-            "labels": [v["label"] for v in naive.verdicts],
+            "budget_s": args.naive_budget_effective_s, "wall_s": round(naive.wall_s, 2),
+            "per_minute": round(naive.per_minute(ran), 2), "wall_per_candidate_s": round(naive.wall_s / ran, 3),
+            "agreement": agreement(naive), "labels": [v["label"] for v in naive.verdicts],
         }
         summary["naive_full_mix_ESTIMATE"] = estimate_naive_full(candidates, naive, args.timeout)
         if ours is not None:
@@ -501,66 +441,80 @@ def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: Harne
         o, n = summary["ours"], summary["naive"]
         summary["throughput_ratio_measured"] = round(o["per_minute"] / n["per_minute"], 2) if n["per_minute"] else None
         estimate = summary["naive_full_mix_ESTIMATE"].get("estimated_wall_s")
-        full_mix_ours = o["candidates"] == count
         summary["throughput_ratio_estimated_full_mix"] = (
-            round(estimate / ours.wall_s, 2) if estimate and full_mix_ours and ours.wall_s > 0 else None)
-        summary["throughput_ratio"] = summary["throughput_ratio_measured"]
-        summary["targets"] = {
-            "ratio_at_least_5x_measured": (summary["throughput_ratio_measured"] or 0) >= 5.0,
-            "ratio_at_least_5x_estimated_full_mix": (summary["throughput_ratio_estimated_full_mix"] or 0) >= 5.0,
-            "overhead_below_0.5s": o["overhead_per_candidate_s"] < 0.5,
-        }
-    summary["per_candidate"] = {
-        "ours": ours.verdicts if ours else [], "naive": naive.verdicts if naive else [],
-    }
+            round(estimate / ours.wall_s, 2) if estimate and o["candidates"] == len(candidates) and ours.wall_s > 0 else None)
+    summary["per_candidate"] = {"ours": ours.verdicts if ours else [], "naive": naive.verdicts if naive else []}
     return summary
 
 
 def print_table(summary: dict[str, Any]) -> None:
-    print(f"\n{summary['candidates']} candidates on {summary['device_name']} ({summary['device']}), "
-          f"mix={summary['mix']}, kinds={ {k: v for k, v in summary['kinds'].items() if v} }")
-    print(f"{'harness':8s} {'ran':>5s} {'wall s':>8s} {'cand/min':>9s} {'s/cand':>8s} {'right verdicts':>15s} {'faults rejected':>16s}")
+    env = summary["environment"]
+    say(f"\n{summary['candidates']} candidates on {env['gpu'] or env['machine']} ({env['device']}), mix={summary['mix']}, "
+        f"kinds={ {k: v for k, v in summary['kinds'].items() if v} }")
+    say(f"{'harness':8s} {'ran':>5s} {'wall s':>8s} {'cand/min':>9s} {'s/cand':>8s} {'right verdicts':>15s} {'faults rejected':>16s}")
     for name in ("ours", "naive"):
         if name in summary:
-            s = summary[name]
-            a = s["agreement"]
-            print(f"{name:8s} {s['candidates']:5d} {s['wall_s']:8.1f} {s['per_minute']:9.2f} {s['wall_per_candidate_s']:8.2f} "
-                  f"{a['right']:>7d}/{a['judged']:<7d} {a['faults_rejected']:>8d}/{a['faults']:<7d}")
+            s, a = summary[name], summary[name]["agreement"]
+            say(f"{name:8s} {s['candidates']:5d} {s['wall_s']:8.1f} {s['per_minute']:9.2f} {s['wall_per_candidate_s']:8.2f} "
+                f"{a['right']:>7d}/{a['judged']:<7d} {a['faults_rejected']:>8d}/{a['faults']:<7d}")
     if "naive" in summary:
-        n = summary["naive"]
+        n, est = summary["naive"], summary["naive_full_mix_ESTIMATE"]
         budget = "none" if n["budget_s"] is None else f"{n['budget_s']:.0f} s"
-        print(f"naive: sample={n['sample']}, ran {n['candidates']} of {n['planned']} planned, launch budget {budget}")
-        est = summary["naive_full_mix_ESTIMATE"]
-        print(f"naive on the full mix, ESTIMATE (from per-problem means, not measured): {est.get('estimated_wall_s')} s "
-              f"(sources {est.get('estimate_sources')})")
+        say(f"naive: sample={n['sample']}, ran {n['candidates']} of {n['planned']} planned, launch budget {budget}; "
+            f"on the full mix, ESTIMATE (from "
+            f"per-problem means, not measured): {est.get('estimated_wall_s')} s (sources {est.get('estimate_sources')})")
     if "throughput_ratio_measured" in summary:
-        print(f"throughput ratio ours/naive, MEASURED (ours on the full mix, naive on its subset; cand/min): "
-              f"{summary['throughput_ratio_measured']}x")
-        print(f"throughput ratio ours/naive, ESTIMATED for the full mix (naive estimate / our measured wall): "
-              f"{summary['throughput_ratio_estimated_full_mix']}x   targets: {summary['targets']}")
+        say(f"throughput ratio ours/naive: MEASURED (ours on the full mix, naive on its subset; cand/min) "
+            f"{summary['throughput_ratio_measured']}x; ESTIMATED for the full mix (naive estimate / our measured wall) "
+            f"{summary['throughput_ratio_estimated_full_mix']}x")
     if "ours" in summary:
         o = summary["ours"]
-        print(f"ours: pool start + warm-up {o['pool_startup_s']:.1f} s (not in the wall); pool {o['pool_info']}")
-        print(f"ours: floor {o['mean_floor_s']:.3f} s/cand; overhead beyond the floor: throughput "
-              f"{o['overhead_per_candidate_s']:.3f} s/cand (wall/cand - mean floor); per-candidate latency "
-              f"(worker_total - floor) mean {o['latency_overhead_mean_s']:.3f} s, median {o['latency_overhead_median_s']:.3f} s")
-        print(f"ours: latency overhead without queueing for the device (worker_total - floor - device/memory/reference "
-              f"waits) mean {o['latency_overhead_unqueued_mean_s']:.3f} s, median {o['latency_overhead_unqueued_median_s']:.3f} s; "
-              f"exclusive device time beyond the GPU work, mean {o['serial_overhead_mean_s']} s/cand")
-        print(f"ours: device busy {o['device_busy_s']} s of the wall; candidates that do not hang all done at "
-              f"{o['non_hangs_done_at_s']} s; the last hang started at {o['last_hang_started_at_s']} s")
-        print(f"ours: steady-state latency overhead (also without the once-per-problem reference sizing and baselines) "
-              f"mean {o['latency_overhead_steady_mean_s']:.3f} s, median {o['latency_overhead_steady_median_s']:.3f} s, "
-              f"max {o['latency_overhead_steady_max_s']:.3f} s")
-        print(f"floor: {summary['floor_definition']}")
+        say(f"ours: pool start + warm-up {o['pool_startup_s']:.1f} s (not in the wall); pool {o['pool_info']}")
+        say(f"ours: floor {o['mean_floor_s']} s/cand; overhead beyond it: throughput {o['overhead_per_candidate_s']} s/cand "
+            f"(wall/cand - mean floor); latency (worker_total - floor) mean {o['latency_overhead_mean_s']} s, median "
+            f"{o['latency_overhead_median_s']} s; without queueing for the device mean {o['latency_overhead_unqueued_mean_s']} s, "
+            f"median {o['latency_overhead_unqueued_median_s']} s; steady state (also without the once-per-problem sizing "
+            f"and baselines) mean {o['latency_overhead_steady_mean_s']} s, median {o['latency_overhead_steady_median_s']} s, "
+            f"max {o['latency_overhead_steady_max_s']} s; exclusive device time beyond the GPU work {o['serial_overhead_mean_s']} s/cand")
+        say(f"ours: device busy {o['device_busy_s']} s of the wall; candidates that do not hang all done at "
+            f"{o['non_hangs_done_at_s']} s; the last hang started at {o['last_hang_started_at_s']} s")
+        say(f"ours: mean phase seconds {o['mean_phase_seconds']}")
+        say(f"floor: {summary['floor_definition']}")
     if summary.get("timing_agreement", {}).get("candidates"):
         t = summary["timing_agreement"]
-        print(f"timing agreement, our runtime / the naive harness's (alone on the GPU), {t['candidates']} correct "
-              f"candidates: median {t['median_ratio']}, range {t['min_ratio']}-{t['max_ratio']}")
-        print(f"ours: mean phase seconds {o['mean_phase_seconds']}")
+        say(f"timing agreement, our runtime / the naive harness's (alone on the GPU), {t['candidates']} correct "
+            f"candidates: median {t['median_ratio']}, range {t['min_ratio']}-{t['max_ratio']}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def run(args: argparse.Namespace) -> int:
+    args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
+    args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
+    mix = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
+    candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))[: args.limit or None]
+    say(f"{len(candidates)} candidates: " + ", ".join(c.label for c in candidates))
+    planned = naive_sample(candidates, args.naive_sample)
+    args.naive_budget_effective_s = None
+    ours = run_ours(candidates, args, say) if args.harness in ("both", "ours") else None
+    if ours is not None:
+        harness.write_json(args.out, summarise(candidates, ours, None, args, planned))  # kept if the naive pass is cut
+    naive = None
+    if args.harness in ("both", "naive"):
+        # Margin: one more naive candidate may still be running when the budget ends (up to the timeout).
+        budget = harness.left_of(args.total_budget_s, args)
+        if budget is not None:
+            args.naive_budget_effective_s = max(0.0, budget - min(args.timeout, 45.0) - 5.0)
+        say(f"naive harness: {len(planned)} candidates planned ({args.naive_sample}), budget "
+            f"{'none' if budget is None else f'{args.naive_budget_effective_s:.0f} s'}")
+        naive = run_naive(planned, args, say)
+    summary = summarise(candidates, ours, naive, args, planned)
+    print_table(summary)
+    harness.write_json(args.out, summary)
+    if args.out:
+        say(f"wrote {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Evaluator throughput vs a KernelBench-style naive harness.")
     harness.add_device(parser, size=None)
     harness.add_trials(parser, correctness=5, warmup=3, timing=None, timeout=None)  # timed 100 (cuda) or 3 (cpu); timeout 60 or 30 s
@@ -570,51 +524,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--harness", choices=["both", "ours", "naive"], default="both")
     parser.add_argument("--limit", type=int, default=None, help="only the first N candidates of the mix (smoke runs)")
     parser.add_argument("--out", default=None, help="JSON output path")
-    parser.add_argument("--naive-budget-s", type=float, default=None,
-                        help="the naive harness launches no new candidate after this many seconds")
     parser.add_argument("--total-budget-s", type=float, default=None,
-                        help="the naive harness also stops launching once this much of the script's wall is spent "
+                        help="the naive harness stops launching once this much of the script's wall is spent "
                              "(minus a margin for the final candidate and the report)")
     parser.add_argument("--ours-budget-s", type=float, default=None,
                         help="stop waiting for our evaluator after this many seconds; what finished is reported")
     parser.add_argument("--naive-sample", choices=["all", "per-problem"], default="all",
                         help="per-problem: one correct + one wrong (else fault) candidate per problem, in mix order")
-    args = parser.parse_args(argv)
-    script_start = time.perf_counter()
-    args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
-    args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
-    if args.device == "cpu":
-        import os
-
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    mix = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
-    candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))[: args.limit or None]
-    say(f"{len(candidates)} candidates: " + ", ".join(c.label for c in candidates))
-    ours = run_ours(candidates, args, say) if args.harness in ("both", "ours") else None
-
-    def write(summary: dict[str, Any]) -> None:
-        if args.out:
-            harness.write_json(args.out, summary)
-            say(f"wrote {args.out}")
-
-    planned = naive_sample(candidates, args.naive_sample)
-    if ours is not None:
-        write(summarise(candidates, ours, None, args, planned))  # kept even if the naive pass is cut off
-    naive = None
-    args.naive_budget_effective_s = None
-    if args.harness in ("both", "naive"):
-        budgets = [b for b in (args.naive_budget_s,) if b is not None]
-        if args.total_budget_s is not None:
-            # Margin: one more naive candidate may still be running when the budget ends (up to the timeout).
-            budgets.append(args.total_budget_s - (time.perf_counter() - script_start) - min(args.timeout, 45.0) - 5.0)
-        args.naive_budget_effective_s = max(0.0, min(budgets)) if budgets else None
-        say(f"naive harness: {len(planned)} candidates planned ({args.naive_sample}), budget "
-            f"{'none' if args.naive_budget_effective_s is None else f'{args.naive_budget_effective_s:.0f} s'}")
-        naive = run_naive(planned, args, say)
-    summary = summarise(candidates, ours, naive, args, planned)
-    print_table(summary)
-    write(summary)
+    return harness.run_main(run, parser.parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

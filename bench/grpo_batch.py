@@ -236,7 +236,7 @@ class WarmBatch:
             self.run.close()
         self.run = sweep.OursRun(self.args, self.root, self.problems, static_checks=False, on_record=self.on_record)
         self.run.start()
-        self.pools.append({"startup_s": harness.rnd(self.run.startup_s, 2), "info": self.run.pool_info})
+        self.pools.append({"startup_s": harness.rnd(self.run.startup_s, 2), "info": self.run.info})
 
     def run_level(self, name: str, candidates: list[SweepCandidate], budget_s: float | None) -> None:
         if self.run is None:
@@ -405,10 +405,6 @@ def run_kb(args: argparse.Namespace, root: Path, chosen: dict[int, list[Any]], s
         return
     try:
         src_dir = sweep.kb_source_dir(root)
-    except BadInput as exc:
-        state.update(status="skipped", reason=str(exc))
-        return
-    try:
         state["preflight"] = sweep.kb_preflight(src_dir, args)
     except BadInput as exc:
         state.update(status="skipped", reason=str(exc))
@@ -416,35 +412,19 @@ def run_kb(args: argparse.Namespace, root: Path, chosen: dict[int, list[Any]], s
     candidates = sweep.order_by_level([c for level in sorted(chosen) for c in harness.identity_candidates(chosen[level], args.size)])
     # levels alternate; the problems its harness takes 60-120 s on go last, so a cut costs the fewest problems
     candidates = [c for c in candidates if c.problem_id not in KB_SLOW] + [c for c in candidates if c.problem_id in KB_SLOW]
-    references = {p.id: p for ps in chosen.values() for p in ps}
-    state.update(status="running", planned=[c.label for c in candidates], not_reached=[],
-                 settings={"function": "kernelbench.eval.eval_kernel_against_ref", "seed_num": sweep.KB_SEED,
-                           "num_correct_trials": args.correctness_trials, "num_perf_trials": args.timing_trials,
-                           "trial_counts": "the same as ours in this run", "timing_method": "cuda_event",
-                           "backend": "cuda (exec'd source)", "precision": "torch.float32", "timeout_s": args.timeout,
-                           "process": "fresh python per candidate",
-                           "numerics": "TF32 off (--kb-exact-fp32)" if args.kb_exact_fp32 else "torch's defaults"})
     budget = args.kb_budget_s
     if budget is None and args.total_budget_s is not None:
         budget = max(0.0, args.total_budget_s - (time.perf_counter() - args.script_start) - 5.0)
-    state["budget_s"] = harness.rnd(budget, 1)
-    t0 = time.perf_counter()
-    for index, cand in enumerate(candidates):
-        elapsed = time.perf_counter() - t0
-        estimate = statistics.mean(r["wall_s"] for r in state["records"]) if state["records"] else 0.0
-        if budget is not None and elapsed + estimate > budget:
-            state["not_reached"] = [c.label for c in candidates[index:]]
-            say(f"kb    budget of {budget:.0f} s would be exceeded ({elapsed:.0f} s spent, about {estimate:.0f} s a "
-                f"candidate): {len(candidates) - index} problems not reached")
-            break
-        record = sweep.run_kb_candidate(cand, references[cand.problem_id].source_for(args.size), src_dir, args)
-        state["records"].append(record)
-        state["wall_s"] = round(time.perf_counter() - t0, 2)
-        say(f"kb    [{index + 1:3d}] {cand.label:18s} correct={str(record['correctness']):5s} runtime {record['runtime_ms']} ms "
-            f"wall {record['wall_s']:.1f} s" + (f"  {record['error'][:90]}" if record["error"] else ""))
+    state.update(status="running", planned=[c.label for c in candidates], budget_s=harness.rnd(budget, 1),
+                 settings={**sweep.kb_settings(args), "trial_counts": "the same as ours in this run"})
+
+    def progress(seconds: float) -> None:
+        state["wall_s"] = round(seconds, 2)
         on_record()
+
+    references = {p.id: p for ps in chosen.values() for p in ps}
+    state["not_reached"] = sweep.run_kb_side(candidates, references, src_dir, args, budget, state["records"], progress)
     state["status"] = "done"
-    state["wall_s"] = round(time.perf_counter() - t0, 2)
 
 
 def kb_comparison(kb_state: dict[str, Any], warm_levels: dict[str, Any], cold: dict[str, Any]) -> dict[str, Any]:

@@ -107,6 +107,57 @@ def once_per_problem_s(phases: dict[str, float]) -> float:
     return max(0.0, phases.get("reference", 0.0) - phases.get("reference_wait", 0.0)) + phases.get("baseline", 0.0)
 
 
+def verdict_record(res: Any, settings: Any, at: float) -> dict[str, Any]:
+    """What a benchmark keeps of one EvalResult: its verdict, its times, and its overhead beyond its own floor
+    (FLOOR_DEFINITION; the correctness calls count the widened seeds, `trials_total`). `at`: seconds since the
+    evaluate call when it finished."""
+    phases = {k: round(float(v), 4) for k, v in dict(res.phase_seconds).items()}
+    calls = settings.warmup_trials + settings.timing_trials + res.trials_total
+    gpu_s = (res.runtime_ms or 0.0) * calls / 1000.0 if res.correct else 0.0
+    floor = compile_s(phases) + gpu_s + (settings.timeout_s if res.error_category.value == "timeout" else 0.0)
+    total = phases.get("worker_total")
+    return {
+        "category": res.error_category.value, "correct": bool(res.correct), "message": first_line(res.error_message),
+        "trials_passed": res.trials_passed, "trials_total": res.trials_total, "max_abs_err": res.max_abs_err,
+        "runtime_ms": res.runtime_ms, "runtime_spread_ms": res.runtime_spread_ms, "baseline_ms": res.baseline_ms,
+        "speedup": res.speedup, "flags": list(res.flags), "cached": bool(res.cached), "phase_seconds": phases,
+        "gpu_trials_s": round(gpu_s, 4), "floor_s": round(floor, 4), "finished_at_s": round(at, 2),
+        "latency_overhead_s": None if total is None else round(total - floor, 4),
+        "latency_overhead_unqueued_s": None if total is None else round(total - floor - queued_s(phases), 4),
+    }
+
+
+def overhead_figures(records: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
+    """Our overhead beyond the floor: throughput (wall a candidate less the mean floor) and latency (each candidate's
+    worker_total less its floor; unqueued: less its waits for a device other candidates held too)."""
+    if not records:
+        return {}
+    floor = statistics.mean(r["floor_s"] for r in records)
+    out: dict[str, Any] = {"mean_floor_s": rnd(floor)}
+    if wall_s:
+        out["wall_per_candidate_s"] = rnd(wall_s / len(records))
+        out["overhead_per_candidate_s"] = rnd(wall_s / len(records) - floor)
+    for key in ("latency_overhead_s", "latency_overhead_unqueued_s"):
+        values = [r[key] for r in records if r.get(key) is not None]
+        if values:
+            name = key[:-2]
+            out[f"{name}_mean_s"], out[f"{name}_median_s"] = rnd(statistics.mean(values)), rnd(statistics.median(values))
+    return out
+
+
+def alternate_levels(items: list[Any], level_of: Callable[[Any], Any]) -> list[Any]:
+    """The items with their levels taking turns (L1, L2, L1, ...), each level's in its own order: a budget cut then
+    leaves every level in the sample."""
+    queues: dict[Any, list[Any]] = {}
+    for item in items:
+        queues.setdefault(level_of(item), []).append(item)
+    ordered: list[Any] = []
+    lists = list(queues.values())
+    while any(lists):
+        ordered += [q.pop(0) for q in lists if q]
+    return ordered
+
+
 # ---------------------------------------------------------------- the JSON
 
 

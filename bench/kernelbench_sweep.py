@@ -113,10 +113,6 @@ class OursRun(harness.Pool):
         self.records: list[dict[str, Any]] = []
         self.groups: list[dict[str, Any]] = []
 
-    @property
-    def pool_info(self) -> list[dict[str, Any]]:
-        return self.info
-
     def run_group(self, name: str, candidates: list[SweepCandidate], budget_s: float | None) -> dict[str, Any]:
         from kernelbench_rl.evaluation.result import EvalRequest
 
@@ -146,28 +142,15 @@ class OursRun(harness.Pool):
         return group
 
     def _record(self, cand: SweepCandidate, res: Any, at: float) -> dict[str, Any]:
-        s = self.settings
-        phases = {k: round(float(v), 4) for k, v in dict(res.phase_seconds).items()}
-        calls = s.correctness_trials + s.warmup_trials + s.timing_trials
-        # widened seeds (where a problem's own inputs cannot tell right from wrong) are correctness calls too
-        gpu_s = (res.runtime_ms or 0.0) * (calls - s.correctness_trials + res.trials_total) / 1000.0 if res.correct else 0.0
-        floor = harness.compile_s(phases) + gpu_s + (s.timeout_s if res.error_category.value == "timeout" else 0.0)
-        baseline_gpu_s = baseline_gpu_seconds(res.baseline_ms, phases, calls)
-        total = phases.get("worker_total")
+        s, sol = self.settings, res.speed_of_light or {}
+        record = harness.verdict_record(res, s, at)
         return {
             "label": cand.label, "problem_id": cand.problem_id, "level": cand.level, "name": cand.name, "kind": cand.kind,
-            "note": cand.note, "category": res.error_category.value, "correct": bool(res.correct), "message": first_line(res.error_message),
-            "trials_passed": res.trials_passed, "trials_total": res.trials_total, "max_abs_err": res.max_abs_err,
-            "runtime_ms": res.runtime_ms, "runtime_spread_ms": res.runtime_spread_ms, "baseline_ms": res.baseline_ms,
-            "speedup": res.speedup, "flags": list(res.flags), "cached": bool(res.cached), "kernel_share": res.kernel_share,
-            "sol_fraction": _round((res.speed_of_light or {}).get("sol_fraction"), 4),
-            "reference_sol_fraction": _round((res.speed_of_light or {}).get("reference_sol_fraction"), 4),
-            "bound": (res.speed_of_light or {}).get("bound"), "floor_ms": _round((res.speed_of_light or {}).get("floor_ms"), 5),
-            "inputs": res.versions.get("inputs", ""),
-            "phase_seconds": phases, "floor_s": round(floor, 4), "baseline_gpu_s": round(baseline_gpu_s, 4),
-            "latency_overhead_s": None if total is None else round(total - floor, 4),
-            "latency_overhead_unqueued_s": None if total is None else round(total - floor - harness.queued_s(phases), 4),
-            "finished_at_s": round(at, 2),
+            "note": cand.note, **record, "kernel_share": res.kernel_share,
+            "sol_fraction": _round(sol.get("sol_fraction"), 4), "reference_sol_fraction": _round(sol.get("reference_sol_fraction"), 4),
+            "bound": sol.get("bound"), "floor_ms": _round(sol.get("floor_ms"), 5), "inputs": res.versions.get("inputs", ""),
+            "baseline_gpu_s": round(baseline_gpu_seconds(res.baseline_ms, record["phase_seconds"],
+                                                         s.warmup_trials + s.timing_trials + s.correctness_trials), 4),
             "versions": {k: v for k, v in res.versions.items() if k in _KEPT_VERSIONS},
         }
 
@@ -180,12 +163,9 @@ class OursRun(harness.Pool):
             f"at {r['finished_at_s']:.1f} s{msg}")
 
     def meta(self) -> dict[str, Any]:
-        return {"pool_startup_s": _round(self.startup_s, 2), "pool_info": self.pool_info, "static_checks": self.static_checks,
-                "settings": {"device": self.settings.device, "size": self.settings.size,
-                             "correctness_trials": self.settings.correctness_trials,
-                             "timing_trials": self.settings.timing_trials, "warmup_trials": self.settings.warmup_trials,
-                             "timeout_s": self.settings.timeout_s, "backend": self.settings.backend,
-                             "precision": self.settings.precision},
+        return {"pool_startup_s": _round(self.startup_s, 2), "pool_info": self.info, "static_checks": self.static_checks,
+                "settings": {k: getattr(self.settings, k) for k in ("device", "size", "correctness_trials", "timing_trials",
+                                                                    "warmup_trials", "timeout_s", "backend", "precision")},
                 "groups": self.groups}
 
 
@@ -206,23 +186,7 @@ def ratio_ceiling(kb_wall: float, kb_count: int, ours: list[dict[str, Any]]) -> 
     return floor, ceiling
 
 
-def overhead_figures(records: list[dict[str, Any]], wall_s: float | None) -> dict[str, Any]:
-    """Our overhead beyond the GPU floor (eval_throughput's definition)."""
-    if not records:
-        return {}
-    floors = [r["floor_s"] for r in records]
-    latency = [r["latency_overhead_s"] for r in records if r["latency_overhead_s"] is not None]
-    unqueued = [r["latency_overhead_unqueued_s"] for r in records if r["latency_overhead_unqueued_s"] is not None]
-    out: dict[str, Any] = {"mean_floor_s": _round(statistics.mean(floors))}
-    if wall_s:
-        out["wall_per_candidate_s"] = _round(wall_s / len(records))
-        out["overhead_per_candidate_s"] = _round(wall_s / len(records) - statistics.mean(floors))
-    if latency:
-        out["latency_overhead_mean_s"] = _round(statistics.mean(latency))
-        out["latency_overhead_median_s"] = _round(statistics.median(latency))
-    if unqueued:
-        out["latency_overhead_unqueued_median_s"] = _round(statistics.median(unqueued))
-    return out
+overhead_figures = harness.overhead_figures
 
 
 # ---------------------------------------------------------------- identity / solutions
@@ -411,17 +375,30 @@ def run_child(argv: list[str], env: dict[str, str], cwd: str, timeout_s: float,
 
 
 def order_by_level(candidates: list[SweepCandidate]) -> list[SweepCandidate]:
-    """Levels alternate (L1, L2, L1, ...) so that a budget cut leaves both levels in the sample."""
-    queues: dict[int, list[SweepCandidate]] = {}
-    for c in candidates:
-        queues.setdefault(c.level, []).append(c)
-    ordered: list[SweepCandidate] = []
-    lists = [queues[k] for k in sorted(queues)]
-    while any(lists):
-        for q in lists:
-            if q:
-                ordered.append(q.pop(0))
-    return ordered
+    return harness.alternate_levels(candidates, lambda c: c.level)
+
+
+def run_kb_side(candidates: list[SweepCandidate], references: dict[str, Any], src_dir: Path, args: argparse.Namespace,
+                budget_s: float | None, records: list[dict[str, Any]],
+                on_record: Callable[[float], None] = lambda _s: None) -> list[str]:
+    """KernelBench's side: one fresh process per candidate, one after another, as its eval_from_generations.py runs
+    them on one GPU; none launched that would end past `budget_s` (estimated from the mean so far). Appends to
+    `records`, calls `on_record(seconds so far)` after each, and returns the labels not launched."""
+    t0 = time.perf_counter()
+    for index, cand in enumerate(candidates):
+        elapsed = time.perf_counter() - t0
+        estimate = statistics.mean(r["wall_s"] for r in records) if records else 0.0
+        if budget_s is not None and elapsed + estimate > budget_s:
+            say(f"kb    budget of {budget_s:.0f} s would be exceeded ({elapsed:.0f} s spent, about {estimate:.0f} s "
+                f"a candidate): {len(candidates) - index} candidates not launched")
+            return [c.label for c in candidates[index:]]
+        record = run_kb_candidate(cand, references[cand.problem_id].source_for(args.size), src_dir, args)
+        records.append(record)
+        say(f"kb    [{index + 1:3d}] {cand.label:22s} compiled={str(record['compiled']):5s} "
+            f"correct={str(record['correctness']):5s} runtime {record['runtime_ms']} ms wall {record['wall_s']:.1f} s"
+            + (f"  {record['error'][:90]}" if record["error"] else ""))
+        on_record(time.perf_counter() - t0)
+    return []
 
 
 def run_kb_harness(args: argparse.Namespace) -> int:
@@ -456,68 +433,49 @@ def run_kb_harness(args: argparse.Namespace) -> int:
     env = environment(args.device)
     kb_records: list[dict[str, Any]] = []
     kb_state: dict[str, Any] = {"budget_s": args.budget_s, "budget_cut": False, "not_launched": [], "wall_s": None}
-    ours: OursRun | None = None
-    cached: OursRun | None = None
+    passes: list[OursRun] = []  # ours; then, with --cached-baselines, a fresh pool told the first one's baselines
 
     def build() -> dict[str, Any]:
-        ours_records = list(ours.records) if ours else []
-        summary = summarise_harness(kb_records, ours_records, ours.groups if ours else [])
+        ours, cached = (passes + [None, None])[:2]
+        summary = summarise_harness(kb_records, list(ours.records) if ours else [], ours.groups if ours else [])
         if cached is not None:
             summary["baselines_cached"] = summarise_cached(summary, cached.records, cached.groups)
         return {"mode": "kb-harness", "candidates": args.candidates, "kernelbench_root": str(root), "environment": env,
                 "kb_settings": kb_settings(args), "kb_preflight": info, "kb": kb_state, "ours": ours.meta() if ours else None,
                 "ours_baselines_cached": cached.meta() if cached else None, "summary": summary,
                 "floor_definition": harness.FLOOR_DEFINITION, "skipped": skipped,
-                "per_candidate": {"kb": kb_records, "ours": ours_records,
+                "per_candidate": {"kb": kb_records, "ours": list(ours.records) if ours else [],
                                   "ours_baselines_cached": list(cached.records) if cached else []}}
 
     report = JsonReport(out, build)
     report.write()
-    # KernelBench's side: one fresh process per candidate, sequential, as its script runs them on one GPU.
-    t0 = time.perf_counter()
-    for index, cand in enumerate(candidates):
-        elapsed = time.perf_counter() - t0
-        estimate = statistics.mean(r["wall_s"] for r in kb_records) if kb_records else 0.0
-        if args.budget_s is not None and elapsed + estimate > args.budget_s:
-            kb_state["budget_cut"] = True
-            kb_state["not_launched"] = [c.label for c in candidates[index:]]
-            say(f"kb    budget of {args.budget_s:.0f} s would be exceeded ({elapsed:.0f} s spent, about {estimate:.0f} s "
-                f"a candidate): {len(candidates) - index} candidates not launched")
-            break
-        record = run_kb_candidate(cand, problems[cand.problem_id].source_for(args.size), src_dir, args)
-        kb_records.append(record)
-        kb_state["wall_s"] = round(time.perf_counter() - t0, 2)
-        say(f"kb    [{index + 1:3d}] {cand.label:22s} compiled={str(record['compiled']):5s} "
-            f"correct={str(record['correctness']):5s} runtime {record['runtime_ms']} ms wall {record['wall_s']:.1f} s"
-            + (f"  {record['error'][:90]}" if record["error"] else ""))
+
+    def kb_progress(seconds: float) -> None:
+        kb_state["wall_s"] = round(seconds, 2)
         report.write()
-    kb_state["wall_s"] = round(time.perf_counter() - t0, 2)
-    ran = {r["label"] for r in kb_records}
-    same = [c for c in candidates if c.label in ran]
+
+    started = time.perf_counter()
+    kb_state["not_launched"] = run_kb_side(candidates, problems, src_dir, args, args.budget_s, kb_records, kb_progress)
+    kb_state.update(budget_cut=bool(kb_state["not_launched"]), wall_s=round(time.perf_counter() - started, 2))
+    same = [c for c in candidates if c.label in {r["label"] for r in kb_records}]
     report.write()
-    # Ours on exactly the candidates KernelBench's harness ran; a fresh pool started before the clock.
-    if same:
-        ours = OursRun(args, root, problems, static_checks=(args.candidates == "solutions"), on_record=lambda _r: report.write())
+    # Ours on exactly the candidates KernelBench's harness ran, a fresh pool started before the clock; then, as in
+    # training and nightly runs (each problem's baseline timed once per GPU and kept in DuckDB), a fresh pool that is
+    # told the baselines the first pass measured (sizing, references and the candidates' timing all redone).
+    known: dict[Any, Any] = {}
+    for told in (False, True) if same else ():
+        if told and not (args.cached_baselines and known):
+            break
+        run = OursRun(args, root, problems, static_checks=(args.candidates == "solutions"), on_record=lambda _r: report.write())
+        passes.append(run)
         try:
-            ours.start()
+            run.start()
+            run.evaluator.baselines.update(known)
             for level in sorted({c.level for c in same}):
-                ours.run_group(f"L{level}", [c for c in same if c.level == level], args.ours_budget_s)
-            known = dict(ours.evaluator.baselines)
+                run.run_group(f"L{level}", [c for c in same if c.level == level], args.ours_budget_s)
+            known = dict(run.evaluator.baselines)
         finally:
-            ours.close()
-        if args.cached_baselines and known:
-            # As in training and nightly runs, where each problem's baseline is timed once per GPU and kept in
-            # DuckDB: a fresh pool (sizing, references and the candidate's timing all redone) that is told
-            # the baselines the first pass measured.
-            cached = OursRun(args, root, problems, static_checks=(args.candidates == "solutions"),
-                             on_record=lambda _r: report.write())
-            try:
-                cached.start()
-                cached.evaluator.baselines.update(known)
-                for level in sorted({c.level for c in same}):
-                    cached.run_group(f"L{level}", [c for c in same if c.level == level], args.ours_budget_s)
-            finally:
-                cached.close()
+            run.close()
     report.write()
     print_harness(build())
     say(f"wrote {out}")
@@ -545,7 +503,8 @@ def kb_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"function": "kernelbench.eval.eval_kernel_against_ref", "seed_num": KB_SEED,
             "num_correct_trials": args.correctness_trials, "num_perf_trials": args.timing_trials,
             "measure_performance": True, "timing_method": "cuda_event", "precision": "torch.float32",
-            "backend": "cuda (identity: exec'd source)" if args.candidates == "identity" else "triton (tempfile import)",
+            "backend": ("cuda (identity: exec'd source)" if getattr(args, "candidates", "identity") == "identity"
+                        else "triton (tempfile import)"),
             "check_for_excessive_speedup": "default (True): it also times the reference, 100 more calls per candidate",
             "device": "torch.device('cuda:0')", "timeout_s": args.timeout, "process": "fresh python per candidate",
             "numerics": ("TF32 off in cuBLAS and cuDNN, set before eval_kernel_against_ref (--kb-exact-fp32, as ours runs)"
@@ -681,25 +640,22 @@ def kb_child(spec_path: str) -> None:
         except (ImportError, ValueError):
             return True
 
-    stubbed = []
-    for name in KB_UNUSED_MODULES:
-        if missing(name):
-            module = types.ModuleType(name)
-            module.__dict__["__kb_sweep_stand_in__"] = True
+    def stand_in(name: str) -> types.ModuleType:
+        """A module whose every function raises if called (`load_dotenv`, called at import, finds nothing)."""
+        def unused(*_a: Any, **_k: Any) -> Any:
+            raise RuntimeError(f"{name} is a stand-in in this benchmark")
 
-            def unused(*_a: Any, _name: str = name, **_k: Any) -> Any:
-                raise RuntimeError(f"{_name} is a stand-in in this benchmark")
+        def attribute(attr: str) -> Any:
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return (lambda *_a, **_k: False) if attr == "load_dotenv" else unused
 
-            if name == "dotenv":
-                module.load_dotenv = lambda *a, **k: False
-            elif name == "openai":
-                module.OpenAI = unused
-            elif name == "litellm":
-                module.completion = unused
-            elif name == "tqdm":
-                module.tqdm = unused
-            sys.modules[name] = module
-            stubbed.append(name)
+        module = types.ModuleType(name)
+        module.__getattr__ = attribute  # type: ignore[method-assign]
+        return module
+
+    stubbed = [name for name in KB_UNUSED_MODULES if missing(name)]
+    sys.modules.update({name: stand_in(name) for name in stubbed})
     out["stubbed"] = stubbed
     t = time.perf_counter()
     try:
