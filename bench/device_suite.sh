@@ -2,8 +2,6 @@
 # Runs on the GPU machine (device tool), from the repository root: bash bench/device_suite.sh MODE [ARG]. What it writes
 # under $OUT comes back. Each mode stays within its call (575 s unless said); bench/README.md says what each carries.
 #   redteam                 bench/gpu_redteam.py, both layers, the naive harness beside (REDTEAM_ARGS, REDTEAM_BUDGET)
-#   final                   <= FINAL_BUDGET (395) s: a 3-candidate smoke, then bench/eval_throughput.py's full mix, the
-#                           naive harness on a per-problem subset with what is left
 #   same-mix                bench/eval_throughput.py, ours then the naive harness on the whole mix
 #   eval-scaling            bench/eval_scaling.py through Dask on 1 and 2 GPUs and a worker SIGKILLed mid-batch (.whl-dask)
 #   rl-step                 bench/rl_step_gpu.py on a random-weight Qwen2.5-Coder-1.5B, then bench/batched_sampling.py (.whl-rl)
@@ -25,8 +23,8 @@ mkdir -p "$OUT"
 MODE=${1:-}
 ARG2=${2:-}
 case "$MODE" in
-  redteam|final|same-mix|eval-scaling|rl-step|gpu-tests|kb-identity|kb-solutions|kb-harness|kr-identity|grpo-batch|grpo-ab|node|verify) ;;
-  *) echo "device_suite.sh: no mode ${MODE:-given}; one of:"; sed -n '4,20p' "$0" | cut -c3-; exit 2 ;;
+  redteam|same-mix|eval-scaling|rl-step|gpu-tests|kb-identity|kb-solutions|kb-harness|kr-identity|grpo-batch|grpo-ab|node|verify) ;;
+  *) echo "device_suite.sh: no mode ${MODE:-given}; one of:"; sed -n '4,18p' "$0" | cut -c3-; exit 2 ;;
 esac
 SUITE_START=$(date +%s)
 # install_wheels FOLDER TARGET [LIMIT]: the carried wheels of FOLDER into TARGET (pip without an index, or unzipped where
@@ -49,10 +47,8 @@ use_carried() {
   install_wheels "$folder" "$site" 120
   export PYTHONPATH=$site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 }
-GPU_INFO_LIMIT=20
-[ "$MODE" = final ] && GPU_INFO_LIMIT=15
-timeout $GPU_INFO_LIMIT nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
-timeout $GPU_INFO_LIMIT python3 -c "import torch, triton, sys; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0), 'python', sys.version.split()[0])" 2>&1 | tee -a "$OUT/gpu.txt"
+timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+timeout 20 python3 -c "import torch, triton, sys; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0), 'python', sys.version.split()[0])" 2>&1 | tee -a "$OUT/gpu.txt"
 case "$MODE" in
   kb-*)
     # The KernelBench snapshot travels as .kb/ and pydantic (its eval.py needs it; the image lacks it) as wheels in
@@ -240,32 +236,6 @@ print(','.join(map(str, a)), ','.join(map(str, b)))" "$GPUS")
         | tee "$OUT/grpo_ab_${TAG}.log" | grep -v "^ours  \[" | tail -25
       SETTINGS=("${SETTINGS[@]:1}")
     done ;;
-  final)
-    # Total wall <= 400 s: every step has a timeout (GPU info 3 x 15 s at most, smoke 70 s) and the
-    # last one gets what is left of 395 s.
-    (id; uname -r; timeout 15 python3 -c "from kernelbench_rl.evaluation.sandbox import sandbox; print('landlock ABI', sandbox.landlock_abi(), 'python readable by nobody', sandbox.python_readable_by_others())"; ls -l /dev/nvidia* 2>&1 | head -8) 2>&1 | tee -a "$OUT/gpu.txt"
-    echo "== smoke: 3 candidates through our Evaluator (transport, verdicts) ==" | tee "$OUT/final.log"
-    timeout 70 python3 bench/eval_throughput.py --quick --limit 3 --harness ours --timeout 30 \
-      --worker-logs "$OUT/final_worker_logs.txt" --out "$OUT/final_smoke.json" 2>&1 | tee -a "$OUT/final.log"
-    # Safety net: the full run takes the old path (root worker, children as nobody, tensors through files)
-    # when the smoke's known-correct candidates failed, or when it wrote nothing and its warm-up
-    # candidate (same path, small size) was not judged correct either. A smoke that merely ran out of
-    # time after a correct warm-up keeps the default.
-    if [ -f "$OUT/final_smoke.json" ]; then
-      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); v=[x for x in d['per_candidate']['ours'] if x['expected']=='correct']; sys.exit(0 if v and all(x['correct'] for x in v) else 1)" "$OUT/final_smoke.json"
-    else
-      grep -q "warm-up: ok correct=True" "$OUT/final.log"
-    fi
-    if [ $? -ne 0 ]; then
-      export KBRL_EVAL_SAME_UID=0 KBRL_EVAL_TRANSPORT=file
-      echo "== smoke failed: full run with KBRL_EVAL_TRANSPORT=file KBRL_EVAL_SAME_UID=0 (the old path) ==" | tee -a "$OUT/final.log"
-    fi
-    ELAPSED=$(( $(date +%s) - SUITE_START ))
-    LEFT=$(( ${FINAL_BUDGET:-395} - ELAPSED ))
-    echo "== full mix: ours on all candidates, then the naive harness on a per-problem subset; ${LEFT} s left ==" | tee -a "$OUT/final.log"
-    timeout $LEFT python3 bench/eval_throughput.py --timeout 45 --naive-sample per-problem \
-      --ours-budget-s $(( LEFT - 150 )) --total-budget-s $(( LEFT - 10 )) --worker-logs "$OUT/final_worker_logs.txt" --out "$OUT/final_throughput.json" 2>&1 | tee -a "$OUT/final.log"
-    echo "suite wall $(( $(date +%s) - SUITE_START )) s" | tee -a "$OUT/final.log" ;;
   eval-scaling)
     # Into a folder of their own, first on the path of this script and of the Dask workers it spawns.
     use_carried .whl-dask /tmp/dask_site eval_scaling.log 'distributed-*.whl' 'dask_cuda-*.whl'
