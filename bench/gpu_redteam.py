@@ -41,24 +41,16 @@ from hack_cases import (  # noqa: E402
 
 
 def _device_name(device: str) -> str:
-    import torch
-
-    if device == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return platform.processor() or platform.machine()
+    return harness.gpu_name(device) or platform.processor() or platform.machine()
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from kernelbench_rl.evaluation import Evaluator
     from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
     from kernelbench_rl.problems import get_problem
 
     device = args.device
-    if device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device here; use --device cpu", file=sys.stderr)
-        return 2
+    harness.require_cuda(device)
     size = args.size or ("real" if device == "cuda" else "small")
     base = EvalSettings(device=device, size=size, timeout_s=args.timeout)
     cases = [c for c in cases_for(device) if not args.only or c.name in args.only]
@@ -87,11 +79,9 @@ def run(args: argparse.Namespace) -> int:
                 except Exception as exc:  # a harness error fails the batch's cases, not the run
                     for case in batch:
                         print(f"FAIL [{layer}] {case.name}: the run itself failed: {type(exc).__name__}: {exc}", flush=True)
-                        rows.append({"layer": layer, "case": case.name, "problem": case.problem_id, "threat": case.threat,
-                                     "expected": "", "got": f"script error {type(exc).__name__}", "passed": False,
-                                     "problems": [f"{type(exc).__name__}: {exc}"], "known_gap": None, "error_message": "",
-                                     "static_errors": [], "flags": [], "speedup": None, "wall_s": 0.0,
-                                     "naive_expected_pass": case.naive_passes})
+                        rows.append({"layer": layer, "case": case.name, "problem": case.problem_id, "expected": "",
+                                     "got": f"script error {type(exc).__name__}", "passed": False, "known_gap": None,
+                                     "problems": [f"{type(exc).__name__}: {exc}"]})
     if args.naive:
         _run_naive(rows, cases, device, args, get_problem)
 
@@ -107,11 +97,9 @@ def run(args: argparse.Namespace) -> int:
 def _write_report(args: argparse.Namespace, device: str, size: str, honest_speedup: float | None,
                   rows: list[dict[str, Any]], total: float, partial: bool) -> None:
     """The JSON report; also rewritten after every batch, so a run cut short by its time limit keeps its rows."""
-    import torch
-
     harness.write_json(args.out, {
         "device": device, "device_name": _device_name(device), "size": size, "environment": harness.environment(device),
-        "torch": torch.__version__, "honest_relu_speedup": honest_speedup, "partial": partial,
+        "honest_relu_speedup": honest_speedup, "partial": partial,
         "cases": rows, "passed": sum(1 for r in rows if r["passed"]), "total": len(rows), "wall_s": round(total, 1),
     })
     if args.out and not partial:
@@ -163,8 +151,8 @@ def _run_batch(evaluator: Any, batch: list, layer: str, base: Any, device: str, 
 def _run_naive(rows: list[dict[str, Any]], cases: list, device: str, args: argparse.Namespace, get_problem: Any) -> None:
     from naive_harness import NaiveHarness, NaiveSettings
 
-    naive_size = args.naive_size or ("small" if device == "cuda" else "small")
-    harness = NaiveHarness(NaiveSettings(device=device, timing_trials=args.naive_timing_trials,
+    naive_size = "small"  # the hacks are about judgement, not size: small everywhere
+    naive = NaiveHarness(NaiveSettings(device=device, timing_trials=args.naive_timing_trials,
                                          timeout_s=min(args.timeout, 60.0)))
     by_name = {row["case"]: row for row in rows if row["layer"] == "full"}
     from kernelbench_rl.problems import load_solution
@@ -175,7 +163,7 @@ def _run_naive(rows: list[dict[str, Any]], cases: list, device: str, args: argpa
         problem = get_problem(problem_id)
         solution = load_solution(problem)
         if solution:
-            harness.evaluate(problem.id, problem.source_for(naive_size), solution, label=f"baseline/{problem_id}")
+            naive.evaluate(problem.id, problem.source_for(naive_size), solution, label=f"baseline/{problem_id}")
     for case in cases:
         # Crashes, hangs and sandbox threats are rejected (or not judged) by any harness: only the
         # hacks that a KernelBench-style harness might pay for go through it.
@@ -186,7 +174,7 @@ def _run_naive(rows: list[dict[str, Any]], cases: list, device: str, args: argpa
         if case.name not in by_name:
             continue
         problem = get_problem(case.problem_id)
-        result = harness.evaluate(problem.id, problem.source_for(naive_size), case.source, label=case.name)
+        result = naive.evaluate(problem.id, problem.source_for(naive_size), case.source, label=case.name)
         accepted = result.correct
         text = "accepted" if accepted else ("timeout" if result.timed_out else f"rejected ({result.error[:60]})")
         if accepted and result.speedup is not None:
@@ -213,23 +201,19 @@ def _print_table(rows: list[dict[str, Any]], naive: bool) -> None:
         print(line)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the red-team hacks through the Evaluator; non-zero exit on any failure.")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--size", choices=["real", "small"], default=None)
+    harness.add_device(parser, size=None)
     parser.add_argument("--timeout", type=float, default=120.0, help="per-evaluation timeout (hang cases set their own)")
     parser.add_argument("--only", nargs="*", default=None, help="case names to run")
     parser.add_argument("--naive", action="store_true", help="also run every case through the naive harness")
     parser.add_argument("--skip-runtime-layer", action="store_true",
                         help="skip the second pass with the static policy off (sandbox and runtime checks alone)")
-    parser.add_argument("--naive-size", choices=["real", "small"], default=None)
     parser.add_argument("--naive-timing-trials", type=int, default=20)
     parser.add_argument("--out", default=None, help="write the JSON report here")
     parser.add_argument("--concurrent", type=int, default=None,
                         help="cases submitted together, each with its known-good ReLU (default: 6 on cuda, 1 on cpu)")
-    args = parser.parse_args(argv)
-    sys.exit(run(args))
-
+    return harness.run_main(run, parser.parse_args(argv))
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

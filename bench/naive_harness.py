@@ -19,14 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402 - after the path set-up above (the standard library only, at import)
 
 RESULT_PREFIX = "NAIVE_RESULT "
 KERNELBENCH_SEED = 42
@@ -56,7 +57,6 @@ class NaiveResult:
     speedup: float | None = None
     error: str = ""
     timed_out: bool = False
-    returncode: int | None = None
     wall_s: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -82,17 +82,9 @@ class NaiveHarness:
         return result
 
 
-def run_naive(
-    problem_id: str,
-    problem_source: str,
-    candidate_source: str,
-    settings: NaiveSettings,
-    *,
-    label: str = "",
-    known_baseline_ms: float | None = None,
-) -> NaiveResult:
+def run_naive(problem_id: str, problem_source: str, candidate_source: str, settings: NaiveSettings, *, label: str = "",
+              known_baseline_ms: float | None = None) -> NaiveResult:
     """One candidate, one fresh process; the result is the last NAIVE_RESULT line it printed."""
-    started = time.perf_counter()
     result = NaiveResult(label=label, problem_id=problem_id)
     with tempfile.TemporaryDirectory(prefix="naive_harness_") as workdir:
         work = Path(workdir)
@@ -100,42 +92,19 @@ def run_naive(
         (work / "candidate_kernel.py").write_text(candidate_source)
         spec = {"workdir": workdir, "settings": asdict(settings), "known_baseline_ms": known_baseline_ms}
         (work / "spec.json").write_text(json.dumps(spec))
-        env = dict(os.environ)
-        if settings.device == "cpu":
-            env["TRITON_INTERPRET"] = "1"
-        proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", str(work / "spec.json")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=workdir, start_new_session=True,
-        )
-        try:
-            stdout, stderr = proc.communicate(timeout=settings.timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
-            result.timed_out = True
-            result.error = f"timed out after {settings.timeout_s:.0f} s"
-        result.returncode = proc.returncode
-    result.wall_s = time.perf_counter() - started
-    parsed = _last_result_line(stdout.decode(errors="replace"))
+        env = {**os.environ, **({"TRITON_INTERPRET": "1"} if settings.device == "cpu" else {})}
+        parsed, result.wall_s, tail, result.timed_out = harness.run_child(
+            [str(Path(__file__).resolve()), "--child", str(work / "spec.json")], env, workdir, settings.timeout_s,
+            RESULT_PREFIX)
+    if result.timed_out:
+        result.error = f"timed out after {settings.timeout_s:.0f} s"
     if parsed is not None:
         for key in ("compiled", "correct", "trials_passed", "runtime_ms", "baseline_ms", "error", "phase_seconds"):
             if key in parsed:
                 setattr(result, key, parsed[key])
     elif not result.timed_out:
-        tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        result.error = f"process ended with code {proc.returncode} and no result: {tail[0][:200]}"
+        result.error = f"process ended with no result: {tail[:200]}"
     return result
-
-
-def _last_result_line(stdout: str) -> dict[str, Any] | None:
-    found = None
-    for line in stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            try:
-                found = json.loads(line[len(RESULT_PREFIX):])
-            except json.JSONDecodeError:
-                continue
-    return found
 
 
 # ---------------------------------------------------------------- child side (candidate code runs here)
@@ -271,33 +240,39 @@ def _time_mean_ms(fn: Any, inputs: list[Any], settings: NaiveSettings, device: A
     return sum(times) / len(times)
 
 
-def main(argv: list[str] | None = None) -> None:
+def run(args: argparse.Namespace) -> int:
+    from kernelbench_rl.errors import UserError
+    from kernelbench_rl.problems import get_problem
+
+    if not (args.problem and args.candidate):
+        raise harness.BadInput("Give --problem (e.g. L1/19) and --candidate FILE.")
+    try:
+        problem, source = get_problem(args.problem), Path(args.candidate).read_text()
+    except (UserError, KeyError, ValueError, OSError) as exc:
+        raise harness.BadInput(f"Cannot evaluate {args.candidate} on {args.problem}: {exc}") from None
+    size = args.size or ("real" if args.device == "cuda" else "small")
+    settings = NaiveSettings(device=args.device, correctness_trials=args.trials, timing_trials=args.timing_trials,
+                             timeout_s=args.timeout)
+    result = NaiveHarness(settings).evaluate(problem.id, problem.source_for(size), source, label=Path(args.candidate).stem)
+    print(json.dumps(result.to_dict(), indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", help="internal: run one candidate from this spec file")
     parser.add_argument("--problem", help="problem id, e.g. L1/19 (with --candidate)")
     parser.add_argument("--candidate", help="candidate source file")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--size", default=None, choices=["real", "small"])
+    harness.add_device(parser, size=None)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--timing-trials", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
     if args.child:
         _child(args.child)
-        return
-    if not (args.problem and args.candidate):
-        parser.error("give --problem and --candidate (or --child)")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from kernelbench_rl.problems import get_problem
-
-    size = args.size or ("real" if args.device == "cuda" else "small")
-    problem = get_problem(args.problem)
-    settings = NaiveSettings(device=args.device, correctness_trials=args.trials,
-                             timing_trials=args.timing_trials, timeout_s=args.timeout)
-    result = NaiveHarness(settings).evaluate(problem.id, problem.source_for(size), Path(args.candidate).read_text(),
-                                             label=Path(args.candidate).stem)
-    print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    return harness.run_main(run, args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
