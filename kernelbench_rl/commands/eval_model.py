@@ -36,11 +36,9 @@ def eval_model_command(
     recorded as it arrives, so the same command after a run that died, or whose server stopped answering (a partial
     report), sends only the requests left.
     """
-    from kernelbench_rl.compose import build_run_parts
     from kernelbench_rl.config import load_config
-    from kernelbench_rl.training.checkpoint_eval import evaluate_model
-    from kernelbench_rl.training.model_answers import UnansweredRequests
 
+    # Flags and config first: a mistake is told before torch, Tinker and the evaluation stack are imported.
     if samples < 1:
         raise UserError("--samples must be at least 1.")
     check_max_problems(max_problems)
@@ -57,8 +55,13 @@ def eval_model_command(
     from kernelbench_rl.commands.evaluate import require_config_gpu
 
     require_config_gpu(cfg)
+    from kernelbench_rl.compose import build_run_parts
+    from kernelbench_rl.training.model_answers import UnansweredRequests
+
     try:
-        parts = build_run_parts(cfg, policy_beside=True)
+        parts = build_run_parts(cfg, policy_beside=True)  # a missing problems root is told here, before torch
+        from kernelbench_rl.training.checkpoint_eval import evaluate_model
+
         report = evaluate_model(parts, policy, base_url=base_url, samples_per_problem=samples, split=split,
                                 max_problems=max_problems, ks=sorted({1, 5, 10, samples}), concurrency=concurrency,
                                 max_retries=retries, timeout_s=timeout_s, context_tokens=context_tokens,

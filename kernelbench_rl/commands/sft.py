@@ -19,17 +19,18 @@ def register(app: typer.Typer) -> None:
 
         `kernelbench-rl train` with the same config then starts RL from these weights.
         """
-        from kernelbench_rl.compose import build_run_parts, open_retriever
         from kernelbench_rl.config import load_config
-        from kernelbench_rl.training.sft import SftStepResult, run_sft
 
-        from kernelbench_rl.commands.signals import stop_signals, stopped_line
-        from kernelbench_rl.errors import ExitCode
-
+        # The config first: a bad key, or nothing to do, is told before torch and the training stack are imported.
         cfg = load_config(config, list(overrides or []))
         if not cfg.sft.enabled:
             typer.echo("sft.enabled is false: nothing to do.")
             raise typer.Exit(0)
+        from kernelbench_rl.compose import build_run_parts, open_retriever
+        from kernelbench_rl.training.sft import SftStepResult, run_sft
+
+        from kernelbench_rl.commands.signals import stop_signals, stopped_line
+        from kernelbench_rl.errors import ExitCode
 
         def show(result: SftStepResult) -> None:
             mark = f" · checkpoint {result.checkpoint}" if result.checkpoint else ""

@@ -64,21 +64,23 @@ def register(app: typer.Typer) -> None:
         The run id is `run_id=NAME` if given, else a hash of the configuration (a changed key starts a new
         run). One process owns a run at a time; a second one is told who holds it and exits as busy (below).
         """
-        from kernelbench_rl.compose import build_run_parts, open_retriever
         from kernelbench_rl.config import load_config
-        from kernelbench_rl.store import Store
-        from kernelbench_rl.training import run_training
-        from kernelbench_rl.training.loop import describe_run_start
 
+        # The config first: a bad key or value is refused before torch, Tinker and the training stack are imported.
+        cfg = load_config(config, list(overrides or []) + ([f"eval.cluster={cluster}"] if cluster else []))
         from kernelbench_rl.commands.evaluate import require_config_gpu
         from kernelbench_rl.commands.signals import stop_signals, stopped_line
 
-        cfg = load_config(config, list(overrides or []) + ([f"eval.cluster={cluster}"] if cluster else []))
         run_id = cfg.run_id or ""
         try:
             # SIGINT and SIGTERM alike: the run stops with its state saved, marked stopped, one line said.
             with stop_signals():
-                require_config_gpu(cfg)
+                require_config_gpu(cfg)  # and a GPU asked for that is not there, before the training stack too
+                from kernelbench_rl.compose import build_run_parts, open_retriever
+                from kernelbench_rl.store import Store
+                from kernelbench_rl.training import run_training
+                from kernelbench_rl.training.loop import describe_run_start
+
                 parts = build_run_parts(cfg, policy_beside=True)
                 run_id = parts.run_id
                 from kernelbench_rl import ownership

@@ -8,26 +8,31 @@ See base.py for the protocol, local.py for the local backend's semantics and tin
 for the real service (one config change away: policy.backend=tinker with TINKER_API_KEY set).
 """
 
-from kernelbench_rl.policy.base import (
-    ClientFuture,
-    SamplingClientProtocol,
-    ServiceClientProtocol,
-    TrainingClientProtocol,
-    completed_future,
-)
-from kernelbench_rl.policy.config import PolicyConfig, resolve_backend
-from kernelbench_rl.policy.factory import make_service_client
-from kernelbench_rl.policy.tiny import TINY_ASSET_DIR, TINY_MODEL_NAME
+from __future__ import annotations
 
-__all__ = [
-    "ClientFuture",
-    "PolicyConfig",
-    "SamplingClientProtocol",
-    "ServiceClientProtocol",
-    "TINY_ASSET_DIR",
-    "TINY_MODEL_NAME",
-    "TrainingClientProtocol",
-    "completed_future",
-    "make_service_client",
-    "resolve_backend",
-]
+from typing import Any
+
+# Imported on first use: base.py pulls in the Tinker SDK and torch (seconds), which a command that only reads the
+# policy's configuration (a bad flag refused, `train`'s config checked) never needs.
+_LAZY = {
+    "ClientFuture": "kernelbench_rl.policy.base",
+    "SamplingClientProtocol": "kernelbench_rl.policy.base",
+    "ServiceClientProtocol": "kernelbench_rl.policy.base",
+    "TrainingClientProtocol": "kernelbench_rl.policy.base",
+    "completed_future": "kernelbench_rl.policy.base",
+    "PolicyConfig": "kernelbench_rl.policy.config",
+    "resolve_backend": "kernelbench_rl.policy.config",
+    "make_service_client": "kernelbench_rl.policy.factory",
+    "TINY_ASSET_DIR": "kernelbench_rl.policy.tiny",
+    "TINY_MODEL_NAME": "kernelbench_rl.policy.tiny",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kernelbench_rl.policy' has no attribute {name!r}")

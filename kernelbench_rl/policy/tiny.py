@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from kernelbench_rl.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 TINY_MODEL_NAME = "local:tiny"
 TINY_ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny_model"
@@ -69,6 +70,8 @@ class LoadedModel:
 
 
 def resolve_device(device: str) -> torch.device:
+    import torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -93,6 +96,7 @@ def load_tokenizer(base_model: str) -> Any:
 
 def load_base_model(base_model: str, device: torch.device, seed: int, dtype: str = "auto") -> LoadedModel:
     """Load (or, for local:tiny, build with a fixed seed) the base causal LM, in eval mode, frozen."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     tokenizer = load_tokenizer(base_model)
@@ -120,6 +124,8 @@ def load_base_model(base_model: str, device: torch.device, seed: int, dtype: str
 
 
 def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    import torch
+
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     try:
@@ -136,6 +142,8 @@ def lora_target_modules(
     model: torch.nn.Module, train_mlp: bool, train_attn: bool, train_unembed: bool
 ) -> list[str]:
     """Full names of the Linear layers to adapt, chosen the way Tinker's three flags describe."""
+    import torch
+
     output_embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     targets: list[str] = []
     for name, module in model.named_modules():

@@ -1,16 +1,36 @@
-"""GRPO training loop, curriculum, checkpoints and metrics (parts from `kernelbench_rl.compose`)."""
+"""GRPO training loop, curriculum, checkpoints and metrics (parts from `kernelbench_rl.compose`).
 
-from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
-from kernelbench_rl.training.grpo import SampleTurn, build_datums, sample_to_datum, score_group
-from kernelbench_rl.training.loop import (
-    StepResult,
-    TrainingRun,
-    TrainSummary,
-    run_training,
-)
-from kernelbench_rl.training.rollouts import GroupRollout, PromptRenderer, RolloutRunner
+The public names below are imported on first use: the loop and GRPO pull in the Tinker SDK and torch (seconds),
+which a module of this package that needs neither (the checkpoint evaluation's report, the checkpoints' file checks)
+and the commands that import one of those do not pay for.
+"""
 
-__all__ = [
-    "Curriculum", "CurriculumEvent", "GroupRollout", "PromptRenderer", "RolloutRunner", "SampleTurn",
-    "StepResult", "TrainSummary", "TrainingRun", "build_datums", "run_training", "sample_to_datum", "score_group",
-]
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {
+    "Curriculum": "kernelbench_rl.training.curriculum",
+    "CurriculumEvent": "kernelbench_rl.training.curriculum",
+    "SampleTurn": "kernelbench_rl.training.grpo",
+    "build_datums": "kernelbench_rl.training.grpo",
+    "sample_to_datum": "kernelbench_rl.training.grpo",
+    "score_group": "kernelbench_rl.training.grpo",
+    "StepResult": "kernelbench_rl.training.loop",
+    "TrainingRun": "kernelbench_rl.training.loop",
+    "TrainSummary": "kernelbench_rl.training.loop",
+    "run_training": "kernelbench_rl.training.loop",
+    "GroupRollout": "kernelbench_rl.training.rollouts",
+    "PromptRenderer": "kernelbench_rl.training.rollouts",
+    "RolloutRunner": "kernelbench_rl.training.rollouts",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kernelbench_rl.training' has no attribute {name!r}")
