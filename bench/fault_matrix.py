@@ -5,14 +5,8 @@
     python bench/fault_matrix.py --only "SIGTERM x pipeline,kb.duckdb"      # cells whose names contain either
     python bench/fault_matrix.py --list                                     # the cells' names
 
-Stops: SIGINT (a terminal's Ctrl-C: the whole foreground process group) and SIGTERM (a supervisor's `kill PID`: the
-command's own process) to `sft` mid-step, `train` mid-sample (long answers being decoded) and `pipeline` mid-SFT.
-Damage: a truncated or garbled DuckDB file (`sql` and `train` on it), the newest checkpoint's adapter, optimizer state
-or JSON garbled (`train` resumes), every checkpoint garbled, a garbled `index.faiss` (`retrieve`; `index build`), an
-unwritable `runs/` (empty; holding a run), a file-size limit (RLIMIT_FSIZE, as `ulimit -f`) on the DuckDB file
-(`train`; a writer of many rows) and on Prefect's database (`pipeline`: on the whole command, met at the start; set on
-its temporary API server mid-SFT), free space below `KBRL_MIN_FREE_MB`. A stopped `pipeline` must also leave its flow
-run Cancelled in Prefect's database, not Crashed.
+Stops: SIGINT (a terminal's Ctrl-C, to the whole foreground process group) and SIGTERM (a supervisor's `kill PID`)
+to `sft`, `train` and `pipeline`. Damage: the states `matrix()` lists, each met by the commands a user would run on it.
 
 Each cell reports the exit code (against the one expected), the rows lost (rows the command had stored or reported,
 or that were there before it, missing afterwards; for a damaged DuckDB file, which cannot be read, a file the command
@@ -222,6 +216,22 @@ def _start(args: list[str], cwd: Path, env: dict, merge: bool = False, preexec_f
                             start_new_session=True, preexec_fn=child)
 
 
+def _wait(cell: Cell, proc: subprocess.Popen, after: str) -> None:
+    try:
+        proc.wait(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        cell.checks.append(f"still running {HANG_S:.0f} s after {after}")
+
+
+def _settle(cell: Cell, proc: subprocess.Popen, watch: Watch, message: list[str]) -> list[str]:
+    """Once the command has ended: its exit code, its message (the non-blank lines given) and the processes left."""
+    cell.exit = proc.returncode
+    lines = [line for line in message if line.strip()]
+    cell.lines, cell.message, cell.tail = len(lines), (lines[-1].strip() if lines else ""), "".join(lines)[-4000:]
+    cell.processes_left = watch.left()
+    return lines
+
+
 def _kill(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
@@ -310,19 +320,11 @@ def stop_cell(stage: str, signum: signal.Signals, work: Path) -> Cell:
                 os.killpg(proc.pid, signum)  # Ctrl-C: the terminal signals the whole foreground group
             else:
                 proc.send_signal(signum)
-            try:
-                proc.wait(timeout=HANG_S)
-            except subprocess.TimeoutExpired:
-                cell.checks.append(f"still running {HANG_S:.0f} s after {signum.name}")
+            _wait(cell, proc, signum.name)
     finally:
         _kill(proc)
-    cell.exit = proc.returncode
     printed = "".join(out.done())
-    after = err.done()[seen:]
-    cell.lines = len([line for line in after if line.strip()])
-    cell.message = after[-1].strip() if after else ""
-    cell.tail = "".join(after)[-4000:]
-    cell.processes_left = watch.left()
+    _settle(cell, proc, watch, err.done()[seen:])
 
     # Rows: every step it printed or that was stored before the signal is stored once, steps 0..last without gaps.
     table = "train_steps" if stage == "train" else "sft_steps"
@@ -359,17 +361,12 @@ def run_command(cell: Cell, args: list[str], cwd: Path = REPO, env: dict | None 
     watch = Watch(proc)
     out, err = Lines(proc.stdout), Lines(proc.stderr)
     try:
-        proc.wait(timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        cell.checks.append(f"still running after {HANG_S:.0f} s")
+        _wait(cell, proc, "its start")
     finally:
         _kill(proc)
-    cell.exit = proc.returncode
-    lines = [line for line in err.done() if line.strip()]
-    cell.lines, cell.message, cell.tail = len(lines), (lines[-1].strip() if lines else ""), "".join(lines)[-4000:]
+    lines = _settle(cell, proc, watch, err.done())
     if any("Traceback" in line for line in lines):
         cell.checks.append("a traceback")
-    cell.processes_left = watch.left()
     return out.done(), lines
 
 
@@ -613,16 +610,11 @@ def prefect_db_cell(when: str, work: Path) -> Cell:
                 seen = len(out.lines)
                 resource.prlimit(server, resource.RLIMIT_FSIZE, (65536, 65536))
                 stored = _steps(db, "sft_steps")
-            proc.wait(timeout=HANG_S)
-        except subprocess.TimeoutExpired:
-            cell.checks.append(f"still running {HANG_S:.0f} s after the limit")
+            _wait(cell, proc, "the limit")
         finally:
             _kill(proc)
-        cell.exit = proc.returncode
         # The run goes on until its next report to the API: its progress lines (Prefect's INFO logs) are not messages.
-        after = [line for line in out.done()[seen:] if line.strip() and not PROGRESS.match(line)]
-        cell.lines, cell.message, cell.tail = len(after), (after[-1].strip() if after else ""), "".join(after)[-4000:]
-        cell.processes_left = watch.left()
+        _settle(cell, proc, watch, [line for line in out.done()[seen:] if not PROGRESS.match(line)])
         cell.rows_lost = len(stored - _steps(db, "sft_steps"))
     if str(prefect_db) not in cell.message or "full" not in cell.message:
         cell.checks.append("the message does not name Prefect's database")

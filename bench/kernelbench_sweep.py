@@ -289,49 +289,32 @@ def sol_distribution(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def print_sweep(data: dict[str, Any]) -> None:
-    s = data["summary"]
-    say(f"\n== {data['mode']}: {s['finished']} of {s['planned']} finished"
-        f"{' (budget cut)' if s['budget_cut'] else ''}, {s['correct']} correct; wall {s['wall_s']} s, "
-        f"{s['candidates_per_min']} candidates/min; pool start-up {data['ours']['pool_startup_s']} s (not in the wall)")
+    """The summary as a table; the JSON has every figure."""
+    s, sp = data["summary"], data["summary"]["speedup"]
+    say(f"\n== {data['mode']}: {s['finished']} of {s['planned']} finished{' (budget cut)' if s['budget_cut'] else ''}, "
+        f"{s['correct']} correct; wall {s['wall_s']} s, {s['candidates_per_min']} candidates/min; pool start-up "
+        f"{data['ours']['pool_startup_s']} s (not in the wall)")
     categories = sorted({c for counts in s["verdicts_by_level"].values() for c in counts})
     say(f"{'level':6s} " + " ".join(f"{c:>9s}" for c in categories))
     for level, counts in s["verdicts_by_level"].items():
         say(f"{level:6s} " + " ".join(f"{counts.get(c, 0):9d}" for c in categories))
-    if s["not_correct"]:
-        say(f"not correct ({len(s['not_correct'])}):")
-        for r in s["not_correct"]:
-            say(f"  {r['label']:22s} {r['category']:9s} {r['name'][:40]:40s} {r['message'][:110]}")
-    sp = s["speedup"]
-    if sp.get("count"):
-        label = "identical-code speedup" if data["mode"] == "identity" else "speedup"
-        say(f"{label} over {sp['count']} timed: median {sp['median']}, p5 {sp['p5']}, p95 {sp['p95']}, "
-            f"range {sp['min']}-{sp['max']}, share within [0.95, 1.05] {sp['share_within_0.95_1.05']}")
-        if data["mode"] == "identity" and sp["outside_0.8_1.25"]:
-            say("outside [0.8, 1.25]: " + ", ".join(f"{r['label']} {r['speedup']}" for r in sp["outside_0.8_1.25"]))
-        if data["mode"] == "solutions":
-            for r in sorted(data["per_candidate"], key=lambda r: r["label"]):
-                if r["speedup"] is not None:
-                    say(f"  {r['label']:22s} {r['speedup']:6.2f}x  ({r['runtime_ms']:.3f} ms vs {r['baseline_ms']:.3f} ms)")
-    else:
-        say(sp.get("note", "no speedups"))
+    for r in s["not_correct"]:
+        say(f"  not correct: {r['label']:22s} {r['category']:9s} {r['name'][:40]:40s} {r['message'][:110]}")
+    say(f"speedup over {sp['count']} timed: median {sp['median']}, p5 {sp['p5']}, p95 {sp['p95']}, range {sp['min']}-"
+        f"{sp['max']}, within [0.95, 1.05] {sp['share_within_0.95_1.05']}; outside [0.8, 1.25]: "
+        + (", ".join(f"{r['label']} {r['speedup']}" for r in sp["outside_0.8_1.25"]) or "none")
+        if sp.get("count") else sp.get("note", "no speedups"))
     for card, d in s.get("speedup_by_gpu", {}).items():
         if d.get("count"):
             say(f"  GPU {card}: {d['verdicts']} verdicts, {d['count']} timed, median {d['median']}, within [0.95, 1.05] "
-                f"{d['share_within_0.95_1.05']}, outside [0.8, 1.25] {len(d['outside_0.8_1.25'])}"
-                + (f", baseline timed on another card: {', '.join(d['baseline_elsewhere'])}" if d["baseline_elsewhere"] else ""))
+                f"{d['share_within_0.95_1.05']}, outside [0.8, 1.25] {len(d['outside_0.8_1.25'])}, baseline timed on "
+                f"another card: {', '.join(d['baseline_elsewhere']) or 'none'}")
     for level, d in s.get("speed_of_light", {}).items():
-        say(f"speed of light {level}: {d['count']} timed ({d['memory_bound']} memory-bound), median {d['median']}, "
-            f"p90 {d['p90']}, range {d['min']}-{d['max']}; above 1: "
+        say(f"speed of light {level}: {d['count']} timed, median {d['median']}, p90 {d['p90']}, above 1: "
             + (", ".join(f"{x['label']} {x['sol_fraction']}" for x in d["above_1"]) or "none"))
-    if s.get("widened_inputs"):
-        say(f"widened inputs: {', '.join(s['widened_inputs'])}")
-    if s["flags"]:
-        say(f"flags: {s['flags']}")
-    if s["not_finished"]:
-        say(f"not finished ({len(s['not_finished'])}): {', '.join(s['not_finished'][:30])}"
-            + (" ..." if len(s["not_finished"]) > 30 else ""))
-    if data["skipped"]:
-        say(f"skipped or noted: {len(data['skipped'])} (see the JSON's `skipped`)")
+    for key in ("widened_inputs", "flags", "not_finished"):
+        if s.get(key):
+            say(f"{key.replace('_', ' ')}: {s[key]}")
 
 
 # ---------------------------------------------------------------- KernelBench's own harness
@@ -439,7 +422,7 @@ def run_kb_harness(args: argparse.Namespace) -> int:
         ours, cached = (passes + [None, None])[:2]
         summary = summarise_harness(kb_records, list(ours.records) if ours else [], ours.groups if ours else [])
         if cached is not None:
-            summary["baselines_cached"] = summarise_cached(summary, cached.records, cached.groups)
+            summary["baselines_cached"] = summarise_cached(kb_records, cached.records, cached.groups)
         return {"mode": "kb-harness", "candidates": args.candidates, "kernelbench_root": str(root), "environment": env,
                 "kb_settings": kb_settings(args), "kb_preflight": info, "kb": kb_state, "ours": ours.meta() if ours else None,
                 "ours_baselines_cached": cached.meta() if cached else None, "summary": summary,
@@ -482,19 +465,13 @@ def run_kb_harness(args: argparse.Namespace) -> int:
     return 0
 
 
-def summarise_cached(summary: dict[str, Any], records: list[dict[str, Any]], groups: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise_cached(kb: list[dict[str, Any]], records: list[dict[str, Any]], groups: list[dict[str, Any]]) -> dict[str, Any]:
     """Our second pass, baselines known: per level its wall, rate and ratio against the same KernelBench side."""
     out: dict[str, Any] = {}
-    for level, figures in summary["per_level"].items():
-        kb_rate = figures["kb"]["per_min"]
+    for level, f in summarise_harness(kb, records, groups)["per_level"].items():
         chosen = records if level == "all" else [r for r in records if f"L{r['level']}" == level]
-        walls = [g["wall_s"] or 0.0 for g in groups] if level == "all" else [g["wall_s"] or 0.0 for g in groups if g["name"] == level]
-        wall = sum(walls) if walls else None
-        rate = 60.0 * len(chosen) / wall if wall and chosen else None
-        _floor, ceiling = ratio_ceiling(figures["kb"]["wall_s"], figures["kb"]["candidates"], chosen)
-        out[level] = {"candidates": len(chosen), "correct": sum(1 for r in chosen if r["correct"]), "wall_s": _round(wall, 2),
-                      "per_min": _round(rate, 2), "throughput_ratio_ours_over_kb": _round(rate / kb_rate, 2) if rate and kb_rate else None,
-                      "ratio_ceiling": _round(ceiling, 2),
+        out[level] = {**{k: f["ours"][k] for k in ("candidates", "correct", "wall_s", "per_min")},
+                      "throughput_ratio_ours_over_kb": f["throughput_ratio_ours_over_kb"], "ratio_ceiling": f["ratio_ceiling"],
                       "baseline_s": _round(sum(r["phase_seconds"].get("baseline", 0.0) for r in chosen), 2)}
     return out
 
@@ -592,18 +569,14 @@ def summarise_harness(kb: list[dict[str, Any]], ours: list[dict[str, Any]], grou
 
 
 def print_harness(data: dict[str, Any]) -> None:
-    per_level = data["summary"]["per_level"]
     kb = data["kb"]
     say(f"\n== kb-harness ({data['candidates']} candidates): KernelBench's eval_kernel_against_ref, one process each, "
-        f"against ours (pool start-up {data['ours']['pool_startup_s'] if data['ours'] else '-'} s, not in the wall)")
-    if kb["budget_cut"]:
-        say(f"KernelBench's side stopped at its budget ({kb['budget_s']:.0f} s): {len(kb['not_launched'])} not launched, "
-            "ours ran the same subset")
+        f"against ours (pool start-up {data['ours']['pool_startup_s'] if data['ours'] else '-'} s, not in the wall)"
+        + (f"; KernelBench's side stopped at its budget ({kb['budget_s']:.0f} s)" if kb["budget_cut"] else ""))
     say(f"{'level':6s} {'n':>3s} {'KB wall':>8s} {'KB/min':>7s} {'our wall':>9s} {'our/min':>8s} {'ratio':>6s} "
         f"{'both ok':>7s} {'both bad':>8s} {'differ':>6s} {'rt ours/KB':>10s} {'our ovh/cand':>12s} {'ceiling':>7s}")
-    for level, s in per_level.items():
-        rt = s["runtime_ratio_ours_over_kb"]
-        ag = s["agreement"]
+    for level, s in data["summary"]["per_level"].items():
+        rt, ag = s["runtime_ratio_ours_over_kb"], s["agreement"]
         say(f"{level:6s} {s['kb']['candidates']:3d} {s['kb']['wall_s']:8.1f} {_fmt(s['kb']['per_min']):>7s} "
             f"{_fmt(s['ours']['wall_s']):>9s} {_fmt(s['ours']['per_min']):>8s} {_fmt(s['throughput_ratio_ours_over_kb']):>6s} "
             f"{ag['both_correct']:7d} {ag['both_wrong']:8d} {len(ag['disagree']):6d} {_fmt(rt.get('median')):>10s} "
@@ -611,19 +584,14 @@ def print_harness(data: dict[str, Any]) -> None:
         for d in ag["disagree"]:
             say(f"   disagree {d['label']}: KB correct={d['kb_correct']} {d['kb_error'][:60]} | ours {d['ours']} {d['ours_message'][:60]}")
     for level, s in data["summary"].get("baselines_cached", {}).items():
-        say(f"{level:6s} baselines cached (a fresh pool told the first pass's baselines): {s['candidates']} candidates, "
-            f"{s['correct']} correct, wall {_fmt(s['wall_s'])} s, {_fmt(s['per_min'])}/min, ratio {_fmt(s['throughput_ratio_ours_over_kb'])}, "
-            f"ceiling {_fmt(s.get('ratio_ceiling'))}")
-    say("ratio = our candidates/min over KernelBench's; rt = our median runtime over KernelBench's mean, on candidates "
-        "both judged correct; our overhead per candidate = our wall per candidate - mean floor; ceiling = the ratio "
-        "with no overhead at all: KernelBench's wall over the GPU floor of our work, the baselines' timed calls included")
-    say(f"floor: {data['floor_definition']}")
+        say(f"{level:6s} baselines cached: {s['candidates']} candidates, {s['correct']} correct, wall {_fmt(s['wall_s'])} s, "
+            f"ratio {_fmt(s['throughput_ratio_ours_over_kb'])}, ceiling {_fmt(s.get('ratio_ceiling'))}")
+    say("ratio: our candidates/min over KernelBench's; rt: our median runtime over its mean (both correct); ceiling: "
+        f"the ratio with no overhead at all (bench/README.md); floor: {data['floor_definition']}")
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
+    return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def kb_child(spec_path: str) -> None:

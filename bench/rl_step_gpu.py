@@ -3,23 +3,13 @@
     python bench/rl_step_gpu.py --model /tmp/qwen1.5b-random --make-model qwen2.5-coder-1.5b --out rl_step.json
     python bench/rl_step_gpu.py --device cpu            # dry run: local:tiny, evaluation on the CPU
 
-Runs the real training entry point (`TrainingRun`, what `kernelbench-rl train` drives) for one step:
-8 problems x 8 samples sampled by the policy, every completion evaluated by the sandboxed evaluator on
-the same GPU, rewards, forward_backward + optim_step on the LoRA adapter, the checkpoint and the
-DuckDB rows. A model with random weights writes no kernels, so nearly every verdict is `format` and
-every reward equal; such groups carry no gradient and the loop would train nothing. With
---train-equal-groups (the default) those groups get advantages of +1/-1 (mean zero) instead, so the
-optimiser step runs on the step's own samples; the JSON says how many groups were so treated.
-Format failures never reach an evaluation worker, so --eval-load (8 by default) bundled solutions go
-through the run's own evaluator while the step samples and trains: the worker starts after the policy
-has loaded and admits real-size work while the policy grows (its verdicts are reported apart).
-
-Reports (JSON with --out): the step's time split (sampling, evaluation, forward_backward, optim_step,
-store writes, checkpoint; `model_load` counts both copies of the weights, the trainer's at the start and
-the sampler's within the first `policy_sampling` call), the GPU memory peak (the trainer's allocator, and the whole device as a
-thread polling its free memory sees it, plus nvidia-smi's per-process figures when it shows them), the
-reservation the evaluator kept for the policy, the rows that landed in DuckDB, and the verdicts that
-mention device memory (none may blame the candidate).
+The real training entry point (`TrainingRun`, what `kernelbench-rl train` drives) runs one step: 8 problems x 8
+samples, each evaluated by the sandboxed evaluator on the same GPU, rewards, a LoRA update, the checkpoint and the
+DuckDB rows. A random-weight model writes no kernels, so every group's rewards are equal and would train nothing:
+--train-equal-groups (default) gives those groups advantages of +1/-1 so the optimiser step runs; and --eval-load
+bundled solutions go through the run's own evaluator meanwhile, so it admits real-size work beside the policy.
+Reports the step's time split, the GPU memory peaks, the evaluator's reservation for the policy, the DuckDB rows and
+any verdict that blames device memory on the candidate (exit 1 if one does); docs/training.md says more.
 """
 
 from __future__ import annotations
@@ -334,41 +324,36 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def run(args: argparse.Namespace) -> int:
+    harness.require_cuda(args.device)
+    if args.model is None:
+        args.model = "/tmp/qwen1.5b-random" if args.device == "cuda" else "local:tiny"
+    try:
+        report = rl_step(args)
+    except UserError as exc:
+        raise harness.BadInput(str(exc)) from None
+    harness.show(report, args.out, indent=2)
+    blamed = report["verdicts"]["blamed_on_candidate_for_memory"]
+    return 0 if blamed == 0 and report["duckdb_rows"]["rollouts"] > 0 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--model", default=None, help="a model folder (cuda default: /tmp/qwen1.5b-random); cpu: local:tiny")
     parser.add_argument("--make-model", default=None, help="build this architecture into --model first if it is not there")
-    parser.add_argument("--problems", type=int, default=8)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=512)
-    parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--level", type=int, default=1)
+    for flag, default in (("--problems", 8), ("--group", 8), ("--max-tokens", 512), ("--rank", 16), ("--level", 1)):
+        parser.add_argument(flag, type=int, default=default, help=f"(default {default})")
     parser.add_argument("--renderer", default="auto", help="policy.renderer: auto | chat_template | a cookbook renderer")
     parser.add_argument("--problems-root", default=None, help="a KernelBench checkout (default: the bundled set)")
     parser.add_argument("--reserved-memory-gb", type=float, default=None, help="eval.reserved_memory_gb (default: estimated)")
     parser.add_argument("--eval-load", type=int, default=8,
                         help="bundled solutions evaluated through the run's evaluator while the step runs (0: none)")
-    parser.add_argument("--eval-load-wait-s", type=float, default=300.0,
-                        help="how long the step's end waits for them")
+    parser.add_argument("--eval-load-wait-s", type=float, default=300.0, help="how long the step's end waits for them")
     parser.add_argument("--no-train-equal-groups", dest="train_equal_groups", action="store_false")
     parser.add_argument("--workdir", default=None, help="database, logs and checkpoints (default: a new temporary folder)")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    if args.model is None:
-        args.model = "/tmp/qwen1.5b-random" if args.device == "cuda" else "local:tiny"
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("error: --device cuda but torch sees no GPU; use --device cpu for a dry run", file=sys.stderr)
-        return 2
-    try:
-        report = rl_step(args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    harness.show(report, args.out, indent=2)
-    blamed = report["verdicts"]["blamed_on_candidate_for_memory"]
-    return 0 if blamed == 0 and report["duckdb_rows"]["rollouts"] > 0 else 1
-
+    return harness.run_main(run, parser.parse_args(argv))
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -157,17 +157,12 @@ def draw(rows: list[dict[str, Any]], png: Path, start_s: float, span_s: float) -
     fig, ax = plt.subplots(figsize=(14, max(3.0, 0.45 * len(lanes) + 1.5)))
     for lane, who in enumerate(lanes):
         for row in (r for r in shown if r.get("who", "") == who):
-            child = row["step"].startswith("child_")
-            y = lane + (0.0 if child else 0.42)
-            height = 0.38 if row["step"] != SECTION else 0.8
-            if row["step"] == SECTION:
-                y = lane
+            span = [(row["t0"] - origin, row["t1"] - row["t0"])]
             if row["step"] == SECTION:  # an outline around its lane: the steps inside stay readable
-                ax.broken_barh([(row["t0"] - origin, row["t1"] - row["t0"])], (y, height), facecolors="none",
-                               edgecolor="black", linewidth=1.2)
-            else:
-                ax.broken_barh([(row["t0"] - origin, row["t1"] - row["t0"])], (y, height), facecolors=colour[row["step"]],
-                               edgecolor="none")
+                ax.broken_barh(span, (lane, 0.8), facecolors="none", edgecolor="black", linewidth=1.2)
+            else:  # the worker's steps above, the child's below
+                y = lane + (0.0 if row["step"].startswith("child_") else 0.42)
+                ax.broken_barh(span, (y, 0.38), facecolors=colour[row["step"]], edgecolor="none")
     ax.set_xlim(start_s, start_s + span_s)
     ax.set_yticks([i + 0.4 for i in range(len(lanes))])
     ax.set_yticklabels([w.split("#")[0] for w in lanes], fontsize=7)
