@@ -1,19 +1,10 @@
-"""A GRPO-shaped evaluation batch against its GPU floor, beside the rules' own GPU work done bare, a cold eval-dir-style
-folder and KernelBench's own harness on the same problems. One run, each part with its own budget, the JSON rewritten
-after every result (a run cut off keeps what finished):
-
-  0. the bare loop (bench/mandated_floor.py, a process of its own);
-  1. warm batch, per level: P problems x S samples (the reference as ModelNew plus `# sample k`, so nothing is
-     deduplicated) in ONE `evaluate` call on a warmed pool: wall over the GPU floor, verdicts, identical-code speedups,
-     phases, the slowest candidates;
-  2. cold folder: one identity candidate per problem of a level, evaluated eval-dir's way in a fresh process (a fresh
-     DuckDB; needs duckdb, from --duck-site on the GPU machine);
-  3. KernelBench's harness: one sample per problem, a fresh process each (kernelbench_sweep.py's kb-harness runner).
+"""A GRPO-shaped evaluation batch against its GPU floor, beside the rules' own GPU work done bare
+(bench/mandated_floor.py), a cold eval-dir-style folder and KernelBench's own harness on the same problems. One run,
+each part with its own budget, the JSON rewritten after every result; bench/README.md ("GRPO-shaped batch") says what
+each part and figure is.
 
     python bench/grpo_batch.py --problems-root .kb --kb-site /tmp/kb_site --duck-site /tmp/duck_site --out grpo.json
     python bench/grpo_batch.py --device cpu --size small --problems L1/19,L2/76 --samples 2   # the machinery only
-
-bench/README.md ("GRPO-shaped batch") says what each figure means.
 """
 
 from __future__ import annotations
@@ -538,69 +529,58 @@ def run(args: argparse.Namespace) -> int:
         say(f"\n== cold folder: level {args.cold_level}, {len(cold_problems)} candidates, eval-dir's way in a fresh process")
         cold.update(run_cold(args, root, cold_problems, args.cold_level))
         report.write()
-    print_cold(cold)
     say("\n== KernelBench's harness: one sample per problem, a fresh process each")
     run_kb(args, root, chosen, kb_state, report.write)
     if kb_state["status"] == "skipped":
         say(f"kb    skipped: {kb_state['reason']}")
     report.write()
-    print_comparison(build()["comparison"])
+    print_comparison(build()["comparison"], cold)
     say(f"floor: {FLOOR_DEFINITION}")
     say(f"wrote {out_path}")
     return 0
 
 
 def print_level(name: str, s: dict[str, Any]) -> None:
-    f = s["gpu_floor"]
+    f, bare, sp, ways = s["gpu_floor"], s.get("mandated") or {}, s["speedup"], s.get("timing_ways") or {}
     say(f"{name}: {s['finished']} of {s['planned']} finished{' (budget cut)' if s['budget_cut'] else ''}, "
         f"{s['correct']} correct; wall {s['wall_s']} s, GPU floor {f['total_s']} s (candidates {f['candidates_s']} + "
         f"baselines {f['baselines_s']}), wall/floor {s['wall_over_floor']}, {s['candidates_per_min']} candidates/min; "
         f"a candidate: wall {s['wall_per_candidate_s']} s, floor {s['floor_per_candidate_s']} s, "
         f"overhead {s['overhead_per_candidate_s']} s")
-    bare = s.get("mandated") or {}
     if bare.get("bare_wall_s") and bare.get("bare_over_floor"):
         say(f"  the rules' GPU work done bare: {bare['bare_wall_s']} s = {bare['bare_over_floor']}x its floor; "
             f"this batch {bare['wall_over_bare']}x the bare loop")
     for r in s["not_correct"]:
         say(f"  not correct: {r['label']} {r['category']} {r['message'][:100]}")
-    sp = s["speedup"]
     if sp.get("count"):
         say(f"  identical-code speedup over {sp['count']}: median {sp['median']}, within [0.95, 1.05] "
             f"{sp['share_within_0.95_1.05']}, outside [0.8, 1.25]: "
             + (", ".join(f"{o['label']} {o['speedup']}" for o in sp["outside_0.8_1.25"]) or "none"))
-    ways = s.get("timing_ways") or {}
     if ways:
         say(f"  timed side by side: {ways['paired']}; judged against a refreshed baseline: {ways['baseline_refreshed']}; "
-            "baselines timed in " + (", ".join(f"{home}: {len(ids)}" for home, ids in ways["baselines_timed_in"].items())
-                                     or "(none timed here)"))
-    med = s["phases"]["median_per_candidate_s"]
+            f"baselines timed in: {ways['baselines_timed_in'] or '(none timed here)'}")
     top = list(s["phases"]["summed_s"].items())[:10]
-    say("  phases summed (s): " + ", ".join(f"{k} {v}" for k, v in top))
-    say("  median per candidate (s): " + ", ".join(f"{k} {med[k]}" for k, _ in top))
+    say("  phases summed (s), then the median per candidate: " + ", ".join(
+        f"{k} {v} ({s['phases']['median_per_candidate_s'][k]})" for k, v in top))
     for r in s["slowest"]:
-        ph = sorted(r["phase_seconds"].items(), key=lambda kv: -kv[1])[:6]
-        say(f"  slow: {r['label']:14s} total {r['worker_total_s']} s: " + ", ".join(f"{k} {v}" for k, v in ph))
+        phases = sorted(r["phase_seconds"].items(), key=lambda kv: -kv[1])[:6]
+        say(f"  slow: {r['label']:14s} total {r['worker_total_s']} s: " + ", ".join(f"{k} {v}" for k, v in phases))
 
 
-def print_cold(cold: dict[str, Any]) -> None:
+def print_comparison(c: dict[str, Any], cold: dict[str, Any]) -> None:
     if cold.get("status") != "done":
         say(f"cold  {cold.get('status')}: {cold.get('reason', '')}")
-        return
-    say(f"cold  {cold['correct']} of {cold['candidates']} correct; process wall {cold['process_wall_s']} s (start to exit), "
-        f"pool start to ready {cold['phases_s'].get('pool_start_to_ready')} s; phases {cold['phases_s']}")
-
-
-def print_comparison(c: dict[str, Any]) -> None:
+    else:
+        say(f"cold  {cold['correct']} of {cold['candidates']} correct; process wall {cold['process_wall_s']} s (start to "
+            f"exit), pool start to ready {cold['phases_s'].get('pool_start_to_ready')} s; phases {cold['phases_s']}")
     for name, s in c["per_level"].items():
         say(f"{name}: KernelBench {s['kb_s_per_candidate']} s a candidate ({s['kb_candidates']} run, {s['kb_correct']} "
-            f"correct), ours warm {s['ours_warm_s_per_candidate']} s: KernelBench/ours {s['kb_over_ours_warm']}"
-            + (f"; KernelBench/bare loop {s['kb_over_bare']}" if s.get("kb_over_bare") else "")
-            + (f" (its harness did not reach {', '.join(s['kb_not_reached'])})" if s["kb_not_reached"] else ""))
+            f"correct), ours warm {s['ours_warm_s_per_candidate']} s: KernelBench/ours {s['kb_over_ours_warm']}, "
+            f"KernelBench/bare loop {s['kb_over_bare']}; not reached: {', '.join(s['kb_not_reached']) or 'none'}")
     if "cold" in c:
         s = c["cold"]
         say(f"cold: KernelBench {s['kb_wall_s']} s on {s['kb_reached']} of {s['problems']} problems, our cold process "
-            f"{s['cold_process_wall_s']} s: " + (f"KernelBench/ours {s['kb_over_cold']}" if "kb_over_cold" in s else
-                                                  f"per candidate {s.get('kb_over_cold_per_candidate')}"))
+            f"{s['cold_process_wall_s']} s: KernelBench/ours {s.get('kb_over_cold', s.get('kb_over_cold_per_candidate'))}")
 
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
