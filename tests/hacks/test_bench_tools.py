@@ -69,3 +69,15 @@ def test_naive_harness_is_fooled_by_in_process_hacks(naive: NaiveHarness) -> Non
     for name in ("fake_result_stdout", "patch_allclose", "inherit_model"):
         result = _naive_eval(naive, "L1/19", CASES_BY_NAME[name].source, name)
         assert result.correct, f"{name}: {result.error}"
+
+
+def test_naive_harness_says_bad_input_in_one_sentence_and_exits_2(tmp_path: Path) -> None:
+    import subprocess
+
+    candidate = tmp_path / "kernel.py"
+    candidate.write_text("class ModelNew:\n    pass\n")
+    for args in (["--problem", "L1/999", "--candidate", str(candidate)], ["--problem", "L1/19"]):
+        done = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "naive_harness.py"), "--device", "cpu", *args],
+                              capture_output=True, text=True, timeout=120)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
