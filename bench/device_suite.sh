@@ -10,8 +10,7 @@
 #   kb-solutions            every bundled solution on KernelBench's problem of its id (.kb, .whl)
 #   kb-harness [solutions]  KernelBench's own harness, then ours on the same candidates (KB_ARGS; .kb, .whl)
 #   kr-identity [IDS]       identity over kernrl's 72 fast problems (.kr; KR_ARGS)
-#   grpo-batch              bench/grpo_batch.py: bare loop, warm batch per level, cold folder, KernelBench's harness
-#                           (.kb, .whl, .whl-duck; GRPO_ARGS, GRPO_WARM_BUDGET, GRPO_COLD_BUDGET)
+#   grpo-batch              bench/grpo_batch.py: the bare loop, then the warm batch per level (.kb; GRPO_ARGS, GRPO_WARM_BUDGET)
 #   grpo-ab                 the warm batch once per GRPO_AB setting (env assignments), a fresh process each
 #   node [IDS]              <= 560 s on 4 or 8 GPUs: identity on all GPUs and on GPU 0, eval_scaling.py on 1, 2, 4 GPUs,
 #                           bench/node_summary.py (.kb; NODE_* variables)
@@ -24,7 +23,7 @@ MODE=${1:-}
 ARG2=${2:-}
 case "$MODE" in
   redteam|same-mix|eval-scaling|rl-step|gpu-tests|kb-identity|kb-solutions|kb-harness|kr-identity|grpo-batch|grpo-ab|node|verify) ;;
-  *) echo "device_suite.sh: no mode ${MODE:-given}; one of:"; sed -n '4,18p' "$0" | cut -c3-; exit 2 ;;
+  *) echo "device_suite.sh: no mode ${MODE:-given}; one of:"; grep '^#   ' "$0" | cut -c3-; exit 2 ;;
 esac
 SUITE_START=$(date +%s)
 # install_wheels FOLDER TARGET [LIMIT]: the carried wheels of FOLDER into TARGET (pip without an index, or unzipped where
@@ -114,23 +113,12 @@ case "$MODE" in
     # 70 s a level; the second told the first's baselines) the rest.
     kb_harness "${ARG2:-identity}" $KB_LEFT 260 70 kb_harness ${KB_ARGS:-} ;;
   grpo-batch)
-    # KernelBench's pydantic (.whl/) into /tmp/kb_site for its processes only, as in the kb-* modes; duckdb (.whl-duck/)
-    # into /tmp/duck_site, on the cold part's process path only. Without .kb/ the bundled problems serve and its
-    # harness is skipped; without .whl-duck/ the cold part is skipped (both say so in the JSON).
+    # Without .kb/ the bundled problems serve.
     ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)
-    if ls .whl/pydantic-*.whl >/dev/null 2>&1; then
-      install_wheels .whl /tmp/kb_site 60
-    fi
-    DUCK_ARGS=()
-    if ls .whl-duck/duckdb-*.whl >/dev/null 2>&1; then
-      install_wheels .whl-duck /tmp/duck_site 60
-      DUCK_ARGS=(--duck-site /tmp/duck_site)
-    fi
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
-    timeout $LEFT python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --kb-site /tmp/kb_site "${DUCK_ARGS[@]}" \
-      --warm-budget-s ${GRPO_WARM_BUDGET:-120} --cold-budget-s ${GRPO_COLD_BUDGET:-90} --total-budget-s $(( LEFT - 10 )) \
-      --worker-logs "$OUT/grpo_batch_worker_logs.txt" --out "$OUT/grpo_batch.json" ${GRPO_ARGS:-} 2>&1 \
-      | tee "$OUT/grpo_batch.log" | grep -v "^ours  \[" ;;
+    timeout $LEFT python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --warm-budget-s ${GRPO_WARM_BUDGET:-120} \
+      --total-budget-s $(( LEFT - 10 )) --worker-logs "$OUT/grpo_batch_worker_logs.txt" --out "$OUT/grpo_batch.json" \
+      ${GRPO_ARGS:-} 2>&1 | tee "$OUT/grpo_batch.log" | grep -v "^ours  \[" ;;
   node)
     NODE_BUDGET=${NODE_BUDGET:-560}
     PARTS=${NODE_PARTS:-identity scaling}
@@ -203,7 +191,7 @@ print(','.join(map(str, a)), ','.join(map(str, b)))" "$GPUS")
         TAG=$(echo "$setting" | tr -c 'A-Za-z0-9_\n' '_')
         [ "$SHARE" -lt 60 ] && echo "grpo $TAG: skipped, $SHARE s left" >> "$V/parts.log" && continue
         env "$setting" CUDA_VISIBLE_DEVICES=0 timeout $SHARE taskset -c "$CORES_A" python3 bench/grpo_batch.py --problems-root .kb \
-          --no-kb --no-cold --no-mandated --total-budget-s $(( SHARE - 10 )) ${VERIFY_GRPO_ARGS:-} \
+          --no-mandated --total-budget-s $(( SHARE - 10 )) ${VERIFY_GRPO_ARGS:-} \
           --out "$V/grpo_ab_${TAG}.json" > "$V/grpo_ab_${TAG}.log" 2>&1
         echo "grpo $TAG rc $? at $(( $(date +%s) - SUITE_START )) s" >> "$V/parts.log"
         N=$(( N - 1 ))
@@ -222,7 +210,7 @@ print(','.join(map(str, a)), ','.join(map(str, b)))" "$GPUS")
     for f in "$V"/grpo_ab_*.log; do echo "== $f"; grep -v "^ours  \[" "$f" | tail -10; done 2>&1 | tee -a "$OUT/verify.log"
     tar -czf "$OUT/verify.tar.gz" -C "$V" . ;;
   grpo-ab)
-    # The warm GRPO-shaped batch (no harness, no cold part) once per setting, in one process each, same machine:
+    # The warm GRPO-shaped batch (no bare loop) once per setting, in one process each, same machine:
     # GRPO_AB="KBRL_EVAL_BASELINE=child KBRL_EVAL_BASELINE=worker" (the default) compares where baselines are timed.
     ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)
     SETTINGS=(${GRPO_AB:-KBRL_EVAL_BASELINE=child KBRL_EVAL_BASELINE=worker})
@@ -230,7 +218,7 @@ print(','.join(map(str, a)), ','.join(map(str, b)))" "$GPUS")
       LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
       SHARE=$(( LEFT / ${#SETTINGS[@]} ))
       TAG=$(echo "$setting" | tr -c 'A-Za-z0-9_\n' '_')
-      env "$setting" timeout $SHARE python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --no-kb --no-cold --no-mandated \
+      env "$setting" timeout $SHARE python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --no-mandated \
         --warm-budget-s ${GRPO_WARM_BUDGET:-100} --total-budget-s $(( SHARE - 10 )) \
         --worker-logs "$OUT/grpo_ab_${TAG}_worker_logs.txt" --out "$OUT/grpo_ab_${TAG}.json" ${GRPO_ARGS:-} 2>&1 \
         | tee "$OUT/grpo_ab_${TAG}.log" | grep -v "^ours  \[" | tail -25

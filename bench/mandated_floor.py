@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     grpo_batch.check_shape(args)
-    chosen, _all, notes = grpo_batch.choose_problems(args, grpo_batch.resolve_root(args.problems_root))
+    chosen, _all, notes = grpo_batch.choose_problems(args, harness.resolve_root(args.problems_root, bundled=True))
     harness.require_cuda(args.device)
     settings = {"correctness_trials": args.correctness_trials, "warmup_trials": args.warmup_trials,
                 "timing_trials": args.timing_trials, "samples_per_problem": args.samples}
