@@ -3,7 +3,9 @@
 Commands, Prefect tasks and flows load a `TrainConfig` and call `build_run_parts` once; everything
 below them (the RL and SFT loops, checkpoint evaluation, the environment server) takes the
 resulting `RunParts` (kernelbench_rl/parts.py) or smaller settings, never the configuration. This
-module, `config/`, `commands/`, `tasks/` and `flows/` are the only readers of `TrainConfig`.
+module, `config/`, `commands/`, `tasks/` and `flows/` are the only readers of `TrainConfig`; within this
+module `run_settings` is the one place its fields are mapped onto the small settings, and `build_run_parts`
+adds what is loaded or measured (the evaluator's room for a policy beside it, the audited problem split).
 
     parts = build_run_parts(config, policy_beside=True)
     retrieve = open_retriever(parts) if parts.rag.enabled else None
@@ -12,7 +14,7 @@ module, `config/`, `commands/`, `tasks/` and `flows/` are the only readers of `T
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,42 +34,64 @@ from kernelbench_rl.problems import Problem, default_levels, load_problems, spli
 
 
 def build_run_parts(config: TrainConfig, *, policy_beside: bool = False) -> RunParts:
-    """The run's parts, each resolved once: run id, base model, problem split and audit, environment spec,
-    evaluator plan, policy configuration and sampling settings.
+    """The run's parts, each resolved once, in one pass down: what the configuration says (`run_settings`), the
+    evaluator's room for a policy beside it, then the problems (loaded, split and audited once).
 
     policy_beside: this process also runs the run's policy (training, checkpoint evaluation), so a local one on the
     evaluator's GPU gets its memory reserved."""
-    base_model = config.resolved_base_model()
-    run_id = config.resolved_run_id()
-    run_dir = Path(config.log_dir) / run_id
-    spec = env_spec(config, base_model)
-    policy = policy_config(config, base_model, run_dir)
-    settings = eval_settings(config)
-    reserved, device_uuid = _reservation(config.eval, policy, spec, settings.device, policy_beside=policy_beside)
-    split = load_split(config.problems)
-    audits = problem_audits(config.problems, split, config.eval.precision)
-    evaluator = EvaluatorPlan(settings, cluster=config.eval.cluster, num_workers=config.eval.num_workers,
-                              problems_root=config.problems.source_root, input_variants=_given_variants(audits),
+    settings = run_settings(config)
+    reserved, device_uuid = _reservation(config.eval, settings, policy_beside=policy_beside)
+    split, audits, variants = load_audited_split(config.problems, settings.eval.precision)
+    evaluator = EvaluatorPlan(settings.eval, cluster=config.eval.cluster, num_workers=config.eval.num_workers,
+                              problems_root=config.problems.source_root, input_variants=variants,
                               reserved_bytes=reserved, reserved_device_uuid=device_uuid)
-    sampling = config.sampling
-    return RunParts(run_id=run_id, db_path=config.db_path, run_dir=run_dir, record=config_to_dict(config),
-                    base_model=base_model, split=split, audits=audits, env=spec, evaluator=evaluator, policy=policy,
-                    sampling=SamplingSettings(group_size=sampling.group_size, temperature=sampling.temperature,
-                                              top_p=sampling.top_p, max_tokens=sampling.max_tokens,
-                                              renderer=config.policy.renderer, thinking=sampling.thinking),
+    return RunParts(run_id=settings.run_id, db_path=config.db_path, run_dir=settings.run_dir,
+                    record=settings.record, base_model=settings.base_model, split=split, audits=audits,
+                    env=settings.env, evaluator=evaluator, policy=settings.policy, sampling=settings.sampling,
                     training=config.training, rewards=config.rewards, curriculum=config.curriculum, sft=config.sft,
                     rag=config.rag)
 
 
-# -- the small settings, each from its sections ---------------------------------------------------
-def env_spec(config: TrainConfig, base_model: str | None = None) -> EnvSpec:
-    """What an environment needs besides its problem (turns, token limits, backend, instructions, feedback)."""
-    base_model = base_model or config.resolved_base_model()
-    env = config.env
-    return EnvSpec(turns=env.turns if env.mode == "kevin" else 1, token_budget=turn_token_budget(env, base_model),
-                   max_tokens=completion_token_limit(config.sampling, base_model),
-                   early_stop_on_correct=env.early_stop_on_correct, kernel_backend=env.kernel_backend,
-                   instructions=env.instructions, feedback_profile=env.feedback.profile)
+# -- the configuration's values, read once ----------------------------------------------------------
+@dataclass(frozen=True)
+class RunSettings:
+    """What the configuration says about a run, field by field, its `auto`s and defaults resolved (the base model,
+    the run id, the eval device, the token limits); no problem is loaded and nothing is run."""
+
+    run_id: str
+    run_dir: Path  # <log_dir>/<run_id>
+    record: dict[str, Any]  # the configuration as written into runs.config_json
+    base_model: str
+    env: EnvSpec
+    eval: EvalSettings
+    policy: PolicyConfig
+    sampling: SamplingSettings
+
+
+def run_settings(config: TrainConfig) -> RunSettings:
+    """The one place where a run's settings are read from its configuration (`TINKER_API_KEY` read once)."""
+    ev, env, sampling = config.eval, config.env, config.sampling
+    device, size = resolve_eval_device(ev.device, ev.size)
+    base_model = config.resolved_base_model()
+    run_id = config.resolved_run_id()
+    run_dir = Path(config.log_dir) / run_id
+    return RunSettings(
+        run_id=run_id, run_dir=run_dir, record=config_to_dict(config), base_model=base_model,
+        env=EnvSpec(turns=env.turns if env.mode == "kevin" else 1, token_budget=turn_token_budget(env, base_model),
+                    max_tokens=completion_token_limit(sampling, base_model),
+                    early_stop_on_correct=env.early_stop_on_correct, kernel_backend=env.kernel_backend,
+                    instructions=env.instructions, feedback_profile=env.feedback.profile),
+        eval=EvalSettings(backend=env.kernel_backend, precision=ev.precision, device=device,  # type: ignore[arg-type]
+                          size=size, correctness_trials=ev.correctness_trials,  # type: ignore[arg-type]
+                          discriminating_trials=ev.discriminating_trials, timing_trials=ev.timing_trials,
+                          timeout_s=ev.timeout_s, reference_timeout_s=ev.reference_timeout_s,
+                          precision_policy=ev.precision_policy),  # type: ignore[arg-type]
+        policy=PolicyConfig(backend=config.policy.backend,  # type: ignore[arg-type]
+                            base_model=base_model, lora_rank=config.policy.lora_rank, device=config.policy.device,
+                            log_dir=str(run_dir / "policy"), seed=config.policy.seed),
+        sampling=SamplingSettings(group_size=sampling.group_size, temperature=sampling.temperature,
+                                  top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+                                  renderer=config.policy.renderer, thinking=sampling.thinking))
 
 
 def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
@@ -79,26 +103,6 @@ def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
     if size == "auto":
         size = "real" if device == "cuda" else "small"
     return device, size
-
-
-def eval_settings(config: TrainConfig) -> EvalSettings:
-    """The evaluator settings of a run (training and checkpoint evaluation alike), `auto` resolved."""
-    ev = config.eval
-    device, size = resolve_eval_device(ev.device, ev.size)
-    return EvalSettings(backend=config.env.kernel_backend, precision=ev.precision, device=device,  # type: ignore[arg-type]
-                        size=size, correctness_trials=ev.correctness_trials,  # type: ignore[arg-type]
-                        discriminating_trials=ev.discriminating_trials,
-                        timing_trials=ev.timing_trials, timeout_s=ev.timeout_s,
-                        reference_timeout_s=ev.reference_timeout_s,
-                        precision_policy=ev.precision_policy)  # type: ignore[arg-type]
-
-
-def policy_config(config: TrainConfig, base_model: str | None = None, run_dir: Path | None = None) -> PolicyConfig:
-    """The policy backend's configuration for a run (the local backend writes under the run's folder)."""
-    run_dir = run_dir or config.run_log_dir()
-    return PolicyConfig(backend=config.policy.backend,  # type: ignore[arg-type]
-                        base_model=base_model or config.resolved_base_model(), lora_rank=config.policy.lora_rank,
-                        device=config.policy.device, log_dir=str(run_dir / "policy"), seed=config.policy.seed)
 
 
 # -- problems ---------------------------------------------------------------------------------
@@ -114,22 +118,18 @@ def load_split(problems: ProblemsConfig) -> ProblemSplit:
                         ids=tuple(problems.ids), audit=problems.audit)
 
 
-def problem_audits(problems: ProblemsConfig, split: ProblemSplit, precision: str) -> dict[str, Any]:
-    """The problem audit of the configured levels (problems/audit.py; none when `problems.audit` is off)."""
+def load_audited_split(problems: ProblemsConfig, precision: str) -> tuple[ProblemSplit, dict[str, Any],
+                                                                          dict[str, Any]]:
+    """(split, audits, widened inputs): the split of `load_split`, the problem audit of all its problems
+    (problems/audit.py; none when `problems.audit` is off) and the widened inputs the audit hands the evaluator
+    (where another problem's reference passes a problem's own)."""
+    split = load_split(problems)
     if not problems.audit:
-        return {}
-    from kernelbench_rl.problems.audit import audit_set
+        return split, {}, {}
+    from kernelbench_rl.problems.audit import audit_set, given_variants
 
-    return audit_set(list(split.all), precision)
-
-
-def _given_variants(audits: Mapping[str, Any]) -> dict[str, Any]:
-    """The widened inputs the audit hands the evaluator (where another problem's reference passes a problem's own)."""
-    if not audits:
-        return {}
-    from kernelbench_rl.problems.audit import given_variants
-
-    return given_variants(audits.values())
+    audits = audit_set(list(split.all), precision)
+    return split, audits, given_variants(audits.values())
 
 
 def first_training_ids(config: TrainConfig, count: int) -> list[str]:
@@ -141,18 +141,16 @@ def first_training_ids(config: TrainConfig, count: int) -> list[str]:
 def policy_memory_reservation(config: TrainConfig, *, policy_beside: bool = True) -> tuple[int, str]:
     """(bytes, device uuid): what the evaluator of this configuration leaves to the policy on the policy's GPU
     (the figure `build_run_parts` puts in the evaluator's plan)."""
-    base_model = config.resolved_base_model()
-    return _reservation(config.eval, policy_config(config, base_model), env_spec(config, base_model),
-                        resolve_eval_device(config.eval.device, config.eval.size)[0], policy_beside=policy_beside)
+    return _reservation(config.eval, run_settings(config), policy_beside=policy_beside)
 
 
-def _reservation(ev: EvalConfig, policy: PolicyConfig, spec: EnvSpec, eval_device: str, *,
-                 policy_beside: bool) -> tuple[int, str]:
+def _reservation(ev: EvalConfig, settings: RunSettings, *, policy_beside: bool) -> tuple[int, str]:
     """eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA (in this process:
     `policy_beside`) beside a local evaluator on CUDA, the policy's estimated peak (policy/memory.py). The uuid names
     the policy's GPU (only that worker keeps the room); "" applies to every worker."""
     from kernelbench_rl.evaluation.cluster.cluster_spec import parse_cluster
 
+    policy, eval_device = settings.policy, settings.eval.device
     policy_device = policy.device if policy.device != "auto" else (eval_device if eval_device == "cuda" else "cpu")
     shares = (policy_beside and not parse_cluster(ev.cluster).is_dask and resolve_backend(policy) == "local"
               and eval_device == "cuda" and policy_device.startswith("cuda"))
@@ -169,7 +167,7 @@ def _reservation(ev: EvalConfig, policy: PolicyConfig, spec: EnvSpec, eval_devic
         return 0, ""
     from kernelbench_rl.policy.memory import policy_peak_bytes
 
-    return policy_peak_bytes(policy.base_model, spec.token_budget, spec.max_tokens), uuid
+    return policy_peak_bytes(policy.base_model, settings.env.token_budget, settings.env.max_tokens), uuid
 
 
 # -- parts built from parts -----------------------------------------------------------------------

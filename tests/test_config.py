@@ -66,12 +66,12 @@ def test_run_id_is_stable_and_follows_the_config() -> None:
 
 
 def test_precision_policy_reaches_the_evaluator_and_a_bad_value_is_one_sentence() -> None:
-    from kernelbench_rl.compose import eval_settings
+    from kernelbench_rl.compose import run_settings
 
     default = load_config("default")
-    assert default.eval.precision_policy == "warn" and eval_settings(default).precision_policy == "warn"
+    assert default.eval.precision_policy == "warn" and run_settings(default).eval.precision_policy == "warn"
     strict = load_config("default", ["eval.precision_policy=reject"])
-    assert eval_settings(strict).precision_policy == "reject"
+    assert run_settings(strict).eval.precision_policy == "reject"
     assert strict.resolved_run_id() != default.resolved_run_id()
     with pytest.raises(UserError, match=r"^Config key eval\.precision_policy must be one of warn, reject; got 'strict'\.$"):
         load_config("default", ["eval.precision_policy=strict"])
@@ -113,10 +113,10 @@ def test_eval_device_and_size_auto() -> None:
 
 def test_training_and_checkpoint_evaluation_share_resolved_eval_settings() -> None:
     """`auto` never reaches the evaluator (its workers accept only cpu or cuda), from either caller."""
-    from kernelbench_rl.compose import eval_settings, resolve_eval_device
+    from kernelbench_rl.compose import resolve_eval_device, run_settings
 
     cfg = load_config("default", ["eval.timeout_s=7", "eval.correctness_trials=2"])
-    settings = eval_settings(cfg)
+    settings = run_settings(cfg).eval
     assert (settings.device, settings.size) == resolve_eval_device("auto", "auto")
     assert settings.timeout_s == 7 and settings.correctness_trials == 2
     assert settings.backend == cfg.env.kernel_backend

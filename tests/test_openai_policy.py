@@ -218,16 +218,20 @@ def test_a_server_that_answers_nothing_fails_in_one_sentence_and_keeps_its_rows(
 
 def test_answers_are_recorded_as_they_arrive(tmp_path):
     """Each answer's text and a pending row reach DuckDB before its evaluation, so a run killed mid-way keeps them."""
-    from kernelbench_rl.training.checkpoint_eval import _AnswerRecorder
+    from kernelbench_rl.policy.openai_backend import ChatAnswer
+    from kernelbench_rl.training.model_answers import AnswerLog
 
     problem = get_problem("L1/19")
     (group,) = make_group_builders([problem], 1, EnvSpec(), None, 0)
     (env,) = group()
     env.add_completion("prompt", [1], "some answer", [2], [], "stop")
     store = Store(tmp_path / "kb.duckdb")
-    _AnswerRecorder(store, "r", "openai:m", "holdout", "e1")(env, 0)
+    log = AnswerLog(store, "r", "openai:m", "holdout", "m", temperature=1.0, top_p=1.0)
+    log.eval_id = "e1"
+    log.record(env, 0, ChatAnswer("some answer", "stop", 1, 2, 16))
     assert store.fetchall("SELECT error_category, sample_index FROM eval_samples") == [("pending", 0)]
     assert store.fetchall("SELECT count(*) FROM blobs WHERE text = 'some answer'") == [(1,)]
+    assert store.fetchall("SELECT eval_id, finish_reason, completion_tokens FROM model_answers") == [("e1", "stop", 2)]
 
 
 @pytest.mark.parametrize("command", [["eval-model", "--policy", "openai:m", "--base-url", "http://127.0.0.1:9/v1"],

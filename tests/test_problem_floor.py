@@ -158,7 +158,7 @@ def test_a_result_under_the_floor_earns_no_speed_reward_and_its_figures_reach_du
 def test_the_profile_and_the_speed_of_light_reach_the_refinement_feedback_only_when_asked():
     from kernelbench_rl.config import load_config
     from kernelbench_rl.envs.feedback import refinement_feedback
-    from kernelbench_rl.compose import env_spec
+    from kernelbench_rl.compose import run_settings
     from kernelbench_rl.evaluation.source import kernels
     from kernelbench_rl.evaluation.timing.floor import speed_of_light
     from kernelbench_rl.evaluation.result import EvalResult
@@ -174,8 +174,8 @@ def test_the_profile_and_the_speed_of_light_reach_the_refinement_feedback_only_w
     shown = refinement_feedback("code", "", result, profile=True)
     assert "GPU kernels per forward (4 launches): add_kernel 61%, 0.610 ms x1; relu_kernel 39%" in shown
     assert "Speed of light: 0.89 of the memory-bound floor (3.83 ms on H100 SXM: 12.8 GB, 0 GFLOP)" in shown
-    assert not env_spec(load_config("kevin")).feedback_profile
-    assert env_spec(load_config("kevin", ["env.feedback.profile=true"])).feedback_profile
+    assert not run_settings(load_config("kevin")).env.feedback_profile
+    assert run_settings(load_config("kevin", ["env.feedback.profile=true"])).env.feedback_profile
 
 
 def test_profile_needs_a_gpu_and_says_so_in_one_sentence():

@@ -7,7 +7,7 @@ import pytest
 from tinker import types
 
 from kernelbench_rl.compose import build_run_parts
-from kernelbench_rl.compose import env_spec
+from kernelbench_rl.compose import run_settings
 from kernelbench_rl.envs import EnvSpec
 from kernelbench_rl.envs.kernel_env import EnvGroupBuilder
 from kernelbench_rl.policy.tiny import load_tokenizer
@@ -168,7 +168,7 @@ def _failed(problem_id: str):
 def make_builders(config):
     from kernelbench_rl.envs.kernel_env import make_group_builders
 
-    return make_group_builders([get_problem("L1/19")], 2, env_spec(config))
+    return make_group_builders([get_problem("L1/19")], 2, run_settings(config).env)
 
 
 def test_max_tokens_defaults_fit_the_model_and_thinking() -> None:
@@ -181,7 +181,7 @@ def test_max_tokens_defaults_fit_the_model_and_thinking() -> None:
     tiny = load_config("default", ["policy.backend=local"])
     # local:tiny has 4096 positions: the completion leaves room for the prompt, the turn fits the context
     assert tiny.max_completion_tokens() == 3072 and tiny.turn_token_budget() == 4096
-    assert env_spec(tiny).max_tokens == 3072 and env_spec(tiny).token_budget == 4096
+    assert run_settings(tiny).env.max_tokens == 3072 and run_settings(tiny).env.token_budget == 4096
 
 
 # -- the Tinker session, checkpoints and the optimizer ---------------------------------------------

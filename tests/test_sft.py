@@ -94,7 +94,7 @@ def test_sft_lowers_the_loss_on_a_fixed_batch(tmp_path):
 
 
 def test_examples_are_rl_prompts_with_the_run_problems_first(tmp_path):
-    from kernelbench_rl.compose import env_spec
+    from kernelbench_rl.compose import run_settings
     from kernelbench_rl.envs.kernel_env import make_group_builders
     from kernelbench_rl.policy.tiny import load_tokenizer
     from kernelbench_rl.problems import get_problem, load_solution
@@ -107,7 +107,7 @@ def test_examples_are_rl_prompts_with_the_run_problems_first(tmp_path):
     assert [e.problem_id for e in dataset.examples[:2]] == ELEMENTWISE
     assert dataset.excluded["over_max_examples"] > 0
     first = dataset.examples[0]
-    (builder,) = make_group_builders([get_problem("L1/19")], 1, env_spec(config))
+    (builder,) = make_group_builders([get_problem("L1/19")], 1, run_settings(config).env)
     assert first.prompt_tokens == PromptRenderer(tokenizer).encode_messages(builder()[0].next_messages())
     assert tokenizer.decode(first.completion_tokens[:-1]) == completion_text(load_solution(get_problem("L1/19")))
     assert first.completion_tokens[-1] == tokenizer.eos_token_id

@@ -30,7 +30,7 @@ MIN_TURN_TOKENS = 16
 @dataclass(frozen=True)
 class EnvSpec:
     """What an environment needs besides the problem; plain data, cheap to pickle and log (a run's own:
-    `compose.env_spec`)."""
+    `compose.run_settings`)."""
 
     turns: int = 1
     token_budget: int = 32768  # prompt + completion tokens of one turn's context

@@ -46,6 +46,7 @@ class CheckpointReport:
     # Each evaluation keeps its own rows (history): "how did checkpoint X score over time" is one query.
     eval_id: str = field(default_factory=new_eval_id)
     samples: list[dict[str, Any]] = field(default_factory=list)  # eval_samples rows
+    completions: list[str] = field(default_factory=list)  # the texts those rows point at (each sample's best turn)
     timed: list[Any] = field(default_factory=list)  # GPU: the best turns' results with their speed of light
 
     def rows(self) -> list[dict[str, Any]]:
@@ -120,16 +121,17 @@ def nightly_targets(store: Store, run_ids: Sequence[str] = ()) -> list[NightlyTa
             for row, why in chosen]
 
 
-def _sampling_client(parts: RunParts, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
-    from kernelbench_rl.policy import make_service_client
-    from kernelbench_rl.training.checkpoints import resolved_path
+@dataclass(frozen=True)
+class _Scope:
+    """What one evaluation covers, chosen before anything runs: the run, the label its rows carry (a checkpoint's
+    name, "base" or a served model's policy string), the split's problems and the samples per problem."""
 
-    service = service_client or make_service_client(parts.policy)
-    # A stored relative sampler path is under the run's folder (a copied runs/ included).
-    client = (service.create_sampling_client(base_model=parts.base_model) if checkpoint is None
-              else service.create_sampling_client(model_path=resolved_path(checkpoint["sampler_path"], parts.run_dir)))
-    # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
-    return client.result() if callable(getattr(client, "result", None)) else client
+    run_id: str
+    label: str
+    split: str
+    problems: list[Problem]
+    samples_per_problem: int
+    ks: Sequence[int]
 
 
 def evaluate_checkpoint(
@@ -148,6 +150,10 @@ def evaluate_checkpoint(
 ) -> CheckpointReport:
     """Sample `samples_per_problem` kernels per held-out problem, evaluate them, record the report.
 
+    In one pass: what is evaluated is settled first (the checkpoint's row, the one read of the store; the problems
+    and their prompts; the sampling client), then the episodes run against the run's evaluator, then the report is
+    built in one place and recorded in one step (its rows in the store, its figures in TensorBoard).
+
     `checkpoint="openai:MODEL"` (with `base_url`) evaluates a model served by an OpenAI-compatible
     server instead (`evaluate_model`); its report rows have the same shape.
 
@@ -162,93 +168,34 @@ def evaluate_checkpoint(
                               evaluate_fn=evaluate_fn, retrieve=retrieve)
     store = store or Store(parts.db_path)
     ckpt = resolve_checkpoint(store, parts.run_id, checkpoint)
-    label = BASE if ckpt is None else str(ckpt["name"])
-    problems = parts.split.chosen(split, max_problems)
+    scope = _Scope(parts.run_id, BASE if ckpt is None else str(ckpt["name"]), split,
+                   parts.split.chosen(split, max_problems), samples_per_problem, ks)
+    builders = make_group_builders(scope.problems, samples_per_problem, parts.env, retrieve,
+                                   parts.rag.k if retrieve is not None else 0)
     sampling_client = _sampling_client(parts, ckpt, service_client)
 
-    with _evaluating(parts.evaluator, store, problems, evaluate_fn) as evaluate_fn:
-        runner = RolloutRunner(sampling_client, PromptRenderer(sampling_client.get_tokenizer()), evaluate_fn,
+    with _evaluating(parts.evaluator, store, scope.problems, evaluate_fn) as judge:
+        runner = RolloutRunner(sampling_client, PromptRenderer(sampling_client.get_tokenizer()), judge,
                                temperature=parts.sampling.temperature, top_p=parts.sampling.top_p)
-        builders = make_group_builders(problems, samples_per_problem, parts.env, retrieve,
-                                       parts.rag.k if retrieve is not None else 0)
         groups = [group.envs for group in runner.run(builders)]
 
-    report = _report(parts.run_id, label, split, problems, groups, samples_per_problem, ks)
-    _store_report(store, report, [env for envs in groups for env in envs])
-    log_to_tensorboard(parts.run_dir, report, step=0 if ckpt is None else int(ckpt["step"]))
+    report = build_report(scope, groups)
+    record_report(store, report, tensorboard=(parts.run_dir, 0 if ckpt is None else int(ckpt["step"])))
     require_a_verdict(report, groups)
     return report
 
 
-def report_scalars(report: CheckpointReport) -> dict[str, float]:
-    """The report's figures as TensorBoard scalars: `{split}/{metric}` overall, `{split}/L{level}/{metric}` per
-    level; a level with nothing judged, or a figure not measured (a CPU's speedups), gives none."""
-    out: dict[str, float] = {}
-    for level, summary in [(None, report.overall), *sorted(report.per_level.items())]:
-        if not summary.num_problems:
-            continue
-        prefix = report.split if level is None else f"{report.split}/L{level}"
-        for key, value in summary.to_dict().items():
-            for name, number in (value.items() if isinstance(value, dict) else [(key, value)]):
-                if isinstance(number, (int, float)) and not isinstance(number, bool):
-                    out[f"{prefix}/{name}"] = float(number)
-    return out
+def _sampling_client(parts: RunParts, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
+    """The checkpoint's sampler (the base model's for "base"), resolved before anything is sampled."""
+    from kernelbench_rl.policy import make_service_client
+    from kernelbench_rl.training.checkpoints import resolved_path
 
-
-def log_to_tensorboard(run_dir: Path, report: CheckpointReport, step: int) -> None:
-    """A checkpoint's evaluation beside its run's training curves: `<run log dir>/tensorboard/eval` at the
-    checkpoint's step (the base model's under `eval-base`, at step 0)."""
-    from kernelbench_rl.training.metrics import TensorBoardLogger
-
-    logger = TensorBoardLogger(Path(run_dir) / "tensorboard" / ("eval-base" if report.label == BASE else "eval"))
-    try:
-        logger.log(step, report_scalars(report), [o.speedup for o in report.outcomes if o.speedup is not None])
-    finally:
-        logger.close()
-
-
-@contextlib.contextmanager
-def _evaluating(plan: EvaluatorPlan, store: Store, problems: Sequence[Problem], evaluate_fn: EvaluateFn | None):
-    """The caller's evaluate function, or one of the run's evaluator opened for the block."""
-    if evaluate_fn is not None:
-        yield evaluate_fn
-        return
-    evaluator = plan.open(store, problems)
-    if plan.is_dask:
-        # A cluster that does not answer is found before the first model request is paid for.
-        try:
-            evaluator.start()
-        except Exception as exc:  # noqa: BLE001 - any failure to reach it: one sentence, nothing sampled
-            evaluator.__exit__(None, None, None)
-            raise InfraError(f"The evaluation cluster eval.cluster={plan.cluster} cannot be reached "
-                             f"({type(exc).__name__}: {str(exc)[:160]}); start it, or set eval.cluster=local.") from None
-    try:
-        yield evaluator.evaluate_responses
-    finally:
-        evaluator.__exit__(None, None, None)
-
-
-def _store_report(store: Store, report: CheckpointReport, envs: Sequence[KernelEnv]) -> None:
-    """The report's rows and one eval_samples row per sample, in one turn on the file."""
-    with store.connect():
-        report.samples = sample_rows(store, report, envs)
-        store.write_batch({"eval_reports": report.rows(), "eval_samples": report.samples})
-
-
-def _report(run_id: str, label: str, split: str, problems: Sequence[Problem], groups: Sequence[Sequence[KernelEnv]],
-            samples_per_problem: int, ks: Sequence[int]) -> CheckpointReport:
-    outcomes: list[SampleOutcome] = []
-    levels: dict[str, int] = {p.id: p.level for p in problems}
-    for envs in groups:
-        outcomes.extend(episode_outcome(env) for env in envs)
-    usable_ks = [k for k in ks if k <= samples_per_problem]
-    per_level = {
-        level: summarize([o for o in outcomes if levels[o.problem_id] == level], usable_ks)
-        for level in sorted(set(levels.values()))
-    }
-    timed = [turn.result for envs in groups for env in envs if (turn := _best_turn(env)) is not None
-             and turn.result is not None and turn.result.speed_of_light]
-    return CheckpointReport(run_id, label, split, outcomes, summarize(outcomes, usable_ks), per_level, timed=timed)
+    service = service_client or make_service_client(parts.policy)
+    # A stored relative sampler path is under the run's folder (a copied runs/ included).
+    client = (service.create_sampling_client(base_model=parts.base_model) if checkpoint is None
+              else service.create_sampling_client(model_path=resolved_path(checkpoint["sampler_path"], parts.run_dir)))
+    # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
+    return client.result() if callable(getattr(client, "result", None)) else client
 
 
 def evaluate_model(
@@ -281,37 +228,30 @@ def evaluate_model(
     from kernelbench_rl.training.model_answers import AnswerLog, UnansweredRequests
 
     say = say or (lambda _line: None)
-    policy_spec = OpenAIPolicySpec.from_policy(policy, base_url, concurrency=concurrency, max_retries=max_retries,
-                                               timeout_s=timeout_s, max_tokens=parts.sampling.max_tokens,
-                                               context_tokens=context_tokens)
-    store = store or Store(parts.db_path)
     problems = parts.split.chosen(split, max_problems)
-    chat = OpenAIChatPolicy(policy_spec)
+    chat = OpenAIChatPolicy(OpenAIPolicySpec.from_policy(
+        policy, base_url, concurrency=concurrency, max_retries=max_retries, timeout_s=timeout_s,
+        max_tokens=parts.sampling.max_tokens, context_tokens=context_tokens))
     server = chat.probe()  # before the evaluator starts and anything is paid for
-    say(f"{chat.label} at {chat.where}: {server.describe(policy_spec.max_tokens)}")
-    run_id = parts.run_id
-    log = AnswerLog(store, run_id, chat.label, split, policy_spec.model, temperature=parts.sampling.temperature,
-                    top_p=parts.sampling.top_p)
-    eval_id = log.resume()
-    if eval_id is not None:
-        say(f"resuming evaluation {eval_id}: {log.earlier_answers} answer(s) already in {store.path}; only the "
+    say(f"{chat.label} at {chat.where}: {server.describe(chat.spec.max_tokens)}")
+    scope = _Scope(parts.run_id, chat.label, split, problems, samples_per_problem, ks)
+    builders = make_group_builders(problems, samples_per_problem, parts.env, retrieve,
+                                   parts.rag.k if retrieve is not None else 0)
+    store = store or Store(parts.db_path)
+    answers = AnswerLog(store, scope.run_id, scope.label, split, chat.spec.model,
+                        temperature=parts.sampling.temperature, top_p=parts.sampling.top_p)
+    resumed = answers.resume()
+    if resumed is not None:
+        say(f"resuming evaluation {resumed}: {answers.earlier_answers} answer(s) already in {store.path}; only the "
             "requests without one are sent")
-    eval_id = log.eval_id = eval_id or new_eval_id()
-    with _evaluating(parts.evaluator, store, problems, evaluate_fn) as evaluate_fn:
-        builders = make_group_builders(problems, samples_per_problem, parts.env, retrieve,
-                                       parts.rag.k if retrieve is not None else 0)
-        recorder = _AnswerRecorder(store, run_id, chat.label, split, eval_id)
+    eval_id = answers.eval_id = resumed or new_eval_id()
+    with _evaluating(parts.evaluator, store, scope.problems, evaluate_fn) as judge:
+        groups = run_chat_episodes(builders, chat, judge, temperature=parts.sampling.temperature,
+                                   top_p=parts.sampling.top_p, on_answer=answers.record, earlier=answers.earlier)
 
-        def on_answer(env: KernelEnv, sample_index: int, answer: Any) -> None:
-            log.record(env, sample_index, answer)
-            recorder(env, sample_index)
-
-        groups = run_chat_episodes(builders, chat, evaluate_fn, temperature=parts.sampling.temperature,
-                                   top_p=parts.sampling.top_p, on_answer=on_answer, earlier=log.earlier)
-    report = _report(run_id, chat.label, split, problems, groups, samples_per_problem, ks)
-    report.eval_id = eval_id
-    report.usage = {**chat.usage.to_dict(), **({"context_tokens": server.context_tokens} if server.context_tokens else {})}
-    _store_report(store, report, [env for envs in groups for env in envs])
+    usage = {**chat.usage.to_dict(), **({"context_tokens": server.context_tokens} if server.context_tokens else {})}
+    report = build_report(scope, groups, eval_id=eval_id, usage=usage)
+    record_report(store, report)
     if chat.usage.unanswered:
         raise UnansweredRequests(
             f"{chat.usage.unanswered} request(s) got no answer ({chat.gone or 'they failed after their retries'}); "
@@ -321,28 +261,85 @@ def evaluate_model(
     return report
 
 
-class _AnswerRecorder:
-    """Each model answer into DuckDB as it arrives (its text, and an eval_samples row marked `pending` until the
-    report replaces it with the verdict): a run that dies mid-way keeps every answer it paid for."""
+@contextlib.contextmanager
+def _evaluating(plan: EvaluatorPlan, store: Store, problems: Sequence[Problem], evaluate_fn: EvaluateFn | None):
+    """The caller's evaluate function, or one of the run's evaluator opened for the block."""
+    if evaluate_fn is not None:
+        yield evaluate_fn
+        return
+    evaluator = plan.open(store, problems)
+    if plan.is_dask:
+        # A cluster that does not answer is found before the first model request is paid for.
+        try:
+            evaluator.start()
+        except Exception as exc:  # noqa: BLE001 - any failure to reach it: one sentence, nothing sampled
+            evaluator.__exit__(None, None, None)
+            raise InfraError(f"The evaluation cluster eval.cluster={plan.cluster} cannot be reached "
+                             f"({type(exc).__name__}: {str(exc)[:160]}); start it, or set eval.cluster=local.") from None
+    try:
+        yield evaluator.evaluate_responses
+    finally:
+        evaluator.__exit__(None, None, None)
 
-    def __init__(self, store: Store, run_id: str, label: str, split: str, eval_id: str) -> None:
-        self.store, self.run_id, self.label, self.split, self.eval_id = store, run_id, label, split, eval_id
 
-    def __call__(self, env: KernelEnv, sample_index: int) -> None:
-        from kernelbench_rl.store.db import sha256_text
+# -- the report: built in one place, recorded in one step -------------------------------------------
+def build_report(scope: _Scope, groups: Sequence[Sequence[KernelEnv]], *, eval_id: str | None = None,
+                 usage: dict[str, int] | None = None) -> CheckpointReport:
+    """The whole report of an evaluation's episodes (problems x samples), nothing written: each sample's best turn,
+    outcome and eval_samples row, then the figures per level and overall (pass@k for the `ks` the samples allow)."""
+    envs = [env for group in groups for env in group]
+    turns = [_best_turn(env) for env in envs]
+    outcomes = [episode_outcome(env) for env in envs]
+    eval_id = eval_id or new_eval_id()
+    samples = sample_rows(scope, eval_id, envs, turns, outcomes)
+    levels: dict[str, int] = {p.id: p.level for p in scope.problems}
+    usable_ks = [k for k in scope.ks if k <= scope.samples_per_problem]
+    per_level = {
+        level: summarize([o for o in outcomes if levels[o.problem_id] == level], usable_ks)
+        for level in sorted(set(levels.values()))
+    }
+    return CheckpointReport(
+        scope.run_id, scope.label, scope.split, outcomes, summarize(outcomes, usable_ks), per_level, usage=usage,
+        eval_id=eval_id, samples=samples, completions=[t.completion for t in turns if t is not None],
+        timed=[t.result for t in turns if t is not None and t.result is not None and t.result.speed_of_light])
 
-        turn = env.turns[-1]
-        result = turn.result
-        with self.store.connect():
-            self.store.put_texts("completion", [turn.completion])
-            self.store.upsert("eval_samples", [{
-                "eval_id": self.eval_id, "run_id": self.run_id, "checkpoint": self.label, "split": self.split,
-                "problem_id": env.problem.id, "suite": env.problem.suite, "level": env.problem.level,
-                "sample_index": sample_index,
-                "turn": turn.index, "format_ok": bool(turn.format_ok), "compiled": False, "correct": False,
-                "speedup": None, "error_category": result.error_category.value if result is not None else "pending",
-                "error_message": result.error_message if result is not None else "answer recorded, not judged yet",
-                "eval_key": None, "completion_sha256": sha256_text(turn.completion)}])
+
+def record_report(store: Store, report: CheckpointReport, *, tensorboard: tuple[Path, int] | None = None) -> None:
+    """The report written: its rows, its eval_samples rows and their completions in one turn on the file; then, for
+    a checkpoint, its figures in TensorBoard (`tensorboard`: the run's folder and the checkpoint's step)."""
+    tables = {"eval_reports": report.rows(), "eval_samples": report.samples}
+    with store.connect():
+        store.put_texts("completion", report.completions)
+        store.write_batch(tables)
+    if tensorboard is not None:
+        log_to_tensorboard(tensorboard[0], report, step=tensorboard[1])
+
+
+def report_scalars(report: CheckpointReport) -> dict[str, float]:
+    """The report's figures as TensorBoard scalars: `{split}/{metric}` overall, `{split}/L{level}/{metric}` per
+    level; a level with nothing judged, or a figure not measured (a CPU's speedups), gives none."""
+    out: dict[str, float] = {}
+    for level, summary in [(None, report.overall), *sorted(report.per_level.items())]:
+        if not summary.num_problems:
+            continue
+        prefix = report.split if level is None else f"{report.split}/L{level}"
+        for key, value in summary.to_dict().items():
+            for name, number in (value.items() if isinstance(value, dict) else [(key, value)]):
+                if isinstance(number, (int, float)) and not isinstance(number, bool):
+                    out[f"{prefix}/{name}"] = float(number)
+    return out
+
+
+def log_to_tensorboard(run_dir: Path, report: CheckpointReport, step: int) -> None:
+    """A checkpoint's evaluation beside its run's training curves: `<run log dir>/tensorboard/eval` at the
+    checkpoint's step (the base model's under `eval-base`, at step 0)."""
+    from kernelbench_rl.training.metrics import TensorBoardLogger
+
+    logger = TensorBoardLogger(Path(run_dir) / "tensorboard" / ("eval-base" if report.label == BASE else "eval"))
+    try:
+        logger.log(step, report_scalars(report), [o.speedup for o in report.outcomes if o.speedup is not None])
+    finally:
+        logger.close()
 
 
 def require_a_verdict(report: CheckpointReport, groups: Sequence[Sequence[KernelEnv]]) -> None:
@@ -358,7 +355,7 @@ def require_a_verdict(report: CheckpointReport, groups: Sequence[Sequence[Kernel
 
 
 def _best_turn(env: KernelEnv) -> Any:
-    """The turn whose verdict counts (the same order as `episode_outcome`), else the last turn."""
+    """The turn whose verdict counts (correct first, then compiled, then a counted speedup), else the last turn."""
     judged = [t for t in env.turns if t.result is not None]
     if not judged:
         return env.turns[-1] if env.turns else None
@@ -366,15 +363,15 @@ def _best_turn(env: KernelEnv) -> Any:
                                       t.result.speedup if t.result.speedup_counts else 0.0))
 
 
-def sample_rows(store: Store, report: CheckpointReport, envs: Sequence[KernelEnv]) -> list[dict[str, Any]]:
-    """One eval_samples row per sample: its verdict, why it failed, and where its completion and evaluation are."""
+def sample_rows(scope: _Scope, eval_id: str, envs: Sequence[KernelEnv], turns: Sequence[Any],
+                outcomes: Sequence[SampleOutcome]) -> list[dict[str, Any]]:
+    """One eval_samples row per sample (`turns`: each one's best turn): its verdict, why it failed, and where its
+    completion and evaluation are."""
     from kernelbench_rl.store.db import eval_key_for, sha256_text
 
-    turns = [_best_turn(env) for env in envs]
-    store.put_texts("completion", [t.completion for t in turns if t is not None])
     rows = []
     index_in_problem: dict[str, int] = {}
-    for env, turn, outcome in zip(envs, turns, report.outcomes, strict=True):
+    for env, turn, outcome in zip(envs, turns, outcomes, strict=True):
         sample_index = index_in_problem.get(env.problem.id, 0)
         index_in_problem[env.problem.id] = sample_index + 1
         result = turn.result if turn is not None else None
@@ -382,7 +379,7 @@ def sample_rows(store: Store, report: CheckpointReport, envs: Sequence[KernelEnv
         if result is not None and turn.code and result.settings_hash:
             eval_key = eval_key_for(env.problem.id, sha256_text(turn.code), result.settings_hash)
         rows.append({
-            "eval_id": report.eval_id, "run_id": report.run_id, "checkpoint": report.label, "split": report.split,
+            "eval_id": eval_id, "run_id": scope.run_id, "checkpoint": scope.label, "split": scope.split,
             "problem_id": env.problem.id, "suite": env.problem.suite, "level": env.problem.level,
             "sample_index": sample_index,
             "turn": turn.index if turn is not None else None,
@@ -397,10 +394,10 @@ def sample_rows(store: Store, report: CheckpointReport, envs: Sequence[KernelEnv
 
 
 def episode_outcome(env: KernelEnv) -> SampleOutcome:
-    """The episode's best turn (single-turn: its only turn); a hack or an uncounted speedup never ranks higher."""
+    """The episode's best turn (`_best_turn`; single-turn: its only turn); a hack or an uncounted speedup never
+    ranks higher."""
     results = [t.result for t in env.turns if t.result is not None]
-    best = max(results, key=lambda r: (counts_as_correct(r), r.compiled,
-                                       r.speedup if r.speedup_counts else 0.0), default=None)
+    best = _best_turn(env).result if results else None
     correct = best is not None and counts_as_correct(best)
     # Every turn without a verdict on its kernel (a sample with no kernel at all is the model's: judged).
     judged = not results or not all(r.error_category.is_ours for r in results)

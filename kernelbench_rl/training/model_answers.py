@@ -1,5 +1,6 @@
 """A served model's answers in DuckDB, one row per request (`model_answers`), so that an evaluation that was
-killed, or whose server stopped answering, resumes: the same command sends only the requests left.
+killed, or whose server stopped answering, resumes: the same command sends only the requests left. Each answer
+also gets its sample's eval_samples row at once, `pending` until the evaluation's report gives it its verdict.
 
 An evaluation is resumed when it is the newest of its run, model and split and it is unfinished (no report yet,
 or a report with requests that never got an answer). An earlier answer is reused only for the very same request:
@@ -81,16 +82,29 @@ class AnswerLog:
         return found[1] if found is not None and found[0] == request else None
 
     def record(self, env: KernelEnv, sample_index: int, answer: ChatAnswer | None) -> None:
-        """This answer of the run, as it arrives (nothing for a request that got none)."""
-        if answer is None or self.eval_id is None:
+        """This answer of the run, as it arrives, in one turn on the file: its text, its model_answers row (none for
+        a request that got no answer) and the sample's eval_samples row, marked `pending` until the report replaces
+        it with the verdict (a failed request's: its infra verdict). A run that dies mid-way keeps every answer it
+        paid for."""
+        if self.eval_id is None:
             return
         turn = env.turns[-1]
+        result = turn.result
         with self.store.connect():
-            (digest,) = self.store.put_texts("completion", [answer.text])
-            self.store.upsert("model_answers", [{
+            (digest,) = self.store.put_texts("completion", [turn.completion])
+            if answer is not None:
+                self.store.upsert("model_answers", [{
+                    "eval_id": self.eval_id, "run_id": self.run_id, "checkpoint": self.label, "split": self.split,
+                    "problem_id": env.problem.id, "sample_index": sample_index, "turn": turn.index,
+                    "request_sha256": self._requests.get((env.problem.id, sample_index, turn.index)),
+                    "completion_sha256": digest, "finish_reason": answer.finish_reason,
+                    "prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
+                    "max_tokens": answer.max_tokens}])
+            self.store.upsert("eval_samples", [{
                 "eval_id": self.eval_id, "run_id": self.run_id, "checkpoint": self.label, "split": self.split,
-                "problem_id": env.problem.id, "sample_index": sample_index, "turn": turn.index,
-                "request_sha256": self._requests.get((env.problem.id, sample_index, turn.index)),
-                "completion_sha256": digest, "finish_reason": answer.finish_reason,
-                "prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens,
-                "max_tokens": answer.max_tokens}])
+                "problem_id": env.problem.id, "suite": env.problem.suite, "level": env.problem.level,
+                "sample_index": sample_index,
+                "turn": turn.index, "format_ok": bool(turn.format_ok), "compiled": False, "correct": False,
+                "speedup": None, "error_category": result.error_category.value if result is not None else "pending",
+                "error_message": result.error_message if result is not None else "answer recorded, not judged yet",
+                "eval_key": None, "completion_sha256": digest}])
