@@ -19,6 +19,7 @@ from kernelbench_rl.errors import ExitCode
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "torch._dynamo", "tinker", "tinker_cookbook", "transformers", "peft", "triton", "prefect")
+WATCHED = (*HEAVY, "typer")  # typer: every command imports it, so the report is seen to list what was imported
 
 RUN = """
 import json, sys
@@ -38,10 +39,10 @@ sys.exit(code)
 
 
 def run_cli(args: list[str], cwd: Path) -> tuple[int, str, list[str]]:
-    """(exit code, stderr, the heavy modules the process ended with) of `kernelbench-rl ARGS`."""
+    """(exit code, stderr, the WATCHED modules the process ended with) of `kernelbench-rl ARGS`."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "KBRL_DB": str(cwd / "kb.duckdb")}
     env.pop("TINKER_API_KEY", None)
-    done = subprocess.run([sys.executable, "-c", RUN, json.dumps(args), json.dumps(HEAVY)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", RUN, json.dumps(args), json.dumps(WATCHED)], capture_output=True,
                           text=True, timeout=120, cwd=cwd, env=env)
     last = done.stdout.rstrip().splitlines()[-1]
     assert last.startswith("modules:"), done.stdout + done.stderr
@@ -51,7 +52,7 @@ def run_cli(args: list[str], cwd: Path) -> tuple[int, str, list[str]]:
 OFFLINE = ["--policy", "openai:m", "--base-url", "http://127.0.0.1:9/v1"]
 
 CASES = [
-    # (args, exit code, a words of its one sentence)
+    # (args, exit code, words of its one sentence on stderr)
     (["train", "training.stepz=3"], ExitCode.BAD_INPUT, "Unknown config key training.stepz"),
     (["train", "--config", "kevin", "sampling.group_size=0"], ExitCode.BAD_INPUT, "sampling.group_size"),
     (["sft", "training.stepz=3"], ExitCode.BAD_INPUT, "Unknown config key training.stepz"),
@@ -60,27 +61,19 @@ CASES = [
     (["eval-model", *OFFLINE, "training.stepz=3"], ExitCode.BAD_INPUT, "Unknown config key training.stepz"),
     (["eval-model", *OFFLINE, "--problems-root", "nowhere", "eval.device=cpu"], ExitCode.BAD_INPUT, "does not exist"),
     (["pipeline", "--eval-samples", "0"], ExitCode.BAD_INPUT, "--eval-samples must be at least 1"),
-    (["retrieve", "--problem", "L1/19", "-k", "0"], ExitCode.BAD_INPUT, "--top-k must be at least 1"),
     (["eval", "--problem", "L1/19", "--kernel", "nope.py"], ExitCode.BAD_INPUT, None),
     (["sql", "--db", "missing.duckdb", "SELECT 1"], ExitCode.BAD_INPUT, "There is no database"),
     (["problems", "list"], ExitCode.OK, None),
-    (["problems", "show", "L1/19"], ExitCode.OK, None),
-    (["--help"], ExitCode.OK, None),
 ]
 
 
 @pytest.mark.parametrize("args, code, words", CASES, ids=[" ".join(args)[:50] for args, _, _ in CASES])
 def test_a_command_that_ends_early_imports_nothing_heavy(tmp_path: Path, args: list[str], code: ExitCode,
                                                          words: str | None) -> None:
-    exit_code, stderr, heavy = run_cli(args, tmp_path)
+    exit_code, stderr, modules = run_cli(args, tmp_path)
     assert exit_code == code, stderr
     if words is not None:
         assert words in stderr and "Traceback" not in stderr, stderr
+    assert "typer" in modules
+    heavy = [name for name in modules if name in HEAVY]
     assert heavy == [], f"`kernelbench-rl {' '.join(args)}` imported {heavy}"
-
-
-def test_the_check_sees_a_heavy_import(tmp_path: Path) -> None:
-    """The report is of the process's modules: a command that does need torch (the floor of a problem) shows it."""
-    exit_code, stderr, heavy = run_cli(["problems", "show", "L1/19", "--floor", "--gpu", "H100", "--json"], tmp_path)
-    assert exit_code == ExitCode.OK, stderr
-    assert "torch" in heavy and "prefect" not in heavy
