@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402 - after the path set-up above
-from eval_throughput import CPU_MIX, FULL_MIX, QUICK_MIX, Candidate, build_mix  # noqa: E402
+from eval_throughput import Candidate, mix_for  # noqa: E402
 from harness import say  # noqa: E402
 
 # A hang measures the timeout, not throughput: it would pin both walls to the same floor.
@@ -266,12 +266,8 @@ def phase_means(results: list[tuple[int, Any]]) -> dict[str, float]:
 
 def _cpu_seconds(pid: int) -> float | None:
     """User and system CPU seconds of a process so far (/proc), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
+    fields = harness.proc_stat(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _host_jiffies() -> tuple[int, int]:
@@ -455,15 +451,12 @@ def compare_with_one(summary: dict[str, Any], engine: str, runs: dict[str, Any])
 
 
 def print_summary(summary: dict[str, Any], engines: list[str]) -> None:
-    say(f"\n{'configuration':44s} {'verdicts':>8s} {'wall s':>7s} {'per min':>8s} {'ratio':>6s} {'slots':>6s}")
+    say("")
+    harness.print_table(["configuration", "verdicts", "wall s", "per min", "ratio", "slots"], [
+        [f"{engine}, {key}: {run.get('cluster', 'failed: ' + str(run.get('error')))}"[:60], run.get("candidates"),
+         run.get("wall_s"), run.get("per_minute"), summary["ratios"].get(engine, {}).get(key), run.get("slots")]
+        for engine in engines for key, run in summary["runs"][engine].items()])
     for engine in engines:
-        for key, run in summary["runs"][engine].items():
-            if "per_minute" not in run:
-                say(f"{engine + ', ' + key + ' GPU(s)':44s} failed: {run.get('error', '?')}")
-                continue
-            ratio = summary["ratios"].get(engine, {}).get(key)
-            say(f"{(engine + ', ' + key + ': ' + run['cluster'])[:44]:44s} {run['candidates']:>8d} {run['wall_s']:>7.1f} "
-                f"{run['per_minute']:>8.1f} {(f'{ratio:.2f}x' if ratio else '1'):>6s} {run['slots']:>6d}")
         for key, account in summary["where_the_time_goes"].get(engine, {}).items():
             agree = summary["verdicts_agree"][engine][key]
             say(f"{engine} 1 -> {key}: {account['ratio']}x ({account['efficiency']} of linear); verdicts agree on the "
@@ -477,15 +470,11 @@ def run(args: argparse.Namespace) -> int:
     gpus = parse_gpus(args.gpus, args.workers)
     args.size = None  # real on cuda, small on cpu
     args.repeat = args.repeat or (12 if args.window_s else 4 if args.device == "cuda" else 3)
-    args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
-    args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
     if args.device == "cuda" and _gpu_count() < max(gpus):
         raise harness.BadInput(f"This host has {_gpu_count()} GPU(s) and {max(gpus)} are needed (or use --device cpu).")
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    base = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
-    mix = [(pid, tuple(k for k in kinds if k in SCALING_KINDS)) for pid, kinds in base]
-    candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))[: args.limit or None]
+    candidates = mix_for(args, SCALING_KINDS)
     say(f"{len(candidates)} candidates x {args.repeat}: " + ", ".join(c.label for c in candidates))
     engines = ["plain", "dask"] if args.engine == "both" else [args.engine]
     summary: dict[str, Any] = {

@@ -206,6 +206,16 @@ def build_mix(mix: list[tuple[str, tuple[str, ...]]], warn: Callable[[str], None
     return candidates
 
 
+def mix_for(args: argparse.Namespace, kinds: tuple[str, ...] | None = None) -> list[Candidate]:
+    """The device's mix (`--quick`'s on a GPU), of `kinds` only if given, its first `--limit` candidates; and the
+    device's timed calls and timeout where the flags leave them: 100 and 60 s on a GPU, 3 and 30 s on the CPU."""
+    args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
+    args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
+    mix = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
+    mix = [(pid, tuple(k for k in wanted if kinds is None or k in kinds)) for pid, wanted in mix]
+    return build_mix(mix, warn=lambda text: say(f"warning: {text}"))[: args.limit or None]
+
+
 # ---------------------------------------------------------------- the two harnesses
 
 
@@ -221,41 +231,13 @@ class HarnessRun:
         return 60.0 * count / self.wall_s if self.wall_s > 0 else float("nan")
 
 
-def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Callable[[str], None]) -> HarnessRun:
-    from kernelbench_rl.evaluation.result import EvalRequest
+class MixPool(harness.Pool):
+    """Our evaluator on the mix: each record also says its kind, the verdict expected and two more overheads."""
 
-    settings = harness.eval_settings(args)
-    pool = harness.Pool(args, settings, warm=True, num_workers=args.workers)
-    try:
-        # Warmed on a problem outside every mix, at small size: the measured wall is a warm pool's.
-        evaluator = pool.start()
-        args.parallel_effective, args.in_flight_effective = evaluator.parallel_compiles, evaluator.in_flight
-        progress(f"ours  {evaluator.parallel_compiles} children compiling at once and {evaluator.in_flight} evaluations "
-                 f"under way per worker, {evaluator.warm_children} pre-started")
-        requests = [EvalRequest(c.problem_id, c.source, settings, request_id=c.label) for c in candidates]
-        # The whole mix goes to the pool at once (as a training step's batch would). With a budget, what has
-        # finished when it runs out is kept and the rest dropped, so a slow run still reports figures.
-        finished: dict[int, tuple[Any, float]] = {}
-
-        def collect(index: int, res: Any, at: float) -> None:
-            finished[index] = (res, at)
-            progress(f"ours  {candidates[index].label:28s} {res.error_category.value:9s} correct={res.correct} "
-                     f"worker_total={res.phase_seconds.get('worker_total', 0.0):.2f}s  done at {at:.1f}s")
-
-        ran = harness.evaluate_within(evaluator, requests, args.ours_budget_s, collect)
-        if ran["budget_cut"]:
-            progress(f"ours: budget of {args.ours_budget_s:.0f} s spent with {len(finished)} of {len(requests)} "
-                     f"candidates finished; the rest are dropped")
-        elif ran["error"]:
-            progress(f"ours: the evaluation stopped: {ran['error']}")
-    finally:
-        pool.close()
-    run = HarnessRun("ours", ran["wall_s"], pool.startup_s or 0.0, info=pool.info)
-    for index in sorted(finished):
-        cand, (res, at) = candidates[index], finished[index]
-        record = harness.verdict_record(res, settings, at)
+    def record(self, cand: Candidate, res: Any, at: float) -> dict[str, Any]:
+        record = harness.verdict_record(res, self.settings, at)
         phases, unqueued = record["phase_seconds"], record["latency_overhead_unqueued_s"] or 0.0
-        run.verdicts.append({
+        return {
             "label": cand.label, "kind": cand.kind, "expected": cand.expected, **record,
             # ... also without the work done once per (problem, precision, GPU): sizing the problem with its first
             # reference, and the baselines (kept in DuckDB across runs): what a training run sees after its first step.
@@ -263,11 +245,25 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace, progress: Ca
             # Exclusive device time beyond the GPU work itself: what bounds throughput once compiles overlap.
             "serial_overhead_s": (round(max(0.0, phases["device_section"] - record["gpu_trials_s"]), 4)
                                   if "device_section" in phases and record["category"] != "timeout" else None),
-        })
-    return run
+        }
 
 
-def run_naive(candidates: list[Candidate], args: argparse.Namespace, progress: Callable[[str], None]) -> HarnessRun:
+def run_ours(candidates: list[Candidate], args: argparse.Namespace) -> HarnessRun:
+    """The whole mix to a warm pool at once (as a training step's batch would go); with --ours-budget-s, what has
+    finished when it runs out is kept and the rest dropped, so a slow run still reports figures."""
+    pool = MixPool(args, harness.eval_settings(args), warm=True, num_workers=args.workers)
+    try:
+        evaluator = pool.start()  # warmed on a problem outside every mix, at small size
+        args.parallel_effective, args.in_flight_effective = evaluator.parallel_compiles, evaluator.in_flight
+        say(f"ours  {evaluator.parallel_compiles} children compiling at once and {evaluator.in_flight} evaluations "
+            f"under way per worker, {evaluator.warm_children} pre-started")
+        group = pool.run_group("mix", candidates, args.ours_budget_s)
+    finally:
+        pool.close()
+    return HarnessRun("ours", group["wall_s"], pool.startup_s or 0.0, verdicts=pool.records, info=pool.info)
+
+
+def run_naive(candidates: list[Candidate], args: argparse.Namespace) -> HarnessRun:
     from naive_harness import NaiveHarness, NaiveSettings
 
     from kernelbench_rl.problems import get_problem
@@ -282,7 +278,7 @@ def run_naive(candidates: list[Candidate], args: argparse.Namespace, progress: C
     budget = args.naive_budget_effective_s
     for cand in candidates:
         if budget is not None and time.perf_counter() - t0 >= budget:
-            progress(f"naive: budget of {budget:.0f} s spent; {len(candidates) - len(run.verdicts)} candidates not launched")
+            say(f"naive: budget of {budget:.0f} s spent; {len(candidates) - len(run.verdicts)} candidates not launched")
             break
         problem = get_problem(cand.problem_id)
         res = naive.evaluate(problem.id, problem.source_for(settings.size), cand.source, label=cand.label)
@@ -292,7 +288,7 @@ def run_naive(candidates: list[Candidate], args: argparse.Namespace, progress: C
             "runtime_ms": res.runtime_ms, "baseline_ms": res.baseline_ms, "speedup": res.speedup,
             "phase_seconds": res.phase_seconds, "wall_s": res.wall_s, "message": res.error[:160],
         })
-        progress(f"naive {cand.label:28s} correct={res.correct} {res.wall_s:6.1f} s {res.error[:60]}")
+        say(f"naive {cand.label:28s} correct={res.correct} {res.wall_s:6.1f} s {res.error[:60]}")
     run.wall_s = time.perf_counter() - t0
     return run
 
@@ -375,17 +371,9 @@ def timing_agreement(ours: HarnessRun, naive: HarnessRun) -> dict[str, Any]:
     naive harness's (one process alone on the GPU), for candidates both judged correct: does the shared
     device distort our timings? Ratios ours/naive; naive reports a mean, we a median."""
     naive_by_label = {v["label"]: v for v in naive.verdicts}
-    ratios = []
-    for v in ours.verdicts:
-        other = naive_by_label.get(v["label"])
-        if other and v["correct"] and other.get("correct") and v.get("runtime_ms") and other.get("runtime_ms"):
-            ratios.append((v["label"], v["runtime_ms"] / other["runtime_ms"]))
-    if not ratios:
-        return {"candidates": 0}
-    values = [r for _, r in ratios]
-    return {"candidates": len(ratios), "median_ratio": round(statistics.median(values), 3),
-            "min_ratio": round(min(values), 3), "max_ratio": round(max(values), 3),
-            "per_candidate": {label: round(r, 3) for label, r in ratios}}
+    return harness.ratios([(v["label"], v["runtime_ms"] / other["runtime_ms"]) for v in ours.verdicts
+                           if (other := naive_by_label.get(v["label"])) and v["correct"] and other.get("correct")
+                           and v.get("runtime_ms") and other.get("runtime_ms")])
 
 
 def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: HarnessRun | None, args: argparse.Namespace,
@@ -448,53 +436,49 @@ def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: Harne
 
 
 def print_table(summary: dict[str, Any]) -> None:
+    """The figures that answer the question; the JSON has the rest."""
     env = summary["environment"]
     say(f"\n{summary['candidates']} candidates on {env['gpu'] or env['machine']} ({env['device']}), mix={summary['mix']}, "
         f"kinds={ {k: v for k, v in summary['kinds'].items() if v} }")
-    say(f"{'harness':8s} {'ran':>5s} {'wall s':>8s} {'cand/min':>9s} {'s/cand':>8s} {'right verdicts':>15s} {'faults rejected':>16s}")
-    for name in ("ours", "naive"):
-        if name in summary:
-            s, a = summary[name], summary[name]["agreement"]
-            say(f"{name:8s} {s['candidates']:5d} {s['wall_s']:8.1f} {s['per_minute']:9.2f} {s['wall_per_candidate_s']:8.2f} "
-                f"{a['right']:>7d}/{a['judged']:<7d} {a['faults_rejected']:>8d}/{a['faults']:<7d}")
+    harness.print_table(["harness", "ran", "wall s", "cand/min", "s/cand", "right verdicts", "faults rejected"],
+                        [[name, s["candidates"], s["wall_s"], s["per_minute"], s.get("wall_per_candidate_s"),
+                          f"{s['agreement']['right']}/{s['agreement']['judged']}",
+                          f"{s['agreement']['faults_rejected']}/{s['agreement']['faults']}"]
+                         for name, s in summary.items() if name in ("ours", "naive")])
     if "naive" in summary:
         n, est = summary["naive"], summary["naive_full_mix_ESTIMATE"]
-        budget = "none" if n["budget_s"] is None else f"{n['budget_s']:.0f} s"
-        say(f"naive: sample={n['sample']}, ran {n['candidates']} of {n['planned']} planned, launch budget {budget}; "
-            f"on the full mix, ESTIMATE (from "
-            f"per-problem means, not measured): {est.get('estimated_wall_s')} s (sources {est.get('estimate_sources')})")
+        say(f"naive: sample={n['sample']}, ran {n['candidates']} of {n['planned']} planned, launch budget "
+            f"{harness.fmt(n['budget_s'])} s; on the full mix, ESTIMATE (from per-problem means, not measured): "
+            f"{est.get('estimated_wall_s')} s (sources {est.get('estimate_sources')})")
     if "throughput_ratio_measured" in summary:
         say(f"throughput ratio ours/naive: MEASURED (ours on the full mix, naive on its subset; cand/min) "
             f"{summary['throughput_ratio_measured']}x; ESTIMATED for the full mix (naive estimate / our measured wall) "
             f"{summary['throughput_ratio_estimated_full_mix']}x")
     if "ours" in summary:
         o = summary["ours"]
-        say(f"ours: pool start + warm-up {o['pool_startup_s']:.1f} s (not in the wall); pool {o['pool_info']}")
-        say(f"ours: floor {o['mean_floor_s']} s/cand; overhead beyond it: throughput {o['overhead_per_candidate_s']} s/cand "
-            f"(wall/cand - mean floor); latency (worker_total - floor) mean {o['latency_overhead_mean_s']} s, median "
-            f"{o['latency_overhead_median_s']} s; without queueing for the device mean {o['latency_overhead_unqueued_mean_s']} s, "
-            f"median {o['latency_overhead_unqueued_median_s']} s; steady state (also without the once-per-problem sizing "
-            f"and baselines) mean {o['latency_overhead_steady_mean_s']} s, median {o['latency_overhead_steady_median_s']} s, "
-            f"max {o['latency_overhead_steady_max_s']} s; exclusive device time beyond the GPU work {o['serial_overhead_mean_s']} s/cand")
+        say(f"ours: pool start + warm-up {o['pool_startup_s']:.1f} s (not in the wall); floor {o['mean_floor_s']} s/cand; "
+            f"overhead beyond it, s/cand: throughput (wall/cand - mean floor) {o['overhead_per_candidate_s']}; latency "
+            f"(worker_total - floor) mean {o['latency_overhead_mean_s']}, median {o['latency_overhead_median_s']}; without "
+            f"queueing for the device {o['latency_overhead_unqueued_mean_s']}, {o['latency_overhead_unqueued_median_s']}; "
+            f"steady state (also without the once-per-problem sizing and baselines) {o['latency_overhead_steady_mean_s']}, "
+            f"{o['latency_overhead_steady_median_s']}, max {o['latency_overhead_steady_max_s']}; exclusive device time "
+            f"beyond the GPU work {o['serial_overhead_mean_s']}")
         say(f"ours: device busy {o['device_busy_s']} s of the wall; candidates that do not hang all done at "
-            f"{o['non_hangs_done_at_s']} s; the last hang started at {o['last_hang_started_at_s']} s")
-        say(f"ours: mean phase seconds {o['mean_phase_seconds']}")
+            f"{o['non_hangs_done_at_s']} s; the last hang started at {o['last_hang_started_at_s']} s; mean phase seconds "
+            f"{o['mean_phase_seconds']}")
         say(f"floor: {summary['floor_definition']}")
     if summary.get("timing_agreement", {}).get("candidates"):
         t = summary["timing_agreement"]
         say(f"timing agreement, our runtime / the naive harness's (alone on the GPU), {t['candidates']} correct "
-            f"candidates: median {t['median_ratio']}, range {t['min_ratio']}-{t['max_ratio']}")
+            f"candidates: median {t['median']}, range {t['min']}-{t['max']}")
 
 
 def run(args: argparse.Namespace) -> int:
-    args.timing_trials = args.timing_trials or (100 if args.device == "cuda" else 3)
-    args.timeout = args.timeout or (60.0 if args.device == "cuda" else 30.0)
-    mix = CPU_MIX if args.device == "cpu" else (QUICK_MIX if args.quick else FULL_MIX)
-    candidates = build_mix(mix, warn=lambda text: say(f"warning: {text}"))[: args.limit or None]
+    candidates = mix_for(args)
     say(f"{len(candidates)} candidates: " + ", ".join(c.label for c in candidates))
     planned = naive_sample(candidates, args.naive_sample)
     args.naive_budget_effective_s = None
-    ours = run_ours(candidates, args, say) if args.harness in ("both", "ours") else None
+    ours = run_ours(candidates, args) if args.harness in ("both", "ours") else None
     if ours is not None:
         harness.write_json(args.out, summarise(candidates, ours, None, args, planned))  # kept if the naive pass is cut
     naive = None
@@ -504,8 +488,8 @@ def run(args: argparse.Namespace) -> int:
         if budget is not None:
             args.naive_budget_effective_s = max(0.0, budget - min(args.timeout, 45.0) - 5.0)
         say(f"naive harness: {len(planned)} candidates planned ({args.naive_sample}), budget "
-            f"{'none' if budget is None else f'{args.naive_budget_effective_s:.0f} s'}")
-        naive = run_naive(planned, args, say)
+            f"{harness.fmt(args.naive_budget_effective_s)} s")
+        naive = run_naive(planned, args)
     summary = summarise(candidates, ours, naive, args, planned)
     print_table(summary)
     harness.write_json(args.out, summary)

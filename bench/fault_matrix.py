@@ -6,7 +6,7 @@
     python bench/fault_matrix.py --list                                     # the cells' names
 
 Stops: SIGINT (a terminal's Ctrl-C, to the whole foreground process group) and SIGTERM (a supervisor's `kill PID`)
-to `sft`, `train` and `pipeline`. Damage: the states `matrix()` lists, each met by the commands a user would run on it.
+to `sft`, `train` and `pipeline`. Damage: the states `_damages()` lists, each met by the commands a user would run on it.
 
 Each cell reports the exit code (against the one expected), the rows lost (rows the command had stored or reported,
 or that were there before it, missing afterwards; for a damaged DuckDB file, which cannot be read, a file the command
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import platform
@@ -30,21 +31,24 @@ import re
 import resource
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402 - after the path set-up above
 
 from kernelbench_rl.errors import ExitCode  # noqa: E402
 from kernelbench_rl.store import Store  # noqa: E402
 
+REPO = harness.REPO
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
 # The fault tests' configurations: two level-1 problems, the tiny local policy, no retrieval, the CPU evaluator.
 TINY = ["policy.backend=local", "policy.base_model=local:tiny", "policy.lora_rank=4", "problems.levels=[1]",
@@ -90,21 +94,8 @@ class Cell:
 
 # -- processes ----------------------------------------------------------------------------------------------------
 
-def _stat(pid: int | str) -> list[str] | None:
-    """/proc/<pid>/stat after the command name (state, ppid, pgrp, session, ...); None once the pid is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
 def _table() -> dict[int, list[str]]:
-    return {int(e): fields for e in os.listdir("/proc") if e.isdigit() and (fields := _stat(e)) is not None}
-
-
-def _key(pid: int, fields: list[str]) -> tuple[int, str]:
-    return pid, fields[19]  # the start time tells a pid apart from a later one reusing its number
+    return {int(e): fields for e in os.listdir("/proc") if e.isdigit() and (fields := harness.proc_stat(e)) is not None}
 
 
 def _below(root: int, table: dict[int, list[str]]) -> set[tuple[int, str]]:
@@ -113,11 +104,11 @@ def _below(root: int, table: dict[int, list[str]]) -> set[tuple[int, str]]:
     while frontier:
         frontier = {pid for pid, f in table.items() if int(f[1]) in frontier} - found
         found |= frontier
-    return {_key(pid, table[pid]) for pid in found if pid in table}
+    return {(pid, table[pid][19]) for pid in found if pid in table}  # its start time tells it from a reused pid
 
 
 def _alive(key: tuple[int, str]) -> bool:
-    fields = _stat(key[0])
+    fields = harness.proc_stat(key[0])
     return fields is not None and fields[0] != "Z" and fields[19] == key[1]
 
 
@@ -167,15 +158,20 @@ def become_subreaper() -> bool:
 
 def _reap() -> None:
     """Collect adopted orphans that have exited (only between cells: every Popen of the cell has been waited for)."""
-    if not SUBREAPER:
-        return
-    while True:
+    while SUBREAPER:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 class Lines:
@@ -198,11 +194,23 @@ class Lines:
         return [line for _, line in self.lines]
 
 
+@dataclass
+class Running:
+    """A command started in a session of its own: its processes watched, its output read as it comes."""
+    proc: subprocess.Popen
+    watch: Watch
+    out: Lines
+    err: Lines  # the same as `out` where stderr goes to stdout
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "kernelbench_rl.cli", *args]
 
 
-def _start(args: list[str], cwd: Path, env: dict, merge: bool = False, preexec_fn=None) -> subprocess.Popen:
+@contextlib.contextmanager
+def launched(args: list[str], cwd: Path = REPO, env: dict | None = None, merge: bool = False,
+             preexec_fn: Callable[[], None] | None = None) -> Iterator[Running]:
+    """The command running for the block; killed with its whole session at the block's end if it is still there."""
     def child() -> None:
         # As a terminal's foreground job has them: a script started in the background (`&`, nohup) would otherwise
         # pass its ignored SIGINT on, and a command that keeps an ignored SIGINT ignored never sees the Ctrl-C.
@@ -211,9 +219,17 @@ def _start(args: list[str], cwd: Path, env: dict, merge: bool = False, preexec_f
         if preexec_fn is not None:
             preexec_fn()
 
-    return subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(args, cwd=cwd, env=env or ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT if merge else subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=child)
+    out = Lines(proc.stdout)
+    try:
+        yield Running(proc, Watch(proc), out, out if merge else Lines(proc.stderr))
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _wait(cell: Cell, proc: subprocess.Popen, after: str) -> None:
@@ -223,22 +239,44 @@ def _wait(cell: Cell, proc: subprocess.Popen, after: str) -> None:
         cell.checks.append(f"still running {HANG_S:.0f} s after {after}")
 
 
-def _settle(cell: Cell, proc: subprocess.Popen, watch: Watch, message: list[str]) -> list[str]:
+def _settle(cell: Cell, run: Running, message: list[str]) -> list[str]:
     """Once the command has ended: its exit code, its message (the non-blank lines given) and the processes left."""
-    cell.exit = proc.returncode
+    cell.exit = run.proc.returncode
     lines = [line for line in message if line.strip()]
     cell.lines, cell.message, cell.tail = len(lines), (lines[-1].strip() if lines else ""), "".join(lines)[-4000:]
-    cell.processes_left = watch.left()
+    cell.processes_left = run.watch.left()
     return lines
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+def run_command(cell: Cell, args: list[str], cwd: Path = REPO, env: dict | None = None,
+                preexec_fn: Callable[[], None] | None = None) -> tuple[list[str], list[str]]:
+    """Run a command to its end; fills the cell's exit code, message lines and processes left; returns its stdout's
+    and its stderr's lines."""
+    with launched(args, cwd, env, preexec_fn=preexec_fn) as run:
+        _wait(cell, run.proc, "its start")
+    lines = _settle(cell, run, run.err.done())
+    if any("Traceback" in line for line in lines):
+        cell.checks.append("a traceback")
+    return run.out.done(), lines
+
+
+def interrupted(cell: Cell, args: list[str], ready: Callable[[Running], bool], act: Callable[[Running], None],
+                what: str, cwd: Path = REPO, env: dict | None = None, merge: bool = False) -> tuple[Running, list[str]]:
+    """Start a command, poll `ready(run)` until it is where the cell acts on it, `act(run)` (a signal, a limit), and
+    wait for its end. Returns the run and the lines of its message stream printed after the act."""
+    with launched(args, cwd, env, merge) as run:
+        deadline = time.monotonic() + 1200
+        while not ready(run):
+            if run.proc.poll() is not None or time.monotonic() > deadline:
+                cell.checks.append(f"ended (rc {run.proc.poll()}) or hung before {what}: "
+                                   + "".join(line for _, line in run.err.lines[-5:]))
+                break
+            time.sleep(0.5)
+        seen = len(run.err.lines)
+        if run.proc.poll() is None and not cell.checks:
+            act(run)
+            _wait(cell, run.proc, what)
+    return run, run.err.done()[seen:]
 
 
 # -- stores -------------------------------------------------------------------------------------------------------
@@ -253,16 +291,13 @@ def _rows(db: Path, sql: str, read_only: bool = False) -> list[tuple] | None:
         return None
 
 
-def _steps(db: Path, table: str) -> set[int]:
-    return {r[0] for r in _rows(db, f"SELECT step FROM {table}") or []}
+def _steps(db: Path, table: str, read_only: bool = False) -> set[int]:
+    return {r[0] for r in _rows(db, f"SELECT step FROM {table}", read_only) or []}
 
 
-def _status(db: Path, run_id: str) -> tuple | None:
-    rows = _rows(db, f"SELECT kind, status FROM runs WHERE run_id = '{run_id}'")
-    return rows[0] if rows else None
+def _count(db: Path, table: str) -> int:
+    return (_rows(db, f"SELECT count(*) FROM {table}") or [(0,)])[0][0]
 
-
-# -- stops: signal x stage ----------------------------------------------------------------------------------------
 
 def _ingest_solutions(db: Path) -> None:
     from kernelbench_rl.rag.corpus import ingest_docs, load_source
@@ -270,12 +305,50 @@ def _ingest_solutions(db: Path) -> None:
     ingest_docs(Store(db), load_source("solutions", None, None))
 
 
+def flow_run_states(prefect_db: Path) -> dict[str, str]:
+    """Flow name -> state type of its newest run, read from the temporary API's SQLite database after the command."""
+    if not prefect_db.exists():
+        return {}
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{prefect_db}?mode=ro", uri=True)) as db:
+            rows = db.execute("SELECT flow.name, flow_run.state_type FROM flow_run JOIN flow ON flow.id = flow_run.flow_id "
+                              "ORDER BY flow_run.created").fetchall()
+    except sqlite3.Error:
+        return {}
+    return {name: state for name, state in rows}
+
+
+def _train(folder: Path, steps: int) -> list[str]:
+    return _cli("train", "--no-progress", f"db_path={folder / 'kb.duckdb'}", f"log_dir={folder / 'logs'}", "run_id=r",
+                *SHORT, f"training.steps={steps}")
+
+
+def _pipeline(work: Path, *extra: str) -> list[str]:
+    return _cli("pipeline", "--run-id", "p", "--db-path", str(work / "kb.duckdb"), "--log-dir", str(work / "logs"),
+                "--no-index", "--train-steps", "1", *extra)
+
+
+def _prefect_env(work: Path) -> dict[str, str]:
+    return {**ENV, "PREFECT_HOME": str(work / "prefect")}
+
+
+def _file_size_limit(limit: int) -> Callable[[], None]:
+    """For a child before it starts: RLIMIT_FSIZE (`ulimit -f`), a write past `limit` bytes fails."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+# -- stops: signal x stage ----------------------------------------------------------------------------------------
+
 def stop_cell(stage: str, signum: signal.Signals, work: Path) -> Cell:
-    """Start `stage`, wait until it is where the fault tests stop it, send the signal, and judge what it left."""
+    """Start `stage`, wait until it is where the fault tests stop it, send the signal, and judge what it left: every
+    step it printed or that was stored before the signal is stored once, steps 0..last without gaps; its run row
+    stopped; the pipeline's flow run Cancelled (Prefect's record of it, not Crashed); an SFT stop checkpoint holding
+    exactly the updates it names."""
     cell = Cell(f"{signum.name} x {stage}", ExitCode.STOPPED)
     work.mkdir(parents=True)
     db, logs, run_id = work / "kb.duckdb", work / "logs", "s"
-    env, merge, cwd = ENV, stage == "pipeline", REPO
+    table = "train_steps" if stage == "train" else "sft_steps"
+    before: set[int] = set()
     if stage == "sft":
         _ingest_solutions(db)
         args = _cli("sft", f"run_id={run_id}", f"db_path={db}", f"log_dir={logs}", *TINY, "sampling.max_tokens=400",
@@ -288,58 +361,42 @@ def stop_cell(stage: str, signum: signal.Signals, work: Path) -> Cell:
     else:
         args = _cli("pipeline", "--run-id", run_id, "--db-path", str(db), "--log-dir", str(logs), "--no-index",
                     "--train-steps", "1", "sft.checkpoint_every=1000")
-        env, cwd = {**ENV, "PREFECT_HOME": str(work / "prefect")}, work
-    proc = _start(args, cwd, env, merge=merge)
-    watch = Watch(proc)
-    out = Lines(proc.stdout)
-    err = out if merge else Lines(proc.stderr)
-    before: set[int] = set()
-    try:
-        deadline = time.monotonic() + 1200
-        while True:  # where the fault tests stop each stage
-            if proc.poll() is not None or time.monotonic() > deadline:
-                cell.checks.append(f"ended (rc {proc.poll()}) or hung before the signal: {''.join(err.done()[-5:])}")
-                break
-            if stage == "sft" and (third := out.find("sft step 3:")) is not None:
-                time.sleep((third - out.find("sft step 2:")) / 2)  # mid-step
-                break
-            if stage == "train":
-                owner = _rows(db, f"SELECT owner_pid FROM runs WHERE run_id = '{run_id}'", read_only=True)
-                if owner and owner[0][0] == proc.pid:
-                    time.sleep(5)  # decoding 3000-token answers on the CPU: far from done
-                    break
-            if stage == "pipeline":
-                steps = _rows(db, "SELECT step FROM sft_steps", read_only=True)
-                before = {r[0] for r in steps} if steps is not None else before
-                if len(before) >= 2:
-                    break
-            time.sleep(0.5)
-        seen = len(err.lines)
-        if proc.poll() is None:
-            if signum == signal.SIGINT:
-                os.killpg(proc.pid, signum)  # Ctrl-C: the terminal signals the whole foreground group
-            else:
-                proc.send_signal(signum)
-            _wait(cell, proc, signum.name)
-    finally:
-        _kill(proc)
-    printed = "".join(out.done())
-    _settle(cell, proc, watch, err.done()[seen:])
 
-    # Rows: every step it printed or that was stored before the signal is stored once, steps 0..last without gaps.
-    table = "train_steps" if stage == "train" else "sft_steps"
+    def ready(run: Running) -> bool:  # where the fault tests stop each stage
+        if stage == "sft":
+            third = run.out.find("sft step 3:")
+            if third is not None:
+                time.sleep((third - run.out.find("sft step 2:")) / 2)  # mid-step
+            return third is not None
+        if stage == "train":
+            owner = _rows(db, f"SELECT owner_pid FROM runs WHERE run_id = '{run_id}'", read_only=True)
+            if owner and owner[0][0] == run.proc.pid:
+                time.sleep(5)  # decoding 3000-token answers on the CPU: far from done
+                return True
+            return False
+        before.update(_steps(db, "sft_steps", read_only=True))
+        return len(before) >= 2
+
+    def stop(run: Running) -> None:
+        if signum == signal.SIGINT:
+            os.killpg(run.proc.pid, signum)  # Ctrl-C: the terminal signals the whole foreground group
+        else:
+            run.proc.send_signal(signum)
+
+    pipeline = stage == "pipeline"
+    run, message = interrupted(cell, args, ready, stop, signum.name, work if pipeline else REPO,
+                               _prefect_env(work) if pipeline else ENV, merge=pipeline)
+    _settle(cell, run, message)
     pattern = r"^sft step (\d+):" if table == "sft_steps" else rf"^{run_id}: step (\d+) ·"
-    claimed = {int(m) for m in re.findall(pattern, printed, flags=re.M)} | before
+    claimed = {int(m) for m in re.findall(pattern, "".join(run.out.done()), flags=re.M)} | before
     stored = _steps(db, table)
     cell.rows_lost = len(claimed - stored) + len(set(range(max(stored, default=-1) + 1)) - stored)
-    status = _status(db, run_id)
+    status = (_rows(db, f"SELECT kind, status FROM runs WHERE run_id = '{run_id}'") or [None])[0]
     if status is None or status[1] != "stopped":
         cell.checks.append(f"run row {status}, not stopped")
-    if stage == "pipeline":  # Prefect's record of it: stopped (Cancelled), not Crashed
-        states = flow_run_states(work / "prefect" / "prefect.db")
-        if states.get("pipeline") != "CANCELLED":
-            cell.checks.append(f"the pipeline's flow run is {states.get('pipeline')}, not CANCELLED")
-    if stage in ("sft", "pipeline"):  # the stop checkpoint holds exactly the updates it names
+    if pipeline and (state := flow_run_states(work / "prefect" / "prefect.db").get("pipeline")) != "CANCELLED":
+        cell.checks.append(f"the pipeline's flow run is {state}, not CANCELLED")
+    if stage != "train":  # the stop checkpoint holds exactly the updates it names
         saved = _rows(db, "SELECT step, state_path FROM sft_steps WHERE state_path IS NOT NULL") or []
         if len(saved) != 1:
             cell.checks.append(f"{len(saved)} SFT checkpoints after the stop, expected 1")
@@ -351,29 +408,34 @@ def stop_cell(stage: str, signum: signal.Signals, work: Path) -> Cell:
     return cell
 
 
+def prefect_limit_mid_run(work: Path) -> Cell:
+    """Prefect's own database (its temporary API's, in PREFECT_HOME) meets a file-size limit mid-run: the limit set on
+    the running server during SFT. One sentence naming it, code 7; the SFT steps stored stay stored."""
+    cell = Cell("file-size limit x prefect.db, mid-run (pipeline)", ExitCode.DISK_FULL)
+    work.mkdir(parents=True)
+    db = work / "kb.duckdb"
+    stored: set[int] = set()
+
+    def limit(run: Running) -> None:
+        server = next((k[0] for k in run.watch.seen | _below(run.proc.pid, _table()) if "uvicorn" in _cmdline(k[0])), None)
+        if server is None:
+            cell.checks.append("no temporary API server to limit")
+            return
+        resource.prlimit(server, resource.RLIMIT_FSIZE, (65536, 65536))
+        stored.update(_steps(db, "sft_steps"))
+
+    run, message = interrupted(cell, _pipeline(work, "sft.steps=40", "sft.checkpoint_every=1000"),
+                               lambda _run: len(_steps(db, "sft_steps")) >= 2, limit, "the limit", work,
+                               _prefect_env(work), merge=True)
+    # The run goes on until its next report to the API: its progress lines (Prefect's INFO logs) are not messages.
+    _settle(cell, run, [line for line in message if not PROGRESS.match(line)])
+    cell.rows_lost = len(stored - _steps(db, "sft_steps"))
+    if str(work / "prefect" / "prefect.db") not in cell.message or "full" not in cell.message:
+        cell.checks.append("the message does not name Prefect's database")
+    return cell
+
+
 # -- damage x file ------------------------------------------------------------------------------------------------
-
-def run_command(cell: Cell, args: list[str], cwd: Path = REPO, env: dict | None = None,
-                preexec_fn=None) -> tuple[list[str], list[str]]:
-    """Run a command to its end; fills the cell's exit code, message lines and processes left; returns its stdout's
-    and its stderr's lines."""
-    proc = _start(args, cwd, env or ENV, preexec_fn=preexec_fn)
-    watch = Watch(proc)
-    out, err = Lines(proc.stdout), Lines(proc.stderr)
-    try:
-        _wait(cell, proc, "its start")
-    finally:
-        _kill(proc)
-    lines = _settle(cell, proc, watch, err.done())
-    if any("Traceback" in line for line in lines):
-        cell.checks.append("a traceback")
-    return out.done(), lines
-
-
-def _train(folder: Path, steps: int) -> list[str]:
-    return _cli("train", "--no-progress", f"db_path={folder / 'kb.duckdb'}", f"log_dir={folder / 'logs'}", "run_id=r",
-                *SHORT, f"training.steps={steps}")
-
 
 class Fixtures:
     """What several cells start from, made once (only when a chosen cell needs it) and copied for each."""
@@ -383,18 +445,15 @@ class Fixtures:
         self._made: dict[str, Path] = {}
         self.seconds = 0.0  # spent making them (not counted in any cell's time)
 
-    def _once(self, name: str, make: Callable[[Path], None]) -> Path:
+    def copy(self, name: str, to: Path) -> Path:
         if name not in self._made:
             folder = self.work / "fixtures" / name
             folder.mkdir(parents=True)
             started = time.monotonic()
-            make(folder)
+            getattr(self, name)(folder)
             self.seconds += time.monotonic() - started
             self._made[name] = folder
-        return self._made[name]
-
-    def copy(self, name: str, make: Callable[[Path], None], to: Path) -> Path:
-        shutil.copytree(self._once(name, make), to)
+        shutil.copytree(self._made[name], to)
         return to
 
     @staticmethod
@@ -418,16 +477,38 @@ class Fixtures:
             raise RuntimeError(f"index build failed: {done.stderr[-2000:]}")
 
 
-def _digest(path: Path) -> bytes:
-    import hashlib
+@dataclass(frozen=True)
+class Damage:
+    """One damage cell: a folder (empty, or a copy of a fixture), the damage done to it, the command a user would run
+    on it, the rows that must be there after it as before, and what its message must say."""
+    name: str
+    expected: int
+    command: Callable[[Path], list[str]]  # the cell's folder -> the command
+    fixture: str | None = None  # a Fixtures method: the folder starts as a copy of what it made
+    damage: Callable[[Path], Any] = lambda folder: None  # before the command; what it returns goes to `check`
+    rows: Callable[[Path], set] = lambda folder: set()  # taken after the damage and after the command
+    says: Callable[[Path], tuple[str, ...]] = lambda folder: ()  # in the message's last line, each
+    max_lines: int = 1
+    around: Callable[[Path], Any] = lambda folder: contextlib.nullcontext()  # a state held while the command runs
+    launch: Callable[[Path], dict] = lambda folder: {}  # run_command's cwd, env, preexec_fn
+    check: Callable[[Cell, Path, Any, list[str], list[str]], None] = lambda cell, folder, damaged, out, err: None
 
-    return hashlib.sha256(path.read_bytes()).digest()
+
+def damage_cell(spec: Damage, fixtures: Fixtures, work: Path) -> Cell:
+    cell = Cell(spec.name, spec.expected, spec.max_lines)
+    folder = fixtures.copy(spec.fixture, work) if spec.fixture else work
+    folder.mkdir(parents=True, exist_ok=True)
+    damaged = spec.damage(folder)
+    before = spec.rows(folder)
+    with spec.around(folder):
+        out, err = run_command(cell, spec.command(folder), **spec.launch(folder))
+    cell.rows_lost = len(before - spec.rows(folder))
+    cell.checks += [f"the message does not name {word!r}" for word in spec.says(folder) if word not in cell.message]
+    spec.check(cell, folder, damaged, out, err)
+    return cell
 
 
-def database_cell(damage: str, command: str, fixtures: Fixtures, work: Path) -> Cell:
-    cell = Cell(f"{damage} x kb.duckdb ({command})", ExitCode.DAMAGED)
-    folder = fixtures.copy("database", Fixtures.database, work)
-    db = folder / "kb.duckdb"
+def _garble_database(db: Path, damage: str) -> None:
     size = db.stat().st_size
     with db.open("r+b") as handle:
         if damage == "truncated":
@@ -437,233 +518,148 @@ def database_cell(damage: str, command: str, fixtures: Fixtures, work: Path) -> 
         else:  # past the header: the blocks that hold the rows
             handle.seek(16384)
             handle.write(os.urandom(size // 3))
-    digest = _digest(db)
-    if command == "sql":
-        run_command(cell, _cli("sql", "--db", str(db), "SELECT count(*), sum(length(text)) FROM blobs"))
-    else:
-        run_command(cell, _cli("train", f"db_path={db}", f"log_dir={folder / 'logs'}", "run_id=r", *SHORT))
-    cell.rows_lost = 0 if db.exists() and _digest(db) == digest else 3000  # unreadable: the file must stay as it was
-    if str(db) not in cell.message:
-        cell.checks.append("the message does not name the file")
-    return cell
 
 
-def checkpoint_cell(file: str, fixtures: Fixtures, work: Path) -> Cell:
-    """The newest checkpoint's file garbled (`every` for every checkpoint's JSON): `train` resumes from the newest
-    intact one and redoes what follows, or, with none intact, says so with code 5 and changes nothing."""
-    every = file == "every"
-    name = "every checkpoint's kbrl_checkpoint.json" if every else f"newest checkpoint's {file}"
-    cell = Cell(f"garbled x {name} (train)", ExitCode.DAMAGED if every else ExitCode.OK, max_lines=1 if every else 3)
-    folder = fixtures.copy("trained_run", Fixtures.trained_run, work)
+def _database_rows(folder: Path) -> set:
+    """The fixture's 3000 rows as long as the file is the one the damage left (unreadable: the file must stay as it
+    was); all of them lost if the command changed it."""
     db = folder / "kb.duckdb"
-    paths = dict(_rows(db, "SELECT step, state_path FROM checkpoints") or [])
-    targets = [folder / "logs" / "r" / p / "kbrl_checkpoint.json" for p in paths.values()] if every else \
-        [folder / "logs" / "r" / paths[max(paths)] / file]
+    digest = hashlib.sha256(db.read_bytes()).digest() if db.exists() else b""
+    return {(i, digest) for i in range(3000)}
+
+
+def _garble_checkpoints(folder: Path, file: str) -> tuple[bool, list[Path]]:
+    """The newest checkpoint's `file` garbled, or every checkpoint's JSON for `every`; (every, the files garbled)."""
+    paths = dict(_rows(folder / "kb.duckdb", "SELECT step, state_path FROM checkpoints") or [])
+    run = folder / "logs" / "r"
+    targets = ([run / p / "kbrl_checkpoint.json" for p in paths.values()] if file == "every"
+               else [run / paths[max(paths)] / file])
     for target in targets:
         data = target.read_bytes()
         target.write_bytes(data[: len(data) // 2] + b"\x00garbled")
-    before = _steps(db, "train_steps")
-    _, stderr = run_command(cell, _train(folder, 3))
-    after = _steps(db, "train_steps")
-    cell.rows_lost = len(before - after)
-    text = "".join(stderr)
+    return file == "every", targets
+
+
+def _resumed(cell: Cell, folder: Path, damaged: tuple[bool, list[Path]], _out: list[str], err: list[str]) -> None:
+    """With an intact checkpoint left, `train` resumes from the newest intact one and redoes what follows; with
+    none, it says so (code 5) and changes nothing."""
+    (every, targets), text = damaged, "".join(err)
     if every:
-        if "no intact checkpoint" not in text or str(targets[0].name) not in text:
+        if "no intact checkpoint" not in text or targets[0].name not in text:
             cell.checks.append("the message does not say that no checkpoint is intact")
-    else:
-        if after != {0, 1, 2}:
-            cell.checks.append(f"steps {sorted(after)} after resuming, expected 0-2")
-        if f"is damaged ({targets[0]}" not in text or "newest intact one" not in text:
-            cell.checks.append("no word of the damaged checkpoint and the fallback")
-    return cell
+        return
+    if (after := _steps(folder / "kb.duckdb", "train_steps")) != {0, 1, 2}:
+        cell.checks.append(f"steps {sorted(after)} after resuming, expected 0-2")
+    if f"is damaged ({targets[0]}" not in text or "newest intact one" not in text:
+        cell.checks.append("no word of the damaged checkpoint and the fallback")
 
 
-def index_cell(command: str, fixtures: Fixtures, work: Path) -> Cell:
-    cell = Cell(f"garbled x index.faiss ({command})", ExitCode.DAMAGED if command == "retrieve" else ExitCode.OK,
-                max_lines=1)
-    folder = fixtures.copy("index", Fixtures.index, work)
-    db, index = folder / "kb.duckdb", folder / "rag_index"
-    documents = len(json.loads((index / "index.json").read_text())["doc_sha256"])
-    corpus = (_rows(db, "SELECT count(*) FROM corpus_docs") or [(None,)])[0][0]
-    (index / "index.faiss").write_bytes(b"garbled" * 10)
-    if command == "retrieve":
-        run_command(cell, _cli("retrieve", "--problem", "L1/19", "--db", str(db), "--index", str(index), "--no-code"))
-        if str(index / "index.faiss") not in cell.message or "rebuild" not in cell.message:
-            cell.checks.append("the message does not name the file or say to rebuild it")
-    else:
-        from kernelbench_rl.rag.index import index_damage
-
-        run_command(cell, _cli("index", "build", "--db", str(db), "--index", str(index)))
-        if index_damage(index) is not None:
-            cell.checks.append("the index is still damaged after the rebuild")
-    now = len(json.loads((index / "index.json").read_text())["doc_sha256"])
-    cell.rows_lost = max(0, documents - now) + max(0, corpus - (_rows(db, "SELECT count(*) FROM corpus_docs")
-                                                                or [(0,)])[0][0])
-    return cell
+def _index_rows(folder: Path) -> set:
+    """The index's documents and the corpus's rows (as counts: a rebuild keeps them, none may go)."""
+    documents = len(json.loads((folder / "rag_index" / "index.json").read_text())["doc_sha256"])
+    corpus = _count(folder / "kb.duckdb", "corpus_docs")
+    return {("index", i) for i in range(documents)} | {("corpus", i) for i in range(corpus)}
 
 
-def _immutable(folder: Path, on: bool) -> None:
+def _rebuilt(cell: Cell, folder: Path, *_: Any) -> None:
+    from kernelbench_rl.rag.index import index_damage
+
+    if index_damage(folder / "rag_index") is not None:
+        cell.checks.append("the index is still damaged after the rebuild")
+
+
+@contextlib.contextmanager
+def _immutable(folder: Path) -> Iterator[None]:
     """A folder no user can write into, root included (who ignores permission bits): `chattr +i`, else mode 555."""
-    if os.geteuid() == 0:
-        subprocess.run(["chattr", "+i" if on else "-i", str(folder)], check=True, capture_output=True)
+    root = os.geteuid() == 0
+    if root:
+        subprocess.run(["chattr", "+i", str(folder)], check=True, capture_output=True)
     else:
-        folder.chmod(0o555 if on else 0o755)
-
-
-def unwritable_cell(holding: bool, fixtures: Fixtures, work: Path) -> Cell:
-    cell = Cell(f"unwritable x runs/, {'holding a run' if holding else 'empty'} (train)", ExitCode.UNWRITABLE)
-    runs = fixtures.copy("trained_run", Fixtures.trained_run, work / "runs") if holding else work / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    before = _steps(runs / "kb.duckdb", "train_steps")
-    _immutable(runs, True)
+        folder.chmod(0o555)
     try:
-        run_command(cell, _train(runs, 3))
+        yield
     finally:
-        _immutable(runs, False)
-    cell.rows_lost = len(before - _steps(runs / "kb.duckdb", "train_steps"))
-    if str(runs) not in cell.message or "writable" not in cell.message:
-        cell.checks.append("the message does not name the folder")
-    return cell
+        if root:
+            subprocess.run(["chattr", "-i", str(folder)], check=True, capture_output=True)
+        else:
+            folder.chmod(0o755)
 
 
-def _file_size_limit(limit: int) -> Callable[[], None]:
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return apply
-
-
-def disk_full_cell(what: str, fixtures: Fixtures, work: Path) -> Cell:
-    """RLIMIT_FSIZE (`ulimit -f`) on the DuckDB file: a resumed `train` with room for 128 KB more, or a writer of
-    many rows under 3 MB; every row stored or reported written is there afterwards (with room again)."""
-    if what == "train":
-        cell = Cell("file-size limit x kb.duckdb (train)", ExitCode.DISK_FULL)
-        folder = fixtures.copy("trained_run", Fixtures.trained_run, work)
-        db = folder / "kb.duckdb"
-        before = _steps(db, "train_steps")
-        run_command(cell, _train(folder, 6), preexec_fn=_file_size_limit(db.stat().st_size + 131072))
-        cell.rows_lost = len(before - _steps(db, "train_steps"))
-    else:
-        cell = Cell("file-size limit x kb.duckdb (store writes)", ExitCode.DISK_FULL)
-        db = work / "kb.duckdb"
-        work.mkdir(parents=True)
-        code = ("import sys\nfrom kernelbench_rl.store import Store\nfrom kernelbench_rl.errors import UserError\n"
-                f"store = Store({str(db)!r})\nwritten = 0\ntry:\n    for i in range(400):\n"
+# A writer of many rows under 3 MB of file size: it prints how many it wrote before the limit stopped it.
+STORE_WRITER = ("import sys\nfrom kernelbench_rl.store import Store\nfrom kernelbench_rl.errors import UserError\n"
+                "store = Store(sys.argv[1])\nwritten = 0\ntry:\n    for i in range(400):\n"
                 "        store.put_texts('prompt', [f'{i} {j} ' + 'y' * 300 for j in range(200)])\n"
                 "        written += 200\nexcept UserError as exc:\n    print(written)\n    print(exc, file=sys.stderr)\n"
                 "    sys.exit(int(exc.exit_code))\n")
-        out, _ = run_command(cell, [sys.executable, "-c", code], preexec_fn=_file_size_limit(3_000_000))
-        written = int(out[0]) if out and out[0].strip().isdigit() else 0
-        stored = (_rows(db, "SELECT count(*) FROM blobs") or [(0,)])[0][0]
-        cell.rows_lost = max(0, written - stored)
-        if written == 0:
-            cell.checks.append("nothing was written before the limit")
-    if str(db) not in cell.message or "full" not in cell.message:
-        cell.checks.append("the message does not name the file")
-    return cell
 
 
-def flow_run_states(prefect_db: Path) -> dict[str, str]:
-    """Flow name -> state type of its newest run, read from the temporary API's SQLite database after the command."""
-    import sqlite3
-
-    if not prefect_db.exists():
-        return {}
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{prefect_db}?mode=ro", uri=True)) as db:
-            rows = db.execute("SELECT flow.name, flow_run.state_type FROM flow_run JOIN flow ON flow.id = flow_run.flow_id "
-                              "ORDER BY flow_run.created").fetchall()
-    except sqlite3.Error:
-        return {}
-    return {name: state for name, state in rows}
+def _written_rows_stored(cell: Cell, folder: Path, _damaged: Any, out: list[str], _err: list[str]) -> None:
+    written = int(out[0]) if out and out[0].strip().isdigit() else 0
+    cell.rows_lost = max(0, written - _count(folder / "kb.duckdb", "blobs"))
+    if written == 0:
+        cell.checks.append("nothing was written before the limit")
 
 
-def _pipeline_args(work: Path, *extra: str) -> list[str]:
-    return _cli("pipeline", "--run-id", "p", "--db-path", str(work / "kb.duckdb"), "--log-dir", str(work / "logs"),
-                "--no-index", "--train-steps", "1", *extra)
+def _train_steps(folder: Path) -> set[int]:
+    return _steps(folder / "kb.duckdb", "train_steps")
 
 
-def prefect_db_cell(when: str, work: Path) -> Cell:
-    """Prefect's own database (its temporary API's, in PREFECT_HOME) meets a file-size limit: at the start (`ulimit -f`
-    on the whole command, room for our DuckDB file but not for Prefect's migrations), or mid-run (the limit set on the
-    running server during SFT). One sentence naming it, code 7; the SFT steps stored stay stored."""
-    cell = Cell(f"file-size limit x prefect.db, {when} (pipeline)", ExitCode.DISK_FULL)
-    work.mkdir(parents=True)
-    db, prefect_db = work / "kb.duckdb", work / "prefect" / "prefect.db"
-    env = {**ENV, "PREFECT_HOME": str(work / "prefect")}
-    if when == "at the start":
-        Store(db).init()
-        limit = db.stat().st_size + 256 * 1024
-        run_command(cell, _pipeline_args(work), cwd=work, env=env, preexec_fn=_file_size_limit(limit))
-        cell.rows_lost = 0  # nothing was stored yet
-    else:
-        proc = _start(_pipeline_args(work, "sft.steps=40", "sft.checkpoint_every=1000"), work, env, merge=True)
-        watch, out = Watch(proc), Lines(proc.stdout)
-        seen, stored = 0, set()
-        try:
-            deadline = time.monotonic() + 1200
-            while proc.poll() is None and time.monotonic() < deadline and len(_steps(db, "sft_steps")) < 2:
-                time.sleep(0.5)
-            server = next((k[0] for k in watch.seen | _below(proc.pid, _table()) if "uvicorn" in _cmdline(k[0])), None)
-            if server is None or proc.poll() is not None:
-                cell.checks.append(f"no temporary API server, or ended (rc {proc.poll()}) before the limit")
-            else:
-                seen = len(out.lines)
-                resource.prlimit(server, resource.RLIMIT_FSIZE, (65536, 65536))
-                stored = _steps(db, "sft_steps")
-            _wait(cell, proc, "the limit")
-        finally:
-            _kill(proc)
-        # The run goes on until its next report to the API: its progress lines (Prefect's INFO logs) are not messages.
-        _settle(cell, proc, watch, [line for line in out.done()[seen:] if not PROGRESS.match(line)])
-        cell.rows_lost = len(stored - _steps(db, "sft_steps"))
-    if str(prefect_db) not in cell.message or "full" not in cell.message:
-        cell.checks.append("the message does not name Prefect's database")
-    return cell
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def free_space_cell(fixtures: Fixtures, work: Path) -> Cell:
-    cell = Cell("free space < KBRL_MIN_FREE_MB x runs/ (train)", ExitCode.DISK_FULL)
-    folder = fixtures.copy("trained_run", Fixtures.trained_run, work)
-    before = _steps(folder / "kb.duckdb", "train_steps")
-    run_command(cell, _train(folder, 3), env={**ENV, "KBRL_MIN_FREE_MB": str(2**40)})
-    cell.rows_lost = len(before - _steps(folder / "kb.duckdb", "train_steps"))
-    if "KBRL_MIN_FREE_MB" not in cell.message:
-        cell.checks.append("the message does not name KBRL_MIN_FREE_MB")
-    return cell
+def _damages() -> list[Damage]:
+    """Every damage cell, cheap cells first within each part."""
+    commands = {"sql": lambda f: _cli("sql", "--db", str(f / "kb.duckdb"), "SELECT count(*), sum(length(text)) FROM blobs"),
+                "train": lambda f: _cli("train", f"db_path={f / 'kb.duckdb'}", f"log_dir={f / 'logs'}", "run_id=r", *SHORT)}
+    cells = [Damage(f"{damage} x kb.duckdb ({name})", ExitCode.DAMAGED, command, "database",
+                    lambda f, d=damage: _garble_database(f / "kb.duckdb", d), _database_rows,
+                    says=lambda f: (str(f / "kb.duckdb"),))
+             for damage in ("truncated", "garbled header", "garbled blocks") for name, command in commands.items()]
+    for file in (*CHECKPOINT_FILES, "every"):
+        every = file == "every"
+        cells.append(Damage(
+            f"garbled x {'every' if every else 'newest'} checkpoint's {'kbrl_checkpoint.json' if every else file} (train)",
+            ExitCode.DAMAGED if every else ExitCode.OK, lambda f: _train(f, 3), "trained_run",
+            lambda f, x=file: _garble_checkpoints(f, x), _train_steps, max_lines=1 if every else 3, check=_resumed))
+    cells.append(Damage("garbled x index.faiss (retrieve)", ExitCode.DAMAGED,
+                        lambda f: _cli("retrieve", "--problem", "L1/19", "--db", str(f / "kb.duckdb"),
+                                       "--index", str(f / "rag_index"), "--no-code"),
+                        "index", lambda f: (f / "rag_index" / "index.faiss").write_bytes(b"garbled" * 10), _index_rows,
+                        says=lambda f: (str(f / "rag_index" / "index.faiss"), "rebuild")))
+    cells.append(Damage("garbled x index.faiss (index build)", ExitCode.OK,
+                        lambda f: _cli("index", "build", "--db", str(f / "kb.duckdb"), "--index", str(f / "rag_index")),
+                        "index", lambda f: (f / "rag_index" / "index.faiss").write_bytes(b"garbled" * 10), _index_rows,
+                        check=_rebuilt))
+    for holding in (False, True):
+        cells.append(Damage(f"unwritable x runs/, {'holding a run' if holding else 'empty'} (train)",
+                            ExitCode.UNWRITABLE, lambda f: _train(f, 3), "trained_run" if holding else None,
+                            rows=_train_steps, says=lambda f: (str(f), "writable"), around=_immutable))
+    cells.append(Damage("file-size limit x kb.duckdb (train)", ExitCode.DISK_FULL, lambda f: _train(f, 6), "trained_run",
+                        rows=_train_steps, says=lambda f: (str(f / "kb.duckdb"), "full"),
+                        launch=lambda f: {"preexec_fn": _file_size_limit((f / "kb.duckdb").stat().st_size + 131072)}))
+    cells.append(Damage("file-size limit x kb.duckdb (store writes)", ExitCode.DISK_FULL,
+                        lambda f: [sys.executable, "-c", STORE_WRITER, str(f / "kb.duckdb")],
+                        says=lambda f: (str(f / "kb.duckdb"), "full"),
+                        launch=lambda f: {"preexec_fn": _file_size_limit(3_000_000)}, check=_written_rows_stored))
+    # Prefect's database at the start: `ulimit -f` on the whole command, room for our DuckDB file but not for
+    # Prefect's migrations. Nothing was stored yet.
+    cells.append(Damage("file-size limit x prefect.db, at the start (pipeline)", ExitCode.DISK_FULL, _pipeline,
+                        damage=lambda f: Store(f / "kb.duckdb").init(),
+                        says=lambda f: (str(f / "prefect" / "prefect.db"), "full"),
+                        launch=lambda f: {"cwd": f, "env": _prefect_env(f), "preexec_fn": _file_size_limit(
+                            (f / "kb.duckdb").stat().st_size + 256 * 1024)}))
+    cells.append(Damage("free space < KBRL_MIN_FREE_MB x runs/ (train)", ExitCode.DISK_FULL, lambda f: _train(f, 3),
+                        "trained_run", rows=_train_steps, says=lambda f: ("KBRL_MIN_FREE_MB",),
+                        launch=lambda f: {"env": {**ENV, "KBRL_MIN_FREE_MB": str(2**40)}}))
+    return cells
 
 
 # -- the matrix ---------------------------------------------------------------------------------------------------
 
 def matrix() -> list[tuple[str, Callable[[Fixtures, Path], Cell]]]:
-    """Every cell's name and how to run it (in a folder of its own), cheap cells first within each part."""
-    cells: list[tuple[str, Callable[[Fixtures, Path], Cell]]] = []
-    for stage in ("sft", "train", "pipeline"):
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            cells.append((f"{signum.name} x {stage}", lambda f, w, s=stage, n=signum: stop_cell(s, n, w)))
-    for damage in ("truncated", "garbled header", "garbled blocks"):
-        for command in ("sql", "train"):
-            cells.append((f"{damage} x kb.duckdb ({command})",
-                          lambda f, w, d=damage, c=command: database_cell(d, c, f, w)))
-    for file in (*CHECKPOINT_FILES, "every"):
-        name = "every checkpoint's kbrl_checkpoint.json" if file == "every" else f"newest checkpoint's {file}"
-        cells.append((f"garbled x {name} (train)", lambda f, w, x=file: checkpoint_cell(x, f, w)))
-    for command in ("retrieve", "index build"):
-        cells.append((f"garbled x index.faiss ({command})", lambda f, w, c=command: index_cell(c, f, w)))
-    for holding in (False, True):
-        cells.append((f"unwritable x runs/, {'holding a run' if holding else 'empty'} (train)",
-                      lambda f, w, h=holding: unwritable_cell(h, f, w)))
-    for what in ("train", "store writes"):
-        cells.append((f"file-size limit x kb.duckdb ({what})", lambda f, w, x=what: disk_full_cell(x, f, w)))
-    for when in ("at the start", "mid-run"):
-        cells.append((f"file-size limit x prefect.db, {when} (pipeline)", lambda f, w, x=when: prefect_db_cell(x, w)))
-    cells.append(("free space < KBRL_MIN_FREE_MB x runs/ (train)", free_space_cell))
+    """Every cell's name and how to run it (in a folder of its own), in the order they run."""
+    cells: list[tuple[str, Callable[[Fixtures, Path], Cell]]] = [
+        (f"{signum.name} x {stage}", lambda f, w, s=stage, n=signum: stop_cell(s, n, w))
+        for stage in ("sft", "train", "pipeline") for signum in (signal.SIGINT, signal.SIGTERM)]
+    cells += [(spec.name, lambda f, w, s=spec: damage_cell(s, f, w)) for spec in _damages()]
+    cells.insert(-1, ("file-size limit x prefect.db, mid-run (pipeline)", lambda f, w: prefect_limit_mid_run(w)))
     return cells
 
 
@@ -682,9 +678,7 @@ def run_matrix(cells: list[tuple[str, Callable[[Fixtures, Path], Cell]]], work: 
             cell = run(fixtures, work / f"cell{number:02d}")
         except Exception as exc:  # noqa: BLE001 - a cell that cannot run is a failed row, not the end of the matrix
             cell = Cell(name, -1, checks=[f"could not run: {type(exc).__name__}: {exc}"[:500]])
-        if cell.name != name:  # the registry and the cell agree on the name --only matched
-            cell.checks.append(f"reported as {cell.name!r}")
-            cell.name = name
+        cell.name = name  # as --only matched it
         cell.seconds = round(time.monotonic() - started - (fixtures.seconds - setup), 1)
         done.append(cell)
         if progress:
@@ -705,44 +699,42 @@ def markdown_table(cells: list[Cell]) -> str:
     return "\n".join(rows)
 
 
+def run(args: argparse.Namespace) -> int:
+    cells = select(args.only.split(","))
+    if args.list:
+        harness.say("\n".join(name for name, _ in cells))
+        return 0
+    if not cells:
+        raise harness.BadInput(f"--only {args.only!r} names no cell; --list prints their names.")
+    become_subreaper()
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="kbrl-faults-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started, load = time.monotonic(), os.getloadavg()
+    harness.say(f"{len(cells)} cells in {work} (load average {load[0]:.1f}, {os.cpu_count()} CPUs)")
+    try:
+        results = run_matrix(cells, work, progress=lambda c: harness.say(
+            f"{c.name}: exit {c.exit}, rows lost {c.rows_lost}, processes left {c.processes_left}, "
+            f"{c.lines} lines, {c.seconds:.0f} s{'' if c.ok else ' -- ' + '; '.join(c.failures())}"))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    wall = time.monotonic() - started
+    failed = sum(not c.ok for c in results)
+    harness.say(f"\n{markdown_table(results)}\n\n{len(results) - failed} of {len(results)} cells hold; {wall:.0f} s")
+    harness.write_json(args.out, {
+        "machine": platform.platform(), "cpus": os.cpu_count(), "load_before": load, "load_after": os.getloadavg(),
+        "wall_s": round(wall, 1), "subreaper": SUBREAPER,
+        "cells": [{**asdict(c), "ok": c.ok, "failures": c.failures()} for c in results]})
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="comma-separated parts of cell names (e.g. 'SIGTERM,index.faiss')")
     parser.add_argument("--out", default="", help="JSON report path")
     parser.add_argument("--list", action="store_true", help="print the cells' names and exit")
     parser.add_argument("--keep", default="", help="work in this folder and keep it (default: a temporary one)")
-    args = parser.parse_args(argv)
-    cells = select(args.only.split(","))
-    if args.list:
-        print("\n".join(name for name, _ in cells))
-        return 0
-    if not cells:
-        print(f"--only {args.only!r} names no cell; --list prints their names.", file=sys.stderr)
-        return 2
-    become_subreaper()
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="kbrl-faults-"))
-    work.mkdir(parents=True, exist_ok=True)
-    started, load = time.monotonic(), os.getloadavg()
-    print(f"{len(cells)} cells in {work} (load average {load[0]:.1f}, {os.cpu_count()} CPUs)", flush=True)
-    try:
-        results = run_matrix(cells, work, progress=lambda c: print(
-            f"{c.name}: exit {c.exit}, rows lost {c.rows_lost}, processes left {c.processes_left}, "
-            f"{c.lines} lines, {c.seconds:.0f} s{'' if c.ok else ' -- ' + '; '.join(c.failures())}", flush=True))
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    wall = time.monotonic() - started
-    print()
-    print(markdown_table(results))
-    failed = sum(not c.ok for c in results)
-    print(f"\n{len(results) - failed} of {len(results)} cells hold; {wall:.0f} s")
-    if args.out:
-        report = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_before": load,
-                  "load_after": os.getloadavg(), "wall_s": round(wall, 1), "subreaper": SUBREAPER,
-                  "cells": [{**asdict(c), "ok": c.ok, "failures": c.failures()} for c in results]}
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    return 1 if failed else 0
+    return harness.run_main(run, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import io
 import json
 import os
 import platform
@@ -27,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-import tokenize
 from pathlib import Path
 from typing import Any, Callable
 
@@ -91,6 +89,37 @@ def speedup_distribution(records: list[dict[str, Any]]) -> dict[str, Any]:
                               "baseline_ms": rnd(r.get("baseline_ms"), 4)}
                              for r in sorted(timed, key=lambda r: r["speedup"]) if not out_low <= r["speedup"] <= out_high],
     }
+
+
+def speedup_text(sp: dict[str, Any]) -> str:
+    """speedup_distribution's figures in one line."""
+    if not sp.get("count"):
+        return sp.get("note", "no speedups")
+    outside = ", ".join(f"{r['label']} {r['speedup']}" for r in sp["outside_0.8_1.25"]) or "none"
+    return (f"identical-code speedup over {sp['count']} timed: median {sp['median']}, p5 {sp['p5']}, p95 {sp['p95']}, "
+            f"within [0.95, 1.05] {sp['share_within_0.95_1.05']}; outside [0.8, 1.25]: {outside}")
+
+
+def ratios(pairs: list[tuple[str, float]]) -> dict[str, Any]:
+    """Ratios per candidate (label, value): how many, their median and range, and each one."""
+    if not pairs:
+        return {"candidates": 0}
+    values = [v for _, v in pairs]
+    return {"candidates": len(values), "median": rnd(statistics.median(values)), "min": rnd(min(values)),
+            "max": rnd(max(values)), "per_candidate": {label: rnd(v) for label, v in pairs}}
+
+
+def fmt(value: Any) -> str:
+    """A figure as a table shows it: '-' for none, a float to two decimals."""
+    return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def print_table(columns: list[str], rows: list[list[Any]]) -> None:
+    """Rows under their columns' names, each column as wide as its widest cell (the first one left-aligned)."""
+    cells = [columns, *([fmt(v) for v in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    for row in cells:
+        say(" ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
 
 
 def compile_s(phases: dict[str, float]) -> float:
@@ -360,46 +389,20 @@ def problems_by_id(root: Path, text: str) -> tuple[list[Any], dict[str, Any]]:
     return [problems[i] for i in ids], problems
 
 
-def rename_model_class(source: str, old: str = "Model", new: str = "ModelNew") -> str:
-    """The source with its class `old` renamed `new`, and every reference to it in code renamed too
-    (`super(Model, self)`, `isinstance(x, Model)`, annotations...). Done on the AST and the tokens: names
-    inside strings, comments and docstrings are left alone, as are attributes (`x.Model`) and names that
-    merely contain it (`ModelHelper`). Everything else in the source is kept character for character."""
+def rename_model_class(source: str) -> str:
+    """The reference's source as its own candidate: its class `Model` renamed `ModelNew` wherever the module names it,
+    as the evaluator reads a candidate that defines `Model` (evaluation/source/candidate_class.py: names inside
+    strings and comments and attributes such as `x.Model` stay); a source that is not valid Python, defines no
+    top-level class `Model` or defines `ModelNew` already is refused (ValueError)."""
+    from kernelbench_rl.evaluation.source.candidate_class import as_model_new, candidate_class_name
+
     try:
-        tree = ast.parse(source)
+        found = candidate_class_name(ast.parse(source))
     except SyntaxError as exc:
         raise ValueError(f"the source is not valid Python (line {exc.lineno}: {exc.msg})") from None
-    if not any(isinstance(n, ast.ClassDef) and n.name == old for n in tree.body):
-        raise ValueError(f"the source defines no top-level class {old}")
-    if any(isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == new for n in ast.walk(tree)):
-        raise ValueError(f"the source already defines {new}")
-    lines = source.splitlines(keepends=True)
-
-    def char_col(lineno: int, byte_col: int) -> int:  # the AST counts UTF-8 bytes, tokenize characters
-        return len(lines[lineno - 1].encode("utf-8")[:byte_col].decode("utf-8", errors="replace"))
-
-    names = {(n.lineno, char_col(n.lineno, n.col_offset)) for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == old}
-    class_lines = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == old}
-    global_lines = {n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Global, ast.Nonlocal)) and old in n.names}
-    edits: list[tuple[int, int]] = []
-    previous = ""
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.NAME and tok.string == old:
-            line, col = tok.start
-            if ((line, col) in names or (previous == "class" and line in class_lines)
-                    or (previous in ("global", "nonlocal", ",") and line in global_lines)):
-                edits.append((line, col))
-        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
-            previous = tok.string
-    for line, col in sorted(edits, reverse=True):
-        text = lines[line - 1]
-        lines[line - 1] = text[:col] + new + text[col + len(old):]
-    renamed = "".join(lines)
-    check = ast.parse(renamed)
-    left = [n.lineno for n in ast.walk(check) if isinstance(n, ast.Name) and n.id == old]
-    if left or not any(isinstance(n, ast.ClassDef) and n.name == new for n in check.body):
-        raise ValueError(f"renaming {old} to {new} left references to {old} (line {left[0] if left else '?'})")
-    return renamed
+    if found != "Model":
+        raise ValueError("the source already defines ModelNew" if found else "the source defines no top-level class Model")
+    return as_model_new(source)
 
 
 @dataclasses.dataclass
@@ -508,16 +511,28 @@ def evaluate_within(evaluator: Any, requests: list[Any], budget_s: float | None,
             "error": f"{type(failure[0]).__name__}: {failure[0]}"[:300] if failure else None}
 
 
+def progress_line(r: dict[str, Any], count: int) -> None:
+    timing = "" if r["speedup"] is None else f" speedup {r['speedup']:5.2f} runtime {r['runtime_ms']:.3f} ms"
+    message = f"  {r['message'][:90]}" if not r["correct"] and r["message"] else ""
+    say(f"ours  [{count:4d}] {r['label']:22s} {r['category']:9s} correct={str(r['correct']):5s}{timing} "
+        f"at {r['finished_at_s']:.1f} s{message}")
+
+
 class Pool:
     """A fresh Evaluator, started and warmed (on a GPU, L1/20's solution at small size) before any clock; the
-    pool's start-up (`startup_s`) and its workers' ready info (`info`) are reported apart from every wall."""
+    pool's start-up (`startup_s`) and its workers' ready info (`info`) are reported apart from every wall. Then one
+    `evaluate` call per group of candidates (`run_group`), each with its own wall; `records` holds one dict per
+    finished candidate, `on_record` hears of each."""
 
-    def __init__(self, args: argparse.Namespace, settings: Any, warm: bool | None = None, **evaluator_kwargs: Any) -> None:
-        self.args, self.settings, self.kwargs = args, settings, evaluator_kwargs
+    def __init__(self, args: argparse.Namespace, settings: Any, warm: bool | None = None,
+                 on_record: Callable[[dict[str, Any]], None] = lambda _r: None, **evaluator_kwargs: Any) -> None:
+        self.args, self.settings, self.kwargs, self.on_record = args, settings, evaluator_kwargs, on_record
         self.warm = settings.device == "cuda" if warm is None else warm
         self.evaluator: Any = None
         self.startup_s: float | None = None
         self.info: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = []
+        self.groups: list[dict[str, Any]] = []
 
     def start(self) -> Any:
         from kernelbench_rl.evaluation import Evaluator
@@ -537,6 +552,40 @@ class Pool:
         say(f"ours  pool ready in {self.startup_s:.1f} s (not in any wall): {self.info}")
         return self.evaluator
 
+    def record(self, cand: Any, res: Any, at: float) -> dict[str, Any]:
+        """What `records` keeps of a finished candidate (`at`: seconds since its group's evaluate call)."""
+        return {"label": cand.label, "problem_id": cand.problem_id, **verdict_record(res, self.settings, at)}
+
+    def run_group(self, name: str, candidates: list[Any], budget_s: float | None) -> dict[str, Any]:
+        """`candidates` (each with a label, a problem_id and a source) in one `evaluate` call, waited for at most
+        `budget_s`; the record of each one finished joins `records`. The group's figures (in `groups` too): its wall,
+        whether the budget cut it, what did not finish, the error that stopped it."""
+        from kernelbench_rl.evaluation.result import EvalRequest
+
+        requests = [EvalRequest(c.problem_id, c.source, self.settings, request_id=f"bench/{c.label}") for c in candidates]
+        group: dict[str, Any] = {"name": name, "planned": len(candidates), "finished": 0, "wall_s": None,
+                                 "budget_s": budget_s, "budget_cut": False, "not_finished": []}
+        self.groups.append(group)
+
+        def collect(index: int, result: Any, at: float) -> None:
+            self.records.append(self.record(candidates[index], result, at))
+            group["finished"] += 1
+            group["wall_s"] = round(at, 2)
+            progress_line(self.records[-1], len(self.records))
+            self.on_record(self.records[-1])
+
+        ran = evaluate_within(self.evaluator, requests, budget_s, collect)
+        group["wall_s"] = round(ran["wall_s"], 2)
+        if ran["budget_cut"]:
+            group["budget_cut"] = True
+            group["not_finished"] = [c.label for i, c in enumerate(candidates) if i not in ran["done"]]
+            say(f"ours  {name}: budget of {budget_s:.0f} s spent with {len(ran['done'])} of {len(candidates)} finished; "
+                f"the rest are not waited for")
+        elif ran["error"]:
+            group["error"] = ran["error"]
+            say(f"ours  {name}: the evaluation stopped: {group['error']}")
+        return group
+
     def close(self) -> None:
         if self.evaluator is not None:
             save_worker_logs(self.evaluator, getattr(self.args, "worker_logs", None))
@@ -545,6 +594,15 @@ class Pool:
 
 
 # ---------------------------------------------------------------- a fresh process
+
+
+def proc_stat(pid: int | str) -> list[str] | None:
+    """/proc/<pid>/stat after the command name (state, ppid, pgrp, session, ...); None once the pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def run_child(argv: list[str], env: dict[str, str], cwd: str, timeout_s: float,

@@ -97,8 +97,8 @@ def verdict_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 
 class OursRun(harness.Pool):
-    """A warmed pool (harness.Pool); then one `evaluate` call per group of candidates, each with its own wall.
-    `records` holds one dict per finished candidate."""
+    """A warmed pool (harness.Pool) on the root's problems; each finished candidate's record adds the speed of light,
+    the baseline's GPU time and what its `versions` say of how it ran."""
 
     def __init__(self, args: argparse.Namespace, root: Path, problems: dict[str, Any], static_checks: bool,
                  on_record: Callable[[dict[str, Any]], None]) -> None:
@@ -107,41 +107,11 @@ class OursRun(harness.Pool):
         problems = dict(problems)
         if harness.WARMUP_PROBLEM not in problems:  # the warm-up's problem; a kernrl root has none of that id
             problems[harness.WARMUP_PROBLEM] = get_problem(harness.WARMUP_PROBLEM)
-        super().__init__(args, harness.eval_settings(args), kernelbench_root=str(root), problems=problems,
-                         static_checks=static_checks)
-        self.static_checks, self.on_record = static_checks, on_record
-        self.records: list[dict[str, Any]] = []
-        self.groups: list[dict[str, Any]] = []
+        super().__init__(args, harness.eval_settings(args), on_record=on_record, kernelbench_root=str(root),
+                         problems=problems, static_checks=static_checks)
+        self.static_checks = static_checks
 
-    def run_group(self, name: str, candidates: list[SweepCandidate], budget_s: float | None) -> dict[str, Any]:
-        from kernelbench_rl.evaluation.result import EvalRequest
-
-        requests = [EvalRequest(c.problem_id, c.source, self.settings, request_id=f"kb_sweep/{c.label}") for c in candidates]
-        group: dict[str, Any] = {"name": name, "planned": len(candidates), "finished": 0, "wall_s": None,
-                                 "budget_s": budget_s, "budget_cut": False, "not_finished": []}
-        self.groups.append(group)
-
-        def collect(index: int, result: Any, at: float) -> None:
-            record = self._record(candidates[index], result, at)
-            self.records.append(record)
-            group["finished"] += 1
-            group["wall_s"] = round(at, 2)
-            self._progress(record, len(self.records))
-            self.on_record(record)
-
-        ran = harness.evaluate_within(self.evaluator, requests, budget_s, collect)
-        group["wall_s"] = round(ran["wall_s"], 2)
-        if ran["budget_cut"]:
-            group["budget_cut"] = True
-            group["not_finished"] = [c.label for i, c in enumerate(candidates) if i not in ran["done"]]
-            say(f"ours  {name}: budget of {budget_s:.0f} s spent with {len(ran['done'])} of {len(candidates)} finished; "
-                f"the rest are not waited for")
-        elif ran["error"]:
-            group["error"] = ran["error"]
-            say(f"ours  {name}: the evaluation stopped: {group['error']}")
-        return group
-
-    def _record(self, cand: SweepCandidate, res: Any, at: float) -> dict[str, Any]:
+    def record(self, cand: SweepCandidate, res: Any, at: float) -> dict[str, Any]:
         s, sol = self.settings, res.speed_of_light or {}
         record = harness.verdict_record(res, s, at)
         return {
@@ -153,14 +123,6 @@ class OursRun(harness.Pool):
                                                          s.warmup_trials + s.timing_trials + s.correctness_trials), 4),
             "versions": {k: v for k, v in res.versions.items() if k in _KEPT_VERSIONS},
         }
-
-    def _progress(self, r: dict[str, Any], count: int) -> None:
-        timing = ""
-        if r["speedup"] is not None:
-            timing = f" speedup {r['speedup']:5.2f} runtime {r['runtime_ms']:.3f} ms"
-        msg = f"  {r['message'][:90]}" if not r["correct"] and r["message"] else ""
-        say(f"ours  [{count:4d}] {r['label']:22s} {r['category']:9s} correct={str(r['correct']):5s}{timing} "
-            f"at {r['finished_at_s']:.1f} s{msg}")
 
     def meta(self) -> dict[str, Any]:
         return {"pool_startup_s": _round(self.startup_s, 2), "pool_info": self.info, "static_checks": self.static_checks,
@@ -184,9 +146,6 @@ def ratio_ceiling(kb_wall: float, kb_count: int, ours: list[dict[str, Any]]) -> 
     floor = sum(r["floor_s"] + r.get("baseline_gpu_s", 0.0) for r in ours)
     ceiling = kb_wall / floor * len(ours) / kb_count if floor and ours and kb_count else None
     return floor, ceiling
-
-
-overhead_figures = harness.overhead_figures
 
 
 # ---------------------------------------------------------------- identity / solutions
@@ -264,7 +223,7 @@ def summarise_sweep(records: list[dict[str, Any]], group: dict[str, Any], planne
         "speedup_by_gpu": speedup_by_gpu(records),
         "speed_of_light": sol_distribution(records),
         "widened_inputs": sorted(r["problem_id"] for r in records if r.get("inputs", "").startswith("widened")),
-        "overhead": overhead_figures(records, wall),
+        "overhead": harness.overhead_figures(records, wall),
         "floor_definition": harness.FLOOR_DEFINITION,
         "skipped": len(skipped),
     }
@@ -290,25 +249,20 @@ def sol_distribution(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def print_sweep(data: dict[str, Any]) -> None:
     """The summary as a table; the JSON has every figure."""
-    s, sp = data["summary"], data["summary"]["speedup"]
+    s = data["summary"]
     say(f"\n== {data['mode']}: {s['finished']} of {s['planned']} finished{' (budget cut)' if s['budget_cut'] else ''}, "
         f"{s['correct']} correct; wall {s['wall_s']} s, {s['candidates_per_min']} candidates/min; pool start-up "
         f"{data['ours']['pool_startup_s']} s (not in the wall)")
     categories = sorted({c for counts in s["verdicts_by_level"].values() for c in counts})
-    say(f"{'level':6s} " + " ".join(f"{c:>9s}" for c in categories))
-    for level, counts in s["verdicts_by_level"].items():
-        say(f"{level:6s} " + " ".join(f"{counts.get(c, 0):9d}" for c in categories))
+    harness.print_table(["level", *categories], [[level, *(counts.get(c, 0) for c in categories)]
+                                                 for level, counts in s["verdicts_by_level"].items()])
     for r in s["not_correct"]:
         say(f"  not correct: {r['label']:22s} {r['category']:9s} {r['name'][:40]:40s} {r['message'][:110]}")
-    say(f"speedup over {sp['count']} timed: median {sp['median']}, p5 {sp['p5']}, p95 {sp['p95']}, range {sp['min']}-"
-        f"{sp['max']}, within [0.95, 1.05] {sp['share_within_0.95_1.05']}; outside [0.8, 1.25]: "
-        + (", ".join(f"{r['label']} {r['speedup']}" for r in sp["outside_0.8_1.25"]) or "none")
-        if sp.get("count") else sp.get("note", "no speedups"))
+    say(harness.speedup_text(s["speedup"]))
     for card, d in s.get("speedup_by_gpu", {}).items():
         if d.get("count"):
-            say(f"  GPU {card}: {d['verdicts']} verdicts, {d['count']} timed, median {d['median']}, within [0.95, 1.05] "
-                f"{d['share_within_0.95_1.05']}, outside [0.8, 1.25] {len(d['outside_0.8_1.25'])}, baseline timed on "
-                f"another card: {', '.join(d['baseline_elsewhere']) or 'none'}")
+            say(f"  GPU {card}, {d['verdicts']} verdicts: {harness.speedup_text(d)}; baseline timed on another card: "
+                f"{', '.join(d['baseline_elsewhere']) or 'none'}")
     for level, d in s.get("speed_of_light", {}).items():
         say(f"speed of light {level}: {d['count']} timed, median {d['median']}, p90 {d['p90']}, above 1: "
             + (", ".join(f"{x['label']} {x['sol_fraction']}" for x in d["above_1"]) or "none"))
@@ -328,12 +282,14 @@ def kb_source_dir(root: Path) -> Path:
     raise BadInput(f"No src/kernelbench/eval.py next to {root}: kb-harness needs a full KernelBench checkout, not only its problems.")
 
 
-def kb_child_env(src_dir: Path, kb_site: str | None) -> dict[str, str]:
-    env = dict(os.environ)
-    parts = [p for p in (kb_site, str(src_dir), os.environ.get("PYTHONPATH")) if p]
-    env["PYTHONPATH"] = os.pathsep.join(parts)  # KernelBench's package and its pydantic first
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+def kb_child_run(spec: Path, src_dir: Path, args: argparse.Namespace, work: str,
+                 timeout_s: float) -> tuple[dict[str, Any] | None, float, str, bool]:
+    """kb_child on `spec` in a fresh process (harness.run_child), KernelBench's package and its pydantic (--kb-site)
+    first on its path."""
+    env = {"PYTHONUNBUFFERED": "1", **os.environ}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (args.kb_site, str(src_dir), os.environ.get("PYTHONPATH")) if p)
+    return harness.run_child([str(Path(__file__).resolve()), "--kb-child", str(spec)], env, work, timeout_s,
+                             KB_RESULT_PREFIX)
 
 
 def kb_preflight(src_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -341,47 +297,13 @@ def kb_preflight(src_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kb_sweep_") as work:
         spec = Path(work) / "spec.json"
         spec.write_text(json.dumps({"import_only": True}))
-        found, wall, tail, timed_out = run_child([str(Path(__file__).resolve()), "--kb-child", str(spec)],
-                                                 kb_child_env(src_dir, args.kb_site), work, 300.0)
+        found, wall, tail, timed_out = kb_child_run(spec, src_dir, args, work, 300.0)
     if found is None or found.get("error"):
         why = (found or {}).get("error") or ("timed out" if timed_out else tail) or "no result"
         raise BadInput(f"KernelBench's eval.py does not import here ({why}); on the GPU machine install its wheels "
                        "(device_suite.sh does) and pass --kb-site.")
     found["wall_s"] = round(wall, 2)
     return found
-
-
-def run_child(argv: list[str], env: dict[str, str], cwd: str, timeout_s: float,
-              result_prefix: str = KB_RESULT_PREFIX) -> tuple[dict[str, Any] | None, float, str, bool]:
-    """harness.run_child, reading KernelBench's result line by default."""
-    return harness.run_child(argv, env, cwd, timeout_s, result_prefix)
-
-
-def order_by_level(candidates: list[SweepCandidate]) -> list[SweepCandidate]:
-    return harness.alternate_levels(candidates, lambda c: c.level)
-
-
-def run_kb_side(candidates: list[SweepCandidate], references: dict[str, Any], src_dir: Path, args: argparse.Namespace,
-                budget_s: float | None, records: list[dict[str, Any]],
-                on_record: Callable[[float], None] = lambda _s: None) -> list[str]:
-    """KernelBench's side: one fresh process per candidate, one after another, as its eval_from_generations.py runs
-    them on one GPU; none launched that would end past `budget_s` (estimated from the mean so far). Appends to
-    `records`, calls `on_record(seconds so far)` after each, and returns the labels not launched."""
-    t0 = time.perf_counter()
-    for index, cand in enumerate(candidates):
-        elapsed = time.perf_counter() - t0
-        estimate = statistics.mean(r["wall_s"] for r in records) if records else 0.0
-        if budget_s is not None and elapsed + estimate > budget_s:
-            say(f"kb    budget of {budget_s:.0f} s would be exceeded ({elapsed:.0f} s spent, about {estimate:.0f} s "
-                f"a candidate): {len(candidates) - index} candidates not launched")
-            return [c.label for c in candidates[index:]]
-        record = run_kb_candidate(cand, references[cand.problem_id].source_for(args.size), src_dir, args)
-        records.append(record)
-        say(f"kb    [{index + 1:3d}] {cand.label:22s} compiled={str(record['compiled']):5s} "
-            f"correct={str(record['correctness']):5s} runtime {record['runtime_ms']} ms wall {record['wall_s']:.1f} s"
-            + (f"  {record['error'][:90]}" if record["error"] else ""))
-        on_record(time.perf_counter() - t0)
-    return []
 
 
 def run_kb_harness(args: argparse.Namespace) -> int:
@@ -408,7 +330,7 @@ def run_kb_harness(args: argparse.Namespace) -> int:
     require_cuda(args.device)
     if not candidates:
         raise BadInput("Nothing to evaluate: no candidate matches the problems asked for.")
-    candidates = order_by_level(candidates)
+    candidates = harness.alternate_levels(candidates, lambda c: c.level)  # a budget cut keeps every level
     info = kb_preflight(src_dir, args)
     say(f"kb-harness: {len(candidates)} {args.candidates} candidates; KernelBench's eval.py imports "
         f"(stand-ins for {info.get('stubbed') or 'nothing'}; preflight {info['wall_s']} s, not in any wall)")
@@ -433,13 +355,22 @@ def run_kb_harness(args: argparse.Namespace) -> int:
     report = JsonReport(out, build)
     report.write()
 
-    def kb_progress(seconds: float) -> None:
-        kb_state["wall_s"] = round(seconds, 2)
-        report.write()
-
     started = time.perf_counter()
-    kb_state["not_launched"] = run_kb_side(candidates, problems, src_dir, args, args.budget_s, kb_records, kb_progress)
-    kb_state.update(budget_cut=bool(kb_state["not_launched"]), wall_s=round(time.perf_counter() - started, 2))
+    for index, cand in enumerate(candidates):  # a fresh process each, one after another, as its scripts run them
+        elapsed = time.perf_counter() - started
+        estimate = statistics.mean(r["wall_s"] for r in kb_records) if kb_records else 0.0
+        if args.budget_s is not None and elapsed + estimate > args.budget_s:  # none launched that would end past it
+            kb_state.update(budget_cut=True, not_launched=[c.label for c in candidates[index:]])
+            say(f"kb    budget of {args.budget_s:.0f} s would be exceeded ({elapsed:.0f} s spent, about {estimate:.0f} s "
+                f"a candidate): {len(candidates) - index} candidates not launched")
+            break
+        record = run_kb_candidate(cand, problems[cand.problem_id].source_for(args.size), src_dir, args)
+        kb_records.append(record)
+        say(f"kb    [{index + 1:3d}] {cand.label:22s} compiled={str(record['compiled']):5s} "
+            f"correct={str(record['correctness']):5s} runtime {record['runtime_ms']} ms wall {record['wall_s']:.1f} s"
+            + (f"  {record['error'][:90]}" if record["error"] else ""))
+        kb_state["wall_s"] = round(time.perf_counter() - started, 2)
+        report.write()
     same = [c for c in candidates if c.label in {r["label"] for r in kb_records}]
     report.write()
     # Ours on exactly the candidates KernelBench's harness ran, a fresh pool started before the clock; then, as in
@@ -480,8 +411,7 @@ def kb_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"function": "kernelbench.eval.eval_kernel_against_ref", "seed_num": KB_SEED,
             "num_correct_trials": args.correctness_trials, "num_perf_trials": args.timing_trials,
             "measure_performance": True, "timing_method": "cuda_event", "precision": "torch.float32",
-            "backend": ("cuda (identity: exec'd source)" if getattr(args, "candidates", "identity") == "identity"
-                        else "triton (tempfile import)"),
+            "backend": "cuda (identity: exec'd source)" if args.candidates == "identity" else "triton (tempfile import)",
             "check_for_excessive_speedup": "default (True): it also times the reference, 100 more calls per candidate",
             "device": "torch.device('cuda:0')", "timeout_s": args.timeout, "process": "fresh python per candidate",
             "numerics": ("TF32 off in cuBLAS and cuDNN, set before eval_kernel_against_ref (--kb-exact-fp32, as ours runs)"
@@ -498,8 +428,7 @@ def run_kb_candidate(cand: SweepCandidate, reference: str, src_dir: Path, args: 
                 "backend": "cuda" if cand.kind == "identity" else "triton", "build_dir": str(Path(work) / "build"),
                 "exact_fp32": args.kb_exact_fp32}
         (Path(work) / "spec.json").write_text(json.dumps(spec))
-        found, wall, tail, timed_out = run_child([str(Path(__file__).resolve()), "--kb-child", str(Path(work) / "spec.json")],
-                                                 kb_child_env(src_dir, args.kb_site), work, args.timeout)
+        found, wall, tail, timed_out = kb_child_run(Path(work) / "spec.json", src_dir, args, work, args.timeout)
     record["wall_s"] = round(wall, 3)
     record["timed_out"] = timed_out
     if found is not None:
@@ -546,21 +475,17 @@ def summarise_harness(kb: list[dict[str, Any]], ours: list[dict[str, Any]], grou
             else:
                 disagree.append({"label": r["label"], "kb_correct": r["correctness"], "kb_error": first_line(r["error"]),
                                  "ours": o["category"], "ours_message": o["message"]})
-        ratios = [v for _, v in runtime_ratios]
         gpu_floor, ceiling = ratio_ceiling(kb_wall, len(kb_l), ours_l)
         per_level["all" if level is None else f"L{level}"] = {
             "kb": {"candidates": len(kb_l), "wall_s": round(kb_wall, 2), "per_min": _round(kb_rate, 2),
                    "wall_per_candidate_s": _round(kb_wall / len(kb_l)), "correct": sum(1 for r in kb_l if r["correctness"])},
             "ours": {"candidates": len(ours_l), "wall_s": _round(ours_wall, 2), "per_min": _round(ours_rate, 2),
-                     "correct": sum(1 for r in ours_l if r["correct"]), **overhead_figures(ours_l, ours_wall)},
+                     "correct": sum(1 for r in ours_l if r["correct"]), **harness.overhead_figures(ours_l, ours_wall)},
             "throughput_ratio_ours_over_kb": _round(ours_rate / kb_rate, 2) if ours_rate and kb_rate else None,
             "floor_with_baselines_s": _round(gpu_floor, 2),
             "ratio_ceiling": _round(ceiling, 2),
             "agreement": {"both_correct": len(both_correct), "both_wrong": len(both_wrong), "disagree": disagree},
-            "runtime_ratio_ours_over_kb": ({"candidates": len(ratios), "median": _round(statistics.median(ratios)),
-                                            "min": _round(min(ratios)), "max": _round(max(ratios)),
-                                            "per_candidate": {k: _round(v) for k, v in runtime_ratios}}
-                                           if ratios else {"candidates": 0}),
+            "runtime_ratio_ours_over_kb": harness.ratios(runtime_ratios),
         }
     return {"per_level": per_level,
             "note": "KernelBench's runtime is the mean of its timed calls (3 significant digits), ours the median; "
@@ -573,25 +498,19 @@ def print_harness(data: dict[str, Any]) -> None:
     say(f"\n== kb-harness ({data['candidates']} candidates): KernelBench's eval_kernel_against_ref, one process each, "
         f"against ours (pool start-up {data['ours']['pool_startup_s'] if data['ours'] else '-'} s, not in the wall)"
         + (f"; KernelBench's side stopped at its budget ({kb['budget_s']:.0f} s)" if kb["budget_cut"] else ""))
-    say(f"{'level':6s} {'n':>3s} {'KB wall':>8s} {'KB/min':>7s} {'our wall':>9s} {'our/min':>8s} {'ratio':>6s} "
-        f"{'both ok':>7s} {'both bad':>8s} {'differ':>6s} {'rt ours/KB':>10s} {'our ovh/cand':>12s} {'ceiling':>7s}")
-    for level, s in data["summary"]["per_level"].items():
-        rt, ag = s["runtime_ratio_ours_over_kb"], s["agreement"]
-        say(f"{level:6s} {s['kb']['candidates']:3d} {s['kb']['wall_s']:8.1f} {_fmt(s['kb']['per_min']):>7s} "
-            f"{_fmt(s['ours']['wall_s']):>9s} {_fmt(s['ours']['per_min']):>8s} {_fmt(s['throughput_ratio_ours_over_kb']):>6s} "
-            f"{ag['both_correct']:7d} {ag['both_wrong']:8d} {len(ag['disagree']):6d} {_fmt(rt.get('median')):>10s} "
-            f"{_fmt(s['ours'].get('overhead_per_candidate_s')):>12s} {_fmt(s.get('ratio_ceiling')):>7s}")
-        for d in ag["disagree"]:
-            say(f"   disagree {d['label']}: KB correct={d['kb_correct']} {d['kb_error'][:60]} | ours {d['ours']} {d['ours_message'][:60]}")
-    for level, s in data["summary"].get("baselines_cached", {}).items():
-        say(f"{level:6s} baselines cached: {s['candidates']} candidates, {s['correct']} correct, wall {_fmt(s['wall_s'])} s, "
-            f"ratio {_fmt(s['throughput_ratio_ours_over_kb'])}, ceiling {_fmt(s.get('ratio_ceiling'))}")
+    rows = [[level, s["kb"]["candidates"], s["kb"]["wall_s"], s["kb"]["per_min"], s["ours"]["wall_s"], s["ours"]["per_min"],
+             s["throughput_ratio_ours_over_kb"], s["agreement"]["both_correct"], s["agreement"]["both_wrong"],
+             len(s["agreement"]["disagree"]), s["runtime_ratio_ours_over_kb"].get("median"),
+             s["ours"].get("overhead_per_candidate_s"), s.get("ratio_ceiling")] for level, s in data["summary"]["per_level"].items()]
+    rows += [[f"{level} baselines cached", s["candidates"], None, None, s["wall_s"], s["per_min"],
+              s["throughput_ratio_ours_over_kb"], *[None] * 5, s.get("ratio_ceiling")]
+             for level, s in data["summary"].get("baselines_cached", {}).items()]
+    harness.print_table(["level", "n", "KB wall", "KB/min", "our wall", "our/min", "ratio", "both ok", "both bad", "differ",
+                         "rt ours/KB", "our ovh/cand", "ceiling"], rows)
+    for d in (d for level, s in data["summary"]["per_level"].items() if level != "all" for d in s["agreement"]["disagree"]):
+        say(f"   disagree {d['label']}: KB correct={d['kb_correct']} {d['kb_error'][:60]} | ours {d['ours']} {d['ours_message'][:60]}")
     say("ratio: our candidates/min over KernelBench's; rt: our median runtime over its mean (both correct); ceiling: "
         f"the ratio with no overhead at all (bench/README.md); floor: {data['floor_definition']}")
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def kb_child(spec_path: str) -> None:

@@ -7,6 +7,7 @@ speedups, so these tests check the JSON's shape and counts, never a speed.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.util
 import json
@@ -210,8 +211,8 @@ def test_kb_child_numerics_default_or_exact_fp32(kb_root, tmp_path, exact):
         pytest.skip("pydantic is not installed here (KernelBench's eval.py needs it)")
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"import_only": True, "exact_fp32": exact}))
-    found, _wall, tail, _timed_out = sweep.run_child([str(SCRIPT), "--kb-child", str(spec)],
-                                                     sweep.kb_child_env(sweep.kb_source_dir(kb_root), None), str(tmp_path), 120.0)
+    found, _wall, tail, _timed_out = sweep.kb_child_run(spec, sweep.kb_source_dir(kb_root), argparse.Namespace(kb_site=None),
+                                                        str(tmp_path), 120.0)
     assert found is not None and not found["error"], tail
     assert found["numerics"]["cudnn_allow_tf32"] is (not exact)
     assert found["numerics"]["cuda_matmul_allow_tf32"] is False
