@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -124,20 +125,14 @@ def run_configuration(engine: str, workers: int, candidates: list[Candidate], ar
             # pool's shared queue spreads N copies of each over its N workers (most, not surely all, see each problem).
             problems = {c.problem_id: c for c in candidates if c.kind == "correct"}
             t_warm = time.perf_counter()
-            warmed: list[Any] = []
             if engine == "dask":
-                def warm(w: int, address: str) -> None:
+                def warm(w: int, address: str) -> list[Any]:
                     with evaluator.pool.pinned([address]):
-                        warmed.extend(evaluator.evaluate([
-                            EvalRequest(pid, _distinct(c, -1 - w), settings, request_id=f"warm/{pid}/{w}")
-                            for pid, c in problems.items()]))
+                        return evaluator.evaluate([EvalRequest(pid, _distinct(c, -1 - w), settings,
+                                                               request_id=f"warm/{pid}/{w}") for pid, c in problems.items()])
 
-                threads = [threading.Thread(target=warm, args=(w, a), daemon=True)
-                           for w, a in enumerate(sorted(statuses))]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
+                with ThreadPoolExecutor(max(1, len(statuses))) as threads:
+                    warmed = [r for done in threads.map(warm, range(len(statuses)), sorted(statuses)) for r in done]
             else:
                 warmed = evaluator.evaluate([EvalRequest(pid, _distinct(c, -1 - w), settings, request_id=f"warm/{pid}/{w}")
                                              for w in range(workers) for pid, c in problems.items()])
@@ -147,12 +142,11 @@ def run_configuration(engine: str, workers: int, candidates: list[Candidate], ar
             figures.update(measure(evaluator, engine, candidates, settings, args, tag))
             if kill_check and engine == "dask":
                 figures["kill_check"] = kill_mid_batch(evaluator, candidates, settings, args)
+            logs = Path(args.out_dir) / "scaling_worker_logs.txt"
             if engine == "dask":
-                _save_pool_logs(evaluator, Path(args.out_dir) / "scaling_worker_logs.txt", workers)
+                _save_pool_logs(evaluator, logs, workers)
             else:
-                with open(Path(args.out_dir) / "scaling_worker_logs.txt", "a") as handle:
-                    handle.write(f"#### plain, {workers} worker(s)\n")
-                harness.save_worker_logs(evaluator, str(Path(args.out_dir) / "scaling_worker_logs.txt"), 60)
+                harness.save_worker_logs(evaluator, str(logs), 60, title=f"plain, {workers} worker(s)")
     finally:
         if cluster is not None:
             try:
@@ -452,8 +446,8 @@ def compare_with_one(summary: dict[str, Any], engine: str, runs: dict[str, Any])
 
 def print_summary(summary: dict[str, Any], engines: list[str]) -> None:
     say("")
-    harness.print_table(["configuration", "verdicts", "wall s", "per min", "ratio", "slots"], [
-        [f"{engine}, {key}: {run.get('cluster', 'failed: ' + str(run.get('error')))}"[:60], run.get("candidates"),
+    harness.print_table(["engine, GPUs", "verdicts", "wall s", "per min", "ratio", "slots"], [
+        [f"{engine}, {key}" + ("" if "per_minute" in run else f" failed: {run.get('error')}"), run.get("candidates"),
          run.get("wall_s"), run.get("per_minute"), summary["ratios"].get(engine, {}).get(key), run.get("slots")]
         for engine in engines for key, run in summary["runs"][engine].items()])
     for engine in engines:

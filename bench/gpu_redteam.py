@@ -186,19 +186,11 @@ def _run_naive(rows: list[dict[str, Any]], cases: list, device: str, args: argpa
 
 
 def _print_table(rows: list[dict[str, Any]], naive: bool) -> None:
-    header = f"\n{'layer':7s} {'case':32s} {'expected':44s} {'got':52s} {'result':6s}"
-    if naive:
-        header += "  naive harness"
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        line = (f"{row['layer']:7s} {row['case']:32s} {row['expected'][:44]:44s} {row['got'][:52]:52s} "
-                f"{'PASS' if row['passed'] else 'FAIL':6s}")
-        if naive:
-            line += f"  {row.get('naive', '')}"
-        if row["known_gap"] and not row["passed"]:
-            line += "  (known gap)"
-        print(line)
+    harness.say("")
+    harness.print_table(["layer", "case", "expected", "got", "result", *(["naive harness"] if naive else [])], [
+        [r["layer"], r["case"], r["expected"][:44], r["got"][:52],
+         ("PASS" if r["passed"] else "FAIL") + ("  (known gap)" if r["known_gap"] and not r["passed"] else ""),
+         *([r.get("naive", "")] if naive else [])] for r in rows])
 
 
 def main(argv: list[str] | None = None) -> int:

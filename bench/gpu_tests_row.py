@@ -45,6 +45,9 @@ def row(xml_path: Path, commit: str, gpu: str, today: str) -> str:
 
 
 def main() -> int:
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
         print("usage: python3 bench/gpu_tests_row.py GPU_TESTS_XML (the file gpu-tests writes under $OUT)",
               file=sys.stderr)

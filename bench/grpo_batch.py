@@ -314,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_level(name: str, s: dict[str, Any]) -> None:
-    f, bare, sp, ways = s["gpu_floor"], s.get("mandated") or {}, s["speedup"], s.get("timing_ways") or {}
+    f, bare, ways = s["gpu_floor"], s.get("mandated") or {}, s.get("timing_ways") or {}
     say(f"{name}: {s['finished']} of {s['planned']} finished{' (budget cut)' if s['budget_cut'] else ''}, "
         f"{s['correct']} correct; wall {s['wall_s']} s, GPU floor {f['total_s']} s (candidates {f['candidates_s']} + "
         f"baselines {f['baselines_s']}), wall/floor {s['wall_over_floor']}, {s['candidates_per_min']} candidates/min; "
@@ -325,10 +325,8 @@ def print_level(name: str, s: dict[str, Any]) -> None:
             f"this batch {bare['wall_over_bare']}x the bare loop")
     for r in s["not_correct"]:
         say(f"  not correct: {r['label']} {r['category']} {r['message'][:100]}")
-    if sp.get("count"):
-        say(f"  identical-code speedup over {sp['count']}: median {sp['median']}, within [0.95, 1.05] "
-            f"{sp['share_within_0.95_1.05']}, outside [0.8, 1.25]: "
-            + (", ".join(f"{o['label']} {o['speedup']}" for o in sp["outside_0.8_1.25"]) or "none"))
+    if s["speedup"].get("count"):
+        say(f"  {harness.speedup_text(s['speedup'])}")
     if ways:
         say(f"  timed side by side: {ways['paired']}; judged against a refreshed baseline: {ways['baseline_refreshed']}; "
             f"baselines timed in: {ways['baselines_timed_in'] or '(none timed here)'}")

@@ -115,11 +115,12 @@ def fmt(value: Any) -> str:
 
 
 def print_table(columns: list[str], rows: list[list[Any]]) -> None:
-    """Rows under their columns' names, each column as wide as its widest cell (the first one left-aligned)."""
+    """Rows under their columns' names, each column as wide as its widest cell: columns of figures to the right."""
     cells = [columns, *([fmt(v) for v in row] for row in rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    figures = [all(row[i] is None or isinstance(row[i], (int, float)) for row in rows) for i in range(len(columns))]
     for row in cells:
-        say(" ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        say(" ".join(c.rjust(w) if right else c.ljust(w) for c, w, right in zip(row, widths, figures)).rstrip())
 
 
 def compile_s(phases: dict[str, float]) -> float:
@@ -471,12 +472,13 @@ def pool_info(evaluator: Any) -> list[dict[str, Any]]:
         return [{"error": f"{type(exc).__name__}: {exc}"[:200]}]
 
 
-def save_worker_logs(evaluator: Any, path: str | None, tail_lines: int = 200) -> None:
-    """Append the tail of every worker's stderr log (removed with the pool) to `path`."""
+def save_worker_logs(evaluator: Any, path: str | None, tail_lines: int = 200, title: str = "") -> None:
+    """Append the tail of every worker's stderr log (removed with the pool) to `path`, under `title` if given."""
     pool = getattr(evaluator, "_pool", None)
     if not path or pool is None:
         return
     with open(path, "a") as out:
+        out.write(f"#### {title}\n" if title else "")
         for log in sorted(Path(pool.log_dir).glob("*.log")):
             try:
                 lines = log.read_text(errors="replace").splitlines()[-tail_lines:]

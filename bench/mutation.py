@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import os
 import platform
 import re
@@ -34,7 +33,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402 - after the path set-up above
+
+REPO = harness.REPO
 
 # Module label -> mutmut's names of the functions mutated (x_<function>, xǁ<Class>ǁ<method>).
 TARGETS: dict[str, list[str]] = {
@@ -109,7 +111,7 @@ def results() -> dict[str, str]:
     return found
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--only", help="one module label's start (verdict, reward, GRPO, resume)")
@@ -120,14 +122,15 @@ def main() -> int:
                         help="stop each module's run after this many seconds (default: no bound)")
     parser.add_argument("--max-children", type=int, default=None,
                         help="mutants tested at once (default: mutmut's, the CPU count)")
-    args = parser.parse_args()
+    return harness.run_main(run, parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
-        print("mutmut is not installed in this environment: pip install -e '.[mutation]'", file=sys.stderr)
-        return 2
+        raise harness.BadInput("mutmut is not installed in this environment: pip install -e '.[mutation]'")
     labels = [label for label in TARGETS if not args.only or label.lower().startswith(args.only.lower())]
     if not labels:
-        print(f"--only {args.only!r} names none of: {', '.join(TARGETS)}", file=sys.stderr)
-        return 2
+        raise harness.BadInput(f"--only {args.only!r} names none of: {', '.join(TARGETS)}")
     started = time.monotonic()
     wall_by_label: dict[str, float] = {}
     stopped: list[str] = []
@@ -158,20 +161,16 @@ def main() -> int:
                       "score": round(killed / judged, 3) if judged else None,
                       "survivors": sorted(n for n, s in mine.items() if s == "survived"),
                       "no_tests": sorted(n for n, s in mine.items() if s == "no tests")})
-    print(f"{'module':45} {'mutants':>7} {'killed':>6} {'timeout':>7} {'survived':>8} {'no tests':>8} {'score':>6}")
-    for row in table:
-        score = f"{row['score']:.1%}" if row["score"] is not None else "-"
-        print(f"{row['module']:45} {row['mutants']:>7} {row.get('killed', 0):>6} {row.get('timeout', 0):>7} "
-              f"{row.get('survived', 0):>8} {row.get('no tests', 0):>8} {score:>6}")
+    harness.print_table(["module", "mutants", "killed", "timeout", "survived", "no tests", "score"], [
+        [row["module"], row["mutants"], *(row.get(k, 0) for k in ("killed", "timeout", "survived", "no tests")),
+         None if row["score"] is None else f"{row['score']:.1%}"] for row in table])
     for row in table:
         for name in row["survivors"] + row["no_tests"]:
             shown = mutmut("show", name).stdout
             diff = [line for line in shown.splitlines() if line.startswith(("-", "+")) and not line.startswith(("---", "+++"))]
             print(f"\n{'survived' if name in row['survivors'] else 'no tests'}: {name}\n  " + "\n  ".join(diff))
-    if args.out:
-        args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "machine": platform.node(),
-                                        "cpus": len(__import__("os").sched_getaffinity(0)), "wall_s": round(wall_s),
-                                        "modules": table}, indent=2) + "\n")
+    harness.write_json(args.out, {"date": time.strftime("%Y-%m-%d"), "machine": platform.node(),
+                                  "cpus": len(os.sched_getaffinity(0)), "wall_s": round(wall_s), "modules": table})
     return 0
 
 

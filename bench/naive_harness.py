@@ -176,8 +176,7 @@ def _child_run(spec: dict[str, Any], settings: NaiveSettings, out: dict[str, Any
     with torch.no_grad():
         for seed in trial_seeds:
             set_seed(seed)
-            inputs = reference["get_inputs"]()
-            inputs = to_device(inputs)
+            inputs = to_device(reference["get_inputs"]())
             output = model(*inputs)
             sync()
             try:
@@ -185,18 +184,17 @@ def _child_run(spec: dict[str, Any], settings: NaiveSettings, out: dict[str, Any
                 sync()
             except Exception as exc:
                 out["error"] = f"runtime: {type(exc).__name__}: {str(exc)[:300]}"
-                phases["correctness"] = time.perf_counter() - t0
-                return
+                break
             if output.shape != output_new.shape:
                 out["error"] = f"shape mismatch: expected {tuple(output.shape)}, got {tuple(output_new.shape)}"
-                phases["correctness"] = time.perf_counter() - t0
-                return
+                break
             if not torch.allclose(output, output_new, atol=settings.atol, rtol=settings.rtol):
                 out["error"] = "output mismatch"
-                phases["correctness"] = time.perf_counter() - t0
-                return
+                break
             out["trials_passed"] += 1
     phases["correctness"] = time.perf_counter() - t0
+    if "error" in out:
+        return
     out["correct"] = True
 
     t0 = time.perf_counter()

@@ -33,3 +33,9 @@ def test_a_missing_file_is_one_line_and_exit_2(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_tests_row.py"), str(tmp_path / "none.xml")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "usage:" in done.stderr
+
+
+def test_help_says_what_it_reads_and_exits_0():
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_tests_row.py"), "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "JUnit XML" in done.stdout and "gpu_tests_row.py $OUT/gpu_tests.xml" in done.stdout
