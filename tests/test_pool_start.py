@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from kernelbench_rl import private_cache
 from kernelbench_rl.evaluation.worker import same_uid, startup
 from kernelbench_rl.evaluation.front.pool import WorkerPool
 
@@ -178,8 +179,8 @@ def test_a_pre_started_child_runs_on_the_compiling_cores_only():
 # -- the private cache ------------------------------------------------------------------------
 
 
-def _cache(tmp_path, **kwargs) -> startup.PrivateCache:
-    return startup.PrivateCache(str(tmp_path / "cache"), **kwargs)
+def _cache(tmp_path, **kwargs) -> private_cache.PrivateCache:
+    return private_cache.PrivateCache(str(tmp_path / "cache"), **kwargs)
 
 
 def test_a_cache_entry_is_read_back_only_for_exactly_its_key(tmp_path):
@@ -240,7 +241,7 @@ def test_an_entry_or_directory_owned_by_another_user_is_not_trusted(tmp_path):
     os.chown(path, 0, 0)
     assert cache.get("probe", KEY) is not None
     os.chown(cache.directory, 65534, 65534)
-    again = startup.PrivateCache(cache.directory)
+    again = private_cache.PrivateCache(cache.directory)
     assert not again.usable and "belongs to uid 65534" in again.refused
     assert again.get("probe", KEY) is None and not again.put("probe", KEY, {"answer": "ok"})
 
@@ -249,17 +250,17 @@ def test_a_directory_open_to_others_or_not_a_directory_is_not_used(tmp_path):
     loose = tmp_path / "loose"
     loose.mkdir(mode=0o755)
     os.chmod(loose, 0o755)
-    cache = startup.PrivateCache(str(loose))
+    cache = private_cache.PrivateCache(str(loose))
     assert not cache.usable and "open to others" in cache.refused
     assert not cache.put("probe", KEY, {"answer": "ok"}) and cache.get("probe", KEY) is None
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
     link = tmp_path / "link"
     os.symlink(private, link)
-    assert not startup.PrivateCache(str(link)).usable
+    assert not private_cache.PrivateCache(str(link)).usable
     plain = tmp_path / "file"
     plain.write_text("x")
-    assert not startup.PrivateCache(str(plain)).usable
+    assert not private_cache.PrivateCache(str(plain)).usable
 
 
 def test_a_passing_probe_is_remembered_for_exactly_this_machine_and_software(tmp_path, monkeypatch):
@@ -310,7 +311,7 @@ def test_reading_the_cache_leaves_the_processs_temporary_folder_unchosen(tmp_pat
 
     monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    cache = startup.PrivateCache()
+    cache = private_cache.PrivateCache()
     assert cache.directory == str(tmp_path / f"kbrl-cache-{os.geteuid()}") and cache.usable
     cache.put("probe", KEY, {"answer": "ok"})
     assert cache.get("probe", KEY) is not None

@@ -20,13 +20,17 @@ Problems are trusted code (the user chose the problem set): they run in this pro
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from kernelbench_rl import private_cache
 from kernelbench_rl.evaluation.sandbox import runtime, wire
 from kernelbench_rl.evaluation.verdict import checks, discrimination
 from kernelbench_rl.evaluation.result import TOLERANCES
@@ -205,13 +209,53 @@ def given_variants(audits: Iterable[ProblemAudit]) -> dict[str, discrimination.V
     return {a.problem_id: a.variant for a in audits if a.given_variant and a.variant is not None}
 
 
+# The code an audit's outcome follows from: a change to any of it makes the stored audits stale.
+_AUDIT_CODE = ("problems", "evaluation/verdict", "evaluation/sandbox", "evaluation/result.py")
+AUDIT_ENTRY_BYTES = 16 << 20  # an audit of KernelBench's 250 problems is about a tenth of it
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    package = Path(__file__).resolve().parents[1]
+    files: list[str] = []
+    for part in _AUDIT_CODE:
+        path = package / part
+        files += sorted(str(f) for f in path.rglob("*.py")) if path.is_dir() else [str(path)]
+    return private_cache.source_digest(files)
+
+
+def _stored_key(problems: Sequence[Problem], precision: str) -> dict[str, str]:
+    """What an audit of `problems` follows from: every problem's text as it runs here (its small sizes, whether its
+    modules are installed), the precision, torch's version and the audit's own code."""
+    digest = hashlib.sha256()
+    for problem in problems:
+        digest.update(json.dumps([problem.id, problem.name, problem.suite, problem.source,
+                                  sorted((str(k), repr(v)) for k, v in problem.small_sizes.items()),
+                                  problem.unavailable_reason]).encode() + b"\0")
+    return {"problems": digest.hexdigest(), "precision": precision, "torch": torch.__version__,
+            "code": _code_digest()}
+
+
 @functools.lru_cache(maxsize=8)
 def _audit_cached(problems: tuple[Problem, ...], precision: str) -> tuple[ProblemAudit, ...]:
-    return tuple(audit_problems(problems, precision=precision))
+    cache = private_cache.PrivateCache(max_entry_bytes=AUDIT_ENTRY_BYTES)
+    key = _stored_key(problems, precision)
+    name = f"problem-audit-{key['problems'][:20]}-{precision}"
+    stored = cache.get(name, key)
+    if stored is not None:
+        try:
+            return tuple(ProblemAudit(**entry) for entry in stored["audits"])
+        except (KeyError, TypeError):
+            pass  # written by other code under the same key: audited again below, and replaced
+    audits = tuple(audit_problems(problems, precision=precision))
+    cache.put(name, key, {"audits": [audit.as_dict() for audit in audits]})
+    return audits
 
 
 def audit_set(problems: Sequence[Problem], precision: str = "fp32") -> dict[str, ProblemAudit]:
-    """The audit of a whole problem set at CPU sizes (siblings found among them), once per process and set."""
+    """The audit of a whole problem set at CPU sizes (siblings found among them): once per process and set, and
+    read back from this user's private cache (kernelbench_rl/private_cache.py) while the problems, the precision,
+    torch and the audit's code are the same (`train`, `sft` and `eval-model` each start by auditing their set)."""
     return {a.problem_id: a for a in _audit_cached(tuple(problems), precision)}
 
 

@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from kernelbench_rl.evaluation.sandbox import sandbox
+from kernelbench_rl import private_cache
 from kernelbench_rl.evaluation.worker import startup
 
 # Children may read our package (they run its code): the same folder as children.PACKAGE_DIR.
@@ -289,28 +290,28 @@ def probe_cache_key(landlock: bool) -> dict[str, Any]:
         "driver": _read_text("/sys/module/nvidia/version") or _read_text("/proc/driver/nvidia/version"),
         "landlock_abi": sandbox.landlock_abi(), "landlock": bool(landlock), "nproc": SAME_UID_NPROC,
         "python": f"{sys.version} {sys.executable}", "torch": _package_stamp("torch"), "triton": _package_stamp("triton"),
-        "sources": startup.source_digest([os.path.join(here, name) for name in _PROBED_SOURCES]),
+        "sources": private_cache.source_digest([os.path.join(here, name) for name in _PROBED_SOURCES]),
     }
 
 
 PROBE_CACHE_ENTRY = "same-uid-probe"
 
 
-def remembered_pass(landlock: bool, cache: startup.PrivateCache | None = None) -> str:
+def remembered_pass(landlock: bool, cache: private_cache.PrivateCache | None = None) -> str:
     """'' if no passing probe is remembered for exactly this machine and software, else when it passed."""
     if os.environ.get("KBRL_EVAL_PROBE_CACHE", "on").lower() in ("0", "off", "no", "false"):
         return ""
-    cache = cache or startup.PrivateCache()
+    cache = cache or private_cache.PrivateCache()
     entry = cache.get(PROBE_CACHE_ENTRY, probe_cache_key(landlock))
     if entry is None or entry.get("answer") != "ok":
         return ""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["written"]))
 
 
-def remember_pass(landlock: bool, seconds: float, cache: startup.PrivateCache | None = None) -> bool:
+def remember_pass(landlock: bool, seconds: float, cache: private_cache.PrivateCache | None = None) -> bool:
     if os.environ.get("KBRL_EVAL_PROBE_CACHE", "on").lower() in ("0", "off", "no", "false"):
         return False
-    cache = cache or startup.PrivateCache()
+    cache = cache or private_cache.PrivateCache()
     return cache.put(PROBE_CACHE_ENTRY, probe_cache_key(landlock), {"answer": "ok", "seconds": round(seconds, 2)})
 
 
