@@ -252,9 +252,9 @@ class TestProfilerWarmup:
 
 # -- timing diagnostics: why two processes time the same code differently ----------------------------------
 def _busy(ms: float):
-    def forward(x):
-        end = time.perf_counter() + ms / 1000.0
-        while time.perf_counter() < end:
+    def forward(x):  # `ms` of this thread's CPU time (so at least as much wall), however busy the machine is
+        end = time.thread_time() + ms / 1000.0
+        while time.thread_time() < end:
             pass
         return x
     return forward
