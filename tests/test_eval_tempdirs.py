@@ -52,7 +52,7 @@ def test_a_killed_workers_folder_goes_when_it_is_replaced_and_a_closed_pool_leav
         assert len(evaluator_folders(private_tmp)) == 2  # the home and the replacement's root
     finally:
         pool.close()
-    assert wait_until(lambda: not evaluator_folders(private_tmp), 30), evaluator_folders(private_tmp)
+    assert wait_until(lambda: not evaluator_folders(private_tmp), 120), evaluator_folders(private_tmp)
 
 
 def test_a_killed_orchestrators_folders_are_swept_by_the_next_pool(private_tmp: Path) -> None:
@@ -75,4 +75,4 @@ def test_a_killed_orchestrators_folders_are_swept_by_the_next_pool(private_tmp: 
         assert len(evaluator_folders(private_tmp)) == 1  # its own home only: the dead one's was swept
     finally:
         pool.close()
-    assert wait_until(lambda: not evaluator_folders(private_tmp), 30), evaluator_folders(private_tmp)
+    assert wait_until(lambda: not evaluator_folders(private_tmp), 120), evaluator_folders(private_tmp)
