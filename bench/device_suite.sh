@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repository root: bash bench/device_suite.sh MODE [ARG]. What it writes
 # under $OUT comes back. Each mode stays within its call (575 s unless said); bench/README.md says what each carries.
-#   redteam                 bench/gpu_redteam.py, both layers, the naive harness beside (REDTEAM_ARGS, REDTEAM_BUDGET)
-#   same-mix                bench/eval_throughput.py, ours then the naive harness on the whole mix
+#   redteam                 bench/gpu_redteam.py, both layers, in batches of six (REDTEAM_ARGS, REDTEAM_BUDGET)
+#   same-mix                bench/eval_throughput.py: the whole mix through the warm pool
 #   eval-scaling            bench/eval_scaling.py through Dask on 1 and 2 GPUs and a worker SIGKILLed mid-batch (.whl-dask)
 #   rl-step                 bench/rl_step_gpu.py on a random-weight Qwen2.5-Coder-1.5B, then bench/batched_sampling.py (.whl-rl)
 #   gpu-tests               the tests marked gpu (.whl-test, .whl-rl); $OUT/gpu_tests_row.md is RESULTS.md's row
@@ -246,8 +246,8 @@ print(','.join(map(str, a)), ','.join(map(str, b)))" "$GPUS")
       --base-model /tmp/qwen1.5b-random --device cuda --tokens ${SAMPLING_TOKENS:-256} --repeats 1 \
       --out "$OUT/batched_sampling.json" 2>&1 | tee "$OUT/batched_sampling.log" ;;
   redteam)
-    timeout ${REDTEAM_BUDGET:-560} python3 bench/gpu_redteam.py ${REDTEAM_ARGS:---naive} --out "$OUT/redteam_gpu.json" 2>&1 | tee "$OUT/redteam.log" ;;
+    timeout ${REDTEAM_BUDGET:-560} python3 bench/gpu_redteam.py ${REDTEAM_ARGS:-} --out "$OUT/redteam_gpu.json" 2>&1 | tee "$OUT/redteam.log" ;;
   same-mix)
-    timeout 575 python3 bench/eval_throughput.py --timeout 45 --naive-sample all --ours-budget-s 150 --total-budget-s 560 \
+    timeout 575 python3 bench/eval_throughput.py --timeout 45 --budget-s 540 \
       --worker-logs "$OUT/same_mix_worker_logs.txt" --out "$OUT/same_mix_throughput.json" 2>&1 | tee "$OUT/same_mix.log" ;;
 esac

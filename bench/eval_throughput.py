@@ -1,11 +1,10 @@
-"""Evaluator throughput against a naive, KernelBench-style harness, on one device.
+"""Evaluator throughput on one device.
 
 A fixed mix of candidates (known-correct solutions from KernelBench/solutions/ and mutants of them
-that are wrong, crash or hang) runs through our Evaluator (warm pool) and through
-bench/naive_harness.py (a fresh process per candidate, sequential) with the same trial counts and the
-same per-candidate timeout: candidates per minute for both, the ratio, our overhead per candidate beyond
-the floor (harness.FLOOR_DEFINITION), and whether both get the verdicts right on the correct solutions and the
-wrong mutants.
+that are wrong, crash or hang) runs through our Evaluator (warm pool), the whole mix in one call:
+candidates per minute, our overhead per candidate beyond the floor (harness.FLOOR_DEFINITION), and
+whether the verdicts are right on the correct solutions, the wrong mutants and the faults. The
+comparison with KernelBench's own harness is `kernelbench_sweep.py kb-harness`.
 
     python bench/eval_throughput.py --out bench/results/throughput_h100.json          # GPU, full mix
     python bench/eval_throughput.py --quick                                            # GPU, small mix
@@ -18,7 +17,6 @@ import argparse
 import ast
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -216,12 +214,11 @@ def mix_for(args: argparse.Namespace, kinds: tuple[str, ...] | None = None) -> l
     return build_mix(mix, warn=lambda text: say(f"warning: {text}"))[: args.limit or None]
 
 
-# ---------------------------------------------------------------- the two harnesses
+# ---------------------------------------------------------------- the pool on the mix
 
 
 @dataclass
-class HarnessRun:
-    name: str
+class MixRun:
     wall_s: float
     startup_s: float = 0.0
     verdicts: list[dict[str, Any]] = field(default_factory=list)
@@ -248,8 +245,8 @@ class MixPool(harness.Pool):
         }
 
 
-def run_ours(candidates: list[Candidate], args: argparse.Namespace) -> HarnessRun:
-    """The whole mix to a warm pool at once (as a training step's batch would go); with --ours-budget-s, what has
+def run_ours(candidates: list[Candidate], args: argparse.Namespace) -> MixRun:
+    """The whole mix to a warm pool at once (as a training step's batch would go); with --budget-s, what has
     finished when it runs out is kept and the rest dropped, so a slow run still reports figures."""
     pool = MixPool(args, harness.eval_settings(args), warm=True, num_workers=args.workers)
     try:
@@ -257,104 +254,16 @@ def run_ours(candidates: list[Candidate], args: argparse.Namespace) -> HarnessRu
         args.parallel_effective, args.in_flight_effective = evaluator.parallel_compiles, evaluator.in_flight
         say(f"ours  {evaluator.parallel_compiles} children compiling at once and {evaluator.in_flight} evaluations "
             f"under way per worker, {evaluator.warm_children} pre-started")
-        group = pool.run_group("mix", candidates, args.ours_budget_s)
+        group = pool.run_group("mix", candidates, args.budget_s)
     finally:
         pool.close()
-    return HarnessRun("ours", group["wall_s"], pool.startup_s or 0.0, verdicts=pool.records, info=pool.info)
-
-
-def run_naive(candidates: list[Candidate], args: argparse.Namespace) -> HarnessRun:
-    from naive_harness import NaiveHarness, NaiveSettings
-
-    from kernelbench_rl.problems import get_problem
-
-    settings = harness.eval_settings(args)
-    naive = NaiveHarness(NaiveSettings(
-        device=args.device, correctness_trials=settings.correctness_trials, timing_trials=settings.timing_trials,
-        warmup_trials=settings.warmup_trials, timeout_s=settings.timeout_s,
-    ))
-    run = HarnessRun("naive", 0.0)
-    t0 = time.perf_counter()
-    budget = args.naive_budget_effective_s
-    for cand in candidates:
-        if budget is not None and time.perf_counter() - t0 >= budget:
-            say(f"naive: budget of {budget:.0f} s spent; {len(candidates) - len(run.verdicts)} candidates not launched")
-            break
-        problem = get_problem(cand.problem_id)
-        res = naive.evaluate(problem.id, problem.source_for(settings.size), cand.source, label=cand.label)
-        run.verdicts.append({
-            "label": cand.label, "kind": cand.kind, "expected": cand.expected, "correct": res.correct,
-            "category": "timeout" if res.timed_out else ("ok" if res.correct else "fail"),
-            "runtime_ms": res.runtime_ms, "baseline_ms": res.baseline_ms, "speedup": res.speedup,
-            "phase_seconds": res.phase_seconds, "wall_s": res.wall_s, "message": res.error[:160],
-        })
-        say(f"naive {cand.label:28s} correct={res.correct} {res.wall_s:6.1f} s {res.error[:60]}")
-    run.wall_s = time.perf_counter() - t0
-    return run
-
-
-def naive_sample(candidates: list[Candidate], mode: str) -> list[Candidate]:
-    """`all`: the mix as is. `per-problem`: for each problem in mix order, its correct candidate then its
-    first wrong (else fault) one: a fixed, stratified order, so a budget cut still spans problems and classes."""
-    if mode == "all":
-        return list(candidates)
-    # Problems alternate between levels (L1, L2, L1, ...): a budget cut then does not leave the sample made of
-    # level-1 problems only, the naive harness's slowest (inputs built on the CPU).
-    order = harness.alternate_levels(list(dict.fromkeys(c.problem_id for c in candidates)), _level)
-    chosen: list[Candidate] = []
-    for problem_id in order:
-        own = [c for c in candidates if c.problem_id == problem_id]
-        correct = [c for c in own if c.expected == "correct"][:1]
-        other = ([c for c in own if c.expected == "incorrect"] + [c for c in own if c.expected == "fault"])[:1]
-        chosen += correct + other
-    return chosen
-
-def _level(problem_id: str) -> str:
-    return problem_id.split("/")[0]
-
-
-def _class(cand: Candidate) -> str:
-    return "hang" if cand.kind == "hangs" else cand.expected
-
-
-def estimate_naive_full(candidates: list[Candidate], naive: HarnessRun, timeout_s: float) -> dict[str, Any]:
-    """ESTIMATE of the naive harness's wall time on the full mix from what it ran: each candidate costs the
-    mean measured wall of its (problem, class), else of its (level, class), else of its problem, else of its
-    class anywhere, else the timeout + 5 s for a hang, else the overall mean."""
-    by_label = {c.label: c for c in candidates}
-    measured = [(by_label[v["label"]], float(v["wall_s"])) for v in naive.verdicts if v["label"] in by_label]
-    if not measured:
-        return {"estimated_wall_s": None, "note": "the naive harness ran no candidate"}
-
-    def mean_of(pred: Callable[[Candidate], bool]) -> float | None:
-        walls = [w for c, w in measured if pred(c)]
-        return statistics.mean(walls) if walls else None
-
-    overall = statistics.mean(w for _, w in measured)
-    sources = {"problem+class": 0, "problem": 0, "level+class": 0, "class": 0, "overall": 0, "hang=timeout": 0}
-    total = 0.0
-    for cand in candidates:
-        cls = _class(cand)
-        for source, value in (
-            ("problem+class", mean_of(lambda c: c.problem_id == cand.problem_id and _class(c) == cls)),
-            ("level+class", mean_of(lambda c: _level(c.problem_id) == _level(cand.problem_id) and _class(c) == cls)),
-            ("problem", None if cls == "hang" else mean_of(lambda c: c.problem_id == cand.problem_id)),
-            ("class", mean_of(lambda c: _class(c) == cls)),
-            ("hang=timeout", timeout_s + 5.0 if cls == "hang" else None),
-            ("overall", overall),
-        ):
-            if value is not None:
-                sources[source] += 1
-                total += value
-                break
-    return {"estimated_wall_s": round(total, 1), "estimate_sources": sources,
-            "measured_candidates": len(measured), "of": len(candidates)}
+    return MixRun(group["wall_s"], pool.startup_s or 0.0, verdicts=pool.records, info=pool.info)
 
 
 # ---------------------------------------------------------------- figures
 
 
-def agreement(run: HarnessRun) -> dict[str, Any]:
+def agreement(run: MixRun) -> dict[str, Any]:
     """Right verdicts on the correct solutions and the wrong mutants (faults are wrong by definition)."""
     judged = [v for v in run.verdicts if v["expected"] in ("correct", "incorrect")]
     right = [v for v in judged if v["correct"] == (v["expected"] == "correct")]
@@ -366,18 +275,7 @@ def agreement(run: HarnessRun) -> dict[str, Any]:
     }
 
 
-def timing_agreement(ours: HarnessRun, naive: HarnessRun) -> dict[str, Any]:
-    """Our runtimes (measured while other candidates compile and warm up beside the timed one) against the
-    naive harness's (one process alone on the GPU), for candidates both judged correct: does the shared
-    device distort our timings? Ratios ours/naive; naive reports a mean, we a median."""
-    naive_by_label = {v["label"]: v for v in naive.verdicts}
-    return harness.ratios([(v["label"], v["runtime_ms"] / other["runtime_ms"]) for v in ours.verdicts
-                           if (other := naive_by_label.get(v["label"])) and v["correct"] and other.get("correct")
-                           and v.get("runtime_ms") and other.get("runtime_ms")])
-
-
-def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: HarnessRun | None, args: argparse.Namespace,
-              naive_planned: list[Candidate] | None = None) -> dict[str, Any]:
+def summarise(candidates: list[Candidate], ours: MixRun, args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "environment": harness.environment(args.device),
         "mix": "quick" if args.quick else ("cpu" if args.device == "cpu" else "full"),
@@ -387,7 +285,7 @@ def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: Harne
                      "workers": args.workers},
         "floor_definition": FLOOR_DEFINITION,
     }
-    if ours is not None and ours.verdicts:
+    if ours.verdicts:
         verdicts, ran = ours.verdicts, len(ours.verdicts)
 
         def figures(key: str) -> dict[str, float | None]:
@@ -414,24 +312,7 @@ def summarise(candidates: list[Candidate], ours: HarnessRun | None, naive: Harne
                                    for p in sorted({k for v in verdicts for k in v["phase_seconds"]})},
             "agreement": agreement(ours),
         }
-    if naive is not None and naive.verdicts:
-        ran = len(naive.verdicts)
-        summary["naive"] = {
-            "candidates": ran, "planned": len(naive_planned or []), "sample": args.naive_sample,
-            "budget_s": args.naive_budget_effective_s, "wall_s": round(naive.wall_s, 2),
-            "per_minute": round(naive.per_minute(ran), 2), "wall_per_candidate_s": round(naive.wall_s / ran, 3),
-            "agreement": agreement(naive), "labels": [v["label"] for v in naive.verdicts],
-        }
-        summary["naive_full_mix_ESTIMATE"] = estimate_naive_full(candidates, naive, args.timeout)
-        if ours is not None:
-            summary["timing_agreement"] = timing_agreement(ours, naive)
-    if "ours" in summary and "naive" in summary:
-        o, n = summary["ours"], summary["naive"]
-        summary["throughput_ratio_measured"] = round(o["per_minute"] / n["per_minute"], 2) if n["per_minute"] else None
-        estimate = summary["naive_full_mix_ESTIMATE"].get("estimated_wall_s")
-        summary["throughput_ratio_estimated_full_mix"] = (
-            round(estimate / ours.wall_s, 2) if estimate and o["candidates"] == len(candidates) and ours.wall_s > 0 else None)
-    summary["per_candidate"] = {"ours": ours.verdicts if ours else [], "naive": naive.verdicts if naive else []}
+    summary["per_candidate"] = {"ours": ours.verdicts}
     return summary
 
 
@@ -440,57 +321,31 @@ def print_table(summary: dict[str, Any]) -> None:
     env = summary["environment"]
     say(f"\n{summary['candidates']} candidates on {env['gpu'] or env['machine']} ({env['device']}), mix={summary['mix']}, "
         f"kinds={ {k: v for k, v in summary['kinds'].items() if v} }")
-    harness.print_table(["harness", "ran", "wall s", "cand/min", "s/cand", "right verdicts", "faults rejected"],
-                        [[name, s["candidates"], s["wall_s"], s["per_minute"], s.get("wall_per_candidate_s"),
-                          f"{s['agreement']['right']}/{s['agreement']['judged']}",
-                          f"{s['agreement']['faults_rejected']}/{s['agreement']['faults']}"]
-                         for name, s in summary.items() if name in ("ours", "naive")])
-    if "naive" in summary:
-        n, est = summary["naive"], summary["naive_full_mix_ESTIMATE"]
-        say(f"naive: sample={n['sample']}, ran {n['candidates']} of {n['planned']} planned, launch budget "
-            f"{harness.fmt(n['budget_s'])} s; on the full mix, ESTIMATE (from per-problem means, not measured): "
-            f"{est.get('estimated_wall_s')} s (sources {est.get('estimate_sources')})")
-    if "throughput_ratio_measured" in summary:
-        say(f"throughput ratio ours/naive: MEASURED (ours on the full mix, naive on its subset; cand/min) "
-            f"{summary['throughput_ratio_measured']}x; ESTIMATED for the full mix (naive estimate / our measured wall) "
-            f"{summary['throughput_ratio_estimated_full_mix']}x")
-    if "ours" in summary:
-        o = summary["ours"]
-        say(f"ours: pool start + warm-up {o['pool_startup_s']:.1f} s (not in the wall); floor {o['mean_floor_s']} s/cand; "
-            f"overhead beyond it, s/cand: throughput (wall/cand - mean floor) {o['overhead_per_candidate_s']}; latency "
-            f"(worker_total - floor) mean {o['latency_overhead_mean_s']}, median {o['latency_overhead_median_s']}; without "
-            f"queueing for the device {o['latency_overhead_unqueued_mean_s']}, {o['latency_overhead_unqueued_median_s']}; "
-            f"steady state (also without the once-per-problem sizing and baselines) {o['latency_overhead_steady_mean_s']}, "
-            f"{o['latency_overhead_steady_median_s']}, max {o['latency_overhead_steady_max_s']}; exclusive device time "
-            f"beyond the GPU work {o['serial_overhead_mean_s']}")
-        say(f"ours: device busy {o['device_busy_s']} s of the wall; candidates that do not hang all done at "
-            f"{o['non_hangs_done_at_s']} s; the last hang started at {o['last_hang_started_at_s']} s; mean phase seconds "
-            f"{o['mean_phase_seconds']}")
-        say(f"floor: {summary['floor_definition']}")
-    if summary.get("timing_agreement", {}).get("candidates"):
-        t = summary["timing_agreement"]
-        say(f"timing agreement, our runtime / the naive harness's (alone on the GPU), {t['candidates']} correct "
-            f"candidates: median {t['median']}, range {t['min']}-{t['max']}")
+    o = summary.get("ours")
+    if o is None:
+        say("no candidate finished")
+        return
+    harness.print_table(["ran", "wall s", "cand/min", "s/cand", "right verdicts", "faults rejected"],
+                        [[o["candidates"], o["wall_s"], o["per_minute"], o.get("wall_per_candidate_s"),
+                          f"{o['agreement']['right']}/{o['agreement']['judged']}",
+                          f"{o['agreement']['faults_rejected']}/{o['agreement']['faults']}"]])
+    say(f"ours: pool start + warm-up {o['pool_startup_s']:.1f} s (not in the wall); floor {o['mean_floor_s']} s/cand; "
+        f"overhead beyond it, s/cand: throughput (wall/cand - mean floor) {o['overhead_per_candidate_s']}; latency "
+        f"(worker_total - floor) mean {o['latency_overhead_mean_s']}, median {o['latency_overhead_median_s']}; without "
+        f"queueing for the device {o['latency_overhead_unqueued_mean_s']}, {o['latency_overhead_unqueued_median_s']}; "
+        f"steady state (also without the once-per-problem sizing and baselines) {o['latency_overhead_steady_mean_s']}, "
+        f"{o['latency_overhead_steady_median_s']}, max {o['latency_overhead_steady_max_s']}; exclusive device time "
+        f"beyond the GPU work {o['serial_overhead_mean_s']}")
+    say(f"ours: device busy {o['device_busy_s']} s of the wall; candidates that do not hang all done at "
+        f"{o['non_hangs_done_at_s']} s; the last hang started at {o['last_hang_started_at_s']} s; mean phase seconds "
+        f"{o['mean_phase_seconds']}")
+    say(f"floor: {summary['floor_definition']}")
 
 
 def run(args: argparse.Namespace) -> int:
     candidates = mix_for(args)
     say(f"{len(candidates)} candidates: " + ", ".join(c.label for c in candidates))
-    planned = naive_sample(candidates, args.naive_sample)
-    args.naive_budget_effective_s = None
-    ours = run_ours(candidates, args) if args.harness in ("both", "ours") else None
-    if ours is not None:
-        harness.write_json(args.out, summarise(candidates, ours, None, args, planned))  # kept if the naive pass is cut
-    naive = None
-    if args.harness in ("both", "naive"):
-        # Margin: one more naive candidate may still be running when the budget ends (up to the timeout).
-        budget = harness.left_of(args.total_budget_s, args)
-        if budget is not None:
-            args.naive_budget_effective_s = max(0.0, budget - min(args.timeout, 45.0) - 5.0)
-        say(f"naive harness: {len(planned)} candidates planned ({args.naive_sample}), budget "
-            f"{harness.fmt(args.naive_budget_effective_s)} s")
-        naive = run_naive(planned, args)
-    summary = summarise(candidates, ours, naive, args, planned)
+    summary = summarise(candidates, run_ours(candidates, args), args)
     print_table(summary)
     harness.write_json(args.out, summary)
     if args.out:
@@ -499,22 +354,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Evaluator throughput vs a KernelBench-style naive harness.")
+    parser = argparse.ArgumentParser(description="Evaluator throughput on a fixed mix of correct, wrong, crashing and hanging candidates.")
     harness.add_device(parser, size=None)
     harness.add_trials(parser, correctness=5, warmup=3, timing=None, timeout=None)  # timed 100 (cuda) or 3 (cpu); timeout 60 or 30 s
     harness.add_pool(parser)
     parser.add_argument("--quick", action="store_true", help="a smaller mix")
     parser.add_argument("--workers", type=int, default=None, help="Evaluator workers (default: its own choice)")
-    parser.add_argument("--harness", choices=["both", "ours", "naive"], default="both")
     parser.add_argument("--limit", type=int, default=None, help="only the first N candidates of the mix (smoke runs)")
     parser.add_argument("--out", default=None, help="JSON output path")
-    parser.add_argument("--total-budget-s", type=float, default=None,
-                        help="the naive harness stops launching once this much of the script's wall is spent "
-                             "(minus a margin for the final candidate and the report)")
-    parser.add_argument("--ours-budget-s", type=float, default=None,
-                        help="stop waiting for our evaluator after this many seconds; what finished is reported")
-    parser.add_argument("--naive-sample", choices=["all", "per-problem"], default="all",
-                        help="per-problem: one correct + one wrong (else fault) candidate per problem, in mix order")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="stop waiting for the evaluator after this many seconds; what finished is reported")
     return harness.run_main(run, parser.parse_args(argv))
 
 

@@ -2,9 +2,7 @@
 print a table: case, expected, got, pass/fail. Exits non-zero if any case fails.
 
 Each hack is followed by a known-correct ReLU on the same Evaluator (it must stay correct), fake API
-keys sit in the parent environment throughout (no result and no reachable file may contain them),
-and with --naive every case also goes through the KernelBench-style naive harness, to show which
-hacks a weaker harness would have paid for.
+keys sit in the parent environment throughout (no result and no reachable file may contain them).
 
     python bench/gpu_redteam.py --out bench/results/redteam_h100.json           # on the GPU machine
     python bench/gpu_redteam.py --device cpu --only torch_op_instead_of_kernel    # offline smoke
@@ -47,7 +45,6 @@ def _device_name(device: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from kernelbench_rl.evaluation import Evaluator
     from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
-    from kernelbench_rl.problems import get_problem
 
     device = args.device
     harness.require_cuda(device)
@@ -82,12 +79,10 @@ def run(args: argparse.Namespace) -> int:
                         rows.append({"layer": layer, "case": case.name, "problem": case.problem_id, "expected": "",
                                      "got": f"script error {type(exc).__name__}", "passed": False, "known_gap": None,
                                      "problems": [f"{type(exc).__name__}: {exc}"]})
-    if args.naive:
-        _run_naive(rows, cases, device, args, get_problem)
 
     total = time.perf_counter() - started_all
     failures = [r for r in rows if not r["passed"]]
-    _print_table(rows, args.naive)
+    _print_table(rows)
     print(f"\n{len(rows) - len(failures)}/{len(rows)} cases pass on {_device_name(device)} ({device}, {size} sizes) "
           f"in {total:.0f} s")
     _write_report(args, device, size, honest_speedup, rows, total, partial=False)
@@ -148,49 +143,12 @@ def _run_batch(evaluator: Any, batch: list, layer: str, base: Any, device: str, 
     return rows
 
 
-def _run_naive(rows: list[dict[str, Any]], cases: list, device: str, args: argparse.Namespace, get_problem: Any) -> None:
-    from naive_harness import NaiveHarness, NaiveSettings
-
-    naive_size = "small"  # the hacks are about judgement, not size: small everywhere
-    naive = NaiveHarness(NaiveSettings(device=device, timing_trials=args.naive_timing_trials,
-                                         timeout_s=min(args.timeout, 60.0)))
-    by_name = {row["case"]: row for row in rows if row["layer"] == "full"}
-    from kernelbench_rl.problems import load_solution
-
-    # KernelBench measures baselines once, in a separate script: prime each problem's baseline with a
-    # clean run of our known-correct solution, so no hack's process ever times the reference.
-    for problem_id in sorted({case.problem_id for case in cases}):
-        problem = get_problem(problem_id)
-        solution = load_solution(problem)
-        if solution:
-            naive.evaluate(problem.id, problem.source_for(naive_size), solution, label=f"baseline/{problem_id}")
-    for case in cases:
-        # Crashes, hangs and sandbox threats are rejected (or not judged) by any harness: only the
-        # hacks that a KernelBench-style harness might pay for go through it.
-        if case.naive_passes is False or case.expect == "contained" or case.name == "oom_host":
-            if case.name in by_name:
-                by_name[case.name]["naive"] = "not run"
-            continue
-        if case.name not in by_name:
-            continue
-        problem = get_problem(case.problem_id)
-        result = naive.evaluate(problem.id, problem.source_for(naive_size), case.source, label=case.name)
-        accepted = result.correct
-        text = "accepted" if accepted else ("timeout" if result.timed_out else f"rejected ({result.error[:60]})")
-        if accepted and result.speedup is not None:
-            text += f" speedup={result.speedup:.2f}"
-        by_name[case.name]["naive"] = text
-        by_name[case.name]["naive_accepted"] = accepted
-        print(f"naive {case.name:32s} {text}", flush=True)
-    clean_markers(REPO_ROOT)
-
-
-def _print_table(rows: list[dict[str, Any]], naive: bool) -> None:
+def _print_table(rows: list[dict[str, Any]]) -> None:
     harness.say("")
-    harness.print_table(["layer", "case", "expected", "got", "result", *(["naive harness"] if naive else [])], [
+    harness.print_table(["layer", "case", "expected", "got", "result"], [
         [r["layer"], r["case"], r["expected"][:44], r["got"][:52],
-         ("PASS" if r["passed"] else "FAIL") + ("  (known gap)" if r["known_gap"] and not r["passed"] else ""),
-         *([r.get("naive", "")] if naive else [])] for r in rows])
+         ("PASS" if r["passed"] else "FAIL") + ("  (known gap)" if r["known_gap"] and not r["passed"] else "")]
+        for r in rows])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,10 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     harness.add_device(parser, size=None)
     parser.add_argument("--timeout", type=float, default=120.0, help="per-evaluation timeout (hang cases set their own)")
     parser.add_argument("--only", nargs="*", default=None, help="case names to run")
-    parser.add_argument("--naive", action="store_true", help="also run every case through the naive harness")
     parser.add_argument("--skip-runtime-layer", action="store_true",
                         help="skip the second pass with the static policy off (sandbox and runtime checks alone)")
-    parser.add_argument("--naive-timing-trials", type=int, default=20)
     parser.add_argument("--out", default=None, help="write the JSON report here")
     parser.add_argument("--concurrent", type=int, default=None,
                         help="cases submitted together, each with its known-good ReLU (default: 6 on cuda, 1 on cpu)")

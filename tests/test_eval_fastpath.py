@@ -1,5 +1,5 @@
-"""The evaluator's fast-path pieces that run without a GPU: the same-uid mode's seccomp filter, the
-forkserver fds a child closes, and the throughput benchmark's stratified naive sample and estimate."""
+"""The evaluator's fast-path pieces that run without a GPU: the same-uid mode's seccomp filter and the
+forkserver fds a child closes."""
 
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from proc_tree import still_alive_after
+
+from kernelbench_rl.evaluation.sandbox import sandbox
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "bench"))
-
-from eval_throughput import FULL_MIX, Candidate, HarnessRun, build_mix, estimate_naive_full, naive_sample  # noqa: E402
-
-from kernelbench_rl.evaluation.sandbox import sandbox  # noqa: E402
-from proc_tree import still_alive_after  # noqa: E402
 
 
 def _run_python(code: str) -> str:
@@ -122,39 +120,3 @@ def test_die_with_parent_without_a_pid_follows_the_current_parent(tmp_path: Path
         os.wait()
     """)
     assert not still_alive_after({int(pid_file.read_text())}, 10)
-
-
-def _cands() -> list[Candidate]:
-    return build_mix(FULL_MIX, warn=lambda _: None)
-
-
-def test_naive_per_problem_sample_is_stratified_and_alternates_levels() -> None:
-    candidates = _cands()
-    sample = naive_sample(candidates, "per-problem")
-    problems = list(dict.fromkeys(c.problem_id for c in candidates))
-    assert len(sample) == 2 * len(problems)
-    for index in range(0, len(sample), 2):
-        first, second = sample[index], sample[index + 1]
-        assert first.problem_id == second.problem_id
-        assert first.expected == "correct" and second.expected == "incorrect"
-    order = [c.problem_id.split("/")[0] for c in sample[::2]]
-    assert order[:4] == ["L1", "L2", "L1", "L2"]
-    assert naive_sample(candidates, "per-problem") == sample  # fixed order
-    assert naive_sample(candidates, "all") == candidates
-
-
-def test_naive_full_mix_estimate_uses_problem_then_level_means() -> None:
-    candidates = [
-        Candidate("L1/1/correct", "L1/1", "correct", "correct", ""),
-        Candidate("L1/1/wrong", "L1/1", "wrong_constant", "incorrect", ""),
-        Candidate("L1/2/correct", "L1/2", "correct", "correct", ""),
-        Candidate("L1/2/hangs", "L1/2", "hangs", "fault", ""),
-    ]
-    naive = HarnessRun("naive", 0.0)
-    naive.verdicts = [{"label": "L1/1/correct", "wall_s": 10.0}, {"label": "L1/1/wrong", "wall_s": 4.0}]
-    estimate = estimate_naive_full(candidates, naive, timeout_s=30.0)
-    # 10 + 4 measured, L1/2/correct from the level's correct mean (10), the hang = timeout + 5.
-    assert estimate["estimated_wall_s"] == pytest.approx(10 + 4 + 10 + 35)
-    assert estimate["estimate_sources"]["level+class"] == 1
-    assert estimate["estimate_sources"]["hang=timeout"] == 1
-    assert estimate_naive_full(candidates, HarnessRun("naive", 0.0), 30.0)["estimated_wall_s"] is None
