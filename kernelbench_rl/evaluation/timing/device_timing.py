@@ -56,8 +56,9 @@ PAIRED_MAX_CALLS = 1000
 PAIRED_MAX_SIDE_MS = 1000.0
 PAIRED_BLOCK_CALLS = 10
 PAIRED_MAX_BYTES = 4 << 30  # the reference's child sits beside the candidate's: small problems only
-# A diagnostic for showing that one defence holds alone (bench/floor_check.py): "0" turns off the check of timed
-# calls' outputs (reference_cache.FRESH_TIMING_BUFFERS is its sibling). Never off in a real evaluation.
+# A diagnostic for showing that one defence holds alone (bench/floor_check.py, retired; in git history before
+# 1406398): "0" turns off the check of timed calls' outputs (reference_cache.FRESH_TIMING_BUFFERS is its sibling).
+# Never off in a real evaluation.
 VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
 
 

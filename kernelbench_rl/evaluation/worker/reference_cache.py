@@ -35,8 +35,8 @@ WALL_CALLS = 10  # the reference's calls timed on the worker's clock for the hos
 # The reference's first forwards are timed (synchronised) to learn its time a call: the least of them, as the
 # first pays for lazy initialisation. Later forwards add no synchronisation.
 TIMED_FORWARDS = 3
-# A diagnostic for showing that one defence holds alone (bench/floor_check.py): "0" gives the timed calls
-# no fresh input buffers each. Never off in a real evaluation.
+# A diagnostic for showing that one defence holds alone (bench/floor_check.py, retired; in git history before
+# 1406398): "0" gives the timed calls no fresh input buffers each. Never off in a real evaluation.
 FRESH_TIMING_BUFFERS = os.environ.get("KBRL_EVAL_FRESH_BUFFERS", "1") != "0"
 
 
