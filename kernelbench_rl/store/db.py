@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -262,11 +262,8 @@ class Store:
             outer, outer_read_only = held
             if outer_read_only and not read_only:
                 raise RuntimeError(f"cannot write to {self.path} inside a read-only connection to it")
-            cursor = outer.cursor()
-            try:
+            with closing(outer.cursor()) as cursor:
                 yield cursor
-            finally:
-                cursor.close()
             return
 
         if read_only and not self.path.exists():
@@ -286,8 +283,7 @@ class Store:
                 raise self._busy("another process")
             try:
                 with self._file_errors():
-                    con = self._open(read_only, deadline, LOCKED_DOWN_CONFIG if locked_down else None)
-                    try:
+                    with closing(self._open(read_only, deadline, LOCKED_DOWN_CONFIG if locked_down else None)) as con:
                         if not read_only and not self._migrated:
                             self._migrate(con)
                         _open_connections()[key] = (con, read_only)
@@ -295,8 +291,6 @@ class Store:
                             yield con
                         finally:
                             del _open_connections()[key]
-                    finally:
-                        con.close()
                     if not read_only:
                         self._check_folded()
             finally:
@@ -335,11 +329,8 @@ class Store:
         wal = self.path.with_name(self.path.name + ".wal")
         if not wal.exists() or not wal.stat().st_size:
             return
-        con = duckdb.connect(str(self.path))
-        try:
+        with closing(duckdb.connect(str(self.path))) as con:
             con.execute("CHECKPOINT")
-        finally:
-            con.close()
 
     def _open(self, read_only: bool, deadline: float, config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
         """duckdb.connect, retried while a process outside our turn-taking (a DuckDB CLI) holds the file."""
