@@ -26,6 +26,7 @@ case "$MODE" in
   *) echo "device_suite.sh: no mode ${MODE:-given}; one of:"; grep '^#   ' "$0" | cut -c3-; exit 2 ;;
 esac
 SUITE_START=$(date +%s)
+ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)  # the GRPO batch's problems; else the bundled set
 # install_wheels FOLDER TARGET [LIMIT]: the carried wheels of FOLDER into TARGET (pip without an index, or unzipped where
 # pip fails); only the processes that put TARGET on their path see them.
 install_wheels() {
@@ -60,20 +61,6 @@ case "$MODE" in
     install_wheels .whl /tmp/kb_site 60
     KB_LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) )) ;;
 esac
-# kb_solutions LIMIT BUDGET: every bundled solution on KernelBench's problem of its id, launching none past BUDGET s.
-kb_solutions() {
-  timeout $1 python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb --budget-s $2 \
-    --worker-logs "$OUT/kb_solutions_worker_logs.txt" --out "$OUT/kb_solutions.json" 2>&1 | tee "$OUT/kb_solutions.log"
-}
-# kb_harness CANDIDATES LIMIT OURS_RESERVE OURS_BUDGET NAME [sweep flags]: KernelBench's harness with LIMIT - OURS_RESERVE s,
-# then ours (OURS_BUDGET s a level, a pass) on what it ran; files $OUT/NAME.{json,log}.
-kb_harness() {
-  local candidates=$1 limit=$2 reserve=$3 ours=$4 name=$5
-  shift 5
-  timeout $limit python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
-    --candidates "$candidates" --budget-s $(( limit - reserve )) --ours-budget-s $ours "$@" \
-    --worker-logs "$OUT/${name}_worker_logs.txt" --out "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log"
-}
 case "$MODE" in
   kb-identity)
     # ARG2: levels (1, 2, 3, "1,2"), or problem ids (L1/40,L1/41: the rest of a run its budget cut)
@@ -107,14 +94,16 @@ case "$MODE" in
       --budget-s $(( LEFT - 30 )) ${KR_ARGS:-} --worker-logs "$OUT/kr_identity_worker_logs.txt" --out "$OUT/kr_identity.json" 2>&1 \
       | tee "$OUT/kr_identity.log" ;;
   kb-solutions)
-    kb_solutions $KB_LEFT $(( KB_LEFT - 40 )) ;;
+    # Every bundled solution on KernelBench's problem of its id, launching none in the last 40 s.
+    timeout $KB_LEFT python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb --budget-s $(( KB_LEFT - 40 )) \
+      --worker-logs "$OUT/kb_solutions_worker_logs.txt" --out "$OUT/kb_solutions.json" 2>&1 | tee "$OUT/kb_solutions.log" ;;
   kb-harness)
     # KernelBench's side gets what is left minus 260 s; ours (two passes, each a pool start-up of ~20 s and at most
     # 70 s a level; the second told the first's baselines) the rest.
-    kb_harness "${ARG2:-identity}" $KB_LEFT 260 70 kb_harness ${KB_ARGS:-} ;;
+    timeout $KB_LEFT python3 bench/kernelbench_sweep.py kb-harness --kernelbench-root .kb --kb-site /tmp/kb_site \
+      --candidates "${ARG2:-identity}" --budget-s $(( KB_LEFT - 260 )) --ours-budget-s 70 ${KB_ARGS:-} \
+      --worker-logs "$OUT/kb_harness_worker_logs.txt" --out "$OUT/kb_harness.json" 2>&1 | tee "$OUT/kb_harness.log" ;;
   grpo-batch)
-    # Without .kb/ the bundled problems serve.
-    ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)
     LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))
     timeout $LEFT python3 bench/grpo_batch.py "${ROOT_ARGS[@]}" --warm-budget-s ${GRPO_WARM_BUDGET:-120} \
       --total-budget-s $(( LEFT - 10 )) --worker-logs "$OUT/grpo_batch_worker_logs.txt" --out "$OUT/grpo_batch.json" \
@@ -212,7 +201,6 @@ print(','.join(map(str, a)), ','.join(map(str, b)))" "$GPUS")
   grpo-ab)
     # The warm GRPO-shaped batch (no bare loop) once per setting, in one process each, same machine:
     # GRPO_AB="KBRL_EVAL_BASELINE=child KBRL_EVAL_BASELINE=worker" (the default) compares where baselines are timed.
-    ROOT_ARGS=(); [ -d .kb/KernelBench ] && ROOT_ARGS=(--problems-root .kb)
     SETTINGS=(${GRPO_AB:-KBRL_EVAL_BASELINE=child KBRL_EVAL_BASELINE=worker})
     for setting in "${SETTINGS[@]}"; do
       LEFT=$(( 575 - ( $(date +%s) - SUITE_START ) ))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import signal
 import sys
 import tempfile
@@ -71,8 +70,12 @@ def start_cluster(device: str, workers: int, threads: int) -> tuple[Any, str]:
         return SpecCluster(workers=spec, scheduler=scheduler), f"SpecCluster, one nanny per GPU (no dask_cuda: {exc})"
 
 
-def _distinct(candidate: Candidate, copy: int) -> str:
-    return f"{candidate.source}\n# scaling copy {copy}\n"
+def _copy(candidate: Candidate, copy: int, settings: Any, request_id: str) -> Any:
+    """The request for copy number `copy` of `candidate`: a trailing comment makes each copy a distinct kernel, so none
+    is deduplicated."""
+    from kernelbench_rl.evaluation.result import EvalRequest
+
+    return EvalRequest(candidate.problem_id, f"{candidate.source}\n# scaling copy {copy}\n", settings, request_id=request_id)
 
 
 # ---------------------------------------------------------------- one configuration
@@ -82,7 +85,6 @@ def run_configuration(engine: str, workers: int, candidates: list[Candidate], ar
                       kill_check: bool) -> dict[str, Any]:
     from kernelbench_rl.evaluation.front.api import Evaluator
     from kernelbench_rl.evaluation.cluster.cluster import DaskEvaluator
-    from kernelbench_rl.evaluation.result import EvalRequest
 
     settings = harness.eval_settings(args)
     store = None
@@ -128,13 +130,12 @@ def run_configuration(engine: str, workers: int, candidates: list[Candidate], ar
             if engine == "dask":
                 def warm(w: int, address: str) -> list[Any]:
                     with evaluator.pool.pinned([address]):
-                        return evaluator.evaluate([EvalRequest(pid, _distinct(c, -1 - w), settings,
-                                                               request_id=f"warm/{pid}/{w}") for pid, c in problems.items()])
+                        return evaluator.evaluate([_copy(c, -1 - w, settings, f"warm/{pid}/{w}") for pid, c in problems.items()])
 
                 with ThreadPoolExecutor(max(1, len(statuses))) as threads:
                     warmed = [r for done in threads.map(warm, range(len(statuses)), sorted(statuses)) for r in done]
             else:
-                warmed = evaluator.evaluate([EvalRequest(pid, _distinct(c, -1 - w), settings, request_id=f"warm/{pid}/{w}")
+                warmed = evaluator.evaluate([_copy(c, -1 - w, settings, f"warm/{pid}/{w}")
                                              for w in range(workers) for pid, c in problems.items()])
             figures["warmup_s"] = round(time.perf_counter() - t_warm, 2)
             say(f"{tag} warm-up: {len(warmed)} evaluations in {figures['warmup_s']} s "
@@ -142,11 +143,8 @@ def run_configuration(engine: str, workers: int, candidates: list[Candidate], ar
             figures.update(measure(evaluator, engine, candidates, settings, args, tag))
             if kill_check and engine == "dask":
                 figures["kill_check"] = kill_mid_batch(evaluator, candidates, settings, args)
-            logs = Path(args.out_dir) / "scaling_worker_logs.txt"
-            if engine == "dask":
-                _save_pool_logs(evaluator, logs, workers)
-            else:
-                harness.save_worker_logs(evaluator, str(logs), 60, title=f"plain, {workers} worker(s)")
+            harness.save_worker_logs(evaluator, str(Path(args.out_dir) / "scaling_worker_logs.txt"), 60,
+                                     title=f"{engine}, {workers} worker(s)")
     finally:
         if cluster is not None:
             try:
@@ -160,12 +158,7 @@ def measure(evaluator: Any, engine: str, candidates: list[Candidate], settings: 
             tag: str) -> dict[str, Any]:
     """The measured batch: the whole mix `--repeat` times at once, its wall (or the verdicts of `--window-s`), and where
     the time went meanwhile (TimeAccount, per-GPU figures)."""
-    from kernelbench_rl.evaluation.result import EvalRequest
-
-    requests = []
-    for copy in range(args.repeat):
-        for c in candidates:
-            requests.append(EvalRequest(c.problem_id, _distinct(c, copy), settings, request_id=f"{c.label}#{copy}"))
+    requests = [_copy(c, copy, settings, f"{c.label}#{copy}") for copy in range(args.repeat) for c in candidates]
     calls: Counter[int] = Counter()
     done_at: dict[int, float] = {}
     got: dict[int, Any] = {}
@@ -283,13 +276,12 @@ class TimeAccount:
     def __init__(self, worker_pids: list[int]) -> None:
         self.worker_pids = list(worker_pids)
         self.host = _host_jiffies()
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        self.driver = usage.ru_utime + usage.ru_stime
+        self.driver = _cpu_seconds(os.getpid()) or 0.0
         self.workers = [_cpu_seconds(pid) for pid in self.worker_pids]
 
     def stop(self, wall: float) -> dict[str, Any]:
         busy, total = _host_jiffies()
-        usage = resource.getrusage(resource.RUSAGE_SELF)
+        driver = _cpu_seconds(os.getpid()) or 0.0
         workers = []
         for pid, before in zip(self.worker_pids, self.workers):
             after = _cpu_seconds(pid)
@@ -297,7 +289,7 @@ class TimeAccount:
         return {
             "host_cpu_busy": round((busy - self.host[0]) / max(1, total - self.host[1]), 3),
             "host_cpus": os.cpu_count(),
-            "driver_cpu_cores": round((usage.ru_utime + usage.ru_stime - self.driver) / wall, 2) if wall > 0 else 0.0,
+            "driver_cpu_cores": round((driver - self.driver) / wall, 2) if wall > 0 else 0.0,
             "eval_worker_cpu_cores": workers,
         }
 
@@ -360,26 +352,12 @@ def where_the_time_goes(one: dict[str, Any], many: dict[str, Any]) -> dict[str, 
     return out
 
 
-def _save_pool_logs(evaluator: Any, path: Path, workers: int) -> None:
-    from kernelbench_rl.evaluation.cluster.dask_worker import pool_log_tail
-
-    try:
-        tails = evaluator.client.run(pool_log_tail, evaluator.plugin.name, 60, on_error="return")
-    except Exception as exc:  # noqa: BLE001
-        tails = {"?": f"could not read the pools' logs: {exc}"}
-    with open(path, "a") as handle:
-        for address, text in tails.items():
-            handle.write(f"#### {workers} worker(s): {address}\n{text}\n")
-
-
 def kill_mid_batch(evaluator: Any, candidates: list[Candidate], settings: Any, args: argparse.Namespace) -> dict[str, Any]:
     """SIGKILL a busy worker once a quarter of a batch is in; count lost and duplicated verdicts."""
-    from kernelbench_rl.evaluation.result import EvalRequest
-
     client = evaluator.client
     pids = client.run(os.getpid)
     batch = candidates[: args.kill_limit] if args.kill_limit else candidates
-    requests = [EvalRequest(c.problem_id, _distinct(c, 1000), settings, request_id=f"kill/{c.label}") for c in batch]
+    requests = [_copy(c, 1000, settings, f"kill/{c.label}") for c in batch]
     calls: Counter[int] = Counter()
     killed: dict[str, Any] = {}
 
@@ -424,10 +402,7 @@ def _gpu_count() -> int:
 
 def parse_gpus(text: str | None, workers: int) -> list[int]:
     """--gpus "1,2,4" (default: 1 and --workers), ascending, 1 always first (the ratios' base)."""
-    parts = [p.strip() for p in (text or "").split(",") if p.strip()]
-    if not all(p.isdigit() and int(p) >= 1 for p in parts):
-        raise harness.BadInput(f"--gpus takes counts of 1 or more separated by commas, not {text!r}.")
-    return sorted({1, workers} if not parts else {int(p) for p in parts} | {1})
+    return sorted({1, *(harness.parse_numbers(text, "--gpus", "1,2,4") if text else [workers])})
 
 
 def compare_with_one(summary: dict[str, Any], engine: str, runs: dict[str, Any]) -> None:

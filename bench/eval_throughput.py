@@ -17,7 +17,7 @@ import argparse
 import ast
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -217,17 +217,6 @@ def mix_for(args: argparse.Namespace, kinds: tuple[str, ...] | None = None) -> l
 # ---------------------------------------------------------------- the pool on the mix
 
 
-@dataclass
-class MixRun:
-    wall_s: float
-    startup_s: float = 0.0
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
-    info: list[dict[str, Any]] = field(default_factory=list)
-
-    def per_minute(self, count: int) -> float:
-        return 60.0 * count / self.wall_s if self.wall_s > 0 else float("nan")
-
-
 class MixPool(harness.Pool):
     """Our evaluator on the mix: each record also says its kind, the verdict expected and two more overheads."""
 
@@ -245,29 +234,30 @@ class MixPool(harness.Pool):
         }
 
 
-def run_ours(candidates: list[Candidate], args: argparse.Namespace) -> MixRun:
+def run_ours(candidates: list[Candidate], args: argparse.Namespace) -> MixPool:
     """The whole mix to a warm pool at once (as a training step's batch would go); with --budget-s, what has
-    finished when it runs out is kept and the rest dropped, so a slow run still reports figures."""
+    finished when it runs out is kept and the rest dropped, so a slow run still reports figures. Returns the closed
+    pool: its records, its one group's wall, its start-up and its workers' info."""
     pool = MixPool(args, harness.eval_settings(args), warm=True, num_workers=args.workers)
     try:
         evaluator = pool.start()  # warmed on a problem outside every mix, at small size
         args.parallel_effective, args.in_flight_effective = evaluator.parallel_compiles, evaluator.in_flight
         say(f"ours  {evaluator.parallel_compiles} children compiling at once and {evaluator.in_flight} evaluations "
             f"under way per worker, {evaluator.warm_children} pre-started")
-        group = pool.run_group("mix", candidates, args.budget_s)
+        pool.run_group("mix", candidates, args.budget_s)
     finally:
         pool.close()
-    return MixRun(group["wall_s"], pool.startup_s or 0.0, verdicts=pool.records, info=pool.info)
+    return pool
 
 
 # ---------------------------------------------------------------- figures
 
 
-def agreement(run: MixRun) -> dict[str, Any]:
+def agreement(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     """Right verdicts on the correct solutions and the wrong mutants (faults are wrong by definition)."""
-    judged = [v for v in run.verdicts if v["expected"] in ("correct", "incorrect")]
+    judged = [v for v in verdicts if v["expected"] in ("correct", "incorrect")]
     right = [v for v in judged if v["correct"] == (v["expected"] == "correct")]
-    faults = [v for v in run.verdicts if v["expected"] == "fault"]
+    faults = [v for v in verdicts if v["expected"] == "fault"]
     return {
         "judged": len(judged), "right": len(right),
         "wrong_labels": [v["label"] for v in judged if v not in right],
@@ -275,7 +265,7 @@ def agreement(run: MixRun) -> dict[str, Any]:
     }
 
 
-def summarise(candidates: list[Candidate], ours: MixRun, args: argparse.Namespace) -> dict[str, Any]:
+def summarise(candidates: list[Candidate], ours: MixPool, args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "environment": harness.environment(args.device),
         "mix": "quick" if args.quick else ("cpu" if args.device == "cpu" else "full"),
@@ -285,22 +275,14 @@ def summarise(candidates: list[Candidate], ours: MixRun, args: argparse.Namespac
                      "workers": args.workers},
         "floor_definition": FLOOR_DEFINITION,
     }
-    if ours.verdicts:
-        verdicts, ran = ours.verdicts, len(ours.verdicts)
-
-        def figures(key: str) -> dict[str, float | None]:
-            values = [v[key] for v in verdicts if v.get(key) is not None]
-            name = key[:-2]
-            return {f"{name}_mean_s": harness.rnd(statistics.mean(values)) if values else None,
-                    f"{name}_median_s": harness.rnd(statistics.median(values)) if values else None,
-                    f"{name}_max_s": harness.rnd(max(values)) if values else None}
-
+    verdicts, wall = ours.records, ours.groups[0]["wall_s"]
+    if verdicts:
         summary["ours"] = {
-            "candidates": ran, "wall_s": round(ours.wall_s, 2), "pool_startup_s": round(ours.startup_s, 2),
-            "pool_info": ours.info, "per_minute": round(ours.per_minute(ran), 2),
+            "candidates": len(verdicts), "wall_s": wall, "pool_startup_s": round(ours.startup_s or 0.0, 2),
+            "pool_info": ours.info, "per_minute": round(60.0 * len(verdicts) / wall, 2) if wall else None,
             # throughput (wall a candidate less the mean floor) and latency (each one's worker_total less its floor)
-            **harness.overhead_figures(verdicts, ours.wall_s),
-            **figures("latency_overhead_steady_s"), "serial_overhead_mean_s": figures("serial_overhead_s")["serial_overhead_mean_s"],
+            **harness.overhead_figures(verdicts, wall), **harness.mean_median(verdicts, "latency_overhead_steady_s", True),
+            "serial_overhead_mean_s": harness.mean_median(verdicts, "serial_overhead_s")["serial_overhead_mean_s"],
             # What sets the wall: the device's busy time, and when the last hang started waiting out its timeout.
             "device_busy_s": round(sum(v["phase_seconds"].get("device_section", 0.0) for v in verdicts), 2),
             "non_hangs_done_at_s": max((v["finished_at_s"] for v in verdicts if v["category"] != "timeout"), default=None),
@@ -310,9 +292,9 @@ def summarise(candidates: list[Candidate], ours: MixRun, args: argparse.Namespac
             "in_flight": getattr(args, "in_flight_effective", None),
             "mean_phase_seconds": {p: round(statistics.mean(v["phase_seconds"].get(p, 0.0) for v in verdicts), 3)
                                    for p in sorted({k for v in verdicts for k in v["phase_seconds"]})},
-            "agreement": agreement(ours),
+            "agreement": agreement(verdicts),
         }
-    summary["per_candidate"] = {"ours": ours.verdicts}
+    summary["per_candidate"] = {"ours": verdicts}
     return summary
 
 
@@ -347,9 +329,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"{len(candidates)} candidates: " + ", ".join(c.label for c in candidates))
     summary = summarise(candidates, run_ours(candidates, args), args)
     print_table(summary)
-    harness.write_json(args.out, summary)
-    if args.out:
-        say(f"wrote {args.out}")
+    harness.write_json(args.out, summary, announce=True)
     return 0
 
 

@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
     size = args.size or ("real" if device == "cuda" else "small")
     base = EvalSettings(device=device, size=size, timeout_s=args.timeout)
     cases = [c for c in cases_for(device) if not args.only or c.name in args.only]
-    for name, value in SECRET_ENV.items():
-        os.environ[name] = value  # before the Evaluator starts its workers
+    os.environ.update(SECRET_ENV)  # fake API keys, before the Evaluator starts its workers
 
     good_source = KNOWN_GOOD_SOLUTION.read_text()
     rows: list[dict[str, Any]] = []
@@ -96,9 +95,7 @@ def _write_report(args: argparse.Namespace, device: str, size: str, honest_speed
         "device": device, "device_name": _device_name(device), "size": size, "environment": harness.environment(device),
         "honest_relu_speedup": honest_speedup, "partial": partial,
         "cases": rows, "passed": sum(1 for r in rows if r["passed"]), "total": len(rows), "wall_s": round(total, 1),
-    })
-    if args.out and not partial:
-        print(f"wrote {args.out}")
+    }, announce=not partial)
 
 
 def _run_batch(evaluator: Any, batch: list, layer: str, base: Any, device: str, good_source: str,

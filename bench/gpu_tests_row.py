@@ -8,21 +8,16 @@ that did not pass by name. Standard library only (it runs on the bare GPU image)
 from __future__ import annotations
 
 import datetime
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-
-def _output(command: list[str]) -> str:
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402 - after the path set-up above (standard library only at import)
 
 
 def gpu_name() -> str:
-    names = _output(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()
+    names = harness.gpu_names()
     return f"{len(names)} x {names[0]}" if len(names) > 1 else (names[0] if names else "no GPU found")
 
 
@@ -52,7 +47,7 @@ def main() -> int:
         print("usage: python3 bench/gpu_tests_row.py GPU_TESTS_XML (the file gpu-tests writes under $OUT)",
               file=sys.stderr)
         return 2
-    commit = _output(["git", "rev-parse", "--short", "HEAD"]) or "an unknown commit"
+    commit = harness.command_output(["git", "rev-parse", "--short", "HEAD"]) or "an unknown commit"
     print(row(Path(sys.argv[1]), commit, gpu_name(), datetime.date.today().isoformat()))
     return 0
 

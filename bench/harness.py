@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import json
 import os
@@ -168,11 +169,16 @@ def overhead_figures(records: list[dict[str, Any]], wall_s: float | None) -> dic
         out["wall_per_candidate_s"] = rnd(wall_s / len(records))
         out["overhead_per_candidate_s"] = rnd(wall_s / len(records) - floor)
     for key in ("latency_overhead_s", "latency_overhead_unqueued_s"):
-        values = [r[key] for r in records if r.get(key) is not None]
-        if values:
-            name = key[:-2]
-            out[f"{name}_mean_s"], out[f"{name}_median_s"] = rnd(statistics.mean(values)), rnd(statistics.median(values))
+        out.update(mean_median(records, key))
     return out
+
+
+def mean_median(records: list[dict[str, Any]], key: str, with_max: bool = False) -> dict[str, float | None]:
+    """`key`'s mean and median (and max) over the records that have it, as `<key>_mean_s`, `<key>_median_s` (`_s`
+    moved to the end); None where no record has it."""
+    values = [r[key] for r in records if r.get(key) is not None]
+    stats = {"mean": statistics.mean, "median": statistics.median, **({"max": max} if with_max else {})}
+    return {f"{key[:-2]}_{stat}_s": rnd(fn(values)) if values else None for stat, fn in stats.items()}
 
 
 def alternate_levels(items: list[Any], level_of: Callable[[Any], Any]) -> list[Any]:
@@ -191,16 +197,23 @@ def alternate_levels(items: list[Any], level_of: Callable[[Any], Any]) -> list[A
 # ---------------------------------------------------------------- the JSON
 
 
-def gpu_name(device: str = "cuda") -> str | None:
-    """The first GPU's name from nvidia-smi (this process takes no CUDA context for it); None on the CPU."""
-    if device != "cuda":
-        return None
+def command_output(command: list[str], timeout_s: float = 20.0) -> str:
+    """A short command's stdout (run in the repository), stripped; empty where it cannot run."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20).stdout.strip().splitlines()
+        return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout_s).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out[0].strip() if out else None
+        return ""
+
+
+def gpu_names() -> list[str]:
+    """Every GPU's name from nvidia-smi (this process takes no CUDA context for it); none where it cannot run."""
+    return [n.strip() for n in command_output(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()]
+
+
+def gpu_name(device: str = "cuda") -> str | None:
+    """The first GPU's name; None on the CPU."""
+    names = gpu_names() if device == "cuda" else []
+    return names[0] if names else None
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -214,16 +227,13 @@ def environment(device: str) -> dict[str, Any]:
             info[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             info[package] = None
-    try:
-        info["repo_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                             text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        info["repo_commit"] = None
+    info["repo_commit"] = command_output(["git", "rev-parse", "--short", "HEAD"]) or None
     return info
 
 
-def write_json(path: str | Path | None, data: Any, indent: int = 2) -> None:
-    """The file rewritten whole, through a temporary file beside it (a reader never sees half of it)."""
+def write_json(path: str | Path | None, data: Any, indent: int = 2, announce: bool = False) -> None:
+    """The file rewritten whole, through a temporary file beside it (a reader never sees half of it); with
+    `announce`, a line saying so."""
     if not path:
         return
     path = Path(path)
@@ -231,6 +241,8 @@ def write_json(path: str | Path | None, data: Any, indent: int = 2) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=indent, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+    if announce:
+        say(f"wrote {path}")
 
 
 def show(figures: dict[str, Any], out: str | None, indent: int = 1) -> None:
@@ -323,15 +335,16 @@ def left_of(budget_s: float | None, args: argparse.Namespace) -> float | None:
 # ---------------------------------------------------------------- problems and candidates
 
 
-def parse_levels(text: str) -> list[int]:
+def parse_numbers(text: str, flag: str, example: str) -> list[int]:
+    """Whole numbers of 1 or more separated by commas (levels, GPU counts), ascending, each once."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
-        raise BadInput("--levels names no level; give e.g. 1,2,3.")
-    if not all(p.isdigit() for p in parts):
-        raise BadInput(f"--levels takes numbers separated by commas (e.g. 1,2,3), not {text!r}.")
-    if min(int(p) for p in parts) < 1:
-        raise BadInput("Levels start at 1.")
+    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise BadInput(f"{flag} takes numbers of 1 or more separated by commas (e.g. {example}), not {text!r}.")
     return sorted({int(p) for p in parts})
+
+
+def parse_levels(text: str) -> list[int]:
+    return parse_numbers(text, "--levels", "1,2,3")
 
 
 def parse_problem_ids(text: str) -> list[str]:
@@ -473,18 +486,25 @@ def pool_info(evaluator: Any) -> list[dict[str, Any]]:
 
 
 def save_worker_logs(evaluator: Any, path: str | None, tail_lines: int = 200, title: str = "") -> None:
-    """Append the tail of every worker's stderr log (removed with the pool) to `path`, under `title` if given."""
+    """Append the tail of every worker's stderr log (removed with the pool) to `path`, under `title` if given; a
+    DaskEvaluator's come from the pool on each Dask worker, one tail per Dask worker."""
     pool = getattr(evaluator, "_pool", None)
-    if not path or pool is None:
+    if not path or (pool is None and not hasattr(evaluator, "client")):
         return
+    tails: dict[str, str] = {}
+    if pool is None:
+        from kernelbench_rl.evaluation.cluster.dask_worker import pool_log_tail
+
+        try:
+            tails = evaluator.client.run(pool_log_tail, evaluator.plugin.name, tail_lines, on_error="return")
+        except Exception as exc:  # noqa: BLE001 - informative only
+            tails = {"?": f"could not read the pools' logs: {exc}"}
+    for log in sorted(Path(pool.log_dir).glob("*.log")) if pool is not None else []:
+        with contextlib.suppress(OSError):
+            lines = log.read_text(errors="replace").splitlines()[-tail_lines:]
+            tails[f"{log} (last {len(lines)} lines)"] = "\n".join(lines)
     with open(path, "a") as out:
-        out.write(f"#### {title}\n" if title else "")
-        for log in sorted(Path(pool.log_dir).glob("*.log")):
-            try:
-                lines = log.read_text(errors="replace").splitlines()[-tail_lines:]
-            except OSError:
-                continue
-            out.write(f"==== {log} (last {len(lines)} lines)\n" + "\n".join(lines) + "\n")
+        out.write((f"#### {title}\n" if title else "") + "".join(f"==== {name}\n{text}\n" for name, text in tails.items()))
 
 
 def evaluate_within(evaluator: Any, requests: list[Any], budget_s: float | None,

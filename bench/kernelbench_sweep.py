@@ -42,6 +42,9 @@ KB_SEED = 42  # the seed KernelBench's harness uses for inputs and weights
 # that eval_kernel_against_ref never uses: LLM clients, .env loading, a progress bar, HTTP. Stand-ins
 # are installed only for those that are not importable.
 KB_UNUSED_MODULES = ("dotenv", "openai", "litellm", "tqdm", "requests")
+# What a KernelBench child reports of one candidate before it has run (its parent's record starts from it too).
+KB_NO_RESULT = {"compiled": False, "correctness": False, "runtime_ms": None, "ref_runtime_ms": None, "error": "",
+                "phase_seconds": {}}
 # What each result's JSON keeps of its `versions`: how it ran (transport, sandbox, profiler warm-up), how it was
 # timed (overlap, pairing, allocator and launch diagnostics), and what the profile saw.
 _KEPT_VERSIONS = ("transport", "sandbox", "timing_overlap", "profile_error", "timing", "timing_pairing_failed",
@@ -420,8 +423,7 @@ def kb_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_kb_candidate(cand: SweepCandidate, reference: str, src_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     record: dict[str, Any] = {"label": cand.label, "problem_id": cand.problem_id, "level": cand.level, "name": cand.name,
-                              "compiled": False, "correctness": False, "runtime_ms": None, "ref_runtime_ms": None,
-                              "kb_speedup": None, "error": "", "timed_out": False, "wall_s": 0.0, "phase_seconds": {}}
+                              **KB_NO_RESULT, "phase_seconds": {}, "kb_speedup": None, "timed_out": False, "wall_s": 0.0}
     with tempfile.TemporaryDirectory(prefix="kb_sweep_") as work:
         spec = {"original_src": reference, "custom_src": cand.source, "seed": KB_SEED,
                 "num_correct_trials": args.correctness_trials, "num_perf_trials": args.timing_trials,
@@ -432,9 +434,7 @@ def run_kb_candidate(cand: SweepCandidate, reference: str, src_dir: Path, args: 
     record["wall_s"] = round(wall, 3)
     record["timed_out"] = timed_out
     if found is not None:
-        for key in ("compiled", "correctness", "runtime_ms", "ref_runtime_ms", "error", "phase_seconds", "metadata", "numerics"):
-            if key in found:
-                record[key] = found[key]
+        record.update({k: v for k, v in found.items() if k in (*KB_NO_RESULT, "metadata", "numerics")})
     elif timed_out:
         record["error"] = f"timed out after {args.timeout:.0f} s"
     else:
@@ -519,8 +519,7 @@ def kb_child(spec_path: str) -> None:
     import types
 
     spec = json.loads(Path(spec_path).read_text())
-    out: dict[str, Any] = {"compiled": False, "correctness": False, "runtime_ms": None, "ref_runtime_ms": None,
-                           "error": "", "phase_seconds": {}}
+    out: dict[str, Any] = {**KB_NO_RESULT, "phase_seconds": {}}
     def missing(name: str) -> bool:
         try:
             return importlib.util.find_spec(name) is None

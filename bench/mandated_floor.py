@@ -15,10 +15,12 @@ is the price of everything the evaluator adds to the rules (isolation above all)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +90,15 @@ def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any],
     fresh = input_bytes <= memory.FRESH_INPUTS_MAX_BYTES
     warm, timed, trials = settings["warmup_trials"], settings["timing_trials"], settings["correctness_trials"]
     parts = dict.fromkeys(("build", "correctness", "timed", "baseline"), 0.0)
+
+    @contextlib.contextmanager
+    def part(name: str) -> Iterator[None]:
+        """The block's seconds, up to the device's end of its work, added to `parts[name]`."""
+        mark = time.perf_counter()
+        yield
+        _synchronize(device)
+        parts[name] += time.perf_counter() - mark
+
     _synchronize(device)
     started = time.perf_counter()
 
@@ -100,22 +111,16 @@ def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any],
             return []
         return timing.time_forward(model, make, seeds, warm, device, clock, fresh_buffers=fresh).times_ms
 
-    mark = time.perf_counter()
-    reference = runtime.build_model(module.Model, module, init_seed, device, precision)
-    baseline_ms = timed_block(reference)
-    _synchronize(device)
-    parts["baseline"] += time.perf_counter() - mark
-
-    mark = time.perf_counter()
-    models = [runtime.build_model(module.Model, module, init_seed, device, precision) for _ in range(samples)]
-    _synchronize(device)
-    parts["build"] += time.perf_counter() - mark
+    with part("baseline"):
+        reference = runtime.build_model(module.Model, module, init_seed, device, precision)
+        baseline_ms = timed_block(reference)
+    with part("build"):
+        models = [runtime.build_model(module.Model, module, init_seed, device, precision) for _ in range(samples)]
 
     # Correctness: a seed's reference outputs once, then every sample on that seed's fresh inputs, compared on the
     # device (one seed's outputs alive at a time, as the worker keeps them).
-    mark = time.perf_counter()
     wrong: list[str] = []
-    with torch.no_grad():
+    with part("correctness"), torch.no_grad():
         for _ in range(trials):
             seed = secrets.randbits(31)
             expected = list(plain_outputs(reference(*make(seed))))
@@ -126,17 +131,12 @@ def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any],
                     wrong.append(f"s{number}: {outcome.message}"[:200])
                 del got
             del expected
-    _synchronize(device)
-    parts["correctness"] += time.perf_counter() - mark
-
-    mark = time.perf_counter()
     per_sample_ms = []
-    for model in models:
-        times = timed_block(model)
-        if times:
-            per_sample_ms.append(statistics.median(times))
-    _synchronize(device)
-    parts["timed"] += time.perf_counter() - mark
+    with part("timed"):
+        for model in models:
+            times = timed_block(model)
+            if times:
+                per_sample_ms.append(statistics.median(times))
     wall = time.perf_counter() - started
     inputs_ms = input_cost_ms(make, device)
     del models, reference
@@ -219,9 +219,7 @@ def run(args: argparse.Namespace) -> int:
     report = {"mode": "mandated-floor", "date": time.strftime("%Y-%m-%d"), "device": args.device, "size": args.size,
               "settings": settings, "notes": notes, "levels": levels, "gpu": harness.gpu_name(args.device) or "",
               "definition": __doc__.split("\n\n")[1]}
-    if args.out:
-        harness.write_json(args.out, report, indent=1)
-        say(f"wrote {args.out}")
+    harness.write_json(args.out, report, indent=1, announce=True)
     return 0
 
 

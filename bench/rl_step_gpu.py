@@ -19,13 +19,13 @@ import collections
 import contextlib
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402 - after the path set-up above
@@ -62,19 +62,6 @@ class Timers:
         return timed
 
 
-@contextlib.contextmanager
-def patched(targets: list[tuple[Any, str, Any]]):
-    """Replace attributes (owner, name, new value) for the block; the originals come back after."""
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in targets]
-    try:
-        for owner, name, value in targets:
-            setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, value in originals:
-            setattr(owner, name, value)
-
-
 class DeviceMemoryWatch(threading.Thread):
     """Polls the device's free memory (every 50 ms) and nvidia-smi's per-process use (every second)."""
 
@@ -99,11 +86,8 @@ class DeviceMemoryWatch(threading.Thread):
             self.stop_event.wait(0.05)
 
     def _nvidia_smi(self) -> None:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=5).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return
+        out = harness.command_output(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                     timeout_s=5)
         total = 0
         for line in out.strip().splitlines():
             parts = [p.strip() for p in line.split(",")]
@@ -148,6 +132,15 @@ def mentions_memory(result: Any) -> bool:
 
     return (ran_out_of_device_memory(result) or "out of memory" in (result.error_message or "").lower()
             or "oom_retry" in result.versions or "oom_alone" in result.versions)
+
+
+def memory_verdicts(verdicts: list[Any]) -> dict[str, Any]:
+    """Verdicts by category, those that mention device memory, and how many of those blame the candidate."""
+    out_of_memory = [r for r in verdicts if mentions_memory(r)]
+    return {"by_category": dict(collections.Counter(category_of(r) for r in verdicts)),
+            "mention_device_memory": len(out_of_memory),
+            "blamed_on_candidate_for_memory": sum(r.error_category.is_kernel_fault for r in out_of_memory),
+            "examples": [f"{r.problem_id}: {r.error_message[:200]}" for r in out_of_memory[:3]]}
 
 
 def solutions_for(problems: Any, count: int) -> list[tuple[str, str]]:
@@ -254,7 +247,9 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
         watch = DeviceMemoryWatch()
         watch.start()
     side_verdicts: list[Any] = []
-    with patched(targets):
+    with contextlib.ExitStack() as patches:  # each attribute (owner, name, new value) replaced for the block
+        for owner, name, value in targets:
+            patches.enter_context(mock.patch.object(owner, name, value))
         run = loop.TrainingRun(compose.build_run_parts(config, policy_beside=True))
         side = None
         try:
@@ -294,21 +289,11 @@ def rl_step(args: argparse.Namespace) -> dict[str, Any]:
     report["duckdb_rows"] = {table: store.fetchall(f"SELECT count(*) FROM {table} WHERE run_id = ?", ["rl-step"])[0][0]
                              for table in ("rollouts", "rewards", "train_steps", "checkpoints")}
     report["duckdb_rows"]["evaluations"] = store.count("evaluations")
-    categories = collections.Counter(category_of(r) for r in verdicts)
-    out_of_memory = [r for r in verdicts if mentions_memory(r)]
-    report["verdicts"] = {"count": len(verdicts), "by_category": dict(categories),
-                          "mention_device_memory": len(out_of_memory),
-                          "blamed_on_candidate_for_memory": sum(r.error_category.is_kernel_fault for r in out_of_memory),
-                          "examples": [r.error_message[:200] for r in out_of_memory[:3]]}
+    report["verdicts"] = {"count": len(verdicts), **memory_verdicts(verdicts)}
     if side is not None:
-        side_memory = [r for r in side_verdicts if mentions_memory(r)]
         report["side_load"] = {
             "solutions": len(side.items), "finished": not side.is_alive(), "seconds": round(side.seconds, 2),
-            "by_category": dict(collections.Counter(category_of(r) for r in side_verdicts)),
-            "correct": sum(bool(r.correct) for r in side_verdicts),
-            "mention_device_memory": len(side_memory),
-            "blamed_on_candidate_for_memory": sum(r.error_category.is_kernel_fault for r in side_memory),
-            "examples": [f"{r.problem_id}: {r.error_message[:200]}" for r in side_memory[:3]],
+            "correct": sum(bool(r.correct) for r in side_verdicts), **memory_verdicts(side_verdicts),
             # As the worker saw them when it started: its budget, and the room it kept for the policy.
             "worker": {key: value for r in side_verdicts[:1] for key, value in r.versions.items()
                        if key in ("child_memory_budget_gb", "reserved_for_others_gb", "transport")}}
