@@ -7,7 +7,7 @@ from prefect.events import emit_event
 
 from flows.common import build_config
 from kernelbench_rl.commands.signals import note_stops
-from kernelbench_rl.compose import build_run_parts, open_retriever
+from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.training import TrainingRun
 from tasks.training import train_step
 from tasks._stops import cancelled_on_stop
@@ -54,7 +54,7 @@ def curriculum(
                        train_steps=train_steps, levels=levels, num_problems=num_problems)
     parts = build_run_parts(cfg, policy_beside=True)
     # RA-ICL: retrieved examples in every prompt when the config enables retrieval (the index must exist).
-    retrieve = open_retriever(parts) if parts.rag.enabled else None
+    retrieve = parts.open_retriever()
     with TrainingRun(parts, retrieve=retrieve) as run:  # entering starts (or resumes) the run
         if run.resumed_from_step is not None:
             logger.info(f"run {run.run_id} resumes after checkpoint step {run.resumed_from_step}")

@@ -13,7 +13,8 @@ from kernelbench_rl.commands.signals import note_stops
 from kernelbench_rl.config.schema import apply_overrides, config_from_dict
 from kernelbench_rl.policy.openai_backend import is_openai_policy
 from kernelbench_rl.store import Store
-from kernelbench_rl.training.checkpoint_eval import BASE, nightly_targets, resolve_checkpoint
+from kernelbench_rl.store.checkpoints import BASE, resolve_checkpoint
+from kernelbench_rl.training.checkpoint_eval import nightly_targets
 from tasks.evaluation import evaluate, publish_note, publish_report
 from tasks._stops import cancelled_on_stop
 
@@ -48,7 +49,7 @@ def evaluate_checkpoint(
     if is_openai_policy(checkpoint):
         name = checkpoint
     else:
-        name = resolve_checkpoint(Store(db_path), cfg.resolved_run_id(), checkpoint)["name"] if checkpoint != BASE else BASE
+        name = resolve_checkpoint(Store(db_path), cfg.resolved_run_id(), checkpoint).name if checkpoint != BASE else BASE
     labels = [BASE, name] if compare_base and name != BASE else [name]
     runner = dask_task_runner(cfg.eval.cluster)
     if runner is None:

@@ -8,8 +8,7 @@ module `run_settings` is the one place its fields are mapped onto the small sett
 adds what is loaded or measured (the evaluator's room for a policy beside it, the audited problem split).
 
     parts = build_run_parts(config, policy_beside=True)
-    retrieve = open_retriever(parts) if parts.rag.enabled else None
-    run_training(parts, retrieve=retrieve)
+    run_training(parts, retrieve=parts.open_retriever())
 """
 
 from __future__ import annotations
@@ -26,11 +25,12 @@ from kernelbench_rl.config.schema import (
     config_to_dict,
     turn_token_budget,
 )
-from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever
+from kernelbench_rl.envs.kernel_env import EnvSpec
+from kernelbench_rl.evaluation.cluster.cluster_spec import ClusterSpec, parse_cluster
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.parts import EvaluatorPlan, ProblemSplit, RunParts, SamplingSettings
 from kernelbench_rl.policy.config import PolicyConfig, resolve_backend
-from kernelbench_rl.problems import Problem, default_levels, load_problems, split_problems
+from kernelbench_rl.problems import default_levels, load_problems, split_problems
 
 
 def build_run_parts(config: TrainConfig, *, policy_beside: bool = False) -> RunParts:
@@ -56,7 +56,7 @@ def build_run_parts(config: TrainConfig, *, policy_beside: bool = False) -> RunP
 @dataclass(frozen=True)
 class RunSettings:
     """What the configuration says about a run, field by field, its `auto`s and defaults resolved (the base model,
-    the run id, the eval device, the token limits); no problem is loaded and nothing is run."""
+    the run id, the eval device, the token limits, where evaluations run); no problem is loaded and nothing is run."""
 
     run_id: str
     run_dir: Path  # <log_dir>/<run_id>
@@ -64,6 +64,7 @@ class RunSettings:
     base_model: str
     env: EnvSpec
     eval: EvalSettings
+    cluster: ClusterSpec  # eval.cluster, parsed
     policy: PolicyConfig
     sampling: SamplingSettings
 
@@ -86,6 +87,7 @@ def run_settings(config: TrainConfig) -> RunSettings:
                           discriminating_trials=ev.discriminating_trials, timing_trials=ev.timing_trials,
                           timeout_s=ev.timeout_s, reference_timeout_s=ev.reference_timeout_s,
                           precision_policy=ev.precision_policy),  # type: ignore[arg-type]
+        cluster=parse_cluster(ev.cluster),
         policy=PolicyConfig(backend=config.policy.backend,  # type: ignore[arg-type]
                             base_model=base_model, lora_rank=config.policy.lora_rank, device=config.policy.device,
                             log_dir=str(run_dir / "policy"), seed=config.policy.seed),
@@ -148,12 +150,11 @@ def _reservation(ev: EvalConfig, settings: RunSettings, *, policy_beside: bool) 
     """eval.reserved_memory_gb when set (0: nothing); else, when the local policy runs on CUDA (in this process:
     `policy_beside`) beside a local evaluator on CUDA, the policy's estimated peak (policy/memory.py). The uuid names
     the policy's GPU (only that worker keeps the room); "" applies to every worker."""
-    from kernelbench_rl.evaluation.cluster.cluster_spec import parse_cluster
-
     policy, eval_device = settings.policy, settings.eval.device
     policy_device = policy.device if policy.device != "auto" else (eval_device if eval_device == "cuda" else "cpu")
-    shares = (policy_beside and not parse_cluster(ev.cluster).is_dask and resolve_backend(policy) == "local"
-              and eval_device == "cuda" and policy_device.startswith("cuda"))
+    local_policy_on_cuda = resolve_backend(policy) == "local" and policy_device.startswith("cuda")
+    # Only a local pool shares the policy's GPU: a cluster's workers have GPUs of their own.
+    shares = policy_beside and local_policy_on_cuda and eval_device == "cuda" and not settings.cluster.is_dask
     uuid = ""
     if shares:
         from kernelbench_rl.policy.memory import cuda_device_uuid
@@ -170,27 +171,7 @@ def _reservation(ev: EvalConfig, settings: RunSettings, *, policy_beside: bool) 
     return policy_peak_bytes(policy.base_model, settings.env.token_budget, settings.env.max_tokens), uuid
 
 
-# -- parts built from parts -----------------------------------------------------------------------
-def open_retriever(parts: RunParts, store: Any | None = None) -> Retriever:
-    """Leak-free RA-ICL examples from the built index (kernelbench_rl.rag), as prompt examples."""
-    from kernelbench_rl.rag.build import default_index_dir
-    from kernelbench_rl.rag.embed import Embedder
-    from kernelbench_rl.rag.retrieve import Retriever as IndexRetriever
-    from kernelbench_rl.store import Store
-
-    store = store or Store(parts.db_path)
-    rag, split = parts.rag, parts.split
-    retriever = IndexRetriever.open(
-        store, rag.index_dir or default_index_dir(store), Embedder(rag.model),
-        kernelbench_root=split.source_root, holdout_fraction=split.holdout_fraction, split_seed=split.seed)
-    backend = parts.env.kernel_backend
-
-    def retrieve(problem: Problem, k: int) -> list[Any]:
-        return [ex.as_prompt_example() for ex in retriever.retrieve(problem, backend, k, char_budget=rag.char_budget)]
-
-    return retrieve
-
-
+# -- the environment server -------------------------------------------------------------------
 def build_service(config: TrainConfig, *, store: Any | None = None, max_turns: int | None = None,
                   preset: str | None = None, run_id: str | None = None) -> Any:
     """The environment server's `KernelEnvService`: the run's evaluator settings, problem split and environment

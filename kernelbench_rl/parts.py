@@ -3,7 +3,8 @@
 `kernelbench_rl.compose.build_run_parts` builds one `RunParts` from a `TrainConfig`, once per command
 or task: the run id, the base model (TINKER_API_KEY read once), the problem split (the problem tree
 loaded once) and its audit, the environment spec, the evaluator's plan, the policy's configuration
-and the sampling settings. The loops, checkpoint evaluation and the environment server take these
+and the sampling settings. What is opened from them (an evaluator, the retriever) is opened by whoever
+uses it: `parts.evaluator.open(store, problems)`, `parts.open_retriever(store)`. The loops, checkpoint evaluation and the environment server take these
 parts and the sections of the configuration they own (training, rewards, curriculum, sft, rag);
 none of them sees the whole configuration, and none re-derives what is resolved here.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelbench_rl.config.schema import CurriculumConfig, RagConfig, RewardsConfig, SftConfig, TrainingConfig
-from kernelbench_rl.envs.kernel_env import EnvSpec
+from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.policy.config import PolicyConfig
@@ -159,3 +160,14 @@ class RunParts:
     def rag_k(self) -> int:
         """Retrieved examples per prompt (0: retrieval is off)."""
         return self.rag.k if self.rag.enabled else 0
+
+    def open_retriever(self, store: Any | None = None) -> Retriever | None:
+        """The run's RA-ICL prompt examples (`kernelbench_rl.rag.retrieve.open_retriever`: leak-free against the
+        holdout of the run's problem source, split as the run splits it); None when retrieval is off. `store`: the
+        run's database unless given."""
+        from kernelbench_rl.rag.retrieve import open_retriever
+        from kernelbench_rl.store import Store
+
+        return open_retriever(self.rag, store or Store(self.db_path), backend=self.env.kernel_backend,
+                              kernelbench_root=self.split.source_root, holdout_fraction=self.split.holdout_fraction,
+                              split_seed=self.split.seed)

@@ -17,12 +17,12 @@ from tasks._retry import INFRA_RETRIES, INFRA_RETRY_DELAY_S, retry_on_infra
       retry_delay_seconds=INFRA_RETRY_DELAY_S, retry_condition_fn=retry_on_infra, task_run_name="evaluate-{checkpoint}")
 def evaluate(config: Any, checkpoint: str, samples_per_problem: int, split: str, max_problems: int | None,
              base_url: str | None = None) -> Any:
-    from kernelbench_rl.compose import build_run_parts, open_retriever
+    from kernelbench_rl.compose import build_run_parts
     from kernelbench_rl.training.checkpoint_eval import evaluate_checkpoint
 
     parts = build_run_parts(config, policy_beside=True)
     # The same prompts as training: retrieved examples when the run trains with retrieval.
-    retrieve = open_retriever(parts) if parts.rag.enabled else None
+    retrieve = parts.open_retriever()
     return evaluate_checkpoint(parts, checkpoint=checkpoint, samples_per_problem=samples_per_problem,
                                split=split, max_problems=max_problems, retrieve=retrieve, base_url=base_url)
 

@@ -31,7 +31,7 @@ def sft_warm_start(config: Any) -> dict:
     """Supervised warm start of the run's policy on the leak-free verified corpus (rows in `sft_steps`)."""
     from dataclasses import asdict
 
-    from kernelbench_rl.compose import build_run_parts, open_retriever
+    from kernelbench_rl.compose import build_run_parts
     from kernelbench_rl.training.sft import run_sft
 
     from prefect import get_run_logger
@@ -44,8 +44,7 @@ def sft_warm_start(config: Any) -> dict:
                         + (f", checkpoint {result.checkpoint}" if result.checkpoint else ""))
 
     parts = build_run_parts(config)
-    retrieve = open_retriever(parts) if parts.rag.enabled else None
-    summary = run_sft(parts, retrieve=retrieve, on_step=log)
+    summary = run_sft(parts, retrieve=parts.open_retriever(), on_step=log)
     logger.info(f"sft: {summary.num_examples} examples, {summary.steps_run} steps run of {summary.total_steps}, "
                 f"loss {summary.first_loss} -> {summary.last_loss}; left out {summary.excluded}")
     return asdict(summary)

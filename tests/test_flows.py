@@ -134,7 +134,6 @@ def test_curriculum_flow_puts_retrieved_examples_in_the_prompts(prefect_api: str
     from flows.index import build_index
     from flows.ingest import ingest_corpus
     from kernelbench_rl.problems import get_problem
-    from kernelbench_rl.compose import open_retriever
 
     db, index_dir = str(tmp_path / "kb.duckdb"), str(tmp_path / "rag_index")
     ingest_corpus(db_path=db, sources=["solutions"], levels=[1])
@@ -149,8 +148,8 @@ def test_curriculum_flow_puts_retrieved_examples_in_the_prompts(prefect_api: str
         "SELECT DISTINCT r.problem_id, b.text FROM rollouts r JOIN blobs b ON b.sha256 = r.prompt_sha256 "
         "WHERE r.run_id = 'rag-flow'").to_dicts()
     assert len(prompts) == 2
-    retrieve = open_retriever(build_run_parts(build_config("default", overrides, run_id="rag-flow", db_path=db,
-                                                           log_dir=str(tmp_path / "logs"))))
+    retrieve = build_run_parts(build_config("default", overrides, run_id="rag-flow", db_path=db,
+                                            log_dir=str(tmp_path / "logs"))).open_retriever()
     for row in prompts:
         [example] = retrieve(get_problem(row["problem_id"]), 1)
         assert example.kernel_code.strip() in row["text"], row["problem_id"]

@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         if not cfg.sft.enabled:
             typer.echo("sft.enabled is false: nothing to do.")
             raise typer.Exit(0)
-        from kernelbench_rl.compose import build_run_parts, open_retriever
+        from kernelbench_rl.compose import build_run_parts
         from kernelbench_rl.training.sft import SftStepResult, run_sft
 
         from kernelbench_rl.commands.signals import stop_signals, stopped_line
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
                 check_run_files(cfg.db_path, cfg.log_dir, run_id)  # damaged, unwritable, full: one sentence
                 typer.echo(f"run {run_id}: SFT warm start of {parts.base_model} -> {cfg.db_path}")
-                retrieve = open_retriever(parts) if parts.rag.enabled else None
+                retrieve = parts.open_retriever()
                 summary = run_sft(parts, retrieve=retrieve, stop_after_steps=stop_after, on_step=show)
         except KeyboardInterrupt:
             typer.echo(stopped_line(run_id or cfg.resolved_run_id(), cfg.db_path), err=True)

@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
             # SIGINT and SIGTERM alike: the run stops with its state saved, marked stopped, one line said.
             with stop_signals():
                 require_config_gpu(cfg)  # and a GPU asked for that is not there, before the training stack too
-                from kernelbench_rl.compose import build_run_parts, open_retriever
+                from kernelbench_rl.compose import build_run_parts
                 from kernelbench_rl.store import Store
                 from kernelbench_rl.training import run_training
                 from kernelbench_rl.training.loop import describe_run_start
@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
                            f"({cfg.policy.backend} backend) -> {cfg.db_path}, logs in {parts.run_dir}")
                 for line in describe_plan(parts):
                     typer.echo(line)
-                retrieve = open_retriever(parts, store) if parts.rag.enabled else None
+                retrieve = parts.open_retriever(store)
                 summary = run_training(parts, progress=progress, lines=not progress, stop_after_steps=stop_after,
                                        retrieve=retrieve, store=store)
         except KeyboardInterrupt:

@@ -69,9 +69,10 @@ class _Loaded:
     signature: tuple
 
 
-def _load(problem: Problem, size: SizeMode, device: str, precision: str) -> _Loaded:
+def _load(problem: Problem, source: str, device: str, precision: str) -> _Loaded:
+    """The problem's `source` (its text at the audited sizes) run as a module, its reference built."""
     module = types.ModuleType(f"kbrl_audit_{problem.level}_{problem.number}")
-    exec(compile(problem.source_for(size), f"<problem {problem.id}>", "exec"), module.__dict__)
+    exec(compile(source, f"<problem {problem.id}>", "exec"), module.__dict__)
     model = runtime.build_model(module.Model, module, INIT_SEED, device, precision)
     try:
         with torch.device("meta"):
@@ -131,9 +132,11 @@ def audit_problems(problems: Sequence[Problem], *, size: SizeMode = "small", dev
             audits.append(ProblemAudit(problem.id, problem.name, "unavailable", detail=problem.unavailable_reason[:300]))
             continue
         try:
-            item = _load(problem, size, device, precision)
-            found = discrimination.discriminate(_runner(item, device, precision), AUDIT_SEEDS + CONFIRMATION_SEEDS,
-                                                atol, rtol, module=item.module, source=problem.source_for(size))
+            source = problem.source_for(size)
+            item = _load(problem, source, device, precision)
+            reference = _runner(item, device, precision)
+            found = discrimination.discriminate(reference, AUDIT_SEEDS + CONFIRMATION_SEEDS, atol, rtol,
+                                                module=item.module, source=source)
         except Exception as exc:  # noqa: BLE001 - the reference cannot run here: say why, judge nothing
             first = str(exc).splitlines()[0] if str(exc) else ""
             audits.append(ProblemAudit(problem.id, problem.name, "unavailable", detail=f"{type(exc).__name__}: {first}"[:300]))

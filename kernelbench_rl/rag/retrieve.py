@@ -14,13 +14,14 @@ Examples are filtered by backend and must fit a character budget each.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from kernelbench_rl.config.schema import RagConfig
 from kernelbench_rl.envs.prompts import PromptExample
 from kernelbench_rl.problems import Problem, holdout_ids, load_problems, parse_problem_id
 from kernelbench_rl.rag.corpus import read_corpus
@@ -289,6 +290,26 @@ class HoldoutGuard:
         if fingerprint is not None and fingerprint in self.holdout_fingerprints:
             return "near_duplicate_of_holdout"
         return None
+
+
+def open_retriever(settings: RagConfig, store: Any, *, backend: str, kernelbench_root: str | None,
+                   holdout_fraction: float, split_seed: int) -> Callable[[Problem, int], list[PromptExample]] | None:
+    """A run's RA-ICL examples as its prompts take them (`retrieve(problem, k)`), from the index built beside `store`
+    (or `settings.index_dir`), leak-free against the holdout of the run's problem source split as the run splits it;
+    None when retrieval is off (`settings.enabled`)."""
+    if not settings.enabled:
+        return None
+    from kernelbench_rl.rag.build import default_index_dir
+
+    retriever = Retriever.open(store, settings.index_dir or default_index_dir(store), Embedder(settings.model),
+                               kernelbench_root=kernelbench_root, holdout_fraction=holdout_fraction,
+                               split_seed=split_seed)
+    char_budget = settings.char_budget
+
+    def retrieve(problem: Problem, k: int) -> list[PromptExample]:
+        return [ex.as_prompt_example() for ex in retriever.retrieve(problem, backend, k, char_budget=char_budget)]
+
+    return retrieve
 
 
 def split_holdout_problems(kernelbench_root: str | None, holdout_fraction: float, split_seed: int) -> list[Problem]:

@@ -24,9 +24,8 @@ from kernelbench_rl.metrics import FAST_P_THRESHOLDS, BenchmarkSummary, SampleOu
 from kernelbench_rl.parts import EvaluatorPlan, RunParts
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.store import Store
+from kernelbench_rl.store.checkpoints import BASE, CheckpointRow, newest_per_run, resolve_checkpoint
 from kernelbench_rl.training.rollouts import EvaluateFn, PromptRenderer, RolloutRunner
-
-BASE = "base"
 
 
 def new_eval_id() -> str:
@@ -64,24 +63,6 @@ class CheckpointReport:
         return out
 
 
-def resolve_checkpoint(store: Store, run_id: str, checkpoint: str | None) -> dict[str, Any] | None:
-    """None/"latest": the newest checkpoint of the run; "base": no checkpoint; else by name."""
-    if checkpoint == BASE:
-        return None
-    if checkpoint in (None, "", "latest"):
-        rows = store.query(
-            "SELECT name, step, sampler_path FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT 1", [run_id]
-        ).to_dicts()
-        if not rows:
-            raise UserError(f"Run {run_id!r} has no checkpoint yet; train it first or evaluate checkpoint='base'.")
-        return rows[0]
-    rows = store.query("SELECT name, step, sampler_path FROM checkpoints WHERE run_id = ? AND name = ?",
-                       [run_id, checkpoint]).to_dicts()
-    if not rows:
-        raise UserError(f"Run {run_id!r} has no checkpoint named {checkpoint!r}; `kernelbench-rl sql \"SELECT * FROM checkpoints\"` lists them.")
-    return rows[0]
-
-
 @dataclass
 class NightlyTarget:
     """A run a nightly evaluation evaluates: its stored configuration, its newest checkpoint and why it was chosen."""
@@ -98,27 +79,19 @@ def nightly_targets(store: Store, run_ids: Sequence[str] = ()) -> list[NightlyTa
 
     A named run without a checkpoint is a UserError; with no run named and none trained yet the list is empty.
     """
-    if not store.exists() or "checkpoints" not in {r[0] for r in store.fetchall(
-            "SELECT table_name FROM information_schema.tables", read_only=True)}:
-        if run_ids:
-            raise UserError(f"The database {store.path} holds no runs yet, so run {run_ids[0]!r} cannot be evaluated.")
-        return []
-    latest = store.query(
-        "SELECT c.run_id, c.name, c.step, c.created_at, r.config_json FROM checkpoints c "
-        "JOIN runs r USING (run_id) "
-        "QUALIFY row_number() OVER (PARTITION BY c.run_id ORDER BY c.step DESC, c.created_at DESC) = 1 "
-        "ORDER BY c.created_at DESC", read_only=True).to_dicts()
-    by_run = {row["run_id"]: row for row in latest}
+    latest = newest_per_run(store)
+    by_run = {row.run_id: (row, config) for row, config in latest}
     if run_ids:
         missing = [run_id for run_id in run_ids if run_id not in by_run]
         if missing:
+            if not store.exists():
+                raise UserError(f"The database {store.path} holds no runs yet, so run {missing[0]!r} cannot be evaluated.")
             known = ", ".join(sorted(by_run)) or "none"
             raise UserError(f"Run {missing[0]!r} has no checkpoint in {store.path} (runs with one: {known}).")
-        chosen = [(by_run[run_id], "named in the run_ids parameter") for run_id in run_ids]
+        chosen = [(*by_run[run_id], "named in the run_ids parameter") for run_id in run_ids]
     else:
-        chosen = [(latest[0], "the run with the newest checkpoint (no run_ids given)")] if latest else []
-    return [NightlyTarget(row["run_id"], json.loads(row["config_json"] or "{}"), str(row["name"]), int(row["step"]), why)
-            for row, why in chosen]
+        chosen = [(*latest[0], "the run with the newest checkpoint (no run_ids given)")] if latest else []
+    return [NightlyTarget(row.run_id, config, row.name, row.step, why) for row, config, why in chosen]
 
 
 @dataclass(frozen=True)
@@ -157,7 +130,7 @@ def evaluate_checkpoint(
     `checkpoint="openai:MODEL"` (with `base_url`) evaluates a model served by an OpenAI-compatible
     server instead (`evaluate_model`); its report rows have the same shape.
 
-    `retrieve` (RA-ICL runs: `compose.open_retriever`) puts retrieved examples in the prompts as
+    `retrieve` (RA-ICL runs: `parts.open_retriever()`) puts retrieved examples in the prompts as
     training did, `rag.k` of them; without it prompts carry the default example.
     """
     from kernelbench_rl.policy.openai_backend import is_openai_policy
@@ -168,7 +141,7 @@ def evaluate_checkpoint(
                               evaluate_fn=evaluate_fn, retrieve=retrieve)
     store = store or Store(parts.db_path)
     ckpt = resolve_checkpoint(store, parts.run_id, checkpoint)
-    scope = _Scope(parts.run_id, BASE if ckpt is None else str(ckpt["name"]), split,
+    scope = _Scope(parts.run_id, BASE if ckpt is None else ckpt.name, split,
                    parts.split.chosen(split, max_problems), samples_per_problem, ks)
     builders = make_group_builders(scope.problems, samples_per_problem, parts.env, retrieve,
                                    parts.rag.k if retrieve is not None else 0)
@@ -180,12 +153,12 @@ def evaluate_checkpoint(
         groups = [group.envs for group in runner.run(builders)]
 
     report = build_report(scope, groups)
-    record_report(store, report, tensorboard=(parts.run_dir, 0 if ckpt is None else int(ckpt["step"])))
+    record_report(store, report, tensorboard=(parts.run_dir, 0 if ckpt is None else ckpt.step))
     require_a_verdict(report, groups)
     return report
 
 
-def _sampling_client(parts: RunParts, checkpoint: dict[str, Any] | None, service_client: Any | None) -> Any:
+def _sampling_client(parts: RunParts, checkpoint: CheckpointRow | None, service_client: Any | None) -> Any:
     """The checkpoint's sampler (the base model's for "base"), resolved before anything is sampled."""
     from kernelbench_rl.policy import make_service_client
     from kernelbench_rl.training.checkpoints import resolved_path
@@ -193,7 +166,7 @@ def _sampling_client(parts: RunParts, checkpoint: dict[str, Any] | None, service
     service = service_client or make_service_client(parts.policy)
     # A stored relative sampler path is under the run's folder (a copied runs/ included).
     client = (service.create_sampling_client(base_model=parts.base_model) if checkpoint is None
-              else service.create_sampling_client(model_path=resolved_path(checkpoint["sampler_path"], parts.run_dir)))
+              else service.create_sampling_client(model_path=resolved_path(checkpoint.sampler_path, parts.run_dir)))
     # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
     return client.result() if callable(getattr(client, "result", None)) else client
 

@@ -583,7 +583,7 @@ def run_training(
 ) -> TrainSummary:
     """Train (or resume) the run; `stop_after_steps` ends this invocation early. `progress` shows a progress bar;
     `lines` (without it) prints the same progress as plain lines. `retrieve`: RA-ICL examples in every prompt (a run
-    with rag.enabled: `compose.open_retriever`)."""
+    with rag.enabled: `parts.open_retriever()`)."""
     steps = parts.training.steps
     run = TrainingRun(parts, store=store, retrieve=retrieve, evaluate_fn=evaluate_fn, service_client=service_client)
     with run:
