@@ -7,7 +7,7 @@ kernelbench_rl.evaluation.worker.worker_process` on a bare GPU box) never pulls 
 
 from __future__ import annotations
 
-from typing import Any
+from kernelbench_rl import lazy_names
 
 _LAZY = {
     "Evaluator": "kernelbench_rl.evaluation.front.api",
@@ -21,10 +21,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'kernelbench_rl.evaluation' has no attribute {name!r}")
+__getattr__ = lazy_names.loader(__name__, _LAZY)

@@ -10,7 +10,7 @@ for the real service (one config change away: policy.backend=tinker with TINKER_
 
 from __future__ import annotations
 
-from typing import Any
+from kernelbench_rl import lazy_names
 
 # Imported on first use: base.py pulls in the Tinker SDK and torch (seconds), which a command that only reads the
 # policy's configuration (a bad flag refused, `train`'s config checked) never needs.
@@ -29,10 +29,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'kernelbench_rl.policy' has no attribute {name!r}")
+__getattr__ = lazy_names.loader(__name__, _LAZY)

@@ -7,7 +7,7 @@ and the commands that import one of those do not pay for.
 
 from __future__ import annotations
 
-from typing import Any
+from kernelbench_rl import lazy_names
 
 _LAZY = {
     "Curriculum": "kernelbench_rl.training.curriculum",
@@ -27,10 +27,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'kernelbench_rl.training' has no attribute {name!r}")
+__getattr__ = lazy_names.loader(__name__, _LAZY)
