@@ -28,20 +28,25 @@ from kernelbench_rl.config.schema import (
 from kernelbench_rl.envs.kernel_env import EnvSpec
 from kernelbench_rl.evaluation.cluster.cluster_spec import ClusterSpec, parse_cluster
 from kernelbench_rl.evaluation.result import EvalSettings
-from kernelbench_rl.parts import EvaluatorPlan, ProblemSplit, RunParts, SamplingSettings
+from kernelbench_rl.parts import EvaluatorPlan, RunParts, SamplingSettings
 from kernelbench_rl.policy.config import PolicyConfig, resolve_backend
-from kernelbench_rl.problems import default_levels, load_problems, split_problems
+from kernelbench_rl.problems.run_split import ProblemSplit, load_audited_split
+from kernelbench_rl.problems.run_split import load_split as _load_split
 
 
 def build_run_parts(config: TrainConfig, *, policy_beside: bool = False) -> RunParts:
     """The run's parts, each resolved once, in one pass down: what the configuration says (`run_settings`), the
-    evaluator's room for a policy beside it, then the problems (loaded, split and audited once).
+    evaluator's room for a policy beside it, then the problems (loaded, split and audited once:
+    problems/run_split.py).
 
     policy_beside: this process also runs the run's policy (training, checkpoint evaluation), so a local one on the
     evaluator's GPU gets its memory reserved."""
     settings = run_settings(config)
     reserved, device_uuid = _reservation(config.eval, settings, policy_beside=policy_beside)
-    split, audits, variants = load_audited_split(config.problems, settings.eval.precision)
+    split, audits, variants = load_audited_split(
+        config.problems.source_root, config.problems.levels, precision=settings.eval.precision,
+        holdout_fraction=config.problems.holdout_fraction, seed=config.problems.split_seed, ids=config.problems.ids,
+        audit=config.problems.audit)
     evaluator = EvaluatorPlan(settings.eval, cluster=config.eval.cluster, num_workers=config.eval.num_workers,
                               problems_root=config.problems.source_root, input_variants=variants,
                               reserved_bytes=reserved, reserved_device_uuid=device_uuid)
@@ -109,29 +114,9 @@ def resolve_eval_device(device: str, size: str) -> tuple[str, str]:
 
 # -- problems ---------------------------------------------------------------------------------
 def load_split(problems: ProblemsConfig) -> ProblemSplit:
-    """The problems of the configured levels, loaded once, and their train / holdout split; `problems.ids` plays
-    no part (the holdout is always that of the whole set, so naming ids can never pull a holdout problem in)."""
-    levels = problems.levels if problems.levels is not None else default_levels(problems.source_root)
-    loaded = load_problems(problems.source_root, levels=levels)
-    train, holdout = split_problems(loaded, problems.holdout_fraction, problems.split_seed)
-    return ProblemSplit(all=tuple(loaded), train=tuple(train), holdout=tuple(holdout),
-                        levels=tuple(levels) if levels is not None else None, source_root=problems.source_root,
-                        holdout_fraction=problems.holdout_fraction, seed=problems.split_seed,
-                        ids=tuple(problems.ids), audit=problems.audit)
-
-
-def load_audited_split(problems: ProblemsConfig, precision: str) -> tuple[ProblemSplit, dict[str, Any],
-                                                                          dict[str, Any]]:
-    """(split, audits, widened inputs): the split of `load_split`, the problem audit of all its problems
-    (problems/audit.py; none when `problems.audit` is off) and the widened inputs the audit hands the evaluator
-    (where another problem's reference passes a problem's own)."""
-    split = load_split(problems)
-    if not problems.audit:
-        return split, {}, {}
-    from kernelbench_rl.problems.audit import audit_set, given_variants
-
-    audits = audit_set(list(split.all), precision)
-    return split, audits, given_variants(audits.values())
+    """The split of the configured problems (`problems.run_split.load_split`), without their audit."""
+    return _load_split(problems.source_root, problems.levels, holdout_fraction=problems.holdout_fraction,
+                       seed=problems.split_seed, ids=problems.ids, audit=problems.audit)
 
 
 def first_training_ids(config: TrainConfig, count: int) -> list[str]:

@@ -2,7 +2,7 @@
 
 `kernelbench_rl.compose.build_run_parts` builds one `RunParts` from a `TrainConfig`, once per command
 or task: the run id, the base model (TINKER_API_KEY read once), the problem split (the problem tree
-loaded once) and its audit, the environment spec, the evaluator's plan, the policy's configuration
+loaded once, `problems/run_split.py`) and its audit, the environment spec, the evaluator's plan, the policy's configuration
 and the sampling settings. What is opened from them (an evaluator, the retriever) is opened by whoever
 uses it: `parts.evaluator.open(store, problems)`, `parts.open_retriever(store)`. The loops, checkpoint evaluation and the environment server take these
 parts and the sections of the configuration they own (training, rewards, curriculum, sft, rag);
@@ -11,7 +11,6 @@ none of them sees the whole configuration, and none re-derives what is resolved 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,72 +18,11 @@ from typing import Any
 
 from kernelbench_rl.config.schema import CurriculumConfig, RagConfig, RewardsConfig, SftConfig, TrainingConfig
 from kernelbench_rl.envs.kernel_env import EnvSpec, Retriever
-from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.policy.config import PolicyConfig
-from kernelbench_rl.problems import Problem, resolve_problem
+from kernelbench_rl.problems import Problem
+from kernelbench_rl.problems.run_split import ProblemSplit
 
-log = logging.getLogger(__name__)
-SPLITS = ("holdout", "train", "all")
-
-
-@dataclass(frozen=True)
-class ProblemSplit:
-    """The problems of the configured levels, split once into train and holdout (`problems.split`), with the
-    settings that made the split (the retrieval leak rules split the whole source the same way)."""
-
-    all: tuple[Problem, ...]
-    train: tuple[Problem, ...]
-    holdout: tuple[Problem, ...]
-    levels: tuple[int, ...] | None  # None: every level of the source
-    source_root: str | None = None
-    holdout_fraction: float = 0.2
-    seed: int = 0
-    ids: tuple[str, ...] = ()  # problems.ids: training keeps to these (empty: the whole train split)
-    audit: bool = True  # problems.audit: training leaves out what the audit says cannot tell right from wrong
-
-    def chosen(self, split: str, max_problems: int | None = None) -> list[Problem]:
-        """The problems of `split` (holdout, train or all), the first `max_problems` of them when given."""
-        if split not in SPLITS:
-            raise UserError(f"Unknown split {split!r}; use holdout, train or all.")
-        chosen = {"holdout": self.holdout, "train": self.train, "all": self.all}[split]
-        if not chosen:
-            levels = list(self.levels) if self.levels is not None else None
-            raise UserError(f"The {split} split of levels {levels} is empty; raise problems.holdout_fraction or add levels.")
-        return list(chosen[:max_problems] if max_problems else chosen)
-
-    def training_problems(self, audits: Mapping[str, Any]) -> list[Problem]:
-        """The problems RL and SFT train on: the train split (restricted to `ids` when named), less what cannot run
-        here and, with the audit on, less what `audits` says cannot tell right from wrong. A UserError when none is
-        left; the holdout split is never trained on (naming a holdout id cannot pull it in)."""
-        train = list(self.train)
-        if self.ids:
-            named = []
-            for pid in self.ids:  # ours (L1/19), kernrl's (L1_19_ReLU) or a unique prefix of kernrl's
-                problem = resolve_problem(pid, self.all)
-                if problem is None:
-                    raise UserError(f"Problem {pid} is not among the loaded problems; `kernelbench-rl problems list` "
-                                    "shows the ids.")
-                named.append(problem.id)
-            train_ids = {p.id for p in train}
-            train = [p for pid in dict.fromkeys(named) for p in self.all if p.id == pid and pid in train_ids]
-        unavailable = [p for p in train if p.unavailable_reason]
-        if unavailable:  # a problem that cannot run here is never judged, so never trained on
-            log.warning("%d problem(s) left out of training, unavailable here: %s", len(unavailable),
-                        "; ".join(p.unavailable_reason or "" for p in unavailable[:5]))
-            train = [p for p in train if not p.unavailable_reason]
-        if not train:
-            raise UserError("No training problems are left after the holdout split; add problems or lower "
-                            "problems.holdout_fraction.")
-        if self.audit:
-            from kernelbench_rl.problems.audit import usable_for_reward
-
-            train = usable_for_reward(train, audits, warn=log.warning)
-            if not train:
-                raise UserError("The problem audit leaves no training problem whose inputs tell right from wrong "
-                                "(`kernelbench-rl problems audit` says why); choose other problems or set "
-                                "problems.audit=false.")
-        return train
 
 
 @dataclass(frozen=True)

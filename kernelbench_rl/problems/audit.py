@@ -93,7 +93,9 @@ def _runner(loaded: _Loaded, device: str, precision: str) -> discrimination.Refe
     def run(seed: int, variant: discrimination.Variant | None) -> tuple[list[Any], list[torch.Tensor]]:
         inputs = runtime.make_inputs(loaded.module, seed, device, precision, variant)
         runtime.seed_everything(seed)
-        return inputs, _forward(loaded.model, inputs)
+        with torch.no_grad():  # on clones: `inputs` go back untouched
+            output = loaded.model(*runtime.clone_inputs(inputs))
+        return inputs, [t.detach() for t in wire.flatten_outputs(output)]
     return run
 
 
@@ -240,26 +242,41 @@ def _stored_key(problems: Sequence[Problem], precision: str) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=8)
-def _audit_cached(problems: tuple[Problem, ...], precision: str) -> tuple[ProblemAudit, ...]:
+def _audit_cached(problems: tuple[Problem, ...], precision: str) -> tuple[tuple[ProblemAudit, ...],
+                                                                         tuple[tuple[str, discrimination.Variant], ...]]:
+    """(audits, the widened inputs given to the evaluator): read back from the cache, else audited and stored."""
     cache = private_cache.PrivateCache(max_entry_bytes=AUDIT_ENTRY_BYTES)
     key = _stored_key(problems, precision)
     name = f"problem-audit-{key['problems'][:20]}-{precision}"
     stored = cache.get(name, key)
+    audits: tuple[ProblemAudit, ...] | None = None
     if stored is not None:
         try:
-            return tuple(ProblemAudit(**entry) for entry in stored["audits"])
+            audits = tuple(ProblemAudit(**entry) for entry in stored["audits"])
         except (KeyError, TypeError):
             pass  # written by other code under the same key: audited again below, and replaced
-    audits = tuple(audit_problems(problems, precision=precision))
-    cache.put(name, key, {"audits": [audit.as_dict() for audit in audits]})
-    return audits
+    fresh = audits is None
+    if audits is None:
+        audits = tuple(audit_problems(problems, precision=precision))
+    variants = tuple(given_variants(audits).items())
+    if fresh:
+        cache.put(name, key, {"audits": [audit.as_dict() for audit in audits]})
+    return audits, variants
+
+
+def audited_set(problems: Sequence[Problem],
+                precision: str = "fp32") -> tuple[dict[str, ProblemAudit], dict[str, discrimination.Variant]]:
+    """(audits by problem id, the widened inputs the evaluator must be given): the audit of a whole problem set at
+    CPU sizes (siblings found among them), once per process and set, and read back from this user's private cache
+    (kernelbench_rl/private_cache.py) while the problems, the precision, torch and the audit's code are the same
+    (`train`, `sft` and `eval-model` each start by auditing their set)."""
+    audits, variants = _audit_cached(tuple(problems), precision)
+    return {a.problem_id: a for a in audits}, dict(variants)
 
 
 def audit_set(problems: Sequence[Problem], precision: str = "fp32") -> dict[str, ProblemAudit]:
-    """The audit of a whole problem set at CPU sizes (siblings found among them): once per process and set, and
-    read back from this user's private cache (kernelbench_rl/private_cache.py) while the problems, the precision,
-    torch and the audit's code are the same (`train`, `sft` and `eval-model` each start by auditing their set)."""
-    return {a.problem_id: a for a in _audit_cached(tuple(problems), precision)}
+    """The audits of `audited_set`, by problem id."""
+    return audited_set(problems, precision)[0]
 
 
 def usable_for_reward(problems: Sequence[Problem], audits: Mapping[str, ProblemAudit],

@@ -94,19 +94,6 @@ def nightly_targets(store: Store, run_ids: Sequence[str] = ()) -> list[NightlyTa
     return [NightlyTarget(row.run_id, config, row.name, row.step, why) for row, config, why in chosen]
 
 
-@dataclass(frozen=True)
-class _Scope:
-    """What one evaluation covers, chosen before anything runs: the run, the label its rows carry (a checkpoint's
-    name, "base" or a served model's policy string), the split's problems and the samples per problem."""
-
-    run_id: str
-    label: str
-    split: str
-    problems: list[Problem]
-    samples_per_problem: int
-    ks: Sequence[int]
-
-
 def evaluate_checkpoint(
     parts: RunParts,
     *,
@@ -141,18 +128,18 @@ def evaluate_checkpoint(
                               evaluate_fn=evaluate_fn, retrieve=retrieve)
     store = store or Store(parts.db_path)
     ckpt = resolve_checkpoint(store, parts.run_id, checkpoint)
-    scope = _Scope(parts.run_id, BASE if ckpt is None else ckpt.name, split,
-                   parts.split.chosen(split, max_problems), samples_per_problem, ks)
-    builders = make_group_builders(scope.problems, samples_per_problem, parts.env, retrieve,
+    label = BASE if ckpt is None else ckpt.name
+    problems = parts.split.chosen(split, max_problems)
+    builders = make_group_builders(problems, samples_per_problem, parts.env, retrieve,
                                    parts.rag.k if retrieve is not None else 0)
     sampling_client = _sampling_client(parts, ckpt, service_client)
 
-    with _evaluating(parts.evaluator, store, scope.problems, evaluate_fn) as judge:
+    with _evaluating(parts.evaluator, store, problems, evaluate_fn) as judge:
         runner = RolloutRunner(sampling_client, PromptRenderer(sampling_client.get_tokenizer()), judge,
                                temperature=parts.sampling.temperature, top_p=parts.sampling.top_p)
         groups = [group.envs for group in runner.run(builders)]
 
-    report = build_report(scope, groups)
+    report = build_report(parts.run_id, label, split, problems, samples_per_problem, ks, groups)
     record_report(store, report, tensorboard=(parts.run_dir, 0 if ckpt is None else ckpt.step))
     require_a_verdict(report, groups)
     return report
@@ -207,23 +194,23 @@ def evaluate_model(
         max_tokens=parts.sampling.max_tokens, context_tokens=context_tokens))
     server = chat.probe()  # before the evaluator starts and anything is paid for
     say(f"{chat.label} at {chat.where}: {server.describe(chat.spec.max_tokens)}")
-    scope = _Scope(parts.run_id, chat.label, split, problems, samples_per_problem, ks)
     builders = make_group_builders(problems, samples_per_problem, parts.env, retrieve,
                                    parts.rag.k if retrieve is not None else 0)
     store = store or Store(parts.db_path)
-    answers = AnswerLog(store, scope.run_id, scope.label, split, chat.spec.model,
+    answers = AnswerLog(store, parts.run_id, chat.label, split, chat.spec.model,
                         temperature=parts.sampling.temperature, top_p=parts.sampling.top_p)
     resumed = answers.resume()
     if resumed is not None:
         say(f"resuming evaluation {resumed}: {answers.earlier_answers} answer(s) already in {store.path}; only the "
             "requests without one are sent")
     eval_id = answers.eval_id = resumed or new_eval_id()
-    with _evaluating(parts.evaluator, store, scope.problems, evaluate_fn) as judge:
+    with _evaluating(parts.evaluator, store, problems, evaluate_fn) as judge:
         groups = run_chat_episodes(builders, chat, judge, temperature=parts.sampling.temperature,
                                    top_p=parts.sampling.top_p, on_answer=answers.record, earlier=answers.earlier)
 
     usage = {**chat.usage.to_dict(), **({"context_tokens": server.context_tokens} if server.context_tokens else {})}
-    report = build_report(scope, groups, eval_id=eval_id, usage=usage)
+    report = build_report(parts.run_id, chat.label, split, problems, samples_per_problem, ks, groups,
+                          eval_id=eval_id, usage=usage)
     record_report(store, report)
     if chat.usage.unanswered:
         raise UnansweredRequests(
@@ -256,23 +243,25 @@ def _evaluating(plan: EvaluatorPlan, store: Store, problems: Sequence[Problem], 
 
 
 # -- the report: built in one place, recorded in one step -------------------------------------------
-def build_report(scope: _Scope, groups: Sequence[Sequence[KernelEnv]], *, eval_id: str | None = None,
+def build_report(run_id: str, label: str, split: str, problems: Sequence[Problem], samples_per_problem: int,
+                 ks: Sequence[int], groups: Sequence[Sequence[KernelEnv]], *, eval_id: str | None = None,
                  usage: dict[str, int] | None = None) -> CheckpointReport:
-    """The whole report of an evaluation's episodes (problems x samples), nothing written: each sample's best turn,
-    outcome and eval_samples row, then the figures per level and overall (pass@k for the `ks` the samples allow)."""
+    """The whole report of an evaluation's episodes (`problems` x `samples_per_problem`), nothing written: each
+    sample's best turn, outcome and eval_samples row, then the figures per level and overall (pass@k for the `ks`
+    the samples allow). `label`: the checkpoint's name, "base" or a served model's policy string."""
     envs = [env for group in groups for env in group]
     turns = [_best_turn(env) for env in envs]
     outcomes = [episode_outcome(env) for env in envs]
     eval_id = eval_id or new_eval_id()
-    samples = sample_rows(scope, eval_id, envs, turns, outcomes)
-    levels: dict[str, int] = {p.id: p.level for p in scope.problems}
-    usable_ks = [k for k in scope.ks if k <= scope.samples_per_problem]
+    samples = sample_rows(run_id, label, split, eval_id, envs, turns, outcomes)
+    levels: dict[str, int] = {p.id: p.level for p in problems}
+    usable_ks = [k for k in ks if k <= samples_per_problem]
     per_level = {
         level: summarize([o for o in outcomes if levels[o.problem_id] == level], usable_ks)
         for level in sorted(set(levels.values()))
     }
     return CheckpointReport(
-        scope.run_id, scope.label, scope.split, outcomes, summarize(outcomes, usable_ks), per_level, usage=usage,
+        run_id, label, split, outcomes, summarize(outcomes, usable_ks), per_level, usage=usage,
         eval_id=eval_id, samples=samples, completions=[t.completion for t in turns if t is not None],
         timed=[t.result for t in turns if t is not None and t.result is not None and t.result.speed_of_light])
 
@@ -336,7 +325,7 @@ def _best_turn(env: KernelEnv) -> Any:
                                       t.result.speedup if t.result.speedup_counts else 0.0))
 
 
-def sample_rows(scope: _Scope, eval_id: str, envs: Sequence[KernelEnv], turns: Sequence[Any],
+def sample_rows(run_id: str, label: str, split: str, eval_id: str, envs: Sequence[KernelEnv], turns: Sequence[Any],
                 outcomes: Sequence[SampleOutcome]) -> list[dict[str, Any]]:
     """One eval_samples row per sample (`turns`: each one's best turn): its verdict, why it failed, and where its
     completion and evaluation are."""
@@ -352,7 +341,7 @@ def sample_rows(scope: _Scope, eval_id: str, envs: Sequence[KernelEnv], turns: S
         if result is not None and turn.code and result.settings_hash:
             eval_key = eval_key_for(env.problem.id, sha256_text(turn.code), result.settings_hash)
         rows.append({
-            "eval_id": eval_id, "run_id": scope.run_id, "checkpoint": scope.label, "split": scope.split,
+            "eval_id": eval_id, "run_id": run_id, "checkpoint": label, "split": split,
             "problem_id": env.problem.id, "suite": env.problem.suite, "level": env.problem.level,
             "sample_index": sample_index,
             "turn": turn.index if turn is not None else None,
