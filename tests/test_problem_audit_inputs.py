@@ -17,7 +17,7 @@ from kernelbench_rl.config import load_config
 from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import get_problem, load_problems, load_solution
-from kernelbench_rl.problems.audit import audit_problems, audit_set, audited_set, counts, given_variants
+from kernelbench_rl.problems.audit import audit_problems, audit_set, audited_set, counts
 from kernelbench_rl.compose import build_run_parts
 
 runner = CliRunner()
@@ -101,8 +101,10 @@ def test_audit_refuses_bad_options_in_one_sentence():
 @pytest.fixture(scope="module")
 def evaluator():
     audits, variants = audited_set(load_problems(levels=[1]))
-    # One call gives the audits and the widened inputs they hand the evaluator (those of given_variants).
-    assert set(variants) == {"L1/26", "L1/88"} and variants == given_variants(audits.values())
+    # One call gives the audits and the widened inputs they hand the evaluator: those another problem's
+    # reference passes on the problem's own inputs.
+    assert set(variants) == {"L1/26", "L1/88"}
+    assert variants == {pid: a.variant for pid, a in audits.items() if a.given_variant} and all(variants.values())
     assert audit_set(load_problems(levels=[1])) == audits
     ev = Evaluator(EvalSettings(device="cpu", timeout_s=60), static_checks=False, parallel_compiles=2,
                    input_variants=variants)

@@ -208,12 +208,6 @@ def _judge_siblings(audits: list[ProblemAudit], loaded: dict[str, _Loaded], devi
                         f"to the evaluator ({names}'s reference passes the problem's own inputs)")
 
 
-def given_variants(audits: Iterable[ProblemAudit]) -> dict[str, discrimination.Variant]:
-    """The widened inputs the evaluator must be given (`Evaluator(input_variants=...)`): it finds trivial-candidate
-    cases by itself, not another problem's reference passing."""
-    return {a.problem_id: a.variant for a in audits if a.given_variant and a.variant is not None}
-
-
 # The code an audit's outcome follows from: a change to any of it makes the stored audits stale.
 _AUDIT_CODE = ("problems", "evaluation/verdict", "evaluation/sandbox", "evaluation/result.py")
 AUDIT_ENTRY_BYTES = 16 << 20  # an audit of KernelBench's 250 problems is about a tenth of it
@@ -258,7 +252,9 @@ def _audit_cached(problems: tuple[Problem, ...], precision: str) -> tuple[tuple[
     fresh = audits is None
     if audits is None:
         audits = tuple(audit_problems(problems, precision=precision))
-    variants = tuple(given_variants(audits).items())
+    # The widened inputs the evaluator must be given (`Evaluator(input_variants=...)`): it finds trivial-candidate
+    # cases by itself, not another problem's reference passing.
+    variants = tuple((a.problem_id, a.variant) for a in audits if a.given_variant and a.variant is not None)
     if fresh:
         cache.put(name, key, {"audits": [audit.as_dict() for audit in audits]})
     return audits, variants
