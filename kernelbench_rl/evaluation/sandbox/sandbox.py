@@ -205,7 +205,9 @@ def unprivileged_uid() -> int:
     Workers of different GPUs never share a uid, even from two evaluators on one host, so RLIMIT_NPROC's uid-wide
     count, signals and /proc stay within one GPU's children: with every worker of a four-GPU host as nobody, their
     children's threads together passed the limit and torch aborted in pthread_create, and a candidate could signal a
-    neighbour's processes. A uid that names an account of this machine is never taken (nobody then)."""
+    neighbour's processes. Two evaluators on one GPU, or two CPU evaluators that each think they have the host, do
+    share a uid: a thread flood in one starves the other's children. A uid that names an account of this machine is
+    never taken (nobody then)."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     slot = int(first) if first.isdigit() else host_share.host_share()[0]
     uid = UNPRIVILEGED_UID - min(slot, 1023)
