@@ -140,8 +140,10 @@ def evaluate_checkpoint(
         groups = [group.envs for group in runner.run(builders)]
 
     report = build_report(parts.run_id, label, split, problems, samples_per_problem, ks, groups)
+    failure = no_verdict(report, groups)
     record_report(store, report, tensorboard=(parts.run_dir, 0 if ckpt is None else ckpt.step))
-    require_a_verdict(report, groups)
+    if failure is not None:  # its rows are recorded all the same
+        raise failure
     return report
 
 
@@ -211,13 +213,13 @@ def evaluate_model(
     usage = {**chat.usage.to_dict(), **({"context_tokens": server.context_tokens} if server.context_tokens else {})}
     report = build_report(parts.run_id, chat.label, split, problems, samples_per_problem, ks, groups,
                           eval_id=eval_id, usage=usage)
+    failure = UnansweredRequests(
+        f"{chat.usage.unanswered} request(s) got no answer ({chat.gone or 'they failed after their retries'}); "
+        f"the report above is partial (eval_id {eval_id}). Run the same command again when the server answers: "
+        "it sends only those.", report) if chat.usage.unanswered else no_verdict(report, groups)
     record_report(store, report)
-    if chat.usage.unanswered:
-        raise UnansweredRequests(
-            f"{chat.usage.unanswered} request(s) got no answer ({chat.gone or 'they failed after their retries'}); "
-            f"the report above is partial (eval_id {eval_id}). Run the same command again when the server answers: "
-            "it sends only those.", report)
-    require_a_verdict(report, groups)
+    if failure is not None:  # its rows are recorded all the same
+        raise failure
     return report
 
 
@@ -304,16 +306,17 @@ def log_to_tensorboard(run_dir: Path, report: CheckpointReport, step: int) -> No
         logger.close()
 
 
-def require_a_verdict(report: CheckpointReport, groups: Sequence[Sequence[KernelEnv]]) -> None:
-    """A report none of whose samples was judged scores nothing: it is an error (ours), never a row of zeros. Its
-    rows stay recorded, marked by their categories."""
+def no_verdict(report: CheckpointReport, groups: Sequence[Sequence[KernelEnv]]) -> NoVerdictError | None:
+    """The error of a report none of whose samples was judged, else None: such a report scores nothing, an error
+    (ours), never a row of zeros. Its rows are recorded all the same, marked by their categories, before it is
+    raised."""
     if report.overall.num_problems or not report.overall.unjudged_samples:
-        return
+        return None
     reasons = [t.result.error_message for envs in groups for env in envs for t in env.turns
                if t.result is not None and t.result.error_category.is_ours]
-    raise NoVerdictError(f"No sample of {report.label} was judged: all {report.overall.unjudged_samples} got no verdict on "
-                     f"their kernel (first: {(reasons[0] if reasons else 'unknown')[:200]}); eval_id {report.eval_id} "
-                     "keeps their rows. Fix the cause and run the evaluation again.")
+    return NoVerdictError(f"No sample of {report.label} was judged: all {report.overall.unjudged_samples} got no verdict on "
+                          f"their kernel (first: {(reasons[0] if reasons else 'unknown')[:200]}); eval_id {report.eval_id} "
+                          "keeps their rows. Fix the cause and run the evaluation again.")
 
 
 def _best_turn(env: KernelEnv) -> Any:
