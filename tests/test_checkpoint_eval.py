@@ -270,6 +270,26 @@ def test_unknown_split_is_a_user_error(trained: TrainConfig) -> None:
     _one_sentence(err)
 
 
+def test_an_evaluation_with_no_verdict_raises_after_its_rows_are_recorded(trained: TrainConfig) -> None:
+    """Every sample without a verdict on its kernel (our fault): NoVerdictError, one line naming the first cause
+    and the eval_id, and that evaluation's rows are in the store all the same (its samples marked infra)."""
+    from kernelbench_rl.errors import NoVerdictError
+
+    def lost(problem_ids: list[str], responses: list[str]) -> list[EvalResult]:
+        return [dataclasses.replace(verdict(pid), error_category=ErrorCategory.INFRA, error_message="worker lost")
+                for pid in problem_ids]
+
+    with pytest.raises(NoVerdictError) as err:
+        evaluate_checkpoint(build_run_parts(trained, policy_beside=True), checkpoint=BASE, split="all",
+                            samples_per_problem=1, evaluate_fn=lost)
+    sentence = str(err.value)
+    assert "\n" not in sentence and "No sample of base was judged" in sentence and "worker lost" in sentence
+    eval_id = sentence.split("eval_id ")[1].split()[0]
+    rows = Store(trained.db_path).fetchall("SELECT error_category FROM eval_samples WHERE eval_id = ?", [eval_id])
+    assert [r[0] for r in rows] == ["infra", "infra"]
+    assert Store(trained.db_path).fetchall("SELECT count(*) FROM eval_reports WHERE eval_id = ?", [eval_id])[0][0] == 3
+
+
 @dataclass
 class RecordingSampler:
     """Delegates to the real sampling client and keeps the decoded prompts it was sent."""
