@@ -184,11 +184,11 @@ def reference_verdicts(kernrl_problems):
 
 
 # Problems whose own inputs cannot tell a right kernel from a wrong one, at their real sizes as at ours: the
-# evaluator gives no verdict (a softmax over one column; a wave step, a BVH traversal and a Merkle root whose
-# output does not depend on the seed; an erosion that gives zeros on noise).
+# evaluator gives no verdict (a softmax over one column; a wave step and a Merkle root whose output does not depend
+# on the seed; an erosion that gives zeros on noise).
 # L9/3 is the max of torch.rand: about 1.0 whatever the seed, so ones (or any seed's answer) passes within kernrl's
 # atol of 0.05, and no widening of a uniform draw moves its maximum off the top of the range.
-UNDISCRIMINATING = {"L2/66", "L5/6", "L5/8", "L6/6", "L9/3", "L10/3"}
+UNDISCRIMINATING = {"L2/66", "L5/6", "L6/6", "L9/3", "L10/3"}
 # Borderline, so either verdict is right and which one comes depends on the hidden seeds drawn: L1/95's cross-entropy
 # over random logits sits near log(classes) whatever the seed, within about kernrl's atol of 0.05 of another seed's
 # value (on the H100 at real size it is undiscriminating; at CPU sizes usually, not always, correct). L8/7's deblocking
@@ -196,7 +196,9 @@ UNDISCRIMINATING = {"L2/66", "L5/6", "L5/8", "L6/6", "L9/3", "L10/3"}
 # for every seed the audit draws (one evaluator in five here, 2026-11-26). L5/7's Monte Carlo estimate of pi is pi
 # within kernrl's tolerance whatever the seed; only widened inputs (a wider square moves the estimate) can tell, and
 # at CPU sizes their estimates are noisy enough that a constant sometimes still passes (a full run, 2026-11-26).
-EITHER_CORRECT_OR_UNDISCRIMINATING = {"L1/95", "L5/7", "L8/7"}
+# L5/8's BVH traversal misses every box for most seeds at CPU sizes (all inf), so another seed's output passes; some
+# seeds' rays hit, and then its inputs tell (1 pool of 5 judged the reference correct, 2026-11-28).
+EITHER_CORRECT_OR_UNDISCRIMINATING = {"L1/95", "L5/7", "L5/8", "L8/7"}
 # Expected verdicts other than correct: all for reasons of the problems' own.
 EXPECTED = {
     **dict.fromkeys(NEEDS_FLA, ErrorCategory.UNSUPPORTED),
