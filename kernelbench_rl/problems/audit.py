@@ -236,28 +236,20 @@ def _stored_key(problems: Sequence[Problem], precision: str) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=8)
-def _audit_cached(problems: tuple[Problem, ...], precision: str) -> tuple[tuple[ProblemAudit, ...],
-                                                                         tuple[tuple[str, discrimination.Variant], ...]]:
-    """(audits, the widened inputs given to the evaluator): read back from the cache, else audited and stored."""
+def _audit_cached(problems: tuple[Problem, ...], precision: str) -> tuple[ProblemAudit, ...]:
+    """The audits of `problems`: read back from this user's private cache, else audited and stored there."""
     cache = private_cache.PrivateCache(max_entry_bytes=AUDIT_ENTRY_BYTES)
     key = _stored_key(problems, precision)
     name = f"problem-audit-{key['problems'][:20]}-{precision}"
     stored = cache.get(name, key)
-    audits: tuple[ProblemAudit, ...] | None = None
     if stored is not None:
         try:
-            audits = tuple(ProblemAudit(**entry) for entry in stored["audits"])
+            return tuple(ProblemAudit(**entry) for entry in stored["audits"])
         except (KeyError, TypeError):
             pass  # written by other code under the same key: audited again below, and replaced
-    fresh = audits is None
-    if audits is None:
-        audits = tuple(audit_problems(problems, precision=precision))
-    # The widened inputs the evaluator must be given (`Evaluator(input_variants=...)`): it finds trivial-candidate
-    # cases by itself, not another problem's reference passing.
-    variants = tuple((a.problem_id, a.variant) for a in audits if a.given_variant and a.variant is not None)
-    if fresh:
-        cache.put(name, key, {"audits": [audit.as_dict() for audit in audits]})
-    return audits, variants
+    audits = tuple(audit_problems(problems, precision=precision))
+    cache.put(name, key, {"audits": [audit.as_dict() for audit in audits]})
+    return audits
 
 
 def audited_set(problems: Sequence[Problem],
@@ -265,14 +257,16 @@ def audited_set(problems: Sequence[Problem],
     """(audits by problem id, the widened inputs the evaluator must be given): the audit of a whole problem set at
     CPU sizes (siblings found among them), once per process and set, and read back from this user's private cache
     (kernelbench_rl/private_cache.py) while the problems, the precision, torch and the audit's code are the same
-    (`train`, `sft` and `eval-model` each start by auditing their set)."""
-    audits, variants = _audit_cached(tuple(problems), precision)
-    return {a.problem_id: a for a in audits}, dict(variants)
+    (`train`, `sft` and `eval-model` each start by auditing their set). The evaluator finds trivial-candidate cases
+    by itself; it is given the widened inputs where another problem's reference passes a problem's own."""
+    audits = _audit_cached(tuple(problems), precision)
+    variants = {a.problem_id: a.variant for a in audits if a.given_variant and a.variant is not None}
+    return {a.problem_id: a for a in audits}, variants
 
 
 def audit_set(problems: Sequence[Problem], precision: str = "fp32") -> dict[str, ProblemAudit]:
     """The audits of `audited_set`, by problem id."""
-    return audited_set(problems, precision)[0]
+    return {a.problem_id: a for a in _audit_cached(tuple(problems), precision)}
 
 
 def usable_for_reward(problems: Sequence[Problem], audits: Mapping[str, ProblemAudit],
