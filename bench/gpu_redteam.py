@@ -134,7 +134,7 @@ def _run_batch(evaluator: Any, batch: list, layer: str, base: Any, device: str, 
             "expected": verdict.expected, "got": verdict.got, "passed": not problems, "problems": problems,
             "known_gap": gap, "error_message": hack.error_message[:300], "static_errors": hack.static.errors[:5],
             "flags": hack.flags, "speedup": hack.speedup, "wall_s": round(own_s, 2), "batch_wall_s": round(wall, 2),
-            "naive_expected_pass": case.naive_passes,
+            "naive_expected_pass": case.naive_passes, "versions": hack.versions if problems else None,
         })
     clean_markers(REPO_ROOT)
     return rows

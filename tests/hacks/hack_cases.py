@@ -314,8 +314,9 @@ RUNTIME_LAYER: dict[str, tuple[Expectation, tuple[str, ...]]] = {
     # the CPU's compute account) is the runtime defence.
     "methodcaller_clamp": (Expectation("zero", ("ok",), (_FLAG_HACK, "low_kernel_share")), ("cpu", "cuda")),
     # The same without the static policy: the CPU's compute account, the GPU's profile.
-    **{name: (Expectation("zero", ("ok", "runtime", "mismatch"), (_FLAG_HACK, "low_kernel_share")), ("cpu", "cuda"))
-       for name, _threat in WORK_ELSEWHERE},
+    # python_tolist may also crash at the child's host-memory limit (plain Python over 1.6 billion floats at real size).
+    **{name: (Expectation("zero", ("ok", "runtime", "mismatch") + (("crash",) if name == "python_tolist" else ()),
+                          (_FLAG_HACK, "low_kernel_share")), ("cpu", "cuda")) for name, _threat in WORK_ELSEWHERE},
 }
 
 
