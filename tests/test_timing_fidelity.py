@@ -284,18 +284,22 @@ def test_launch_cpu_time_tells_host_work_from_waiting(monkeypatch, forward, cpu_
         assert diag["launch_cpu_median_ms"] < 5.0
     # Off a GPU there is no allocator to count: unknown, never zero.
     assert diag["calls_reaching_malloc"] is None and diag["allocator_retries"] is None
+    assert diag["inputs_reaching_malloc"] is None
 
 
 def test_diagnostics_merge_blocks_and_read_as_one_line():
     from kernelbench_rl.evaluation.timing import timing
 
-    blocks = [{"timed_calls": 20, "calls_reaching_malloc": 3, "allocator_retries": 1, "launch_cpu_median_ms": 0.4},
+    blocks = [{"timed_calls": 20, "calls_reaching_malloc": 3, "allocator_retries": 1, "launch_cpu_median_ms": 0.4,
+               "inputs_reaching_malloc": 2},
               {"timed_calls": 20, "calls_reaching_malloc": 0, "allocator_retries": 0, "launch_cpu_median_ms": 0.6},
-              {"timed_calls": 20, "calls_reaching_malloc": 5, "allocator_retries": 2, "launch_cpu_median_ms": 0.5}]
+              {"timed_calls": 20, "calls_reaching_malloc": 5, "allocator_retries": 2, "launch_cpu_median_ms": 0.5,
+               "inputs_reaching_malloc": 4}]
     merged = timing.merge_diagnostics(blocks)
-    assert merged == {"timed_calls": 60, "calls_reaching_malloc": 8, "allocator_retries": 3, "launch_cpu_median_ms": 0.5}
+    assert merged == {"timed_calls": 60, "calls_reaching_malloc": 8, "allocator_retries": 3,
+                      "inputs_reaching_malloc": 6, "launch_cpu_median_ms": 0.5}
     line = timing.describe_diagnostics({"kernel": merged, "reference": None})
-    assert line == ("kernel: 8/60 timed calls reached cudaMalloc (3 allocator retries), launch CPU 0.500 ms; "
-                    "reference: cached")
+    assert line == ("kernel: 8/60 timed calls reached cudaMalloc (3 allocator retries), 6 calls' inputs did, "
+                    "launch CPU 0.500 ms; reference: cached")
     cpu_only = timing.merge_diagnostics([{"timed_calls": 5, "calls_reaching_malloc": None, "launch_cpu_median_ms": 2.0}])
     assert timing.describe_diagnostics({"kernel": cpu_only}) == "kernel: launch CPU 2.000 ms"

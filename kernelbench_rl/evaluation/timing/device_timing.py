@@ -68,11 +68,21 @@ VERIFY_TIMED_OUTPUTS = os.environ.get("KBRL_EVAL_VERIFY_TIMED", "1") != "0"
 # adds per call beyond the reported times is the same overhead on both sides: the candidate's time per call implied by
 # the worker's clock is the reference's reported time plus the difference of the two walls per call. Reported times
 # that this implied time exceeds by more than HOST_CLOCK_RATIO (and HOST_CLOCK_SLACK_MS: launch overhead the events
-# need not see) are a flagged verdict, whatever speedup they claim. The loop's overhead is the same on both sides only
-# up to the allocator: fresh inputs are made in the candidate's own process, and a kernel that holds memory (a workspace,
-# a memo) can make them reach cudaMalloc where the reference's did not (an honest memoising kernel on KernelBench's
-# L1/19, 6 GiB of inputs a call, read 0.93x and was flagged on an H200). So the slack grows with that overhead: a
-# share HOST_CLOCK_OVERHEAD_SHARE of the reference's own overhead a call.
+# need not see) are a flagged verdict, whatever speedup they claim.
+# The loop's overhead is the same on both sides only up to the allocator: fresh inputs are made in the candidate's own
+# process, and a kernel that holds memory (a workspace, a memo) can make its calls reach cudaMalloc where the
+# reference's did not (an honest memoising kernel on KernelBench's L1/19, 6 GiB of inputs a call, read 0.93x and was
+# flagged on an H200). Such a verdict gets more slack, a share HOST_CLOCK_OVERHEAD_SHARE of the reference's own
+# overhead a call, but only where something explains it (the kernel's calls, or their inputs, reached cudaMalloc more
+# often than the reference's) and never on that explanation alone: the counts come from the candidate's process, which
+# can forge them as easily as its times, so a verdict that agrees only with this slack is re-timed on the host clock
+# (`host_time`, as an excessive speedup is) and stands only if the speedup that reads is at least the events' over
+# HOST_CLOCK_RATIO (host_retiming_confirms); otherwise it is flagged as any other disagreement.
+# (Without the condition, the slack of L1/19's 3.45 ms of overhead a call let a kernel report a third of its time.)
+# What this promises: a candidate that only rewrites its reported times is flagged, whatever its diagnostics say,
+# unless it also rewrites its host re-timing, which runs in its process too; that, and faking less than
+# HOST_CLOCK_RATIO, this check cannot see (the static policy, which rejects patching the evaluator's modules, and the
+# problem's floor are the defences there).
 HOST_CLOCK_RATIO = 1.5
 HOST_CLOCK_SLACK_MS = 0.05
 HOST_CLOCK_OVERHEAD_SHARE = 0.5
@@ -81,16 +91,23 @@ HOST_CLOCK_OVERHEAD_SHARE = 0.5
 @dataclasses.dataclass
 class BlockWall:
     """Timed calls as the worker's clock saw them: seconds from the command to its answer, the calls made in them
-    (warm-ups included) and the times the child reported."""
+    (warm-ups included), the times the child reported and how many of those calls (or their inputs) the child said
+    reached cudaMalloc (None: it did not say)."""
 
     seconds: float = 0.0
     calls: int = 0
     times_ms: list[float] = dataclasses.field(default_factory=list)
+    reached_malloc: int | None = None
 
-    def add(self, seconds: float, calls: int, times_ms: list[float]) -> None:
+    def add(self, seconds: float, calls: int, times_ms: list[float], diagnostics: Any = None) -> None:
         self.seconds += seconds
         self.calls += calls
         self.times_ms += list(times_ms)
+        counts = [diagnostics.get(key) for key in ("calls_reaching_malloc", "inputs_reaching_malloc")
+                  if isinstance(diagnostics, dict)]
+        counts = [n for n in counts if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+        if counts:
+            self.reached_malloc = (self.reached_malloc or 0) + sum(counts)
 
     @property
     def per_call_ms(self) -> float:
@@ -100,9 +117,17 @@ class BlockWall:
     def mean_ms(self) -> float:
         return sum(self.times_ms) / len(self.times_ms) if self.times_ms else 0.0
 
+    @property
+    def malloc_share(self) -> float:
+        """cudaMalloc reached per timed call (by the call or its inputs); 0 where unknown."""
+        return (self.reached_malloc or 0) / len(self.times_ms) if self.times_ms else 0.0
 
-def host_clock_check(kernel: BlockWall, reference: BlockWall | None) -> tuple[bool, str]:
-    """(whether the candidate's reported times disagree with the worker's clock, what the verdict records)."""
+
+def host_clock_check(kernel: BlockWall, reference: BlockWall | None,
+                     confirm: Callable[[], tuple[bool, str]] | None = None) -> tuple[bool, str]:
+    """(whether the candidate's reported times disagree with the worker's clock, what the verdict records).
+    `confirm` re-times the candidate on the host clock (whether that confirms its speedup, and what it read); it is
+    called only for a verdict that agrees thanks to the allocator's slack alone, which without it disagrees."""
     if reference is None or not kernel.calls or not reference.calls or not kernel.times_ms or not reference.times_ms:
         return False, "not checked: no timed calls on the worker's clock"
     implied = max(0.0, reference.mean_ms + kernel.per_call_ms - reference.per_call_ms)
@@ -110,8 +135,28 @@ def host_clock_check(kernel: BlockWall, reference: BlockWall | None) -> tuple[bo
     overhead = max(0.0, reference.per_call_ms - reference.mean_ms)
     text = (f"reported {reported:.4f} ms a call; the worker's clock implies {implied:.4f} ms (its wall {kernel.per_call_ms:.4f}"
             f" ms a call against the reference's {reference.per_call_ms:.4f} ms, which reported {reference.mean_ms:.4f} ms)")
-    disagrees = implied > HOST_CLOCK_RATIO * reported + HOST_CLOCK_SLACK_MS + HOST_CLOCK_OVERHEAD_SHARE * overhead
-    return disagrees, ("DISAGREES: " if disagrees else "agrees: ") + text
+    bound = HOST_CLOCK_RATIO * reported + HOST_CLOCK_SLACK_MS
+    if implied <= bound:
+        return False, "agrees: " + text
+    allocating = kernel.malloc_share > reference.malloc_share
+    if not allocating or implied > bound + HOST_CLOCK_OVERHEAD_SHARE * overhead:
+        return True, "DISAGREES: " + text
+    malloc = (f"cudaMalloc reached {kernel.reached_malloc} times in its {len(kernel.times_ms)} calls, the reference's "
+              f"{reference.reached_malloc or 0} in {len(reference.times_ms)}")
+    confirmed, retimed = confirm() if confirm is not None else (False, "not re-timed on the host clock")
+    if confirmed:
+        return False, f"agrees with the allocator's slack, which the host re-timing confirms ({malloc}; {retimed}): {text}"
+    return True, (f"DISAGREES but for the allocator's slack, which the host re-timing does not confirm ({malloc}; "
+                  f"{retimed}): {text}")
+
+
+def host_retiming_confirms(host_speedup: float | None, speedup: float | None) -> tuple[bool, str]:
+    """Whether the host clock's speedup (None: no re-timing to read) confirms the events' within HOST_CLOCK_RATIO,
+    and what the verdict records."""
+    if host_speedup is None or speedup is None:
+        return False, "no host re-timing to read (none, or its clock functions were replaced)"
+    return (HOST_CLOCK_RATIO * host_speedup >= speedup,
+            f"{host_speedup:.2f}x on the host clock against {speedup:.2f}x on the events")
 
 
 def pairing_wanted(mode: str, big: bool, needed_bytes: int, timings: list[tuple[float | None, float | None]]) -> bool:
@@ -421,26 +466,25 @@ class CandidateTiming:
             reference_walls = BlockWall(*self.references.reference_wall(state, precision, settings))
             state.reference_walls[precision] = reference_walls
             add_seconds(result, "host_clock_reference", time.perf_counter() - mark)
-        disagrees, result.versions["host_clock"] = host_clock_check(kernel_walls, reference_walls)
+        retimed: list[float | None] = []  # the host re-timing, once, for whichever check asks for it
+
+        def host_speedup() -> float | None:
+            if not retimed:
+                # The solo trials' kept outputs are checked before the child's next command.
+                self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))
+                retimed.append(self._host_speedup(child, state, settings, calls, deadline))
+                result.host_speedup = retimed[0]
+            return retimed[0]
+
+        disagrees, result.versions["host_clock"] = host_clock_check(
+            kernel_walls, reference_walls, lambda: host_retiming_confirms(host_speedup(), result.speedup))
         if disagrees:
             result.flags += [Flag.CLOCK_DISAGREES.value, Flag.HACK.value]
         if result.speedup is not None and result.speedup > settings.excessive_speedup_threshold:
-            self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))  # (before the child's next command)
             result.flags += [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value]
-            host_seeds = [secrets.randbits(31) for _ in range(host_calls(calls))]
-            with self.quiet_gate.quiet():
-                children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": state.fresh_buffers()},
-                           "re-timing on the host clock")
-                host = children.expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
-                candidate_host = float(host.get("median_ms") or 0.0)
-                # As for the first baseline: a thread of the candidate's own must not load the device meanwhile.
-                with stopped(child.pid) if precision not in state.host_baselines else contextlib.nullcontext():
-                    baseline_host = self.references.host_baseline(state, precision, settings)
-            if candidate_host > 0 and not host.get("tampered"):
-                host_speedup = baseline_host / candidate_host
-                result.host_speedup = host_speedup
-                if host_speedup >= HOST_CONFIRM_FRACTION * result.speedup:
-                    result.flags.append(Flag.REVERIFIED.value)
+            host = host_speedup()
+            if host is not None and host >= HOST_CONFIRM_FRACTION * result.speedup:
+                result.flags.append(Flag.REVERIFIED.value)
         untimed = contextlib.ExitStack()
         if timed is not None:
             timed.close()  # the device for the next timing; what follows is untimed
@@ -476,6 +520,23 @@ class CandidateTiming:
             return {"eager_ms": base["eager_ms"], "eager_spread_ms": base.get("eager_spread_ms"),
                     "compile_ms": base.get("compile_ms"), "timed_in": base.get("timed_in") or BASELINE_IN_WORKER,
                     "gpu": self.gpu}
+        return None
+
+    def _host_speedup(self, child: Child, state: ProblemState, settings: EvalSettings, calls: int,
+                      deadline: float) -> float | None:
+        """The reference's time over the candidate's, both timed on the host clock around each forward (`host_time`);
+        None when the candidate's reads nothing or its clock functions were replaced."""
+        host_seeds = [secrets.randbits(31) for _ in range(host_calls(calls))]
+        with self.quiet_gate.quiet():
+            children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": state.fresh_buffers()},
+                          "re-timing on the host clock")
+            host = children.expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
+            candidate_host = float(host.get("median_ms") or 0.0)
+            # As for the first baseline: a thread of the candidate's own must not load the device meanwhile.
+            with stopped(child.pid) if settings.precision not in state.host_baselines else contextlib.nullcontext():
+                baseline_host = self.references.host_baseline(state, settings.precision, settings)
+        if candidate_host > 0 and not host.get("tampered"):
+            return baseline_host / candidate_host
         return None
 
     def _baseline_in_child(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],
@@ -567,7 +628,7 @@ class CandidateTiming:
             result.flags.append(Flag.HACK.value)
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
         if walls is not None:
-            walls.add(wall, len(seeds) + warmup, [float(x) for x in times])
+            walls.add(wall, len(seeds) + warmup, [float(x) for x in times], header.get("diagnostics"))
         # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
         faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
         mark = time.perf_counter()
@@ -628,5 +689,5 @@ class CandidateTiming:
         if isinstance(header.get("diagnostics"), dict):
             diagnostics.append(header["diagnostics"])
         if walls is not None:
-            walls.add(wall, len(seeds) + warmup, [float(x) for x in times])
+            walls.add(wall, len(seeds) + warmup, [float(x) for x in times], header.get("diagnostics"))
         return [float(x) for x in times]

@@ -65,6 +65,9 @@ class TimingRecord:
     alias_patterns: list[list[int | None]] = field(default_factory=list)
     calls_reaching_malloc: int | None = None
     allocator_retries: int | None = None
+    # Calls whose fresh inputs, made outside the events, reached cudaMalloc: time the worker's clock sees and the
+    # events do not (device_timing.host_clock_check grants it slack only where the kernel's calls did this more).
+    inputs_reaching_malloc: int | None = None
     # Host seconds the timed calls spent around the events, by part (inputs, flush, allocator, outputs, keep):
     # where a candidate's timing phase goes beyond its GPU time.
     host_s: dict[str, float] = field(default_factory=dict)
@@ -82,12 +85,14 @@ class TimingRecord:
 
     def diagnostics(self) -> dict[str, Any]:
         """A timed call that reaches cudaMalloc (the caching allocator had no free block: a memory cap near
-        the process's peak makes it release and re-allocate) pays for the allocation inside the events; a
-        launch-bound model's time follows the host's CPU time per launch. Both are recorded for each side."""
+        the process's peak makes it release and re-allocate) pays for the allocation inside the events, and fresh
+        inputs that reach it pay outside them; a launch-bound model's time follows the host's CPU time per launch.
+        All are recorded for each side."""
         return {
             "timed_calls": len(self.times_ms),
             "calls_reaching_malloc": self.calls_reaching_malloc,
             "allocator_retries": self.allocator_retries,
+            "inputs_reaching_malloc": self.inputs_reaching_malloc,
             "launch_cpu_median_ms": round(statistics.median(self.launch_cpu_ms), 4) if self.launch_cpu_ms else None,
             "host_s": {part: round(seconds, 5) for part, seconds in self.host_s.items()},
         }
@@ -100,7 +105,7 @@ def merge_diagnostics(parts: list[dict[str, Any]]) -> dict[str, Any]:
         return sum(values) if values else None
     medians = [p["launch_cpu_median_ms"] for p in parts if isinstance(p.get("launch_cpu_median_ms"), (int, float))]
     return {"timed_calls": total("timed_calls") or 0, "calls_reaching_malloc": total("calls_reaching_malloc"),
-            "allocator_retries": total("allocator_retries"),
+            "allocator_retries": total("allocator_retries"), "inputs_reaching_malloc": total("inputs_reaching_malloc"),
             "launch_cpu_median_ms": round(statistics.median(medians), 4) if medians else None}
 
 
@@ -116,6 +121,8 @@ def describe_diagnostics(sides: dict[str, dict[str, Any] | None]) -> str:
         if diag.get("calls_reaching_malloc") is not None:
             text += (f"{diag['calls_reaching_malloc']}/{diag.get('timed_calls', 0)} timed calls reached cudaMalloc "
                      f"({diag.get('allocator_retries') or 0} allocator retries), ")
+        if diag.get("inputs_reaching_malloc"):
+            text += f"{diag['inputs_reaching_malloc']} calls' inputs did, "
         launch = diag.get("launch_cpu_median_ms")
         text += f"launch CPU {launch:.3f} ms" if isinstance(launch, (int, float)) else "launch CPU unknown"
         parts.append(text)
@@ -167,7 +174,7 @@ def time_forward(
     flush = l2_flush_buffer(device)
     allocator = _allocator_counts(device)
     if allocator is not None:
-        record.calls_reaching_malloc, record.allocator_retries = 0, 0
+        record.calls_reaching_malloc, record.allocator_retries, record.inputs_reaching_malloc = 0, 0, 0
     start = clock.event_cls(enable_timing=True)
     end = clock.event_cls(enable_timing=True)
     previous: list[Any] | None = None
@@ -181,6 +188,9 @@ def time_forward(
         host["warmup"] = now() - mark
         for index, seed in enumerate(seeds):
             mark = now()
+            unmade = allocator() if allocator is not None else None
+            host["allocator"] += now() - mark
+            mark = now()
             if not fresh_buffers:
                 previous = None  # freed before the next set is made: one set alive at a time
             inputs = inputs_for_seed(seed)  # fresh_buffers: allocated while the previous set is alive
@@ -189,6 +199,8 @@ def time_forward(
             clock.synchronize()
             counted = now()
             before = allocator() if allocator is not None else None  # host-side, while the device is idle
+            if unmade is not None and before is not None:
+                record.inputs_reaching_malloc += int(before[0] > unmade[0])
             host["inputs"] += flushed - mark
             host["flush"] += counted - flushed
             host["allocator"] += now() - counted
