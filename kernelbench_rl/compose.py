@@ -32,6 +32,7 @@ from kernelbench_rl.parts import EvaluatorPlan, RunParts, SamplingSettings
 from kernelbench_rl.policy.config import PolicyConfig, resolve_backend
 from kernelbench_rl.problems.run_split import ProblemSplit, load_audited_split
 from kernelbench_rl.problems.run_split import load_split as _load_split
+from kernelbench_rl.store import Store
 
 
 def build_run_parts(config: TrainConfig, *, policy_beside: bool = False) -> RunParts:
@@ -43,6 +44,7 @@ def build_run_parts(config: TrainConfig, *, policy_beside: bool = False) -> RunP
     evaluator's GPU gets its memory reserved."""
     settings = run_settings(config)
     reserved, device_uuid = _reservation(config.eval, settings, policy_beside=policy_beside)
+    store = Store(config.db_path)
     split, audits, variants = load_audited_split(
         config.problems.source_root, config.problems.levels, precision=settings.eval.precision,
         holdout_fraction=config.problems.holdout_fraction, seed=config.problems.split_seed, ids=config.problems.ids,
@@ -50,7 +52,7 @@ def build_run_parts(config: TrainConfig, *, policy_beside: bool = False) -> RunP
     evaluator = EvaluatorPlan(settings.eval, cluster=config.eval.cluster, num_workers=config.eval.num_workers,
                               problems_root=config.problems.source_root, input_variants=variants,
                               reserved_bytes=reserved, reserved_device_uuid=device_uuid)
-    return RunParts(run_id=settings.run_id, db_path=config.db_path, run_dir=settings.run_dir,
+    return RunParts(run_id=settings.run_id, db_path=config.db_path, store=store, run_dir=settings.run_dir,
                     record=settings.record, base_model=settings.base_model, split=split, audits=audits,
                     env=settings.env, evaluator=evaluator, policy=settings.policy, sampling=settings.sampling,
                     training=config.training, rewards=config.rewards, curriculum=config.curriculum, sft=config.sft,

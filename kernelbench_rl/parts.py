@@ -1,7 +1,7 @@
 """A run's parts: what its configuration resolves to, as the library takes it.
 
 `kernelbench_rl.compose.build_run_parts` builds one `RunParts` from a `TrainConfig`, once per command
-or task: the run id, the base model (TINKER_API_KEY read once), the problem split (the problem tree
+or task: the run id, its database's `Store`, the base model (TINKER_API_KEY read once), the problem split (the problem tree
 loaded once, `problems/run_split.py`) and its audit, the environment spec, the evaluator's plan, the policy's configuration
 and the sampling settings. What is opened from them (an evaluator, the retriever) is opened by whoever
 uses it: `parts.evaluator.open(store, problems)`, `parts.open_retriever(store)`. The loops, checkpoint evaluation and the environment server take these
@@ -22,6 +22,7 @@ from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.policy.config import PolicyConfig
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.problems.run_split import ProblemSplit
+from kernelbench_rl.store import Store
 
 
 
@@ -79,6 +80,7 @@ class RunParts:
 
     run_id: str
     db_path: str
+    store: Store  # the run's database (db_path), one handle for whoever reads or writes it
     run_dir: Path  # the run's own folder under log_dir: checkpoints, TensorBoard, the local policy's files
     record: Mapping[str, Any]  # the configuration as written into runs.config_json
     base_model: str
@@ -104,8 +106,7 @@ class RunParts:
         holdout of the run's problem source, split as the run splits it); None when retrieval is off. `store`: the
         run's database unless given."""
         from kernelbench_rl.rag.retrieve import open_retriever
-        from kernelbench_rl.store import Store
 
-        return open_retriever(self.rag, store or Store(self.db_path), backend=self.env.kernel_backend,
+        return open_retriever(self.rag, store or self.store, backend=self.env.kernel_backend,
                               kernelbench_root=self.split.source_root, holdout_fraction=self.split.holdout_fraction,
                               split_seed=self.split.seed)

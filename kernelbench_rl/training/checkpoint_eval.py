@@ -15,16 +15,18 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from kernelbench_rl.envs.kernel_env import KernelEnv, Retriever, make_group_builders
+from kernelbench_rl.envs.kernel_env import EnvGroupBuilder, KernelEnv, Retriever, make_group_builders
 from kernelbench_rl.errors import InfraError, NoVerdictError, UserError
 from kernelbench_rl.rewards.shaping import counts_as_correct
 from kernelbench_rl.metrics import FAST_P_THRESHOLDS, BenchmarkSummary, SampleOutcome, summarize
-from kernelbench_rl.parts import EvaluatorPlan, RunParts
+from kernelbench_rl.parts import EvaluatorPlan, RunParts, SamplingSettings
+from kernelbench_rl.policy.config import PolicyConfig
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.store import Store
-from kernelbench_rl.store.checkpoints import BASE, CheckpointRow, newest_per_run, resolve_checkpoint
+from kernelbench_rl.store.checkpoints import BASE, newest_per_run, resolve_checkpoint
+from kernelbench_rl.training.checkpoints import resolved_path
 from kernelbench_rl.training.rollouts import EvaluateFn, PromptRenderer, RolloutRunner
 
 
@@ -94,6 +96,29 @@ def nightly_targets(store: Store, run_ids: Sequence[str] = ()) -> list[NightlyTa
     return [NightlyTarget(row.run_id, config, row.name, row.step, why) for row, config, why in chosen]
 
 
+class AnswerSource(Protocol):
+    """Who answers an evaluation's prompts: a run's checkpoint or base model (`CheckpointSampler`) or a model behind
+    an OpenAI-compatible server (`training.model_answers.ServedModel`). The evaluation's steps are the same for both
+    (`_evaluate`); only where the answers come from, and what else is recorded, differ."""
+
+    label: str  # what the report's rows name: the checkpoint, "base" or the served model's policy string
+    tensorboard: tuple[Path, int] | None  # where the report's figures also go: (the run's folder, the step)
+    usage: dict[str, int] | None  # what the answers cost (a served model's tokens), once they are in
+
+    def settle(self, store: Store, eval_id: str) -> str:
+        """What is evaluated, settled before the evaluator starts and anything is paid for; returns the evaluation's
+        id (`eval_id`, or that of an unfinished earlier run this one resumes)."""
+        ...
+
+    def answer(self, builders: Sequence[EnvGroupBuilder], judge: EvaluateFn) -> list[list[KernelEnv]]:
+        """Every episode run to its end, each turn judged by `judge`."""
+        ...
+
+    def failure(self, report: CheckpointReport) -> InfraError | None:
+        """The source's own reason the report is partial (requests that never got an answer), else None."""
+        ...
+
+
 def evaluate_checkpoint(
     parts: RunParts,
     *,
@@ -108,56 +133,22 @@ def evaluate_checkpoint(
     retrieve: Retriever | None = None,
     base_url: str | None = None,
 ) -> CheckpointReport:
-    """Sample `samples_per_problem` kernels per held-out problem, evaluate them, record the report.
+    """Sample `samples_per_problem` kernels per held-out problem, evaluate them, record the report (`_evaluate`).
 
-    In one pass: what is evaluated is settled first (the checkpoint's row, the one read of the store; the problems
-    and their prompts; the sampling client), then the episodes run against the run's evaluator, then the report is
-    built in one place and recorded in one step (its rows in the store, its figures in TensorBoard).
-
-    `checkpoint="openai:MODEL"` (with `base_url`) evaluates a model served by an OpenAI-compatible
-    server instead (`evaluate_model`); its report rows have the same shape.
+    `checkpoint`: "latest" (or None), "base" or a checkpoint's name; `checkpoint="openai:MODEL"` (with `base_url`)
+    evaluates a model served by an OpenAI-compatible server instead (`evaluate_model`); its report rows have the
+    same shape.
 
     `retrieve` (RA-ICL runs: `parts.open_retriever()`) puts retrieved examples in the prompts as
     training did, `rag.k` of them; without it prompts carry the default example.
     """
     from kernelbench_rl.policy.openai_backend import is_openai_policy
+    from kernelbench_rl.training.model_answers import ServedModel
 
-    if is_openai_policy(checkpoint):  # a model behind an OpenAI-compatible server, not a checkpoint
-        return evaluate_model(parts, str(checkpoint), base_url=base_url, samples_per_problem=samples_per_problem,
-                              split=split, max_problems=max_problems, ks=ks, store=store,
-                              evaluate_fn=evaluate_fn, retrieve=retrieve)
-    store = store or Store(parts.db_path)
-    ckpt = resolve_checkpoint(store, parts.run_id, checkpoint)
-    label = BASE if ckpt is None else ckpt.name
-    problems = parts.split.chosen(split, max_problems)
-    builders = make_group_builders(problems, samples_per_problem, parts.env, retrieve,
-                                   parts.rag.k if retrieve is not None else 0)
-    sampling_client = _sampling_client(parts, ckpt, service_client)
-
-    with _evaluating(parts.evaluator, store, problems, evaluate_fn) as judge:
-        runner = RolloutRunner(sampling_client, PromptRenderer(sampling_client.get_tokenizer()), judge,
-                               temperature=parts.sampling.temperature, top_p=parts.sampling.top_p)
-        groups = [group.envs for group in runner.run(builders)]
-
-    report = build_report(parts.run_id, label, split, problems, samples_per_problem, ks, groups)
-    failure = no_verdict(report, groups)
-    record_report(store, report, tensorboard=(parts.run_dir, 0 if ckpt is None else ckpt.step))
-    if failure is not None:  # its rows are recorded all the same
-        raise failure
-    return report
-
-
-def _sampling_client(parts: RunParts, checkpoint: CheckpointRow | None, service_client: Any | None) -> Any:
-    """The checkpoint's sampler (the base model's for "base"), resolved before anything is sampled."""
-    from kernelbench_rl.policy import make_service_client
-    from kernelbench_rl.training.checkpoints import resolved_path
-
-    service = service_client or make_service_client(parts.policy)
-    # A stored relative sampler path is under the run's folder (a copied runs/ included).
-    client = (service.create_sampling_client(base_model=parts.base_model) if checkpoint is None
-              else service.create_sampling_client(model_path=resolved_path(checkpoint.sampler_path, parts.run_dir)))
-    # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
-    return client.result() if callable(getattr(client, "result", None)) else client
+    source: AnswerSource = (ServedModel.of(parts, str(checkpoint), base_url, split) if is_openai_policy(checkpoint)
+                            else CheckpointSampler.of(parts, checkpoint, service_client))
+    return _evaluate(parts, source, samples_per_problem=samples_per_problem, split=split, max_problems=max_problems,
+                     ks=ks, store=store, evaluate_fn=evaluate_fn, retrieve=retrieve)
 
 
 def evaluate_model(
@@ -186,41 +177,83 @@ def evaluate_model(
     after a run that died or whose server stopped answering resumes it (`model_answers`): only the requests
     left are sent. Requests that never got an answer make the report partial: its rows are recorded and
     UnansweredRequests (an InfraError) is raised with it. `say` gets a line on the budget and on what resumes."""
-    from kernelbench_rl.policy.openai_backend import OpenAIChatPolicy, OpenAIPolicySpec, run_chat_episodes
-    from kernelbench_rl.training.model_answers import AnswerLog, UnansweredRequests
+    from kernelbench_rl.training.model_answers import ServedModel
 
-    say = say or (lambda _line: None)
+    source = ServedModel.of(parts, policy, base_url, split, concurrency=concurrency, max_retries=max_retries,
+                            timeout_s=timeout_s, context_tokens=context_tokens, say=say)
+    return _evaluate(parts, source, samples_per_problem=samples_per_problem, split=split, max_problems=max_problems,
+                     ks=ks, store=store, evaluate_fn=evaluate_fn, retrieve=retrieve)
+
+
+def _evaluate(parts: RunParts, source: AnswerSource, *, samples_per_problem: int, split: str,
+              max_problems: int | None, ks: Sequence[int], store: Store | None, evaluate_fn: EvaluateFn | None,
+              retrieve: Retriever | None) -> CheckpointReport:
+    """One evaluation in one pass: what is evaluated is settled first (the source's checkpoint row and sampler, or its
+    server probed and an unfinished run's answers; the split's problems and their prompts), then the episodes
+    run against the run's evaluator, then the report is built in one place and recorded in one step (its rows in
+    the store, its figures in TensorBoard), and only then is a failure raised (no sample judged: `no_verdict`; the
+    source's own: requests left unanswered)."""
+    store = store or parts.store
+    eval_id = source.settle(store, new_eval_id())
     problems = parts.split.chosen(split, max_problems)
-    chat = OpenAIChatPolicy(OpenAIPolicySpec.from_policy(
-        policy, base_url, concurrency=concurrency, max_retries=max_retries, timeout_s=timeout_s,
-        max_tokens=parts.sampling.max_tokens, context_tokens=context_tokens))
-    server = chat.probe()  # before the evaluator starts and anything is paid for
-    say(f"{chat.label} at {chat.where}: {server.describe(chat.spec.max_tokens)}")
     builders = make_group_builders(problems, samples_per_problem, parts.env, retrieve,
                                    parts.rag.k if retrieve is not None else 0)
-    store = store or Store(parts.db_path)
-    answers = AnswerLog(store, parts.run_id, chat.label, split, chat.spec.model,
-                        temperature=parts.sampling.temperature, top_p=parts.sampling.top_p)
-    resumed = answers.resume()
-    if resumed is not None:
-        say(f"resuming evaluation {resumed}: {answers.earlier_answers} answer(s) already in {store.path}; only the "
-            "requests without one are sent")
-    eval_id = answers.eval_id = resumed or new_eval_id()
     with _evaluating(parts.evaluator, store, problems, evaluate_fn) as judge:
-        groups = run_chat_episodes(builders, chat, judge, temperature=parts.sampling.temperature,
-                                   top_p=parts.sampling.top_p, on_answer=answers.record, earlier=answers.earlier)
-
-    usage = {**chat.usage.to_dict(), **({"context_tokens": server.context_tokens} if server.context_tokens else {})}
-    report = build_report(parts.run_id, chat.label, split, problems, samples_per_problem, ks, groups,
-                          eval_id=eval_id, usage=usage)
-    failure = UnansweredRequests(
-        f"{chat.usage.unanswered} request(s) got no answer ({chat.gone or 'they failed after their retries'}); "
-        f"the report above is partial (eval_id {eval_id}). Run the same command again when the server answers: "
-        "it sends only those.", report) if chat.usage.unanswered else no_verdict(report, groups)
-    record_report(store, report)
+        groups = source.answer(builders, judge)
+    report = build_report(parts.run_id, source.label, split, problems, samples_per_problem, ks, groups,
+                          eval_id=eval_id, usage=source.usage)
+    failure = source.failure(report) or no_verdict(report, groups)
+    record_report(store, report, tensorboard=source.tensorboard)
     if failure is not None:  # its rows are recorded all the same
         raise failure
     return report
+
+
+@dataclass
+class CheckpointSampler:
+    """A run's checkpoint, or its base model, answering an evaluation through the run's policy backend, with the
+    prompts and rollout runner of training; its figures also go to TensorBoard beside the run's training curves."""
+
+    run_id: str
+    run_dir: Path
+    base_model: str
+    policy: PolicyConfig
+    sampling: SamplingSettings
+    checkpoint: str | None = None  # None/"latest", "base" or a checkpoint's name
+    service_client: Any | None = None  # the run's policy backend unless given
+    label: str = BASE
+    tensorboard: tuple[Path, int] | None = None
+    usage: dict[str, int] | None = None
+    sampler: Any = None
+
+    @classmethod
+    def of(cls, parts: RunParts, checkpoint: str | None, service_client: Any | None = None) -> CheckpointSampler:
+        return cls(parts.run_id, parts.run_dir, parts.base_model, parts.policy, parts.sampling, checkpoint,
+                   service_client)
+
+    def settle(self, store: Store, eval_id: str) -> str:
+        """The checkpoint's row (the one read of the store) and its sampler (the base model's for "base"), made
+        before anything is sampled."""
+        from kernelbench_rl.policy import make_service_client
+
+        row = resolve_checkpoint(store, self.run_id, self.checkpoint)
+        self.label = BASE if row is None else row.name
+        self.tensorboard = (self.run_dir, 0 if row is None else row.step)
+        service = self.service_client or make_service_client(self.policy)
+        # A stored relative sampler path is under the run's folder (a copied runs/ included).
+        client = (service.create_sampling_client(base_model=self.base_model) if row is None
+                  else service.create_sampling_client(model_path=resolved_path(row.sampler_path, self.run_dir)))
+        # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
+        self.sampler = client.result() if callable(getattr(client, "result", None)) else client
+        return eval_id
+
+    def answer(self, builders: Sequence[EnvGroupBuilder], judge: EvaluateFn) -> list[list[KernelEnv]]:
+        runner = RolloutRunner(self.sampler, PromptRenderer(self.sampler.get_tokenizer()), judge,
+                               temperature=self.sampling.temperature, top_p=self.sampling.top_p)
+        return [group.envs for group in runner.run(builders)]
+
+    def failure(self, report: CheckpointReport) -> InfraError | None:
+        return None
 
 
 @contextlib.contextmanager
@@ -269,14 +302,15 @@ def build_report(run_id: str, label: str, split: str, problems: Sequence[Problem
 
 
 def record_report(store: Store, report: CheckpointReport, *, tensorboard: tuple[Path, int] | None = None) -> None:
-    """The report written: its rows, its eval_samples rows and their completions in one turn on the file; then, for
-    a checkpoint, its figures in TensorBoard (`tensorboard`: the run's folder and the checkpoint's step)."""
+    """The report written: for a checkpoint, its figures in TensorBoard (`tensorboard`: the run's folder and the
+    checkpoint's step); then its rows, its eval_samples rows and their completions in one turn on the file. The rows
+    come last: a report in the store is a whole one (a served model's evaluation counts as finished by them)."""
+    if tensorboard is not None:
+        log_to_tensorboard(tensorboard[0], report, step=tensorboard[1])
     tables = {"eval_reports": report.rows(), "eval_samples": report.samples}
     with store.connect():
         store.put_texts("completion", report.completions)
         store.write_batch(tables)
-    if tensorboard is not None:
-        log_to_tensorboard(tensorboard[0], report, step=tensorboard[1])
 
 
 def report_scalars(report: CheckpointReport) -> dict[str, float]:
@@ -299,11 +333,9 @@ def log_to_tensorboard(run_dir: Path, report: CheckpointReport, step: int) -> No
     checkpoint's step (the base model's under `eval-base`, at step 0)."""
     from kernelbench_rl.training.metrics import TensorBoardLogger
 
-    logger = TensorBoardLogger(Path(run_dir) / "tensorboard" / ("eval-base" if report.label == BASE else "eval"))
-    try:
+    folder = Path(run_dir) / "tensorboard" / ("eval-base" if report.label == BASE else "eval")
+    with contextlib.closing(TensorBoardLogger(folder)) as logger:
         logger.log(step, report_scalars(report), [o.speedup for o in report.outcomes if o.speedup is not None])
-    finally:
-        logger.close()
 
 
 def no_verdict(report: CheckpointReport, groups: Sequence[Sequence[KernelEnv]]) -> NoVerdictError | None:

@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from kernelbench_rl.envs.kernel_env import KernelEnv
+from kernelbench_rl.envs.kernel_env import EnvGroupBuilder, KernelEnv
 from kernelbench_rl.errors import InfraError
-from kernelbench_rl.policy.openai_backend import ChatAnswer
+from kernelbench_rl.parts import RunParts
+from kernelbench_rl.policy.openai_backend import (
+    ChatAnswer,
+    OpenAIChatPolicy,
+    OpenAIPolicySpec,
+    ServerInfo,
+    run_chat_episodes,
+)
 from kernelbench_rl.store import Store
 
 
@@ -108,3 +117,75 @@ class AnswerLog:
                 "speedup": None, "error_category": result.error_category.value if result is not None else "pending",
                 "error_message": result.error_message if result is not None else "answer recorded, not judged yet",
                 "eval_key": None, "completion_sha256": digest}])
+
+
+@dataclass
+class ServedModel:
+    """A model behind an OpenAI-compatible server answering an evaluation (`checkpoint_eval.evaluate_model`): the
+    server probed before anything is paid for, each answer kept as it arrives (`AnswerLog`), and an unfinished
+    earlier run of the same run, model and split resumed (only the requests left are sent)."""
+
+    policy: str  # openai:MODEL
+    base_url: str | None
+    run_id: str
+    split: str
+    temperature: float
+    top_p: float
+    max_tokens: int | None = None  # sampling.max_tokens: a cap on each answer
+    concurrency: int = 8
+    max_retries: int = 4
+    timeout_s: float = 300.0
+    context_tokens: int | None = None
+    say: Callable[[str], None] = field(default=lambda _line: None)
+    tensorboard: tuple[Path, int] | None = None  # a served model is no checkpoint of the run: no figures there
+    chat: OpenAIChatPolicy | None = None
+    server: ServerInfo | None = None
+    answers: AnswerLog | None = None
+
+    @classmethod
+    def of(cls, parts: RunParts, policy: str, base_url: str | None, split: str, *,
+           say: Callable[[str], None] | None = None, **options: Any) -> ServedModel:
+        return cls(policy, base_url, parts.run_id, split, parts.sampling.temperature, parts.sampling.top_p,
+                   parts.sampling.max_tokens, say=say or (lambda _line: None), **options)
+
+    @property
+    def label(self) -> str:
+        return self.chat.label if self.chat is not None else self.policy
+
+    @property
+    def usage(self) -> dict[str, int] | None:
+        if self.chat is None or self.server is None:
+            return None
+        context = {"context_tokens": self.server.context_tokens} if self.server.context_tokens else {}
+        return {**self.chat.usage.to_dict(), **context}
+
+    def settle(self, store: Store, eval_id: str) -> str:
+        """The server probed (its answer budget told), then the answers of an unfinished earlier run loaded: its
+        eval_id is this evaluation's, else `eval_id`."""
+        self.chat = chat = OpenAIChatPolicy(OpenAIPolicySpec.from_policy(
+            self.policy, self.base_url, concurrency=self.concurrency, max_retries=self.max_retries,
+            timeout_s=self.timeout_s, max_tokens=self.max_tokens, context_tokens=self.context_tokens))
+        self.server = chat.probe()  # before the evaluator starts and anything is paid for
+        self.say(f"{chat.label} at {chat.where}: {self.server.describe(chat.spec.max_tokens)}")
+        self.answers = answers = AnswerLog(store, self.run_id, chat.label, self.split, chat.spec.model,
+                                           temperature=self.temperature, top_p=self.top_p)
+        resumed = answers.resume()
+        if resumed is not None:
+            self.say(f"resuming evaluation {resumed}: {answers.earlier_answers} answer(s) already in {store.path}; "
+                     "only the requests without one are sent")
+        answers.eval_id = resumed or eval_id
+        return answers.eval_id
+
+    def answer(self, builders: Sequence[EnvGroupBuilder], judge: Callable[..., Any]) -> list[list[KernelEnv]]:
+        assert self.chat is not None and self.answers is not None, "settle() comes first"
+        return run_chat_episodes(builders, self.chat, judge, temperature=self.temperature, top_p=self.top_p,
+                                 on_answer=self.answers.record, earlier=self.answers.earlier)
+
+    def failure(self, report: Any) -> InfraError | None:
+        """UnansweredRequests when some request never got an answer (the report is partial), else None."""
+        if self.chat is None or not self.chat.usage.unanswered:
+            return None
+        why = self.chat.gone or "they failed after their retries"
+        return UnansweredRequests(
+            f"{self.chat.usage.unanswered} request(s) got no answer ({why}); the report above is partial (eval_id "
+            f"{report.eval_id}). Run the same command again when the server answers: it sends only those.", report)
