@@ -10,6 +10,7 @@ from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 from kernelbench_rl.problems.loaders import BUNDLED_ROOT
+from kernelbench_rl.store import Store
 from kernelbench_rl.training import run_training
 from kernelbench_rl.training.checkpoint_eval import evaluate_checkpoint
 
@@ -47,3 +48,12 @@ def test_holdout_metrics_are_tensorboard_scalars_at_the_checkpoints_step(tmp_pat
     (point,) = events.Scalars("all/correct_rate")
     assert point.step == 1 and point.value == pytest.approx(0.5)  # the newest checkpoint's step, half right
     assert "all/geomean_speedup" not in scalars  # nothing timed on the CPU: no made-up zero
+
+    # TensorBoard that cannot be written (its folder is a file) costs the figures, never the rows.
+    (tmp_path / "logs" / "tb" / "tensorboard" / "eval-base").write_text("not a folder")
+    with pytest.warns(UserWarning, match="TensorBoard figures were not written"):
+        report = evaluate_checkpoint(build_run_parts(cfg, policy_beside=True), checkpoint="base", samples_per_problem=2,
+                                     split="all", ks=(1, 2), evaluate_fn=judged)
+    rows = Store(tmp_path / "kb.duckdb").fetchall("SELECT checkpoint, num_problems FROM eval_reports WHERE eval_id = ?",
+                                                  [report.eval_id])
+    assert rows and {r[0] for r in rows} == {"base"} and all(r[1] == 2 for r in rows)

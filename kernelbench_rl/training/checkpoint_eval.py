@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
@@ -304,9 +305,15 @@ def build_report(run_id: str, label: str, split: str, problems: Sequence[Problem
 def record_report(store: Store, report: CheckpointReport, *, tensorboard: tuple[Path, int] | None = None) -> None:
     """The report written: for a checkpoint, its figures in TensorBoard (`tensorboard`: the run's folder and the
     checkpoint's step); then its rows, its eval_samples rows and their completions in one turn on the file. The rows
-    come last: a report in the store is a whole one (a served model's evaluation counts as finished by them)."""
+    come last, so a report in the store has its figures (a served model's evaluation counts as finished by its rows);
+    and they are written whatever TensorBoard does: a figure it cannot write is warned of, never a row lost (the rows
+    hold every figure)."""
     if tensorboard is not None:
-        log_to_tensorboard(tensorboard[0], report, step=tensorboard[1])
+        try:
+            log_to_tensorboard(tensorboard[0], report, step=tensorboard[1])
+        except (OSError, ImportError) as exc:
+            warnings.warn(f"eval {report.eval_id}: its TensorBoard figures were not written ({type(exc).__name__}: "
+                          f"{exc}); its rows are", stacklevel=2)
     tables = {"eval_reports": report.rows(), "eval_samples": report.samples}
     with store.connect():
         store.put_texts("completion", report.completions)
