@@ -19,7 +19,11 @@ from kernelbench_rl.problems import get_problem, load_solution
 
 SETTINGS = EvalSettings(device="cpu", timeout_s=60)
 RELU = load_solution(get_problem("L1/19"))
-SLOW_RELU = RELU.replace("x = x.contiguous()", "import time\n        time.sleep(4)\n        x = x.contiguous()")
+# Slow on its first call in a process only: long enough to be caught holding the request, and the retry on a new
+# worker (a new child) waits once more, not on every correctness and timing call.
+SLOW_RELU = "_FIRST_CALL_SLEEP_S = [4.0]\n" + RELU.replace(
+    "x = x.contiguous()",
+    "import time\n        time.sleep(_FIRST_CALL_SLEEP_S.pop() if _FIRST_CALL_SLEEP_S else 0.0)\n        x = x.contiguous()")
 
 
 def test_killed_worker_is_replaced_and_the_request_retried():
