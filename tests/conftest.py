@@ -41,6 +41,59 @@ LONGEST_FILES = (
 )
 
 
+class SharedCpuPool:
+    """One warm CPU evaluation pool per test process (each pytest-xdist worker has its own), started at first use
+    with the default shape for device="cpu" and lent to the evaluators of tests that do not care whose pool it is
+    (a pool's start costs seconds of CPU). A pool that was closed, or whose worker kept dying past its restarts, is
+    replaced by a fresh one at the next borrow."""
+
+    def __init__(self) -> None:
+        self._pool = None
+        self.started = 0
+
+    @property
+    def pool(self):
+        from kernelbench_rl.evaluation.front.pool import WorkerPool, pool_shape
+
+        current = self._pool
+        if current is not None and not current.closed and all(s.restarts <= current.max_restarts for s in current.slots):
+            return current
+        if current is not None:
+            current.close()
+        parallel, in_flight, warm = pool_shape("cpu")
+        self._pool = WorkerPool("cpu", parallel_compiles=parallel, in_flight=in_flight, warm_children=warm)
+        self.started += 1
+        return self._pool
+
+    def evaluator(self, settings=None, **kwargs):
+        """An Evaluator on the shared pool: the Evaluator's own arguments but none of a pool's shape (its settings'
+        device must be "cpu"); closing it leaves the pool running."""
+        from kernelbench_rl.evaluation.front.api import Evaluator
+        from kernelbench_rl.evaluation.result import EvalSettings
+
+        return Evaluator(settings or EvalSettings(device="cpu"), pool=self.pool, **kwargs)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+@pytest.fixture(scope="session")
+def shared_cpu_pool():
+    """This test process's shared CPU pool (SharedCpuPool), closed at the end of the run."""
+    lender = SharedCpuPool()
+    yield lender
+    lender.close()
+
+
+@pytest.fixture(scope="session")
+def shared_evaluator(shared_cpu_pool):
+    """`shared_evaluator(settings, **evaluator_kwargs)`: an Evaluator that borrows the shared CPU pool. For tests that
+    build a CPU evaluator of the default shape and neither own, stop, count nor inspect its workers."""
+    return shared_cpu_pool.evaluator
+
+
 def _cuda_available() -> bool:
     import torch
 

@@ -60,8 +60,28 @@ class EvaluatorProtocol(Protocol):
     def close(self) -> None: ...
 
 
+def _shape_of(pool: WorkerPool) -> tuple[int, int, int]:
+    """(parallel compiles, evaluations in flight, warm children) a running pool's workers were started with."""
+    args = pool.worker_args
+    value = {flag: int(args[args.index(flag) + 1]) for flag in ("--parallel", "--in-flight", "--warm-children")}
+    return value["--parallel"], value["--in-flight"], value["--warm-children"]
+
+
 class Evaluator:
-    """A pool of sandboxed evaluation workers with a DuckDB-backed verdict cache."""
+    """A pool of sandboxed evaluation workers with a DuckDB-backed verdict cache.
+
+    `pool`: a running `WorkerPool` to borrow instead of starting one (one warm pool shared by several evaluators in
+    a notebook, a bench script or a test run). A borrowed pool is the lender's: close() and `with` leave it running
+    (the evaluator only lets go of it) and the lender closes it. It keeps the shape it was started with (workers,
+    compiles at once, evaluations in flight, warm children, worker arguments), so those arguments may not be
+    given with it, and its device must be the settings' (else ValueError). What borrowers share is what lives in
+    the workers: warm children, compiled builds, each problem's reference state (model, hidden seeds, cached
+    outputs, sizing, baselines; keyed by the problem's id, suite and source, so a changed problem is a new entry),
+    the pool's memory of references too slow to judge, and the workers' environment as it was when the pool
+    started. What each evaluator keeps to itself: its settings, problems, store and verdict cache, static checks,
+    input variants and `baselines`. A verdict depends only on the request and the problem's reference, never on
+    which evaluator sent it, so sharing a pool cannot change one.
+    """
 
     def __init__(
         self,
@@ -78,8 +98,15 @@ class Evaluator:
         worker_args: Sequence[str] = (),
         input_variants: Mapping[str, dict[str, Any]] | None = None,
         kernelbench_root: str | None = None,  # the older name of problems_root
+        pool: WorkerPool | None = None,
     ) -> None:
         self.settings = settings or EvalSettings()
+        if pool is not None:
+            _check_lent(pool, self.settings.device, num_workers=num_workers, parallel_compiles=parallel_compiles,
+                        warm_children=warm_children, in_flight=in_flight, worker_args=worker_args)
+            num_workers = pool.num_workers
+            parallel_compiles, in_flight, warm_children = _shape_of(pool)
+            worker_args = pool.worker_args[6:]  # what follows the shape (WorkerPool puts it first)
         self.num_workers = num_workers
         self.store = store
         self.problems_root = problems_root or kernelbench_root
@@ -91,7 +118,8 @@ class Evaluator:
             self.settings.device, num_workers, parallel_compiles, in_flight, warm_children)
         self.static_checks = static_checks
         self.worker_args = list(worker_args)
-        self._pool: WorkerPool | None = None
+        self._pool: WorkerPool | None = pool
+        self._borrowed = pool is not None
         self._pool_lock = threading.Lock()
         self._hardware = ""
         # Eager baselines this evaluator has measured or read, by (problem, source sha256, precision,
@@ -105,6 +133,8 @@ class Evaluator:
     def pool(self) -> WorkerPool:
         with self._pool_lock:
             if self._pool is None:
+                if self._borrowed:
+                    raise RuntimeError("this evaluator was closed and its pool was borrowed: it has none to use now")
                 self._pool = WorkerPool(
                     self.settings.device, self.num_workers, parallel_compiles=self.parallel_compiles,
                     warm_children=self.warm_children, in_flight=self.in_flight, worker_args=self.worker_args,
@@ -120,10 +150,10 @@ class Evaluator:
 
     def close(self, wait: bool = True) -> None:
         """Stop the pool; `wait=False` does not wait for its workers to exit (WorkerPool.close), for a command's
-        last step."""
-        if self._pool is not None:
+        last step. A borrowed pool is left running: the evaluator only lets go of it."""
+        if self._pool is not None and not self._borrowed:
             self._pool.close(wait=wait)  # also removes the pool's home
-            self._pool = None
+        self._pool = None
 
     def __enter__(self) -> Evaluator:
         return self
@@ -374,6 +404,17 @@ class Evaluator:
             for result in results:  # a verdict names its problem's suite, the worker's or (static, format) ours
                 result.versions.setdefault("suite", self.problem(result.problem_id).suite)
             self.store.record_evaluations(results)
+
+
+def _check_lent(pool: WorkerPool, device: str, **shape: Any) -> None:
+    """A pool lent to an Evaluator runs on its settings' device and keeps the shape it was started with."""
+    if pool.device != device:
+        raise ValueError(f"the borrowed pool runs on {pool.device} and these settings on {device}: "
+                         "an evaluator can borrow only a pool of its own device")
+    given = [name for name, value in shape.items() if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} cannot be given with a borrowed pool: it keeps the shape its lender "
+                         "started it with")
 
 
 def evaluate_source(problem_id: str, source: str, settings: EvalSettings | None = None, **evaluator_kwargs: Any) -> EvalResult:
