@@ -61,8 +61,8 @@ IDENTITY_PROBLEMS = ("L1/19", "L1/20", "L1/32")  # ReLU, LeakyReLU, HardTanh on 
 
 
 @pytest.fixture(scope="module")
-def evaluator():
-    ev = Evaluator(SETTINGS, static_checks=False, parallel_compiles=2)
+def evaluator(shared_evaluator):
+    ev = shared_evaluator(SETTINGS, static_checks=False)
     try:
         yield ev
     finally:

@@ -229,9 +229,8 @@ def test_rollouts_retry_infra_failures_then_drop_them(tiny_policy) -> None:
     assert infra.reward is None and not infra.trainable  # never a zero reward
 
 
-def test_real_evaluator_judges_turns_and_rewards_follow() -> None:
+def test_real_evaluator_judges_turns_and_rewards_follow(shared_evaluator) -> None:
     """Environment -> the real sandboxed Evaluator (CPU mode) -> reward, for a correct kernel and a hack."""
-    from kernelbench_rl.evaluation import Evaluator
     from kernelbench_rl.evaluation.result import EvalSettings
     from kernelbench_rl.problems import load_solution
     from kernelbench_rl.training.grpo import score_group
@@ -244,7 +243,7 @@ def test_real_evaluator_judges_turns_and_rewards_follow() -> None:
     envs = builder()
     for env, response in zip(envs, responses):
         env.add_completion(env.next_prompt(), [1], response, [2], [-0.1], "stop")
-    with Evaluator(EvalSettings(device="cpu")) as evaluator:
+    with shared_evaluator(EvalSettings(device="cpu")) as evaluator:
         results = evaluator.evaluate_responses([problem.id] * 2, responses)
     for env, r in zip(envs, results):
         env.add_result(r)

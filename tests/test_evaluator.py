@@ -224,11 +224,11 @@ def test_static_policy_runs_before_any_worker(evaluator):
     assert result.static.errors
 
 
-def test_identical_candidate_is_served_from_the_cache(tmp_path):
+def test_identical_candidate_is_served_from_the_cache(tmp_path, shared_evaluator):
     from kernelbench_rl.store import Store
 
     store = Store(tmp_path / "cache.duckdb")
-    with Evaluator(SETTINGS, store=store, static_checks=False) as first:
+    with shared_evaluator(SETTINGS, store=store, static_checks=False) as first:
         fresh = first.evaluate([EvalRequest("L1/19", CORRECT, SETTINGS)])[0]
     assert fresh.correct and not fresh.cached
     with Evaluator(SETTINGS, store=store, static_checks=False) as second:
@@ -238,7 +238,7 @@ def test_identical_candidate_is_served_from_the_cache(tmp_path):
     assert again.candidate_sha256 == fresh.candidate_sha256
 
 
-def test_a_verdict_from_other_hardware_is_not_served(tmp_path):
+def test_a_verdict_from_other_hardware_is_not_served(tmp_path, shared_evaluator):
     """The cache key covers the device: a verdict recorded on another GPU is not this machine's."""
     import platform
 
@@ -257,7 +257,7 @@ def test_a_verdict_from_other_hardware_is_not_served(tmp_path):
                           settings_hash=request.verdict_hash, hardware=hardware)
 
     store.record_evaluations([planted("NVIDIA H100 80GB HBM3 sm_9.0")])
-    with Evaluator(SETTINGS, store=store, static_checks=False) as ev:
+    with shared_evaluator(SETTINGS, store=store, static_checks=False) as ev:
         judged = ev.evaluate([EvalRequest("L1/19", wrong, SETTINGS)])[0]
     assert not judged.cached and not judged.correct and judged.error_category == ErrorCategory.MISMATCH
     # The key does match on the hardware it was recorded for (here: this CPU's architecture).

@@ -360,8 +360,7 @@ def test_a_dead_child_before_start_is_infra_and_after_import_a_crash():
     assert late.value.category == ErrorCategory.CRASH and "exited with status 0" in late.value.message
 
 
-def test_a_problem_the_sandbox_cannot_load_is_infra_not_the_candidates(tmp_path):
-    from kernelbench_rl.evaluation.front.api import Evaluator
+def test_a_problem_the_sandbox_cannot_load_is_infra_not_the_candidates(tmp_path, shared_evaluator):
     from kernelbench_rl.problems import Problem, get_problem, load_solution
 
     relu = get_problem("L1/19")
@@ -369,16 +368,16 @@ def test_a_problem_the_sandbox_cannot_load_is_infra_not_the_candidates(tmp_path)
     broken = relu.source.replace("import torch\n", "import torch\nif not __name__.startswith('kbrl_reference'):\n"
                                  "    raise RuntimeError('this problem cannot load here')\n", 1)
     problem = Problem(level=1, number=19, name=relu.name, source=broken, origin="inline", small_sizes=relu.small_sizes)
-    with Evaluator(EvalSettings(device="cpu", timeout_s=60), problems={"L1/19": problem}) as evaluator:
+    with shared_evaluator(EvalSettings(device="cpu", timeout_s=60), problems={"L1/19": problem}) as evaluator:
         result = evaluator.evaluate([EvalRequest("L1/19", load_solution(relu), EvalSettings(device="cpu", timeout_s=60))])[0]
     assert result.error_category == ErrorCategory.INFRA, result.error_message
     assert "sandbox could not start" in result.error_message and "cannot load here" in result.error_message
 
 
 # -- verdicts keyed by the reference -------------------------------------------------------------------------
-def test_a_verdict_is_never_served_for_a_different_reference(tmp_path):
-    """A cached 'correct' for ReLU must not answer for a problem of the same id that computes sigmoid."""
-    from kernelbench_rl.evaluation.front.api import Evaluator
+def test_a_verdict_is_never_served_for_a_different_reference(tmp_path, shared_evaluator):
+    """A cached 'correct' for ReLU must not answer for a problem of the same id that computes sigmoid (one worker
+    judges both: its reference state is keyed by the problem's source, not its id)."""
     from kernelbench_rl.problems import Problem, get_problem, load_solution
     from kernelbench_rl.store import Store
 
@@ -389,11 +388,11 @@ def test_a_verdict_is_never_served_for_a_different_reference(tmp_path):
     settings = EvalSettings(device="cpu", timeout_s=60)
     store = Store(tmp_path / "kb.duckdb")
     request = EvalRequest("L1/19", load_solution(relu), settings)
-    with Evaluator(settings, store=store) as evaluator:
+    with shared_evaluator(settings, store=store) as evaluator:
         first = evaluator.evaluate([request])[0]
         again = evaluator.evaluate([request])[0]
     assert first.correct and again.cached
-    with Evaluator(settings, store=store, problems={"L1/19": sigmoid}) as evaluator:
+    with shared_evaluator(settings, store=store, problems={"L1/19": sigmoid}) as evaluator:
         other = evaluator.evaluate([request])[0]
     assert not other.cached
     assert other.error_category == ErrorCategory.MISMATCH, other.error_message

@@ -15,7 +15,6 @@ import pytest
 from kernelbench_rl.compose import build_run_parts
 from kernelbench_rl.config import load_config
 from kernelbench_rl.envs.kernel_env import EnvSpec
-from kernelbench_rl.evaluation import Evaluator
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.integrations.openenv_env import KernelAction, KernelEnvService
 from kernelbench_rl.problems import SOLUTIONS_ROOT, get_problem
@@ -30,7 +29,7 @@ RUN = "env-run"
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Path:
+def recorded(tmp_path_factory, shared_evaluator) -> Path:
     """A small real run: three turns on L1/19 (no kernel, a wrong kernel, a right one), one on the bundled kernrl
     problem L10/5, one on the holdout problem L1/24; every row written by the environment as it writes them."""
     db = tmp_path_factory.mktemp("export") / "runs.duckdb"
@@ -38,7 +37,7 @@ def recorded(tmp_path_factory) -> Path:
     store.init()
     train, holdout = [get_problem("L1/19"), get_problem("L10/5")], [get_problem("L1/24")]
     settings = EvalSettings(device="cpu", correctness_trials=1)
-    with Evaluator(settings, store=store, problems={p.id: p for p in train + holdout}) as evaluator:
+    with shared_evaluator(settings, store=store, problems={p.id: p for p in train + holdout}) as evaluator:
         service = KernelEnvService(evaluator, train, holdout, spec=EnvSpec(turns=3), store=store, run_id=RUN)
         episode = service.reset(problem_id="L1/19").episode_id
         for code in (NO_KERNEL, SIGMOID, RELU):

@@ -238,11 +238,10 @@ def test_same_operation_at_small_size(problem: Problem):
 LEVEL1_SOLUTIONS = [(pid, path) for pid, path in list_solutions() if pid.startswith("L1/")]
 
 
-def test_every_level1_solution_is_correct_on_kernelbench_problem():
+def test_every_level1_solution_is_correct_on_kernelbench_problem(shared_evaluator):
     """Judged by the evaluator on the CPU against KernelBench's file (sizes inferred, not ours)."""
     if not KB_ROOT.is_dir():
         pytest.skip(f"no KernelBench snapshot at {KB_ROOT} (set KERNELBENCH_ROOT to a checkout)")
-    from kernelbench_rl.evaluation.front.api import Evaluator
     from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
 
     snapshot = {}
@@ -253,7 +252,7 @@ def test_every_level1_solution_is_correct_on_kernelbench_problem():
     solutions = [(pid, path) for pid, path in LEVEL1_SOLUTIONS if pid in snapshot]
     assert solutions, "no bundled level-1 solution has a KernelBench twin"
     settings = EvalSettings(device="cpu", timeout_s=120)
-    with Evaluator(settings, kernelbench_root=str(KB_ROOT), problems=snapshot) as evaluator:
+    with shared_evaluator(settings, kernelbench_root=str(KB_ROOT), problems=snapshot) as evaluator:
         results = evaluator.evaluate([EvalRequest(pid, path.read_text(), settings) for pid, path in solutions])
     failures = [
         f"{r.problem_id} ({path.name}): {r.error_category.value}: {(r.error_message or '')[:300]}"

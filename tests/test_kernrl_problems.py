@@ -171,16 +171,16 @@ def test_small_sizes_keep_every_reference_fast_on_the_cpu(kernrl_problems):
 # ---------------------------------------------------------------- every reference as its own candidate
 
 
-def _reference_verdicts(problems):
+def _reference_verdicts(problems, shared_evaluator):
     settings = EvalSettings(device="cpu", size="small", timeout_s=120)
     requests = [EvalRequest(p.kernrl_id, p.source + "\n\nModelNew = Model\n", settings) for p in problems]
-    with Evaluator(settings, problems={p.id: p for p in problems}, static_checks=False) as evaluator:
+    with shared_evaluator(settings, problems={p.id: p for p in problems}, static_checks=False) as evaluator:
         return dict(zip([p.id for p in problems], evaluator.evaluate(requests)))
 
 
 @pytest.fixture(scope="module")
-def reference_verdicts(kernrl_problems):
-    return _reference_verdicts(kernrl_problems)
+def reference_verdicts(kernrl_problems, shared_evaluator):
+    return _reference_verdicts(kernrl_problems, shared_evaluator)
 
 
 # Problems whose own inputs cannot tell a right kernel from a wrong one, at their real sizes as at ours: the

@@ -18,7 +18,6 @@ import sys
 import pytest
 
 from bundled_problems import KERNRL_LEVELS, KERNRL_PROBLEMS, REPO
-from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings
 from kernelbench_rl.problems import BUNDLED_ROOT, get_problem, list_solutions
 from kernelbench_rl.problems.model import declared_small_sizes
@@ -65,9 +64,9 @@ def test_bundled_problems_keep_kernrl_ids_and_sizes():
 
 
 @pytest.fixture(scope="module")
-def evaluator():
+def evaluator(shared_evaluator):
     problems = {pid: get_problem(pid) for pid, _ in SOLUTIONS}
-    with Evaluator(SETTINGS, problems=problems, parallel_compiles=2) as ev:
+    with shared_evaluator(SETTINGS, problems=problems) as ev:
         yield ev
 
 

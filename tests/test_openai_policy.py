@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 from kernelbench_rl.envs.kernel_env import EnvSpec, make_group_builders
-from kernelbench_rl.evaluation import Evaluator
 from kernelbench_rl.errors import ExitCode
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.policy.openai_backend import OpenAIChatPolicy, OpenAIPolicySpec, run_chat_episodes
@@ -75,14 +74,14 @@ def prose_chat_server(tmp_path):
     proc.wait(timeout=30)
 
 
-def test_canned_kernels_get_the_direct_evaluators_verdicts(chat_server, tmp_path, monkeypatch):
+def test_canned_kernels_get_the_direct_evaluators_verdicts(chat_server, tmp_path, monkeypatch, shared_evaluator):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a local server needs no key
     spec = OpenAIPolicySpec.from_policy("openai:canned", f"{chat_server}/v1", concurrency=2, timeout_s=1.5,
                                         max_retries=3, backoff_s=0.05)
     policy = OpenAIChatPolicy(spec)
     problems = [get_problem("L1/19")]
     builders = make_group_builders(problems, 3, EnvSpec(turns=1, max_tokens=256))
-    with Evaluator(SETTINGS, store=Store(tmp_path / "kb.duckdb")) as evaluator:
+    with shared_evaluator(SETTINGS, store=Store(tmp_path / "kb.duckdb")) as evaluator:
         groups = run_chat_episodes(builders, policy, evaluator.evaluate_responses)
     turns = [env.turns[0] for group in groups for env in group]
     problem_ids = [env.problem.id for group in groups for env in group]
@@ -92,7 +91,7 @@ def test_canned_kernels_get_the_direct_evaluators_verdicts(chat_server, tmp_path
         assert Counter(env.turns[0].result.error_category.value for env in group) == Counter(
             {"ok": 1, "format": 1, "mismatch": 1})
     # The same completions straight through a fresh evaluator (no cache): the same verdicts.
-    with Evaluator(SETTINGS) as direct:
+    with shared_evaluator(SETTINGS) as direct:
         again = direct.evaluate_responses(problem_ids, [t.completion for t in turns])
     for turn, verdict in zip(turns, again):
         assert not verdict.cached

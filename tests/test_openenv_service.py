@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from kernelbench_rl.envs.kernel_env import EnvSpec
-from kernelbench_rl.evaluation import Evaluator
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.integrations.openenv_env import EnvRequestError, KernelAction, KernelEnvService
 from kernelbench_rl.problems import get_problem
@@ -15,9 +14,9 @@ from kernelbench_rl.store import Store
 
 
 @pytest.fixture()
-def service(tmp_path):
+def service(tmp_path, shared_evaluator):
     train = [get_problem(pid) for pid in ("L1/19", "L1/20", "L1/21")]
-    with Evaluator(EvalSettings(device="cpu")) as evaluator:
+    with shared_evaluator(EvalSettings(device="cpu")) as evaluator:
         yield KernelEnvService(evaluator, train, [get_problem("L1/24")], spec=EnvSpec(turns=1),
                                store=Store(tmp_path / "kb.duckdb"), keep_done=2)
 

@@ -22,7 +22,6 @@ from test_evaluator import candidate as relu_candidate  # noqa: E402 - its HEAD:
 
 from kernelbench_rl.evaluation.sandbox import outputs  # noqa: E402
 from kernelbench_rl.evaluation.timing import timing
-from kernelbench_rl.evaluation.front.api import Evaluator  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, Flag  # noqa: E402
 from kernelbench_rl.problems import Problem  # noqa: E402
 from kernelbench_rl.rewards.shaping import score  # noqa: E402
@@ -245,9 +244,9 @@ CASES: dict[str, tuple[str, str]] = {
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory):
+def verdicts(tmp_path_factory, shared_evaluator):
     store = Store(str(tmp_path_factory.mktemp("db") / "eval.duckdb"))
-    with Evaluator(SETTINGS, store=store, static_checks=False, problems={"L1/9101": VIEW_PROBLEM}) as evaluator:
+    with shared_evaluator(SETTINGS, store=store, static_checks=False, problems={"L1/9101": VIEW_PROBLEM}) as evaluator:
         requests = [EvalRequest(pid, source, SETTINGS, request_id=name) for name, (pid, source) in CASES.items()]
         results = evaluator.evaluate(requests)
         cached = store.get_cached_evaluations([evaluator._keyed(r).cache_key for r in requests])

@@ -16,7 +16,6 @@ import torch
 from kernelbench_rl.evaluation.sandbox import outputs, wire
 from kernelbench_rl.evaluation.source import candidate_class, extract
 from kernelbench_rl.evaluation.verdict import checks, discrimination
-from kernelbench_rl.evaluation.front.api import Evaluator
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, tolerance_for
 from kernelbench_rl.evaluation.static_policy import check_static
 from kernelbench_rl.problems import Problem
@@ -284,8 +283,8 @@ SETTINGS = EvalSettings(device="cpu", timeout_s=90)
 
 
 @pytest.fixture(scope="module")
-def evaluator():
-    ev = Evaluator(SETTINGS, problems={p.id: p for p in (KERNELBENCH_PROBLEM, KERNRL_PROBLEM)})
+def evaluator(shared_evaluator):
+    ev = shared_evaluator(SETTINGS, problems={p.id: p for p in (KERNELBENCH_PROBLEM, KERNRL_PROBLEM)})
     try:
         yield ev
     finally:

@@ -107,11 +107,11 @@ def get_init_inputs():
 
 
 @pytest.mark.parametrize("suite", ["kernelbench", "kernrl"])
-def test_a_problem_runs_as_it_requires_for_reference_and_candidate(suite):
+def test_a_problem_runs_as_it_requires_for_reference_and_candidate(suite, shared_evaluator):
     problem = Problem(level=9, number=1, name="1_Needy", source=NEEDY, origin="inline", suite=suite)
     assert problem.eval_mode  # asserted by its source, whatever the suite
     settings = EvalSettings(device="cpu", size="small")
-    with Evaluator(settings, problems={problem.id: problem}, static_checks=False) as evaluator:
+    with shared_evaluator(settings, problems={problem.id: problem}, static_checks=False) as evaluator:
         right, wrong = evaluator.evaluate([
             EvalRequest(problem.id, NEEDY + "\nModelNew = Model\n", settings),
             EvalRequest(problem.id, NEEDY.replace("+ offset", "+ offset + 0.5") + "\nModelNew = Model\n", settings),

@@ -17,7 +17,6 @@ import pytest
 from kernelbench_rl.config import load_config
 from kernelbench_rl.envs.kernel_env import EnvSpec
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.evaluation import Evaluator
 from kernelbench_rl.evaluation.result import EvalSettings
 from kernelbench_rl.integrations.openenv_env import EnvRequestError, KernelAction, KernelEnvService, as_response
 from kernelbench_rl.problems import Problem, get_problem, load_problems, resolve_problem
@@ -95,11 +94,11 @@ MISSING = Problem(level=4, number=99, name="99_NeedsMissing", origin="inline", s
 
 
 @pytest.fixture
-def service(tmp_path):
+def service(tmp_path, shared_evaluator):
     store = Store(tmp_path / "env.duckdb")
     store.init()
     problems = [get_problem("L1/19"), get_problem("L10/5"), MISSING]
-    with Evaluator(EvalSettings(device="cpu"), store=store, problems={p.id: p for p in problems}) as evaluator:
+    with shared_evaluator(EvalSettings(device="cpu"), store=store, problems={p.id: p for p in problems}) as evaluator:
         yield KernelEnvService(evaluator, problems, [], spec=EnvSpec(turns=2), store=store)
 
 

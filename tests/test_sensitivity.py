@@ -39,8 +39,10 @@ def _problem(problem_id: str, sizes: dict[str, int]):
     return dataclasses.replace(get_problem(problem_id), small_sizes=sizes)
 
 
-def _judge(problems: dict, requests: list[EvalRequest]):
-    with Evaluator(SETTINGS, problems=problems, parallel_compiles=2) as ev:
+def _judge(problems: dict, requests: list[EvalRequest], shared_evaluator=None):
+    """Judged on the shared pool where one is given; on a pool of its own otherwise (its workers read the sensitivity
+    switch when they start)."""
+    with (shared_evaluator or Evaluator)(SETTINGS, problems=problems) as ev:
         return ev.evaluate(requests)
 
 
@@ -65,11 +67,11 @@ def test_partial_work_passes_the_problems_own_inputs_without_the_sensitivity_see
         assert result.versions["sensitivity"].startswith("off"), result.versions["sensitivity"]
 
 
-def test_partial_work_fails_the_sensitivity_seeds_and_honest_solutions_pass_them(partial_problems):
+def test_partial_work_fails_the_sensitivity_seeds_and_honest_solutions_pass_them(partial_problems, shared_evaluator):
     requests = _partial_requests()
     requests += [EvalRequest(pid, load_solution(get_problem(pid)), SETTINGS, request_id=f"solution {pid}")
                  for pid in PARTIAL if pid != "L1/95"]  # (its solution at 512 x 4096 is too slow for the interpreter)
-    results = _judge(partial_problems, requests)
+    results = _judge(partial_problems, requests, shared_evaluator)
     for request, result in zip(requests, results):
         assert sensitivity.seeds_in(result.versions["sensitivity"]) >= 1, result.versions["sensitivity"]
         if request.request_id.startswith("solution"):
@@ -83,12 +85,12 @@ def test_partial_work_fails_the_sensitivity_seeds_and_honest_solutions_pass_them
         assert by_name[name].error_message.startswith("on inputs with a few elements changed"), by_name[name].error_message
 
 
-def test_a_second_shape_catches_a_kernel_that_hardcodes_the_batch():
+def test_a_second_shape_catches_a_kernel_that_hardcodes_the_batch(shared_evaluator):
     """L1/95's own solution with the row count written in: correct on the problem's own sizes, not at a second one."""
     solution = load_solution(get_problem("L1/95"))
     hardcoded = solution.replace("M, C = predictions.shape", "M, C = 16, predictions.shape[1]")
     assert hardcoded != solution
-    (result,) = _judge({}, [EvalRequest("L1/95", hardcoded, SETTINGS)])
+    (result,) = _judge({}, [EvalRequest("L1/95", hardcoded, SETTINGS)], shared_evaluator)
     assert not result.correct and result.error_category == ErrorCategory.MISMATCH, result.error_message
     assert "must not assume the problem's sizes" in result.error_message
     assert "batch_size = 20" in result.versions["sensitivity"]
@@ -131,8 +133,9 @@ def test_the_relative_criterion_leaves_outputs_at_a_unit_scale_to_the_elementwis
     assert checks.compare_outputs([reference], [off], 1e-4, 1e-4).ok
 
 
-def test_the_polynomial_softmax_is_rejected_by_the_evaluator():
-    (result,) = _judge({}, [EvalRequest("L1/23", (CANDIDATES / "poly_exp_softmax.py").read_text(), SETTINGS)])
+def test_the_polynomial_softmax_is_rejected_by_the_evaluator(shared_evaluator):
+    (result,) = _judge({}, [EvalRequest("L1/23", (CANDIDATES / "poly_exp_softmax.py").read_text(), SETTINGS)],
+                       shared_evaluator)
     assert not result.correct and result.error_category == ErrorCategory.MISMATCH, result.error_message
 
 

@@ -78,18 +78,14 @@ def _flagged(result) -> bool:
 
 
 @pytest.fixture(scope="module")
-def evaluator():
-    from kernelbench_rl.evaluation.front.api import Evaluator
-
-    with Evaluator(SETTINGS, num_workers=1, store=None) as ev:
+def evaluator(shared_evaluator):
+    with shared_evaluator(SETTINGS, store=None) as ev:
         yield ev
 
 
 @pytest.fixture(scope="module")
-def runtime_only_evaluator():
-    from kernelbench_rl.evaluation.front.api import Evaluator
-
-    with Evaluator(SETTINGS, num_workers=1, store=None, static_checks=False) as ev:
+def runtime_only_evaluator(shared_evaluator):
+    with shared_evaluator(SETTINGS, store=None, static_checks=False) as ev:
         yield ev
 
 
