@@ -86,3 +86,20 @@ def test_the_shared_pool_serves_again_after_its_worker_is_killed_or_it_is_closed
         assert lender.pool is not pool and lender.started == 2
     finally:
         lender.close()
+
+
+def test_borrowers_with_different_audits_each_judge_on_their_own_widened_inputs(lent_pool: WorkerPool) -> None:
+    """A worker settles a problem's widened inputs per the variant a request hands it: whichever borrower asks first,
+    the one whose audit gives L1/26 widened inputs is judged on them (tanh-GELU passes exact GELU's own inputs)."""
+    from kernelbench_rl.problems.audit import audited_set
+
+    _, variants = audited_set([get_problem("L1/26"), get_problem("L1/88")])
+    assert variants.get("L1/26")
+    tanh_gelu = load_solution(get_problem("L1/88"))
+    with Evaluator(SETTINGS, pool=lent_pool, static_checks=False) as plain:
+        (first,) = plain.evaluate([EvalRequest("L1/26", tanh_gelu, SETTINGS)])
+    with Evaluator(SETTINGS, pool=lent_pool, static_checks=False, input_variants=variants) as audited:
+        (second,) = audited.evaluate([EvalRequest("L1/26", tanh_gelu, SETTINGS)])
+    assert "given by the problem audit" not in first.versions["inputs"], first.versions["inputs"]
+    assert "given by the problem audit" in second.versions["inputs"], second.versions["inputs"]
+    assert second.error_category == ErrorCategory.MISMATCH, second.error_message

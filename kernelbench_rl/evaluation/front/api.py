@@ -79,10 +79,9 @@ class Evaluator:
     outputs, sizing, baselines; keyed by the problem's id, suite and source, so a changed problem is a new entry),
     the pool's memory of references too slow to judge, and the workers' environment as it was when the pool
     started. What each evaluator keeps to itself: its settings, problems, store and verdict cache, static checks
-    and `baselines`. A verdict depends on the request and the problem's reference, not on which evaluator sent it,
-    with one exception: a worker settles a problem's widened inputs at the problem's first request, with the
-    `input_variants` entry that request carried, so borrowers of one pool must hand it the same input variants (or
-    none); one with the problem audit's variants wants a pool of its own or one lent only to such evaluators.
+    and `baselines`. A verdict depends on the request and the problem's reference, not on which evaluator sent it:
+    a worker settles a problem's widened inputs per precision and per the `input_variants` entry a request carries,
+    so borrowers with different input variants each get the inputs theirs hand them.
     """
 
     def __init__(

@@ -52,7 +52,7 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
     device being held for the whole phase."""
     precision = settings.precision
     t = time.perf_counter()
-    found = state.discriminations.get(precision) or discrimination.Discrimination(audited=False, reason="not sized")
+    found = state.discrimination_for(precision, payload.get("input_variant"))
     seeds = random.sample(state.seed_pool, min(own_seed_count(settings, found), len(state.seed_pool)))
     widened_seeds = random.sample(state.seed_pool, min(settings.discriminating_trials, len(state.seed_pool)))
     sensitive, result.versions["sensitivity"] = sensitivity_seeds(state, found)

@@ -40,6 +40,11 @@ TIMED_FORWARDS = 3
 FRESH_TIMING_BUFFERS = os.environ.get("KBRL_EVAL_FRESH_BUFFERS", "1") != "0"
 
 
+def discrimination_key(precision: str, given: discrimination.Variant | None) -> tuple[str, str]:
+    """A problem's discrimination is settled per precision and per the widened inputs the request hands it."""
+    return precision, discrimination.variant_key(given)
+
+
 @dataclass
 class ProblemState:
     """One problem as this worker knows it: its reference module, hidden seeds, what sizing learnt, caches."""
@@ -55,8 +60,10 @@ class ProblemState:
     sizing: threading.Lock = field(default_factory=threading.Lock)
     models: dict[str, torch.nn.Module] = field(default_factory=dict)
     refs: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # (precision, seed, variant) -> outputs
-    # Per precision: which trivial candidates pass the problem's own inputs, and the widened inputs chosen.
-    discriminations: dict[str, discrimination.Discrimination] = field(default_factory=dict)
+    # Per (precision, the request's given variant: discrimination.variant_key): which trivial candidates pass the
+    # problem's own inputs, and the widened inputs chosen. Keyed by the given variant too, so evaluators that share a
+    # pool with different audits (input_variants) each get the inputs theirs hands them, whichever came first.
+    discriminations: dict[tuple[str, str], discrimination.Discrimination] = field(default_factory=dict)
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_baselines: dict[str, float] = field(default_factory=dict)
     # precision -> the reference's timed calls as this worker's clock saw them (device_timing.BlockWall): what the
@@ -82,8 +89,13 @@ class ProblemState:
     def footprint(self) -> footprints.Footprint:
         return footprints.Footprint(self.param_bytes, self.input_bytes, self.output_bytes, self.forward_bytes)
 
-    def unsized(self, precision: str) -> bool:
-        return not self.sized or (not self.too_large and precision not in self.discriminations)
+    def unsized(self, precision: str, given: discrimination.Variant | None = None) -> bool:
+        return not self.sized or (not self.too_large and discrimination_key(precision, given) not in self.discriminations)
+
+    def discrimination_for(self, precision: str, given: discrimination.Variant | None = None) -> discrimination.Discrimination:
+        """What `ReferenceCache.discriminate` found for this precision and given variant ("not sized" before it ran)."""
+        return (self.discriminations.get(discrimination_key(precision, given))
+                or discrimination.Discrimination(audited=False, reason="not sized"))
 
     def tolerance_note(self, precision: str) -> str:
         atol, rtol = tolerance_for(self.suite, precision)
@@ -296,8 +308,8 @@ class ReferenceCache:
                       given: discrimination.Variant | None = None) -> None:
         """Which trivial candidates pass the problem's own inputs, and the widened inputs that tell them apart
         (discrimination.py). Runs beside the sizing forward, alone in device memory."""
-        precision = settings.precision
-        if state.too_large or precision in state.discriminations:
+        precision, key = settings.precision, discrimination_key(settings.precision, given)
+        if state.too_large or key in state.discriminations:
             return
 
         def run(seed: int, variant: discrimination.Variant | None) -> tuple[list[Any], list[torch.Tensor]]:
@@ -318,7 +330,7 @@ class ReferenceCache:
             # once after the sizing and this, and the trivial candidates' buffers are gone by their counts.
             if not clean:
                 self.release_device_memory(force=True)
-        state.discriminations[precision] = found
+        state.discriminations[key] = found
 
     def release_device_memory(self, force: bool = False) -> None:
         """Hand the worker's cached-but-free device memory back (its caching allocator keeps what the last

@@ -430,13 +430,13 @@ class Worker:
         result.versions["suite"] = state.suite
         result.versions["tolerance"] = state.tolerance_note(settings.precision)
         t = time.perf_counter()
-        if state.unsized(settings.precision):
+        if state.unsized(settings.precision, payload.get("input_variant")):
             # The first request of a problem sizes it on the device (one reference forward: parameters,
             # inputs, outputs, the forward's peak) and tries trivial candidates on its inputs, alone in
             # device memory, going before queued candidates; the others wait here, not in the device
             # queue, and find it done.
             with state.sizing:
-                if state.unsized(settings.precision):
+                if state.unsized(settings.precision, payload.get("input_variant")):
                     # Memory before the device, as every evaluation takes them (timing holds its bytes while it
                     # waits for the device): the other order could deadlock.
                     with scheduling.sizing_admission(self.memory), self._device_section(DeviceQueue.URGENT):
