@@ -212,7 +212,9 @@ class EvalResult:
     schema_version: int = RESULT_SCHEMA_VERSION
     cached: bool = False  # served from the evaluation cache
     kernel_share: float | None = None  # GPU: share of the forward's GPU time in the candidate's own kernels
-    host_speedup: float | None = None  # GPU: host-clock re-timing of an excessive speedup
+    # GPU: the host-clock re-timing of an excessive speedup, or of one the worker's clock agrees with only by the
+    # allocator's slack (timing/device_timing.py: host_clock_check)
+    host_speedup: float | None = None
     # GPU: the problem's floor and how close the candidate and the reference came (evaluation/timing/floor.py speed_of_light)
     speed_of_light: dict[str, Any] | None = None
     # GPU: one profiled forward, [kernel name, launches, device microseconds] by time, at most PROFILE_ROWS rows
