@@ -15,6 +15,7 @@ file's first test. "Waiting" is wall minus CPU: sleeps, timeouts and polls that 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -37,12 +38,19 @@ class _Clock:
                 _, controllers, path = line.split(":", 2)
                 if "cpuacct" in controllers.split(","):
                     self.home = CGROUP_ROOT / path.lstrip("/")
-            group = CGROUP_ROOT / name
+        except OSError:
+            pass
+        group = CGROUP_ROOT / name
+        try:
             group.mkdir(exist_ok=True)
+        except OSError:
+            return
+        try:
             (group / "cgroup.procs").write_text(str(os.getpid()))
             self.group = group
-        except OSError:
-            self.group = None
+        except OSError:  # made but not joinable: removed again, nothing left behind
+            with contextlib.suppress(OSError):
+                group.rmdir()
 
     @property
     def source(self) -> str:
@@ -85,12 +93,26 @@ def pytest_sessionfinish(session) -> None:  # noqa: ARG001
               "wall_s": round(time.monotonic() - _state["started"], 1), "cpu_s": round(clock.cpu_s() - _state["cpu0"], 1),
               "tests": _state["rows"]}
     (out / f"{_state['worker']}-{os.getpid()}.json").write_text(json.dumps(record))
-    if clock.group is not None:
+
+
+def pytest_unconfigure(config) -> None:  # noqa: ARG001
+    """The cgroup goes once the session's fixtures have stopped what they started (an evaluator pool, a server): this
+    process moves back home, and the group is removed when its last process has gone (within a few seconds; a
+    process that outlives the session keeps it)."""
+    clock = _state.get("clock")
+    if clock is None or clock.group is None:
+        return
+    with contextlib.suppress(OSError):
+        (clock.home / "cgroup.procs").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 5.0
+    while True:
         try:
-            (clock.home / "cgroup.procs").write_text(str(os.getpid()))
-            clock.group.rmdir()  # refused while a process it counted still runs (then it stays)
+            clock.group.rmdir()
+            return
         except OSError:
-            pass
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
 
 
 def report(folder: Path, top: int = 25) -> str:
