@@ -60,13 +60,6 @@ class EvaluatorProtocol(Protocol):
     def close(self) -> None: ...
 
 
-def _shape_of(pool: WorkerPool) -> tuple[int, int, int]:
-    """(parallel compiles, evaluations in flight, warm children) a running pool's workers were started with."""
-    args = pool.worker_args
-    value = {flag: int(args[args.index(flag) + 1]) for flag in ("--parallel", "--in-flight", "--warm-children")}
-    return value["--parallel"], value["--in-flight"], value["--warm-children"]
-
-
 class Evaluator:
     """A pool of sandboxed evaluation workers with a DuckDB-backed verdict cache.
 
@@ -105,9 +98,8 @@ class Evaluator:
         if pool is not None:
             _check_lent(pool, self.settings.device, num_workers=num_workers, parallel_compiles=parallel_compiles,
                         warm_children=warm_children, in_flight=in_flight, worker_args=worker_args)
-            num_workers = pool.num_workers
-            parallel_compiles, in_flight, warm_children = _shape_of(pool)
-            worker_args = pool.worker_args[6:]  # what follows the shape (WorkerPool puts it first)
+            num_workers, worker_args = pool.num_workers, pool.extra_worker_args
+            parallel_compiles, in_flight, warm_children = pool.parallel_compiles, pool.in_flight, pool.warm_children
         self.num_workers = num_workers
         self.store = store
         self.problems_root = problems_root or kernelbench_root

@@ -253,8 +253,11 @@ class WorkerPool:
         self.device = device
         self.num_workers = num_workers or _default_worker_count(device)
         in_flight = in_flight or parallel_compiles + 1
+        # The shape its workers start with (an Evaluator borrowing this pool reads it here), then their command line.
+        self.parallel_compiles, self.warm_children, self.in_flight = parallel_compiles, warm_children, in_flight
+        self.extra_worker_args = list(worker_args or [])
         self.worker_args = ["--parallel", str(parallel_compiles), "--warm-children", str(warm_children),
-                            "--in-flight", str(in_flight), *(worker_args or [])]
+                            "--in-flight", str(in_flight), *self.extra_worker_args]
         self.max_restarts = max_restarts
         self.watchdog_slack_s = watchdog_slack_s
         self.closed = False
