@@ -87,7 +87,11 @@ def test_a_correct_kernel_whose_speedup_does_not_count_earns_no_speed():
     below = _verdict(**dict(CORRECT, speedup=4.0), flags=[Flag.BELOW_SPEED_OF_LIGHT.value])
     assert not below.speedup_counts
     assert score(below, "speed").components["speed"] == 0.0
-    assert score(below, "speed").reward == score(_verdict(**dict(CORRECT, speedup=None)), "speed").reward
+    # Scored as the slowest honest correct kernel, below an untimed one (it once scored as an untimed 1x kernel,
+    # above an honest correct kernel at 0.99x).
+    assert score(below, "speed").doubt
+    assert score(below, "speed").reward == score(_verdict(**dict(CORRECT, speedup=1e-6)), "speed").reward
+    assert score(below, "speed").reward < score(_verdict(**dict(CORRECT, speedup=0.99)), "speed").reward
 
 
 # -- GRPO credit --------------------------------------------------------------------------------------------------

@@ -5,6 +5,10 @@
 2. A correct kernel's reward never falls as its speedup rises; for presets that pay for speed it rises across
    1x (a slow correct kernel below a 1x one below a fast one), and timing noise on identical code (the
    [0.95, 1.05] band) can move it by a small share of its range only (8%), and it never jumps.
+3. No pay under doubt: a correct verdict carrying any flag of doubt earns no more than the slowest honest correct
+   kernel, whatever it was timed at; with `hack` too, the floor. Every flag is either one of doubt or named here
+   as harmless, so a flag added later must take a side.
+4. Abstaining gains nothing: `unsupported` scores as a wrong answer, never None (left out of training), never more.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import pytest
 
 from kernelbench_rl.envs import EnvSpec
 from kernelbench_rl.envs.kernel_env import EnvGroupBuilder
-from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, Flag, StaticReport
+from kernelbench_rl.evaluation.result import DOUBT_FLAGS, ErrorCategory, EvalResult, Flag, StaticReport
 from kernelbench_rl.problems import get_problem
 from kernelbench_rl.rewards import PRESETS, reward_floor, score
 from kernelbench_rl.training.grpo import score_group
@@ -151,3 +155,59 @@ def test_the_docs_table_is_the_commands_output() -> None:
     from kernelbench_rl.rewards.table import markdown
 
     assert markdown() in (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+
+
+# Flags that cast no doubt on a correct verdict's work or time: the excessive-speedup pair (its own rule: no
+# correctness credit until the host clock confirms), the confirmation itself, hack (the floor) and the CPU's note.
+HARMLESS_FLAGS = {Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value, Flag.REVERIFIED.value,
+                  Flag.HACK.value, Flag.NO_SPEEDUP_ON_CPU.value}
+
+
+def test_every_flag_takes_a_side():
+    assert {flag.value for flag in Flag} == DOUBT_FLAGS | HARMLESS_FLAGS
+    assert not DOUBT_FLAGS & HARMLESS_FLAGS
+
+
+def _slowest_honest(preset: str, device: str) -> float:
+    """The least an honest correct kernel earns: on a GPU the limit of ever slower ones, on the CPU (untimed) 1x."""
+    if device == "cpu":
+        return score(result(format_ok=True, compiled=True, correct=True, device_kind="cpu"), preset,
+                     speedup_cap=CAP).reward
+    return min(_curve(preset, [1e-9, 1e-6, 1 / CAP ** 2, 1 / CAP]))
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("flag", sorted(DOUBT_FLAGS))
+def test_no_pay_under_doubt(preset: str, flag: str) -> None:
+    for device in ("cuda", "cpu"):
+        slowest = _slowest_honest(preset, device)
+        for speedup in ([None] if device == "cpu" else [None, 0.3, 0.99, 1.0, 1.5, 3.0, 9.9, 40.0]):
+            for extra in ([], [Flag.REVERIFIED.value, Flag.EXCESSIVE_SPEEDUP.value]):
+                doubtful = result(format_ok=True, compiled=True, correct=True, speedup=speedup, device_kind=device,
+                                  flags=[flag, *extra])
+                scored = score(doubtful, preset, speedup_cap=CAP)
+                assert scored.reward <= slowest + 1e-12, (preset, flag, device, speedup, extra, scored.reward, slowest)
+                assert not doubtful.speedup_counts
+            hacked = result(format_ok=True, compiled=True, correct=True, speedup=speedup, device_kind=device,
+                            flags=[flag, Flag.HACK.value])
+            assert score(hacked, preset, speedup_cap=CAP).reward == reward_floor(preset)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_abstaining_by_what_the_interpreter_lacks_earns_a_wrong_answers_reward(preset: str) -> None:
+    for compiled in (False, True):
+        abstained = result(format_ok=True, compiled=compiled, error_category=ErrorCategory.UNSUPPORTED)
+        scored = score(abstained, preset, speedup_cap=CAP)
+        assert scored.reward is not None and scored.abstained and not scored.infra
+        assert scored.reward == score(WRONG, preset, speedup_cap=CAP).reward
+    # Our own failures stay no score at all.
+    for category in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNDISCRIMINATING):
+        assert score(result(format_ok=True, error_category=category), preset, speedup_cap=CAP).reward is None
+
+
+def test_the_flag_table_in_the_docs_is_the_commands_output() -> None:
+    from pathlib import Path
+
+    from kernelbench_rl.rewards.table import flags_markdown
+
+    assert flags_markdown() in (Path(__file__).resolve().parents[1] / "docs" / "evaluator.md").read_text()

@@ -100,6 +100,17 @@ class Flag(str, Enum):
     CLOCK_DISAGREES = "clock_disagrees"
 
 
+# Flags that say the work or the time of a correct verdict cannot be trusted. A verdict carrying any of them earns no
+# more than the slowest honest correct kernel under every reward preset (rewards/shaping.py: it is scored as a correct
+# kernel at no speed at all); one that also carries `hack` (foreign work, a faked clock) earns the hack floor.
+# A flag added to the evaluator that casts doubt on work or time belongs here (tests/test_reward_rules.py checks
+# every flag is either here or named as harmless there).
+DOUBT_FLAGS: frozenset[str] = frozenset({
+    Flag.LOW_KERNEL_SHARE.value, Flag.BELOW_SPEED_OF_LIGHT.value, Flag.CLOCK_DISAGREES.value,
+    Flag.BACKEND_NOT_USED.value, Flag.INPUT_MUTATED.value,
+})
+
+
 @dataclass
 class EvalSettings:
     """Everything that changes a verdict; its hash is part of the evaluation cache key."""
@@ -234,13 +245,17 @@ class EvalResult:
         return Flag.EXCESSIVE_SPEEDUP.value in self.flags and Flag.REVERIFIED.value not in self.flags
 
     @property
+    def in_doubt(self) -> bool:
+        """A flag says the work or the time cannot be trusted (DOUBT_FLAGS), or an excessive speedup is unconfirmed."""
+        return self.unverified_speedup or any(flag in DOUBT_FLAGS for flag in self.flags)
+
+    @property
     def speedup_counts(self) -> bool:
-        """A speedup earns reward only if it is not flagged excessive without re-verification."""
+        """A speedup earns reward only from a correct verdict with no flag of doubt (DOUBT_FLAGS, an unconfirmed
+        excessive speedup)."""
         if self.speedup is None or not self.correct or self.is_hack:
             return False
-        if Flag.BELOW_SPEED_OF_LIGHT.value in self.flags:
-            return False
-        return not self.unverified_speedup
+        return not self.in_doubt
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

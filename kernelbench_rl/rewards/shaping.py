@@ -10,17 +10,23 @@ Rules that hold for every preset (tests/test_reward_rules.py checks them over al
   (`clamp_truncated`, the cookbook's grade-then-clamp), so neither scores above an honest wrong or
   non-compiling answer of the same problem;
 - an unverified excessive speedup earns nothing for correctness or speed;
+- no pay under doubt: a correct verdict carrying a flag that says its work or its time cannot be trusted
+  (EvalResult.in_doubt: DOUBT_FLAGS) is scored as the slowest honest correct kernel (a correct kernel at no speed
+  at all, `DOUBT_SPEEDUP`), never as an untimed 1x one; with `hack` as well it earns the floor (above);
+- abstaining never pays: a verdict the evaluator could not reach because of what the kernel used (`unsupported`:
+  Triton's CPU interpreter lacks it) is scored as a wrong answer that compiled, never left out of training;
 - a correct kernel's reward never falls as its speedup rises, and moves smoothly across 1x: the
   speed terms are functions of log2(speedup) bounded at `speedup_cap` (and at its inverse below 1x,
   where `slow` takes back part of the credit), and kernrl's "faster than the baseline" bonus ramps
   in from 1x to FASTER_FULL_AT instead of jumping, so timing noise on identical code (the
   [0.95, 1.05] band) moves a reward by a few hundredths, never by a step;
-- an infrastructure failure is not a score at all: `Score.reward` is None and the sample is
+- an infrastructure failure (ours, decided by facts the worker holds) is not a score at all: `Score.reward` is None and the sample is
   retried or left out of training (never a zero that would teach the model a wrong lesson).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -71,6 +77,10 @@ PRESETS: dict[str, RewardPreset] = {
 
 # kernrl's "faster than the baseline" bonus is paid in full from this speedup on, along log2(speedup) from 1x.
 FASTER_FULL_AT = 2.0
+
+# The speedup a correct verdict in doubt is scored at: none at all, below every honest correct kernel's (each preset's
+# speed terms are bounded below, so this is the slowest honest correct kernel's reward).
+DOUBT_SPEEDUP = 0.0
 
 # The stage whose rate the curriculum watches for each stage preset.
 STAGE_RATE_METRIC: dict[str, str] = {
@@ -129,6 +139,8 @@ class Score:
     hack: bool = False
     infra: bool = False
     preset: str = ""
+    doubt: bool = False  # correct, but a flag says its work or time cannot be trusted: scored at DOUBT_SPEEDUP
+    abstained: bool = False  # `unsupported`: scored as a wrong answer that compiled
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -136,26 +148,41 @@ class Score:
 
 def score(result: EvalResult, preset: str | RewardPreset, *, speedup_cap: float = 8.0) -> Score:
     spec = PRESETS[preset] if isinstance(preset, str) else preset
+    if result.error_category == ErrorCategory.UNSUPPORTED:
+        # No verdict is ours to give, but the kernel chose what the evaluator cannot run: abstaining must not pay
+        # more than being wrong (a wrong kernel that calls what the interpreter lacks would otherwise leave training).
+        wrong = dataclasses.replace(result, format_ok=True, compiled=True, correct=False, speedup=None, flags=[],
+                                    error_category=ErrorCategory.MISMATCH)
+        scored = score(wrong, spec, speedup_cap=speedup_cap)
+        return dataclasses.replace(scored, abstained=True, components={**scored.components, "abstained": 0.0})
     if result.error_category.is_ours:  # infra or too_large: no verdict on the kernel, nothing to learn
         return Score(reward=None, infra=True, preset=spec.name)
     if is_hack(result):
         return Score(reward=reward_floor(spec), components={"hack": 1.0}, hack=True, preset=spec.name)
     trusted = not result.unverified_speedup
     correct = bool(result.correct) and trusted
-    counted_speedup = result.speedup if (correct and result.speedup_counts and result.speedup is not None) else None
+    doubt = correct and result.in_doubt
+    if doubt:
+        counted_speedup: float | None = DOUBT_SPEEDUP
+    else:
+        counted_speedup = result.speedup if (correct and result.speedup_counts and result.speedup is not None) else None
     components = {
         "format": spec.format * float(bool(result.format_ok)),
         "compile": spec.compile * float(bool(result.compiled)),
         "correct": spec.correct * float(correct),
         "faster": spec.faster * (bounded_log_speedup(counted_speedup, FASTER_FULL_AT) if counted_speedup else 0.0),
         "speed": spec.speed * (bounded_log_speedup(counted_speedup, speedup_cap) if counted_speedup else 0.0),
-        "slowdown": -spec.slow * (bounded_log_slowdown(counted_speedup, speedup_cap) if counted_speedup else 0.0),
+        "slowdown": -spec.slow * (bounded_log_slowdown(counted_speedup, speedup_cap)
+                                  if counted_speedup is not None else 0.0),
     }
     if spec.not_compiled or spec.incorrect or spec.gain_cap or spec.slow_slope:  # kernrl's server curve
         components.update({
             "not_compiled": spec.not_compiled * float(not result.compiled),
             "incorrect": spec.incorrect * float(bool(result.compiled) and not correct),
             "gain": min(counted_speedup - 1.0, spec.gain_cap) if counted_speedup and counted_speedup > 1.0 else 0.0,
-            "slow": spec.slow_slope * (counted_speedup - 1.0) if counted_speedup and counted_speedup < 1.0 else 0.0,
+            "slow": (spec.slow_slope * (counted_speedup - 1.0)
+                     if counted_speedup is not None and counted_speedup < 1.0 else 0.0),
         })
-    return Score(reward=sum(components.values()), components=components, preset=spec.name)
+    if doubt:
+        components["doubt"] = 0.0
+    return Score(reward=sum(components.values()), components=components, preset=spec.name, doubt=doubt)
