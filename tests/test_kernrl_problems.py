@@ -149,7 +149,7 @@ def test_a_problem_needing_a_missing_module_is_unavailable_and_never_judged(kern
         result = evaluator.evaluate([EvalRequest("L4_7", problem.source + "\nModelNew = Model\n",
                                                  EvalSettings(device="cpu", size="small"))])[0]
         assert evaluator._pool is None  # answered without starting a worker
-    assert result.error_category is ErrorCategory.UNSUPPORTED and "fla" in result.error_message
+    assert result.error_category is ErrorCategory.UNAVAILABLE and "fla" in result.error_message
     assert result.problem_id == "L4/7"
 
 
@@ -201,7 +201,7 @@ UNDISCRIMINATING = {"L2/66", "L5/6", "L6/6", "L9/3", "L10/3"}
 EITHER_CORRECT_OR_UNDISCRIMINATING = {"L1/95", "L5/7", "L5/8", "L8/7"}
 # Expected verdicts other than correct: all for reasons of the problems' own.
 EXPECTED = {
-    **dict.fromkeys(NEEDS_FLA, ErrorCategory.UNSUPPORTED),
+    **dict.fromkeys(NEEDS_FLA, ErrorCategory.UNAVAILABLE),
     **dict.fromkeys(REFLECT_PAD_2D | ROTARY_BROADCAST, ErrorCategory.INFRA),  # the reference raises
     **dict.fromkeys(UNDISCRIMINATING, ErrorCategory.UNDISCRIMINATING),
 }

@@ -27,7 +27,9 @@ HINTS: dict[str, str] = {
     ErrorCategory.DTYPE.value: "The output dtype is wrong: return the reference's dtype.",
     ErrorCategory.INFRA.value: "The evaluation failed on our side; resubmit the same kernel or improve it.",
     ErrorCategory.TOO_LARGE.value: "This problem does not fit this GPU (its memory, or its reference's time budget); no verdict on your kernel.",
-    ErrorCategory.UNSUPPORTED.value: "Triton's CPU interpreter cannot run what this kernel uses; no verdict on your kernel.",
+    ErrorCategory.UNSUPPORTED.value: ("Triton's CPU interpreter cannot run what this kernel uses, so it could not be "
+                                      "checked and scores as a wrong answer: use what the interpreter runs."),
+    ErrorCategory.UNAVAILABLE.value: "This problem cannot run on this evaluator; no verdict on your kernel.",
     ErrorCategory.UNDISCRIMINATING.value: "This problem's inputs cannot tell a right kernel from a wrong one; no verdict on your kernel.",
     ErrorCategory.OK.value: "Correct. Make it faster: fuse operations, tune block sizes, reduce memory traffic.",
 }

@@ -66,6 +66,9 @@ class ErrorCategory(str, Enum):
     # Triton's CPU interpreter lacks what the kernel uses (an extern libdevice call, the GPU driver): it may
     # well be right on a GPU, so no verdict.
     UNSUPPORTED = "unsupported"
+    # The problem itself cannot run here (a module it imports is not installed): no kernel of it can be judged. Ours,
+    # unlike `unsupported`, which the kernel chose (rewards/shaping.py scores that as a wrong answer in training).
+    UNAVAILABLE = "unavailable"
     OK = "ok"
 
     @property
@@ -76,7 +79,7 @@ class ErrorCategory(str, Enum):
     def is_ours(self) -> bool:
         """No verdict on the kernel: nothing is learnt from it and it is never cached."""
         return self in (ErrorCategory.INFRA, ErrorCategory.TOO_LARGE, ErrorCategory.UNKNOWN_PROBLEM,
-                        ErrorCategory.UNDISCRIMINATING, ErrorCategory.UNSUPPORTED)
+                        ErrorCategory.UNDISCRIMINATING, ErrorCategory.UNSUPPORTED, ErrorCategory.UNAVAILABLE)
 
 
 def categories_without_verdict() -> list[str]:

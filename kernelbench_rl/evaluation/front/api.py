@@ -285,7 +285,7 @@ class Evaluator:
         """Problem lookup and the static policy; returns the problem, or the verdict when it ends here."""
         problem = self.problem(request.problem_id)  # an unknown id raises UserError: the caller's mistake
         if problem.unavailable_reason:  # it cannot run here: no verdict on the kernel, as for a kernel's missing feature
-            return EvalResult.failure(request, ErrorCategory.UNSUPPORTED, problem.unavailable_reason)
+            return EvalResult.failure(request, ErrorCategory.UNAVAILABLE, problem.unavailable_reason)
         if request.settings.device != self.settings.device:
             return EvalResult.failure(
                 request, ErrorCategory.INFRA,
