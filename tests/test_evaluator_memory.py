@@ -164,6 +164,65 @@ def test_an_oom_beside_others_that_passes_alone_is_judged_on_its_merits(monkeypa
     assert result.error_category == ErrorCategory.OK
 
 
+def _child_oom_result(message: str, reported: dict, cap: int | None, free: int | None) -> EvalResult:
+    """The result the worker makes of a child's device OOM (worker._evaluate_once keeps the fault's facts)."""
+    import json
+
+    fault = child_oom_fault(message, reported, cap, free)
+    result = _result(fault.category, fault.message)
+    if fault.facts:
+        result.versions["device_oom_facts"] = json.dumps(fault.facts, sort_keys=True)
+    return result
+
+
+# A candidate may raise any exception it likes, with any message and any figures in its process's report: only what
+# the worker read itself (the device's free memory with the child gone) and the budget it gave decide.
+HAND_MADE_OOMS = [
+    ("torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 MiB')", {"reserved": 0, "cap": 0}),
+    ("OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB", {"reserved": GIB, "cap": 80 * GIB}),
+    ("RuntimeError: out of memory", {"reserved": 0, "cap": 1}),
+    ("OutOfMemoryError: CUDA out of memory.", {}),
+]
+
+
+@pytest.mark.parametrize("message,reported", HAND_MADE_OOMS)
+def test_a_hand_made_oom_with_the_device_free_is_the_kernels_fault_not_infra(monkeypatch, message, reported):
+    """Alone on the device, the child within its budget, the device with its whole budget free once it is gone: no
+    shortage of the device's could have made that OOM, so it is the kernel's (a verdict, scored), never infra."""
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    cap = 9 * GIB
+    shared = _child_oom_result(message, reported, cap, free=60 * GIB)
+    alone = _child_oom_result(message, reported, cap, free=60 * GIB)
+    result, _ = _fake_cuda_worker([shared, alone])._evaluate_beside_others({})
+    assert result.error_category == ErrorCategory.RUNTIME and result.error_category.is_kernel_fault, result
+    if "oom_retry" in result.versions:  # (a message without torch's OOM words is a runtime fault at once)
+        assert "the failure is the kernel's own" in result.error_message
+    from kernelbench_rl.rewards.shaping import score
+
+    assert score(result, "correctness").reward is not None
+
+
+@pytest.mark.parametrize("free", [None, 0, 9 * GIB - 1])
+def test_an_oom_alone_with_the_device_short_without_the_child_stays_ours(monkeypatch, free):
+    """The device could not give the child its budget even with the child gone (the worker's buffers, or no reading
+    at all): ours, retried, never the kernel's zero."""
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    message, reported = "OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB", {"reserved": GIB}
+    outcomes = [_child_oom_result(message, reported, 9 * GIB, free) for _ in range(2)]
+    result, _ = _fake_cuda_worker(outcomes)._evaluate_beside_others({})
+    assert result.error_category == ErrorCategory.INFRA, result
+
+
+def test_the_budget_is_the_workers_not_the_childs_report():
+    """A child reporting a small budget cannot make its within-budget OOM look like the device's shortage (the worker's
+    cap decides), nor escape being over budget by reporting a large one."""
+    fault = child_oom_fault("OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB",
+                            {"reserved": 50 * GIB, "cap": 500 * GIB}, 55 * GIB, 70 * GIB)
+    assert "budget of 55.0 GiB" in fault.message and fault.facts == {"cap": 55 * GIB, "free_without_child": 70 * GIB}
+    small = child_oom_fault("OutOfMemoryError: x", {"reserved": 0, "cap": 1}, 9 * GIB, 10 * GIB)
+    assert small.facts["cap"] == 9 * GIB
+
+
 def test_too_large_is_no_verdict_on_the_kernel():
     assert ErrorCategory.TOO_LARGE.is_ours and not ErrorCategory.TOO_LARGE.is_kernel_fault
     from kernelbench_rl.rewards.shaping import score

@@ -8,6 +8,7 @@ ours before any candidate code ran, a crash after.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from typing import Any
@@ -20,13 +21,17 @@ from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, Flag
 
 
 class Fault(Exception):
-    """A verdict reached mid-evaluation (kernel fault or infra), carried to the result."""
+    """A verdict reached mid-evaluation (kernel fault or infra), carried to the result. `facts`: what the worker
+    measured itself about it (a device OOM: the device's free memory with the child gone, the child's budget),
+    kept in the result's versions (`device_oom_facts`) for whoever decides whose fault it is."""
 
-    def __init__(self, category: ErrorCategory, message: str, flags: tuple[str, ...] = ()) -> None:
+    def __init__(self, category: ErrorCategory, message: str, flags: tuple[str, ...] = (),
+                 facts: dict[str, int] | None = None) -> None:
         super().__init__(message)
         self.category = category
         self.message = message
         self.flags = flags
+        self.facts = facts
 
 
 # torch's message, and the exception's name that the child's short_error and the worker's own OOM verdict carry.
@@ -48,12 +53,25 @@ def oom_not_the_candidates(result: EvalResult) -> bool:
         result.error_message.startswith(WORKER_OOM) or WITHIN_BUDGET_OOM in result.error_message)
 
 
-def child_oom_fault(message: str, oom: dict[str, Any]) -> Fault:
-    """The child's allocation failed: the candidate's fault past its budget, else (maybe) ours."""
+def child_oom_fault(message: str, oom: dict[str, Any], cap: int | None = None,
+                    device_free: int | None = None) -> Fault:
+    """The child's allocation failed: the candidate's fault past its budget, else (maybe) ours.
+
+    `cap`: the budget the worker gave the child (the child's own report is used only where the worker has none);
+    `device_free`: the device's free memory the worker read itself once the child was gone. Both travel with the
+    fault as facts (`settle_alone_oom` decides on them), whatever the child's message claims."""
     try:
-        reserved, cap = int(oom.get("reserved", 0)), int(oom.get("cap", 0))
+        reserved, reported_cap = int(oom.get("reserved", 0)), int(oom.get("cap", 0))
     except (TypeError, ValueError):
-        reserved, cap = 0, 0
+        reserved, reported_cap = 0, 0
+    cap = int(cap) if cap else reported_cap
+    facts = {"cap": cap, **({"free_without_child": int(device_free)} if device_free is not None else {})}
+    fault = _child_oom_verdict(message, reserved, cap)
+    fault.facts = facts
+    return fault
+
+
+def _child_oom_verdict(message: str, reserved: int, cap: int) -> Fault:
     requested = footprints.requested_bytes(message)
     if footprints.over_budget(reserved, requested, cap):
         return Fault(ErrorCategory.RUNTIME, (
@@ -63,6 +81,39 @@ def child_oom_fault(message: str, oom: dict[str, Any]) -> Fault:
     return Fault(ErrorCategory.RUNTIME, (
         f"out of device memory {WITHIN_BUDGET_OOM} ({footprints.gib(reserved)} held of {footprints.gib(cap)}): "
         f"{message}")[:700])
+
+
+def device_had_room(device_free: int | None, cap: int | None) -> bool:
+    """With the child gone, the device had the child's whole budget free. A child within its budget cannot have run
+    out of memory for want of the device then (it held less than its budget and asked for less than the rest), so
+    the out-of-memory came from the kernel itself (raised by its own code, say), never from the device."""
+    return device_free is not None and cap is not None and cap > 0 and device_free >= cap
+
+
+def settle_alone_oom(result: EvalResult) -> None:
+    """Whose out-of-memory this is, decided on facts the worker holds, once the candidate ran with the device to
+    itself and again ran out within its budget: the kernel's where the device had its whole budget free without it
+    (the worker's own read, `device_oom_facts`), ours (`infra`, retried) only where it did not. An exception the
+    candidate raises is no fact: before, a hand-made `torch.cuda.OutOfMemoryError` came back `infra`, left out of
+    training and retried with the device held exclusively."""
+    if not oom_not_the_candidates(result):
+        return
+    result.versions["oom_alone"] = result.error_message[:300]
+    try:
+        facts = json.loads(result.versions.get("device_oom_facts", "") or "{}")
+    except ValueError:
+        facts = {}
+    free, cap = facts.get("free_without_child"), facts.get("cap")
+    if not result.error_message.startswith(WORKER_OOM) and device_had_room(free, cap):
+        result.error_category = ErrorCategory.RUNTIME
+        result.error_message = (
+            f"the kernel's process reported running out of device memory with the device to itself, yet without it "
+            f"the device had {footprints.gib(int(free))} free, more than the kernel's whole budget of "
+            f"{footprints.gib(int(cap))}: the device was not short, so the failure is the kernel's own")[:500]
+        return
+    result.error_category = ErrorCategory.INFRA
+    result.error_message = ("the device ran out of memory for this evaluation even with the device to itself, "
+                            f"the candidate within its budget (ours, not the kernel's): {result.error_message}")[:500]
 
 
 def own_oom_message(exc: BaseException, device: str) -> str:

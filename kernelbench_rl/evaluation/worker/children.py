@@ -103,6 +103,7 @@ class Child:
         self.conn, child_conn = ctx.Pipe(duplex=True)
         self.started_at = time.perf_counter()
         self.rss_limit_mb: float | None = None
+        self.device_memory_cap: int | None = None  # the device-memory budget the worker gave it (its job)
         self.workdir = ""
         self.trace_who = ""  # the evaluation it serves, in the trace (trace.py)
         self.announced = False  # its first message was read: its start (and CUDA's) is over
@@ -469,7 +470,8 @@ def expect(child: Child, events: set[str], timeout_s: float, phase: str) -> dict
                 category = str(message.get("category", "runtime"))
                 text = str(message.get("message", ""))[:700]
                 if isinstance(message.get("device_oom"), dict):
-                    raise faults.child_oom_fault(text, message["device_oom"])
+                    raise faults.child_oom_fault(text, message["device_oom"], child.device_memory_cap,
+                                                 _device_free_without(child))
                 if category == "infra" and phase == "starting the sandbox":
                     # Before the candidate's code was imported: the sandbox itself could not start.
                     raise Fault(ErrorCategory.INFRA, f"the sandbox could not start: {text}"[:500])
@@ -479,6 +481,19 @@ def expect(child: Child, events: set[str], timeout_s: float, phase: str) -> dict
         if limit_mb and child.rss_mb() > limit_mb:
             child.kill()
             raise Fault(ErrorCategory.CRASH, f"used more than {limit_mb:.0f} MB of host memory while {phase}")
+
+
+def _device_free_without(child: Child) -> int | None:
+    """The device's free memory read by the worker itself once `child` is gone (it reported a device OOM and is done):
+    a fact its own process cannot forge. None where there is no CUDA device or it cannot be read."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    child.signal_kill()
+    child.process.join(timeout=5)
+    try:
+        return int(torch.cuda.mem_get_info()[0])
+    except RuntimeError:
+        return None
 
 
 def receive(child: Child, header: dict[str, Any], reference: list[torch.Tensor] | None,

@@ -20,6 +20,7 @@ correctness.py (the correctness step), device_timing.py (the timing step), fault
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import secrets
@@ -311,12 +312,9 @@ class Worker:
             result, baseline = self._evaluate_once(payload, None)
         result.phase_seconds["alone_wait"] = waited
         result.versions["oom_retry"] = f"ran again alone after running out of device memory beside others: {first}"[:300]
-        if oom_not_the_candidates(result):
-            # Alone, and the candidate within its budget: our buffers do not fit beside it. Never its zero.
-            result.versions["oom_alone"] = result.error_message[:300]
-            result.error_category = ErrorCategory.INFRA
-            result.error_message = ("the device ran out of memory for this evaluation even with the device to itself, "
-                                    f"the candidate within its budget (ours, not the kernel's): {result.error_message}")[:500]
+        # Alone, and the candidate within its budget: ours where the device was short without it (our buffers do not
+        # fit beside it: never its zero), the kernel's where it had its whole budget free (faults.settle_alone_oom).
+        faults.settle_alone_oom(result)
         return result, baseline
 
     def _evaluate_once(self, payload: dict[str, Any], received_at: float | None = None) -> tuple[EvalResult, dict | None]:
@@ -371,6 +369,8 @@ class Worker:
             result.error_category = fault.category
             result.error_message = fault.message
             result.flags += [flag for flag in fault.flags if flag not in result.flags]
+            if fault.facts:
+                result.versions["device_oom_facts"] = json.dumps(fault.facts, sort_keys=True)
             if fault.category == ErrorCategory.COMPILE:
                 result.compiled = False
         except torch.OutOfMemoryError as exc:
@@ -484,6 +484,7 @@ class Worker:
         compiling.enter_context(self.compile_slots)
         result.phase_seconds["compile_wait"] = time.perf_counter() - t
         trace.record(trace.who_of(child), "compile_wait", t)
+        child.device_memory_cap = job.get("device_memory_cap")  # the budget as the worker gave it, for OOM verdicts
         children.send(child, job, "starting the sandbox")
         t = time.perf_counter()
         started = children.expect(child, {"started"}, START_TIMEOUT_S, "starting the sandbox")
