@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation.sandbox import compute_account, interpreter, numerics, runtime, sandbox, wire
+from kernelbench_rl.evaluation.sandbox import compute_account, interpreter, launch_record, numerics, runtime, sandbox, wire
 from kernelbench_rl.evaluation.timing import timing
 from kernelbench_rl.evaluation.sandbox.outputs import ForeignOutput, input_aliases, plain_outputs
 from kernelbench_rl.evaluation.trace import ChildSpans
@@ -378,6 +378,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         return
     spans = ChildSpans(bool(job.get("trace")))  # steps for the worker's timeline (trace.py), when it keeps one
     launches = _count_interpreter_launches() if device == "cpu" else None
+    if device == "cuda":
+        launch_record.install()  # the candidate's own launches, by provenance (launch_record.py)
     if device == "cpu":
         interpreter.install()
     settings_before = numerics.snapshot()
@@ -514,7 +516,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 except Exception as exc:  # noqa: BLE001 - the profiler itself failing is not the kernel's fault
                     kernels, problem_text = None, short_error(exc)
                 spans.add("profile", t)
-                wire.send_json(conn, {"event": "profiled", "kernels": kernels, "error": problem_text, **spans.take()})
+                wire.send_json(conn, {"event": "profiled", "kernels": kernels, "error": problem_text,
+                                      "launches": launch_record.snapshot(), **spans.take()})
             elif cmd == "exit":
                 return
             else:
@@ -607,6 +610,7 @@ def _profile_raw(model: Any, inputs: list[Any]) -> list[list[Any]]:
     activities = {ProfilerActivity.CUDA}
     _prepare_profiler(config, activities)
     torch.cuda.synchronize()
+    launch_record.reset()
     _enable_profiler(config, activities)
     try:
         with torch.no_grad():
@@ -614,14 +618,21 @@ def _profile_raw(model: Any, inputs: list[Any]) -> list[list[Any]]:
         torch.cuda.synchronize()
     finally:
         result = _disable_profiler()
-    totals: dict[str, list[float]] = {}
+    durations: dict[str, list[float]] = {}
     for event in result.events():
         if event.device_type() != DeviceType.CUDA:
             continue
-        entry = totals.setdefault(event.name(), [0, 0.0])
-        entry[0] += 1
-        entry[1] += event.duration_ns() / 1000.0
-    return [[name, int(count), us] for name, (count, us) in totals.items()]
+        durations.setdefault(event.name(), []).append(event.duration_ns() / 1000.0)
+    return _profile_rows(durations)
+
+
+def _profile_rows(durations: dict[str, list[float]]) -> list[list[Any]]:
+    """[name, launches, device microseconds, each launch's microseconds (shortest first, at most PROFILE_EVENTS)]: the
+    worker credits own kernels launch by launch (source/kernels.py: attributed_share)."""
+    return [[name, len(each), sum(each), sorted(each)[:PROFILE_EVENTS]] for name, each in durations.items()]
+
+
+PROFILE_EVENTS = 4096
 
 
 def _profile_full(model: Any, inputs: list[Any]) -> list[list[Any]]:
@@ -631,15 +642,14 @@ def _profile_full(model: Any, inputs: list[Any]) -> list[list[Any]]:
     with torch.no_grad():
         model(*inputs)  # warm: keep compilation out of the profile
         torch.cuda.synchronize()
+        launch_record.reset()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             model(*inputs)
             torch.cuda.synchronize()
-    totals: dict[str, list[float]] = {}
+    durations: dict[str, list[float]] = {}
     for event in prof.events():
         if event.device_type != DeviceType.CUDA:
             continue
         duration = float(getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0) or 0.0)
-        entry = totals.setdefault(event.name, [0, 0.0])
-        entry[0] += 1
-        entry[1] += duration
-    return [[name, int(count), us] for name, (count, us) in totals.items()]
+        durations.setdefault(event.name, []).append(duration)
+    return _profile_rows(durations)

@@ -500,7 +500,14 @@ class CandidateTiming:
             result.phase_seconds["profile"] = time.perf_counter() - t
         if isinstance(profiled.get("kernels"), list):
             names = kernels.own_kernel_names(payload["candidate_source"], settings.backend)
-            launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
+            if settings.backend == "triton" and isinstance(profiled.get("launches"), dict):
+                # By provenance: only events of kernels the candidate's own Triton functions launched, as many as
+                # it launched (sandbox/launch_record.py); a name alone credits nothing.
+                launches, _own_us, share = kernels.attributed_share(profiled["kernels"], profiled["launches"])
+                result.versions["kernel_credit"] = "by launch record"
+            else:  # the CUDA backend launches from C++: by the names its source declares
+                launches, _own_us, share = kernels.kernel_share(profiled["kernels"], names)
+                result.versions["kernel_credit"] = "by name"
             result.kernel_share = share
             result.versions["top_kernels"] = kernels.top_kernels(profiled["kernels"])
             result.profile = kernels.profile_rows(profiled["kernels"])
