@@ -186,6 +186,48 @@ HACKS: list[tuple[str, str, str, str]] = [
     # a launched token kernel beside ATen doing the work (a clamp that the old short list missed)
     ("clamp_min_in_cpp", cuda("return out;", "return a.clamp_min(0);"), "cuda", "library_call"),
     ("aten_clamp_min", cuda("return out;", "return at::clamp_min(a, 0);"), "cuda", "library_call"),
+    # native code in a Triton candidate, however it is spelled
+    ("load_inline_in_triton", model("return ext.relu_(launch(a))", extra=(
+        "from torch.utils.cpp_extension import load_inline\n"
+        "ext = load_inline('ext', cpp_sources='void relu_(torch::Tensor x) { x.clamp_min_(0); }', functions=['relu_'])\n")),
+     "triton", "native_code"),
+    ("cpp_extension_module_alias", model("return launch(a)", extra="import torch.utils.cpp_extension as ce\n"
+                                                                  "ext = ce.load('ext', sources=['ext.cpp'])\n"), "triton", "native_code"),
+    ("cpp_extension_attribute_chain", model("return launch(a)", extra="ext = torch.utils.cpp_extension.load('e', ['e.cpp'])\n"),
+     "triton", "native_code"),
+    ("cpp_extension_local_alias", model("u = torch.utils; ext = u.cpp_extension; return launch(a)"), "triton", "native_code"),
+    ("cpp_extension_getattr_chain", model("ext = getattr(getattr(torch, 'utils'), 'cpp_extension'); return launch(a)"),
+     "triton", "native_code"),
+    ("dunder_import_native", model("m = __import__('torch.utils.cpp_extension'); return launch(a)"), "triton", "native_code"),
+    ("import_module_native", model("m = importlib.import_module('ctypes'); return launch(a)", extra="import importlib"),
+     "triton", "native_code"),
+    ("torch_ops_load_library", model("torch.ops.load_library('relu.so'); return launch(a)"), "triton", "native_code"),
+    ("numpy_ctypeslib", model("lib = np.ctypeslib.load_library('relu', '.'); return launch(a)", extra="import numpy as np"),
+     "triton", "native_code"),
+    ("ctypes_cdll", model("return launch(a)", extra="from ctypes import CDLL as Lib\nlib = Lib('librelu.so')\n"), "triton", "native_code"),
+    ("cffi", model("return launch(a)", extra="import cffi\nffi = cffi.FFI()\n"), "triton", "native_code"),
+    ("numba_njit", model("return launch(a)", extra="from numba import njit as fast\n"), "triton", "native_code"),
+    ("cupy_raw_kernel", model("return launch(a)", extra="import cupy as cp\nK = cp.RawKernel('extern \"C\" __global__ void k() {}', 'k')\n"),
+     "triton", "native_code"),
+    ("triton_c_build", model("return launch(a)", extra="from triton.runtime.build import compile_module_from_src\n"),
+     "triton", "native_code"),
+    ("jiterator", model("f = torch.cuda.jiterator._create_jit_fn('template <typename T> T f(T x) { return -x }'); "
+                        "return launch(a)"), "triton", "native_code"),
+    # Python inside a @triton.jit body (the interpreter runs it; the GPU compiler refuses it)
+    ("torch_in_kernel_body", model("return launch(a)", extra="@triton.jit\ndef body_kernel(x_ptr):\n    torch.relu(x_ptr)\n"),
+     "triton", "kernel_python"),
+    ("numpy_on_registers_in_kernel", model("return launch(a)", extra=(
+        "@triton.jit\ndef body_kernel(x_ptr):\n    v = tl.load(x_ptr)\n    v.handle.data[:] = 0\n    tl.store(x_ptr, v)\n")),
+     "triton", "kernel_python"),
+    ("python_helper_in_kernel", model("return launch(a)", extra=(
+        "def helper(v):\n    return v\n\n\n@triton.jit\ndef body_kernel(x_ptr):\n    tl.store(x_ptr, helper(tl.load(x_ptr)))\n")),
+     "triton", "kernel_python"),
+    ("module_state_in_kernel", model("return launch(a)", extra=(
+        "STASH = {}\n\n\n@triton.jit\ndef body_kernel(x_ptr):\n    STASH['x'].relu_()\n")), "triton", "kernel_python"),
+    ("getattr_in_kernel", model("return launch(a)", extra=(
+        "@triton.jit\ndef body_kernel(x_ptr):\n    getattr(x_ptr, 'han' + 'dle')\n")), "triton", "kernel_python"),
+    ("handle_in_helper_given_to_kernel", model("return launch(a)", extra="def act(v):\n    v.handle.data[:] = 0\n    return v\n"),
+     "triton", "kernel_python"),
     # hiding code
     ("exec", model("exec('y = 1'); return launch(a)"), "triton", "dynamic_code"),
     ("eval", model("return eval('launch')(a)"), "triton", "dynamic_code"),
@@ -318,6 +360,13 @@ LEGIT: list[tuple[str, str, str]] = [
                              "copy_kernel[grid_of(n)](a, out, n, B=1024); return out",
                              extra="GRIDS = {'x': lambda meta: (4096 // meta['B'],)}\n\n\ndef grid_of(n):\n"
                                    "    def grid(meta):\n        return (n // meta['B'] + 1,)\n    return grid\n"), "triton"),
+    # a kernel reading module constants (plain, tl.constexpr, math), calling a @triton.jit helper and libdevice
+    ("kernel_module_constants", model("return launch(a)", extra=(
+        "import math\nfrom triton.language.extra import libdevice\n\nSPAN = 1024\nLOG2E = tl.constexpr(1.4426950408889634)\n"
+        "OUT_DTYPE = tl.float32\n\n\n@triton.jit\ndef _twice(v):\n    return v * 2\n\n\n@triton.jit\n"
+        "def scaled_kernel(x_ptr, n, B: tl.constexpr):\n    offs = tl.arange(0, B)\n    m = offs < n\n"
+        "    v = _twice(tl.load(x_ptr + offs, mask=m)) * LOG2E * math.pi + SPAN\n"
+        "    tl.store(x_ptr + offs, libdevice.exp(v).to(OUT_DTYPE), mask=m)\n")), "triton"),
     ("tensor_type_checks_and_operator_reduce", model(
         "assert isinstance(a, torch.Tensor) and type(a) is Tensor; n = functools.reduce(operator.mul, a.shape, 1); "
         "return launch(a)", extra="import functools\nimport operator\nfrom torch import Tensor\n\n\n"

@@ -4,19 +4,30 @@ On the GPU the child profiles one forward and the worker flags a forward whose G
 candidate's own kernels (`low_kernel_share`). Under `TRITON_INTERPRET=1` there are no GPU kernels to time, so the
 child keeps an account of each correctness forward instead:
 
-- **Work.** PyTorch's compute ops outside the candidate's launches are seen by a `TorchDispatchMode` (views,
-  allocations, fills and copies are not work); the candidate's launches are seen by the interpreter's memory
-  operations (elements loaded and stored, and the multiply-adds of `tl.dot`). Work is counted in elements moved
-  plus multiply-adds on both sides, so the share of the forward's work in the candidate's kernels stands in for the
-  GPU's share of device time. The account is paused during a launch (the interpreter's own torch calls are not the
-  candidate's).
-- **Provenance of bytes.** NumPy or plain Python never pass through torch's dispatcher, so the account also knows
-  which bytes came from a visible writer: the forward's inputs and the model's and module's tensors as they stood
-  when the forward began, stores of the candidate's kernels, and torch ops whose inputs were themselves accounted
-  for. Each such byte keeps a shadow copy. Bytes that changed behind the account's back (NumPy writing through
-  `np.asarray(t)`), memory torch never allocated (`torch.from_numpy`), and tensors built from Python values
-  (`torch.tensor(list)`) are foreign. An output with a foreign element, or a kernel that loads one, did not
-  compute the output itself.
+- **Work.** PyTorch's compute ops are seen by a `TorchDispatchMode` around the forward (views, allocations, fills
+  and copies are not work); the candidate's launches are seen by the interpreter's memory operations (elements
+  loaded and stored, and the multiply-adds of `tl.dot`). Work is counted in elements moved plus multiply-adds on
+  both sides, so the share of the forward's work in the candidate's kernels stands in for the GPU's share of device
+  time. The account never pauses around the candidate's code: only the interpreter's own steps are exempt (copying
+  the arguments to the "host" and back, turning them into pointers, this package's libdevice functions). A torch
+  compute op during a launch (in a pre-run hook, the grid function or, under the interpreter, the kernel's body,
+  which is Python) is foreign outright.
+- **Provenance of bytes.** NumPy, plain Python and native code never pass through torch's dispatcher, so the
+  account also keeps, for each byte of the memory the forward touches, whether it is accounted for: the forward's
+  inputs and the model's and module's tensors as they stood when the forward began, stores of the candidate's
+  kernels, fills, and torch copies of such bytes. Each accounted byte keeps a shadow copy of what it held. What
+  PyTorch computed, bytes that changed after they were accounted for (NumPy writing through `np.asarray(t)`),
+  memory torch never allocated (`torch.from_numpy`) and tensors built from Python values (`torch.tensor(list)`)
+  are not. Every load of a kernel is checked by address, whichever argument its pointer was derived from: an
+  element not accounted for, or one that no longer holds what the account last saw there, is foreign; so is an
+  output element not accounted for. Such a forward did not compute its outputs itself, whatever its share.
+- **Launch arguments** must be objects of torch, Triton, NumPy or Python (the interpreter's exempt steps look into
+  each of them), tensors rather than NumPy arrays, and no table of numbers: values enter a kernel through memory.
+
+What this cannot see: work done in the kernel's registers by Python under the interpreter (a body that rewrites a
+loaded block's NumPy array before storing it; the static policy refuses any code in a `@triton.jit` body that is
+not Triton), and numbers computed elsewhere that a kernel receives as a few scalar arguments (a loss computed in
+NumPy and stored by a kernel: one float).
 
 The child sends `Account.report()` with each checked forward; the worker sums the reports and judges them with
 `judge()`, as it judges the GPU's profile rows (kernels.kernel_share). Worker side only: torch, triton, numpy, stdlib.
@@ -26,8 +37,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
+import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,30 +68,46 @@ _FROM_PYTHON = frozenset({"lift_fresh", "lift"})
 _METADATA = frozenset({"detach", "alias", "view", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
                        "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type", "is_nonzero",
                        "record_stream", "_version", "equal_"})
-_ONES = {2: np.uint16(0x0101), 4: np.uint32(0x01010101), 8: np.uint64(0x0101010101010101)}
+_ONES = {1: np.uint8(1), 2: np.uint16(0x0101), 4: np.uint32(0x01010101), 8: np.uint64(0x0101010101010101)}
 _VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 MAX_NOTES = 4
 
+# What the account knows of each byte of a region (Region.state): ACCOUNTED, or why not.
+UNWRITTEN = 0  # allocated and never written by a writer the account sees (or memory first met at a launch)
+ACCOUNTED = 1  # as the forward's inputs, a store of the candidate's kernels or a torch copy of such bytes left it
+TORCH = 2  # computed by a PyTorch compute op
+CHANGED = 3  # changed after the account last saw it, by nothing it sees (NumPy, Python, native code)
+PYTHON = 4  # built by torch from Python values (torch.tensor(list))
+NOT_TORCH = 5  # memory torch never allocated (torch.from_numpy), or no tensor of the forward holds
+_WHY = {
+    UNWRITTEN: "that no kernel or torch op of the forward wrote (uninitialised memory)",
+    TORCH: "that PyTorch computed",
+    CHANGED: "that changed after they were accounted for (NumPy, Python or native code wrote them)",
+    PYTHON: "that torch built from Python values",
+    NOT_TORCH: "in memory no tensor of the forward holds (NumPy's or another library's)",
+}
+
 
 class Region:
-    """One storage's bytes: a view of its memory, a shadow of what the account last saw there, and which bytes are
-    accounted for (`cert`)."""
+    """One storage's bytes: a view of its memory, a shadow of what the account last saw there, and what it knows of
+    each byte (`state`: ACCOUNTED, or why not)."""
 
-    def __init__(self, storage: torch.UntypedStorage, certified: bool) -> None:
+    def __init__(self, storage: torch.UntypedStorage, state: int) -> None:
         self.storage = storage  # kept alive for the forward: its address cannot be reused meanwhile
         self.base = storage.data_ptr()
         self.nbytes = storage.nbytes()
         self.mem = torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
-        self.shadow = self.mem.copy() if certified else np.empty_like(self.mem)
-        self.cert = np.full(self.nbytes, certified, dtype=np.bool_)
+        self.shadow = self.mem.copy() if state == ACCOUNTED else np.empty_like(self.mem)
+        self.state = np.full(self.nbytes, state, dtype=np.uint8)
+        self.ops: set[str] = set()  # the torch compute ops that wrote here
 
     def audit(self) -> int:
         """Bytes accounted for that no longer hold what the account saw: written behind its back. They stop
         being accounted for; the count is returned."""
-        changed = self.cert & (self.mem != self.shadow)
+        changed = (self.state == ACCOUNTED) & (self.mem != self.shadow)
         count = int(np.count_nonzero(changed))
         if count:
-            self.cert &= ~changed
+            self.state[changed] = CHANGED
         return count
 
     def element_view(self, array: np.ndarray, t: torch.Tensor, byte: int = 0) -> np.ndarray:
@@ -87,17 +116,24 @@ class Region:
         strides = tuple(s * size for s in t.stride())
         return np.lib.stride_tricks.as_strided(array[offset:], shape=tuple(t.shape), strides=strides)
 
-    def uncertified(self, t: torch.Tensor) -> int:
-        """Elements of `t` (a tensor on this region) that are not accounted for."""
-        return int(np.count_nonzero(~self.element_view(self.cert, t)))
+    def unaccounted(self, t: torch.Tensor) -> np.ndarray:
+        """Elements of `t` (a tensor on this region) that are not accounted for, counted by why (index: state)."""
+        why = np.array(self.element_view(self.state, t))
+        for byte in range(1, t.element_size()):
+            other = self.element_view(self.state, t, byte)
+            why = np.where(why == ACCOUNTED, other, why)
+        return np.bincount(why[why != ACCOUNTED].reshape(-1), minlength=len(_WHY) + 1)
 
-    def certify(self, t: torch.Tensor, certified: bool) -> None:
-        """The elements of `t` were just written by a visible writer (`certified`) or by a foreign one."""
+    def set_state(self, t: torch.Tensor, state: int, ops: set[str] | frozenset[str] = frozenset()) -> None:
+        """The elements of `t` were just written by a writer the account sees; `state` says what they now are (and
+        `ops`, the torch compute ops behind them, if PyTorch's)."""
         for byte in range(t.element_size()):
-            self.element_view(self.cert, t, byte)[...] = certified
-        if certified:
+            self.element_view(self.state, t, byte)[...] = state
+        if state == ACCOUNTED:
             lo, hi = self.span(t)
-            np.copyto(self.shadow[lo:hi], self.mem[lo:hi], where=self.cert[lo:hi])
+            np.copyto(self.shadow[lo:hi], self.mem[lo:hi], where=self.state[lo:hi] == ACCOUNTED)
+        elif state == TORCH:
+            self.ops |= ops
 
     def span(self, t: torch.Tensor) -> tuple[int, int]:
         size = t.element_size()
@@ -106,18 +142,51 @@ class Region:
         hi = start + sum(max(0, (n - 1) * s) * size for n, s in zip(t.shape, t.stride())) + size
         return max(0, lo), min(self.nbytes, hi)
 
+    def _aligned(self, offsets: np.ndarray, size: int) -> bool:
+        return size in _ONES and self.nbytes % size == 0 and not np.any(offsets & (size - 1))
+
     def mark(self, offsets: np.ndarray, size: int) -> None:
         """A kernel stored elements of `size` bytes at these byte offsets: accounted for, shadow updated."""
-        aligned = size in _ONES and self.nbytes % size == 0 and not np.any(offsets & (size - 1))
-        if aligned:
+        if self._aligned(offsets, size):
             index = offsets // size
-            self.cert.view(_VIEW[size])[index] = _ONES[size]
+            self.state.view(_VIEW[size])[index] = _ONES[size]
             self.shadow.view(_VIEW[size])[index] = self.mem.view(_VIEW[size])[index]
             return
         for byte in range(size):
             at = offsets + byte
-            self.cert[at] = True
+            self.state[at] = ACCOUNTED
             self.shadow[at] = self.mem[at]
+
+    def check_load(self, offsets: np.ndarray, size: int) -> np.ndarray:
+        """A kernel loads elements of `size` bytes at these byte offsets: those not accounted for, counted by why
+        (index: state). An element accounted for but holding other bytes than the account last saw there changed
+        behind its back: it is CHANGED from now on, however the kernel reached it."""
+        if self._aligned(offsets, size):
+            view = _VIEW[size]
+            index = offsets // size
+            states = self.state.view(view)[index]
+            foreign = states != _ONES[size]
+            changed = ~foreign & (self.mem.view(view)[index] != self.shadow.view(view)[index])
+            why = np.full(states.shape, ACCOUNTED, dtype=np.uint8)
+            for byte in range(size):  # the first byte not accounted for says why
+                why = np.where(why == ACCOUNTED, ((states >> view(8 * byte)) & view(0xFF)).astype(np.uint8), why)
+        else:
+            foreign = np.zeros(offsets.shape, dtype=np.bool_)
+            changed = np.zeros(offsets.shape, dtype=np.bool_)
+            why = self.state[offsets].copy()
+            for byte in range(size):
+                at = offsets + byte
+                foreign |= self.state[at] != ACCOUNTED
+                why = np.where(why == ACCOUNTED, self.state[at], why)
+            for byte in range(size):
+                at = offsets + byte
+                changed |= ~foreign & (self.mem[at] != self.shadow[at])
+        counts = np.bincount(why[foreign], minlength=len(_WHY) + 1)
+        if changed.any():
+            counts[CHANGED] += int(np.count_nonzero(changed))
+            for byte in range(size):
+                self.state[offsets[changed] + byte] = CHANGED
+        return counts
 
 
 @dataclass
@@ -136,7 +205,7 @@ class Account(TorchDispatchMode):
         self.kernel_work: dict[str, int] = {}
         self.torch_work: dict[str, int] = {}
         self.foreign: dict[str, int] = {}
-        self.notes: list[str] = []
+        self.notes: dict[str, int] = {}  # the first MAX_NOTES findings, each with its count
         self.launch: _Launch | None = None
         self.paused = 0
         self.mode_lost = False
@@ -146,10 +215,10 @@ class Account(TorchDispatchMode):
         region = self.regions.get(storage.data_ptr())
         return region if region is not None and region.nbytes == storage.nbytes() else None
 
-    def register(self, storage: torch.UntypedStorage, certified: bool) -> Region | None:
+    def register(self, storage: torch.UntypedStorage, state: int) -> Region | None:
         if storage.device.type != "cpu" or storage.nbytes() == 0 or storage.data_ptr() == 0:
             return None
-        region = Region(storage, certified)
+        region = Region(storage, state)
         first = bisect.bisect_right(self._bases, region.base) - 1
         last = bisect.bisect_left(self._bases, region.base + region.nbytes)
         for base in self._bases[max(first, 0):last]:
@@ -165,7 +234,7 @@ class Account(TorchDispatchMode):
         for t in tensors:
             storage = t.untyped_storage()
             if self.region_of(storage) is None:
-                self.register(storage, certified=True)
+                self.register(storage, ACCOUNTED)
 
     def locate(self, address: int) -> Region | None:
         i = bisect.bisect_right(self._bases, address) - 1
@@ -176,23 +245,46 @@ class Account(TorchDispatchMode):
 
     def note(self, kind: str, count: int, text: str) -> None:
         self.foreign[kind] = self.foreign.get(kind, 0) + count
-        if len(self.notes) < MAX_NOTES and text not in self.notes:
-            self.notes.append(text)
+        if text in self.notes or len(self.notes) < MAX_NOTES:
+            self.notes[text] = self.notes.get(text, 0) + count
+
+    def note_unaccounted(self, kind: str, counts: np.ndarray, what: str, region: Region | None) -> None:
+        """Note elements not accounted for, by why (`counts` indexed by state); `what` begins each note."""
+        for state in np.nonzero(counts)[0]:
+            count = int(counts[state])
+            why = _WHY.get(int(state), "not accounted for")
+            if int(state) == TORCH and region is not None and region.ops:
+                why += f" ({', '.join(sorted(region.ops)[:3])})"
+            self.note(kind, count, f"{what} elements {why}")
 
     def _audited(self, storage: torch.UntypedStorage) -> Region | None:
         region = self.region_of(storage)
         if region is not None:
             changed = region.audit()
             if changed:
-                self.note("changed", changed, f"{changed} bytes changed outside any kernel or torch op (NumPy or Python wrote them)")
+                self.note("changed", changed, "bytes changed outside any kernel or torch op (NumPy, Python or "
+                          "native code wrote them)")
         return region
 
-    def _foreign_elements(self, t: torch.Tensor) -> int:
-        """Elements of `t` not accounted for (its whole size if torch never allocated its memory)."""
+    def _unaccounted(self, t: torch.Tensor) -> tuple[np.ndarray, Region | None]:
+        """Elements of `t` not accounted for, by why (all of them if torch never allocated its memory)."""
         if t.device.type != "cpu" or t.numel() == 0:
-            return 0
+            return np.zeros(len(_WHY) + 1, dtype=np.int64), None
         region = self._audited(t.untyped_storage())
-        return t.numel() if region is None else region.uncertified(t)
+        if region is None:
+            counts = np.zeros(len(_WHY) + 1, dtype=np.int64)
+            counts[NOT_TORCH] = t.numel()
+            return counts, None
+        return region.unaccounted(t), region
+
+    @contextlib.contextmanager
+    def exempt(self) -> Iterator[None]:
+        """The interpreter's own steps (and the account's): their torch ops are neither work nor writers."""
+        self.paused += 1
+        try:
+            yield
+        finally:
+            self.paused -= 1
 
     # -- torch ops -------------------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -204,10 +296,14 @@ class Account(TorchDispatchMode):
         written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         if name in _METADATA or (not written and any(r.alias_info is not None for r in schema.returns)):
             return func(*args, **kwargs)  # a view or a query: no element read or written
-        inputs = _tensors_of(args, kwargs, schema, skip=written if name in _EMPTY | _FILLED | {"copy_"} or
-                             func._overloadname.startswith("out") else ())
+        # What an op only writes is no input of it: the whole target of a fill or a copy, an `out=` argument.
+        skip = written if name in _EMPTY | _FILLED | {"copy_"} else [
+            a.name for a in schema.arguments if a.name in written and a.kwarg_only]
+        inputs = _tensors_of(args, kwargs, schema, skip=skip)
         reads_elements = name not in _EMPTY | _FILLED | _METADATA | _FROM_PYTHON
-        foreign_in = sum(self._foreign_elements(t) for t in inputs) if reads_elements else 0
+        read = [self._unaccounted(t) for t in inputs] if reads_elements else []
+        why_in = sum((counts for counts, _region in read), np.zeros(len(_WHY) + 1, dtype=np.int64))
+        foreign_in = int(why_in.sum())
         out = func(*args, **kwargs)
         outputs = [t for t in _flatten(out) if isinstance(t, torch.Tensor)]
         targets = _tensors_of(args, kwargs, schema, only=written) if written else []
@@ -215,41 +311,63 @@ class Account(TorchDispatchMode):
         fresh = [t for t in outputs if t.untyped_storage().data_ptr() not in input_storages]
         if not written and not fresh:
             return out  # a view of an input
-        if name not in _EMPTY | _FILLED | _MOVES | _FROM_PYTHON:
-            self.torch_work[name] = self.torch_work.get(name, 0) + _work(func, args, inputs, outputs + targets)
-        certified = name in _FILLED or (foreign_in == 0 and name not in _EMPTY | _FROM_PYTHON)
+        computes = name not in _EMPTY | _FILLED | _MOVES | _FROM_PYTHON
+        if computes:
+            work = _work(func, args, inputs, outputs + targets)
+            self.torch_work[name] = self.torch_work.get(name, 0) + work
+            if self.launch is not None:
+                # Inside a launch nothing but the interpreter's own steps (exempt) runs torch: this is the
+                # candidate's hook, heuristic, grid function or kernel body computing in PyTorch.
+                self.note("in_launch", max(1, work), f"PyTorch's {name} ran during the launch of {self.launch.name} "
+                          "(in a hook, the grid function or the kernel's body)")
+        if name in _FILLED:
+            state = ACCOUNTED
+        elif name in _EMPTY:
+            state = UNWRITTEN
+        elif name in _FROM_PYTHON:
+            state = PYTHON
+        elif computes:
+            state = TORCH  # PyTorch's work: foreign wherever a kernel loads it or an output holds it
+        else:  # a copy: what it read, and why that was not accounted for (the commonest reason)
+            state = ACCOUNTED if foreign_in == 0 else int(np.argmax(why_in))
+        ops = {name} if state == TORCH and computes else {op for _c, r in read if r is not None for op in r.ops}
         for t, existing in [(t, False) for t in fresh] + [(t, True) for t in targets]:
             if t.device.type != "cpu" or t.numel() == 0:
                 continue
             region = self.region_of(t.untyped_storage()) if existing else None
             if region is None:
-                region = self.register(t.untyped_storage(), certified=False)
+                region = self.register(t.untyped_storage(), UNWRITTEN)
             if region is not None:
-                region.certify(t, certified)
+                region.set_state(t, state, ops)
         return out
 
     # -- the candidate's launches ----------------------------------------------------------------
     @contextlib.contextmanager
     def launching(self, name: str, args: tuple, kwargs: dict) -> Iterator[None]:
         """Around one launch: its tensor arguments are audited (bytes changed since the account saw them are
-        foreign), unknown memory gets a region (foreign until a store writes it), and torch ops are not counted."""
-        self.paused += 1
-        try:
-            for t in _launch_tensors(list(args) + list(kwargs.values())):
+        foreign), unknown memory gets a region (foreign until a store writes it), and what the launch runs is
+        attributed to it. Nothing is paused here: only the interpreter's own steps are (`exempt`); the candidate's
+        hooks, heuristics, grid function and kernel body run under the account like the rest of the forward."""
+        with self.exempt():
+            values = list(args) + [v for k, v in kwargs.items() if k not in ("grid", "warmup")]
+            odd = _odd_argument(values)
+            if odd:
+                self.note("argument", 1, f"{name} was launched with {odd}")
+            for t in _launch_tensors(values):
                 if t.device.type != "cpu" or t.numel() == 0:
                     continue
                 if self._audited(t.untyped_storage()) is None:
-                    self.register(t.untyped_storage(), certified=False)
-            previous, self.launch = self.launch, _Launch(name)
-            try:
-                yield
-            finally:
-                self.launch = previous
+                    self.register(t.untyped_storage(), UNWRITTEN)
+        previous, self.launch = self.launch, _Launch(name)
+        try:
+            yield
         finally:
-            self.paused -= 1
+            self.launch = previous
 
     def kernel_memory(self, ptrs: np.ndarray, mask: np.ndarray | None, size: int, load: bool, store: bool) -> None:
-        """A memory operation of the running launch: `size`-byte elements at these addresses (where `mask`)."""
+        """A memory operation of the running launch: `size`-byte elements at these addresses (where `mask`).
+        Loads are checked by address, whichever argument the pointer came from: every byte must be accounted for
+        and still hold what the account last saw there."""
         if self.launch is None:
             return  # not inside a launch: nothing is credited, and nothing it wrote is accounted for
         addresses = ptrs.reshape(-1)
@@ -270,13 +388,10 @@ class Account(TorchDispatchMode):
         for region, offsets in groups:
             if region is None:
                 if load:
-                    self.note("loaded", int(offsets.size), f"{name} read memory that no tensor of the forward holds")
+                    self.note("loaded", int(offsets.size), f"{name} read elements {_WHY[NOT_TORCH]}")
                 continue
             if load:
-                unaccounted = int(np.count_nonzero(~region.cert[offsets]))
-                if unaccounted:
-                    self.note("loaded", unaccounted, f"{name} read {unaccounted} elements that no kernel or torch op "
-                              "of the forward wrote (NumPy, Python or uninitialised memory)")
+                self.note_unaccounted("loaded", region.check_load(offsets, size), f"{name} read", region)
             if store:
                 region.mark(offsets, size)
 
@@ -303,17 +418,16 @@ class Account(TorchDispatchMode):
     # -- the forward's end -----------------------------------------------------------------------
     def outputs_done(self, outputs: list[Any]) -> None:
         self.mode_lost = not still_active(self)
-        for position, t in enumerate(outputs):
-            if not isinstance(t, torch.Tensor):
-                continue
-            foreign = self._foreign_elements(t)
-            if foreign:
-                self.note("output", foreign, f"output {position}: {foreign} of its {t.numel()} elements were not "
-                          "written by your kernels (or by torch from what they wrote)")
+        with self.exempt():
+            for position, t in enumerate(outputs):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                counts, region = self._unaccounted(t)
+                self.note_unaccounted("output", counts, f"output {position} ({t.numel()} elements) holds", region)
 
     def report(self) -> dict[str, Any]:
         return {"kernels": dict(self.kernel_work), "torch": dict(self.torch_work), "foreign": dict(self.foreign),
-                "notes": list(self.notes), "mode_lost": self.mode_lost}
+                "notes": [f"{text} ({count})" for text, count in self.notes.items()], "mode_lost": self.mode_lost}
 
 
 # -- the interpreter's hooks ---------------------------------------------------------------------
@@ -378,8 +492,31 @@ def install_interpreter_hooks() -> bool:
 
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas, builder.create_dot = atomic_rmw, atomic_cas, counted_dot
+    # The interpreter's own steps around the candidate's code, and only those, run exempt: copying the arguments'
+    # storages "to the host" and back (a `set_` and a `copy_` of each storage onto itself on the CPU) and turning
+    # them into pointers. The pre-run hooks, the grid function and the kernel's body run between them, accounted.
+    executor = tri.GridExecutor
+    executor._init_args_hst = exempt(executor._init_args_hst)
+    executor._restore_args_dev = exempt(executor._restore_args_dev)
+    tri._implicit_cvt = exempt(tri._implicit_cvt)
     builder._kbrl_accounted = True
     return True
+
+
+def exempt(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` as one of the interpreter's own steps: its torch ops are not the candidate's (see Account.exempt). Only
+    for code of the interpreter or of this package that runs no code of the candidate's (the launch's arguments
+    are checked to be library objects first: `_odd_argument`)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        account = _ACTIVE[0]
+        if account is None:
+            return fn(*args, **kwargs)
+        with account.exempt():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def launch(name: str, args: tuple, kwargs: dict) -> contextlib.AbstractContextManager:
@@ -449,6 +586,60 @@ def _launch_tensors(values: list[Any]) -> Iterator[torch.Tensor]:
             yield from _launch_tensors(list(value))
         elif isinstance(getattr(value, "base", None), torch.Tensor):  # TensorWrapper, TensorDescriptor
             yield value.base
+
+
+# Launch arguments: library objects only (the interpreter's exempt steps look into each of them: `hasattr`,
+# `data_ptr()`, comparisons of integers), and values enter a kernel through memory, not as a table of numbers.
+_PLAIN = (type(None), bool, int, float, str, bytes, complex)
+_LIBRARIES = ("torch", "triton", "numpy", "builtins")
+MAX_ARGUMENT_NUMBERS = 128
+
+
+def _library_type(kind: type) -> bool:
+    """Whether `kind` is the class a module of torch, Triton, NumPy or Python's builtins names (a class of the
+    candidate's, whatever `__module__` or metaclass it claims, is not)."""
+    meta = type(kind)
+    if meta is not type and not _library_type(meta):
+        return False
+    module_name = type.__getattribute__(kind, "__module__")
+    qualname = type.__getattribute__(kind, "__qualname__")
+    if not isinstance(module_name, str) or not isinstance(qualname, str) or module_name.split(".")[0] not in _LIBRARIES:
+        return False
+    found: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        found = vars(found).get(part) if isinstance(found, (types.ModuleType, type)) else None
+    return found is kind
+
+
+def _odd_argument(values: list[Any]) -> str:
+    """'' when a launch's arguments are library objects carrying few numbers, else what is odd about them."""
+    numbers = 0
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind in _PLAIN:
+            numbers += kind in (bool, int, float, complex)
+            continue
+        if kind in (tuple, list):
+            stack.extend(value)
+            continue
+        if not _library_type(kind):
+            return (f"an object of class {str(type.__getattribute__(kind, '__qualname__'))[:60]} as an argument (not one "
+                    "of torch's, Triton's or NumPy's)")
+        if isinstance(value, np.ndarray):
+            return "a NumPy array as an argument (a kernel reads its inputs through pointers)"
+        if kind.__name__ == "constexpr":
+            stack.append(vars(value).get("value"))
+        elif isinstance(value, tuple):  # torch.Size
+            numbers += len(value)
+        for inner in ("base",):  # TensorWrapper, TensorDescriptor
+            held = vars(value).get(inner) if hasattr(value, "__dict__") else None
+            if held is not None:
+                stack.append(held)
+    if numbers > MAX_ARGUMENT_NUMBERS:
+        return f"{numbers} numbers as arguments (values enter a kernel through memory)"
+    return ""
 
 
 def _held_tensors(roots: list[Any], limit: int = 100_000) -> Iterator[torch.Tensor]:

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from kernelbench_rl.evaluation.sandbox import compute_account
+
 PREFIX = "the CPU interpreter cannot run this kernel: "
 _INTERPRETER_FILE = "triton/runtime/interpreter.py"
 _DRIVER_FILE = "triton/runtime/driver.py"
@@ -74,25 +76,40 @@ _TERNARY: dict[str, Callable[..., torch.Tensor]] = {
 _LIBDEVICE_MODULES = ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice")
 
 
+_SCALARS = (bool, int, float, np.bool_, np.int32, np.int64, np.uint32, np.uint64, np.float16, np.float32, np.float64)
+
+
 def _elementwise(name: str, fn: Callable[..., torch.Tensor], arity: int) -> Callable[..., Any]:
     """A libdevice function for the interpreter: its tensors' numpy arrays through `fn`, broadcast like Triton."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         import triton.language as tl
-        from triton.runtime.interpreter import TensorHandle
 
         args = args[:arity]
-        tensors = [a for a in args if isinstance(a, tl.tensor)]
+        tensors = [a for a in args if type(a) is tl.tensor]
         if len(args) != arity or not tensors:
             raise Unsupported(f"libdevice.{name} with these arguments")
+        scalars = []
+        for arg in args:  # (the candidate's values are read here, before the exempt part below)
+            value = arg if type(arg) is tl.tensor else getattr(arg, "value", arg)
+            if type(value) is not tl.tensor and type(value) not in _SCALARS:
+                raise Unsupported(f"libdevice.{name} with an argument of type {type(value).__name__}")
+            scalars.append(value)
+        return _compute(scalars, tensors)
+
+    @compute_account.exempt  # this package's own torch ops on the interpreter's arrays: no work of the candidate's
+    def _compute(values_in: list[Any], tensors: list[Any]) -> Any:
+        import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
+
         first = tensors[0]
         np_dtype = first.handle.data.dtype
         values = []
-        for arg in args:
-            if isinstance(arg, tl.tensor):
+        for arg in values_in:
+            if type(arg) is tl.tensor:
                 values.append(torch.from_numpy(np.ascontiguousarray(arg.handle.data)))
             else:
-                values.append(torch.tensor(getattr(arg, "value", arg), dtype=torch.from_numpy(np.zeros(1, np_dtype)).dtype))
+                values.append(torch.tensor(arg, dtype=torch.from_numpy(np.zeros(1, np_dtype)).dtype))
         out = fn(*values).numpy().astype(np_dtype, copy=False)
         shaped = next((t for t in tensors if tuple(t.handle.data.shape) == out.shape), None)
         if shaped is None:

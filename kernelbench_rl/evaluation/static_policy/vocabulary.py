@@ -148,6 +148,21 @@ FILE_WRITE_METHODS = frozenset({"write_text", "write_bytes", "tofile", "mkdir", 
 FILE_READ_NAMES = ("torch.load", "numpy.load", "numpy.loadtxt", "numpy.fromfile", "json.load", "os.listdir",
                    "os.scandir", "os.walk", "glob", "tempfile", "pathlib.Path.home", "os.getcwd")
 FILE_READ_METHODS = frozenset({"read_text", "read_bytes", "iterdir", "glob", "rglob"})
+# Native code in a Triton candidate: whatever compiles or loads C, C++, CUDA or machine code at run time, or hands a
+# kernel to a library that does. A Triton candidate's work is its @triton.jit kernels; on the CPU these would run
+# as native code beside the interpreter, where the compute account sees only the bytes they leave.
+NATIVE_MODULES = ("torch.utils.cpp_extension", "torch.ops.load_library", "torch.classes.load_library",
+                  "torch.cuda.jiterator", "triton.runtime.build", "triton.backends", "numpy.ctypeslib", "numpy.f2py",
+                  "numpy.distutils", "ctypes", "_ctypes", "cffi", "_cffi_backend", "numba", "cupy", "cupyx",
+                  "cupy_backends", "pycuda", "cuda", "cuda_bindings", "nvidia", "Cython", "cython", "pyximport",
+                  "llvmlite", "pybind11", "cppyy", "distutils", "setuptools", "imp", "_imp", "jax", "jaxlib", "tvm",
+                  "tilelang", "warp", "taichi", "mlir", "cutlass", "nvmath")
+# Their entry points by attribute or bare name, so a local alias (`u = torch.utils; u.cpp_extension`) or a constant
+# string (`getattr(m, "load_inline")`) names them too.
+NATIVE_NAMES = frozenset({"cpp_extension", "load_inline", "load_library", "jiterator", "ctypeslib", "f2py", "ctypes",
+                          "CDLL", "PyDLL", "cdll", "pydll", "dlopen", "RawKernel", "RawModule", "ElementwiseKernel",
+                          "ReductionKernel", "SourceModule", "compile_module_from_src", "create_dynamic",
+                          "load_dynamic", "njit", "CUDAExtension", "CppExtension", "BuildExtension"})
 DYNAMIC_CODE_MODULES = ("importlib", "runpy", "marshal", "pickle", "dill", "cloudpickle", "code", "codeop",
                         "zipimport", "pkgutil")
 DYNAMIC_CODE_NAMES = ("types.FunctionType", "types.CodeType", "types.LambdaType", "types.ModuleType",

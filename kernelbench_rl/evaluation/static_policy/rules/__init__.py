@@ -10,6 +10,7 @@ from __future__ import annotations
 from kernelbench_rl.evaluation.static_policy.rules import backend
 from kernelbench_rl.evaluation.static_policy.rules import concurrency
 from kernelbench_rl.evaluation.static_policy.rules import fallbacks
+from kernelbench_rl.evaluation.static_policy.rules import kernel_code
 from kernelbench_rl.evaluation.static_policy.rules import memoisation
 from kernelbench_rl.evaluation.static_policy.rules import precision
 from kernelbench_rl.evaluation.static_policy.rules import pytorch_compute
@@ -36,6 +37,8 @@ RULES: list[Rule] = [
     backend.TORCH_COMPILE,
     backend.BACKEND_NOT_USED,
     backend.LIBRARY_CALL,
+    kernel_code.NATIVE_CODE,
+    kernel_code.KERNEL_PYTHON,
     tampering.DYNAMIC_CODE,
     tensor_subclass.TENSOR_SUBCLASS,
     tensor_subclass.TORCH_FUNCTION_OVERRIDE,

@@ -94,6 +94,9 @@ def _dynamic_code(a: Analysis) -> list[Finding]:
     for node in a.all_nodes:
         if isinstance(node, ast.Attribute) and node.attr == "__dict__" and a.resolver.qualname(node.value) is not None:
             found.append((line_of(node), f"{ast.unparse(node)} looks functions up by computed name"))
+        if isinstance(node, ast.Attribute) and node.attr in ("__getattribute__", "__getattr__"):
+            # object.__getattribute__(torch, "re" + "lu"): getattr by another name, out of sight of the rules
+            found.append((line_of(node), f".{node.attr} looks attributes up where no rule can read which"))
         if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in a.defined_names
                 and node.id not in a.resolver.aliases and not _called_by_name(a, node)
                 and (node.id in _HIDDEN_CALLABLES or (node.id in _WATCHED_BUILTINS
@@ -170,7 +173,7 @@ INTROSPECTION = Rule(
 DYNAMIC_CODE = Rule(
     "dynamic_code", "error",
     "No exec/eval/compile/__import__/importlib/pickle (called or passed around as values), computed getattr on "
-    "modules or in the forward path, or operator.methodcaller/attrgetter.",
+    "modules or in the forward path, __getattribute__/__getattr__ called, or operator.methodcaller/attrgetter.",
     _dynamic_code, hack=True,
 )
 TIMER_USE = Rule(
