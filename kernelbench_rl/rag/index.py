@@ -2,8 +2,10 @@
 
 Exact search (`IndexFlatIP`) answers a small corpus faster than any approximate index can be
 built; past `AUTO_APPROX_ABOVE` vectors an HNSW graph keeps queries in the low milliseconds. IVF is
-available by request. An index is two files in one folder: `index.faiss` (faiss.write_index) and
-`index.json` (model id, dimension, normalisation, corpus hash, document order, build parameters).
+available by request. An index is two files in one folder: `index.faiss` (FAISS's own serialisation) and
+`index.json` (model id, dimension, normalisation, corpus hash, document order, build parameters, and the sha256
+of `index.faiss` as it was written). Loading checks that checksum and the corpus hash before FAISS reads a byte:
+vectors garbled in place (the file's size unchanged) are found as surely as a truncated file.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class IndexMeta:
     build_seconds: float
     params: dict[str, Any] = field(default_factory=dict)
     version: int = META_VERSION
+    faiss_sha256: str = ""  # the sha256 of index.faiss as save_index wrote it; checked by load_index
 
     @property
     def build_id(self) -> str:
@@ -160,7 +163,9 @@ def save_index(index: VectorIndex, folder: str | Path) -> Path:
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    faiss.write_index(index.index, str(out / INDEX_FILE))
+    data = faiss.serialize_index(index.index).tobytes()
+    index.meta.faiss_sha256 = hashlib.sha256(data).hexdigest()
+    (out / INDEX_FILE).write_bytes(data)
     (out / META_FILE).write_text(json.dumps(asdict(index.meta), indent=1, sort_keys=True))
     index.path = out
     return out
@@ -214,9 +219,20 @@ def load_index(folder: str | Path, *, expected_model_id: str | None = None, expe
             f"The index at {root} holds {meta.dimension}-dimensional vectors but the model gives "
             f"{expected_dimension}; rebuild the index with this model."
         )
+    if meta.corpus_hash != corpus_hash(meta.doc_sha256):
+        raise _damaged(root / META_FILE, "its document list does not match its corpus hash")
     try:
-        index = faiss.read_index(str(root / INDEX_FILE))
-    except RuntimeError as exc:  # faiss: a truncated or garbled file
+        data = (root / INDEX_FILE).read_bytes()
+    except OSError as exc:
+        raise _damaged(root / INDEX_FILE, f"unreadable, {exc.strerror or type(exc).__name__}") from None
+    if not meta.faiss_sha256:
+        raise _damaged(root / INDEX_FILE, f"{META_FILE} keeps no checksum of it, as indexes built before checksums "
+                                          "were kept")
+    if hashlib.sha256(data).hexdigest() != meta.faiss_sha256:
+        raise _damaged(root / INDEX_FILE, f"its content does not match the checksum {META_FILE} keeps of it")
+    try:
+        index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+    except RuntimeError as exc:  # faiss: a file that matches its checksum yet does not parse
         reason = " ".join(str(exc).split())
         raise _damaged(root / INDEX_FILE, reason.rsplit("Error:", 1)[-1].strip()[:120] or "unreadable") from None
     if index.d != meta.dimension or index.ntotal != len(meta.doc_sha256):

@@ -5,7 +5,11 @@
   Rows written before this rule (absolute paths) are read as they are.
 - **Integrity**: a local checkpoint is a folder with `kbrl_checkpoint.json`, a peft adapter
   (`adapter_config.json`, `adapter_model.safetensors`) and, for a training state, `optimizer.pt`.
-  `damage()` reads each of them back and says what is wrong in a few words.
+  `damage()` reads each of them back and says what is wrong in a few words. Each folder also carries
+  `kbrl_checksums.json`, the sha256 of every file in it, written as the save ends (`saving()`), so
+  bytes garbled in place (a file's size unchanged, still loadable) are found too; the state's folder
+  and the sampler weights' folder alike. A folder saved before checksums were kept (its
+  `kbrl_checkpoint.json` does not name the checksum file) is read as it is.
 - **Resume**: `newest_intact()` walks a run's checkpoints newest first and returns the first intact
   one, saying which ones it passed over and why; when none is intact it raises `CheckpointDamagedError`
   (exit code 5) naming the newest one's damaged file.
@@ -15,8 +19,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +34,7 @@ META_FILE = "kbrl_checkpoint.json"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
+CHECKSUM_FILE = "kbrl_checksums.json"
 
 
 class CheckpointDamagedError(DamagedFileError):
@@ -62,6 +69,7 @@ def damage(path: str, *, optimizer: bool) -> str | None:
     folder = Path(path)
     if not folder.is_dir():
         return f"{folder} is missing"
+    meta: dict[str, Any] = {}
     for name in (META_FILE, ADAPTER_CONFIG):
         file = folder / name
         try:
@@ -72,6 +80,7 @@ def damage(path: str, *, optimizer: bool) -> str | None:
             return f"{file} is not valid JSON ({_short(exc)})"
         if not isinstance(data, dict) or (name == META_FILE and "base_model" not in data):
             return f"{file} does not describe a checkpoint"
+        meta = data if name == META_FILE else meta
     weights = folder / ADAPTER_WEIGHTS
     try:
         from safetensors.torch import load_file
@@ -93,6 +102,55 @@ def damage(path: str, *, optimizer: bool) -> str | None:
             return f"{state} is missing"
         except Exception as exc:  # noqa: BLE001 - torch raises several types for a truncated or garbled file
             return f"{state} cannot be read ({_short(exc)})"
+    return checksum_damage(folder, meta, optimizer=optimizer)
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def seal(folder: Path) -> None:
+    """Write the folder's checksums (`kbrl_checksums.json`: the sha256 of every other file in it), once its files
+    are saved; `kbrl_checkpoint.json` names the checksum file first, so that a folder whose checksums went missing
+    is told from one saved before checksums were kept."""
+    meta_file = folder / META_FILE
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    meta["checksums"] = CHECKSUM_FILE
+    meta_file.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    sums = {file.name: _sha256(file) for file in sorted(folder.iterdir())
+            if file.is_file() and file.name != CHECKSUM_FILE}
+    (folder / CHECKSUM_FILE).write_text(json.dumps({"sha256": sums}, indent=1, sort_keys=True) + "\n",
+                                        encoding="utf-8")
+
+
+def checksum_damage(folder: Path, meta: dict[str, Any], *, optimizer: bool) -> str | None:
+    """What the folder's checksums say is wrong (None: every file is as it was saved, or the folder was saved
+    before checksums were kept)."""
+    file = folder / CHECKSUM_FILE
+    if not file.exists():
+        return f"{file} is missing" if meta.get("checksums") else None
+    try:
+        sums = json.loads(file.read_text(encoding="utf-8")).get("sha256")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:
+        return f"{file} is not valid JSON ({_short(exc)})"
+    if not isinstance(sums, dict):
+        return f"{file} holds no checksums"
+    needed = [META_FILE, ADAPTER_CONFIG, ADAPTER_WEIGHTS, *([OPTIMIZER_FILE] if optimizer else [])]
+    for name in [*needed, *sorted(set(sums) - set(needed))]:
+        if name not in sums:
+            return f"{file} has no checksum of {name}"
+        target = folder / name
+        try:
+            if _sha256(target) != sums[name]:
+                return f"{target} does not match its checksum (its bytes changed after it was saved)"
+        except FileNotFoundError:
+            return f"{target} is missing"
+        except OSError as exc:
+            return f"{target} cannot be read ({_short(exc)})"
     return None
 
 
@@ -130,9 +188,14 @@ def newest_intact(
 @contextmanager
 def saving(run_dir: Path, name: str) -> Iterator[None]:
     """Around a checkpoint's save: a failed write is an error naming the folder, never a success; afterwards, the
-    disk must still have room for the next one."""
+    disk must still have room for the next one. Each local folder the save wrote (`<name>/kbrl_checkpoint.json`
+    under the run's folder: the state's and the sampler weights') is sealed with its checksums."""
+    started = time.time()
     try:
         yield
+        for meta in sorted(run_dir.glob(f"**/{name}/{META_FILE}")):
+            if meta.stat().st_mtime >= started - 2:  # written by this save, not a stale folder of the same name
+                seal(meta.parent)
     except Exception as exc:  # noqa: BLE001 - the backend's own error types; re-raised unless a write failure
         error = write_error(run_dir, exc, f"checkpoint {name} in") or _write_failed(run_dir, name, exc)
         if error is None:
