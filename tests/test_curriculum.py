@@ -266,7 +266,7 @@ def test_the_defaults_reach_speed_and_level_2_within_the_default_steps_on_a_stal
 
 def test_a_level_out_of_reach_is_left_and_reached_again_only_on_its_rate() -> None:
     cur = make("curriculum.start_stage=speed", "curriculum.window=2", "curriculum.max_steps_per_level=3",
-               "curriculum.demote_threshold=0.05", levels=(1, 2))
+               "curriculum.demote_threshold=0.05", "curriculum.demotion_backoff=0", levels=(1, 2))
     events = []
     for step in range(3):  # level 1 at 0.3: promoted by the step limit
         events += cur.observe(step, {"level_1/correct_rate": 0.3})
@@ -278,7 +278,61 @@ def test_a_level_out_of_reach_is_left_and_reached_again_only_on_its_rate() -> No
         assert cur.observe(step, {"level_1/correct_rate": 0.3}) == []
     rows = [e.row("r") for e in events]
     resumed = make("curriculum.start_stage=speed", "curriculum.window=2", "curriculum.max_steps_per_level=3",
-                   "curriculum.demote_threshold=0.05", levels=(1, 2))
+                   "curriculum.demote_threshold=0.05", "curriculum.demotion_backoff=0", levels=(1, 2))
     resumed.replay(rows, [(step, {"level_1/correct_rate": 0.3, "stage_index": 3.0, "level": 1.0}) for step in range(5, 12)])
     assert (resumed.level, resumed.demoted_from, len(resumed.recent)) == (1, {2}, 7)
     assert [e.to_value for e in resumed.observe(12, {"level_1/correct_rate": 0.8})] == ["2"]  # its rate still does
+
+
+# -- a curriculum that settles: back-off after a demotion --------------------------------------------
+def _level_changes(rates: dict[int, float], steps: int = 100, *overrides: str) -> list[tuple[int, str, str]]:
+    """The last stage from level 1, flat correct rates per level, one step of asynchronous lag as the loop queues
+    steps (step s decided after step s - 2 was observed)."""
+    cfg = load_config("default", ["curriculum.start_stage=speed", *overrides])
+    cur = Curriculum.from_config(cfg.curriculum, sorted(rates))
+    queued = [cur.level, cur.level]
+    changes = []
+    for step in range(steps):
+        level = queued.pop(0)
+        metrics = {f"level_{level}/correct_rate": rates[level], "stage_index": 3.0, "level": float(level)}
+        changes += [(e.step, e.from_value, e.to_value) for e in cur.observe(step, metrics)]
+        queued.append(cur.level)
+    return changes
+
+
+def test_a_level_out_of_reach_is_tried_again_only_after_a_growing_back_off() -> None:
+    """Level 1 at 0.6 (above level_threshold), level 2 at 0.03 (under demote_threshold): without a back-off the
+    levels swapped every two windows (16 changes in 100 steps); with the default back-off (30 judged steps, doubled
+    at each further demotion) there are at most 4, and the run spends most of its steps at level 1."""
+    changes = _level_changes({1: 0.6, 2: 0.03})
+    assert len(changes) <= 4, changes
+    assert [(a, b) for _, a, b in changes] == [("1", "2"), ("2", "1"), ("1", "2"), ("2", "1")][:len(changes)]
+    first_demotion, second_promotion = changes[1][0], changes[2][0]
+    assert second_promotion - first_demotion >= 30
+    assert len(_level_changes({1: 0.6, 2: 0.03}, 100, "curriculum.demotion_backoff=0")) > 10  # the flapping it stops
+    # a level that holds is not affected: promoted once, kept
+    assert [(a, b) for _, a, b in _level_changes({1: 0.6, 2: 0.3})] == [("1", "2")]
+
+
+def test_the_back_off_is_replayed_on_resume() -> None:
+    live = make("curriculum.start_stage=speed", "curriculum.window=1", "curriculum.demotion_backoff=4",
+                "curriculum.max_steps_per_level=0", levels=(1, 2))
+    rows, metrics_by_step = [], []
+    rates = [0.9, 0.0, 0.9, 0.9, 0.9, 0.9, 0.0, 0.9]  # promote, demote, back off 4 steps, promote, demote
+    level_seen = []
+    for step, rate in enumerate(rates):
+        metrics = {f"level_{live.level}/correct_rate": rate, "stage_index": 3.0, "level": float(live.level)}
+        level_seen.append(live.level)
+        metrics_by_step.append((step, metrics))
+        rows += [e.row("r") for e in live.observe(step, metrics)]
+    assert [(r["step"], r["to_value"]) for r in rows] == [(0, "2"), (1, "1"), (5, "2"), (6, "1")]
+    assert live.backoff_steps(2) == 8  # the second demotion from level 2 doubled it
+    resumed = make("curriculum.start_stage=speed", "curriculum.window=1", "curriculum.demotion_backoff=4",
+                   "curriculum.max_steps_per_level=0", levels=(1, 2))
+    resumed.replay(rows, metrics_by_step)
+    assert (resumed.level, resumed.demotions, resumed.backoff_steps(2)) == (1, {2: 2}, 8)
+    assert len(resumed.recent) == 1  # step 7, judged at level 1 after the demotion
+    for step in range(8, 14):  # seven judged steps at 0.9 in all: still backing off
+        assert resumed.observe(step, {"level_1/correct_rate": 0.9, "stage_index": 3.0, "level": 1.0}) == []
+    assert [e.to_value for e in resumed.observe(14, {"level_1/correct_rate": 0.9, "stage_index": 3.0,
+                                                       "level": 1.0})] == ["2"]

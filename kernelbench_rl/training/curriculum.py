@@ -8,9 +8,12 @@ promotes, where "every one of 5 steps" waits for a lucky run of samples. A stage
 promoted after `max_steps_per_stage` judged steps is promoted anyway (its reward has taught what it
 could). In the last stage the correct rate at the current level (`level_<L>/correct_rate`),
 averaged the same way, promotes the level at `level_threshold`, or after `max_steps_per_level`
-judged steps; a level whose mean falls to `demote_threshold` or below goes back one level (and is
-then reached again only on its rate, never by the step limit). The earlier levels stay in the
-problem pool at `previous_levels_share` of each step's problems.
+judged steps; a level whose mean falls to `demote_threshold` or below goes back one level. A level left
+by a demotion is reached again only on its rate, never by the step limit, and only after a back-off:
+`demotion_backoff` judged steps at the level below, doubled for each further demotion from it (without
+one, a level-1 rate above the threshold and a level-2 rate under the demotion line swapped levels every
+two windows, 20 times in 100 steps, half the run at a level where nearly every group was constant). The
+earlier levels stay in the problem pool at `previous_levels_share` of each step's problems.
 
 Rates come only from the samples being judged: a step counts toward the current stage and level
 only if it was sampled under them (a step rolled out before a promotion, under asynchronous
@@ -62,7 +65,9 @@ class Curriculum:
     max_steps_per_level: int = 0  # 0: levels promote on their rate only
     demote_threshold: float | None = None  # None: never back to an earlier level
     previous_levels_share: float = 0.0
+    demotion_backoff: int = 0  # judged steps below a level left by demotion before it is tried again (x2 per demotion)
     demoted_from: set[int] = field(default_factory=set)  # levels left by a demotion: reached again on their rate only
+    demotions: dict[int, int] = field(default_factory=dict)  # level -> demotions from it so far
     recent: list[float] = field(default_factory=list)  # the watched rate of each step since the last event
     history: list[dict[str, float]] = field(default_factory=list)
 
@@ -75,7 +80,7 @@ class Curriculum:
                    force_stage=cfg.force_stage, promote_levels=cfg.promote_levels,
                    level_threshold=cfg.level_threshold, max_steps_per_stage=cfg.max_steps_per_stage,
                    max_steps_per_level=cfg.max_steps_per_level, demote_threshold=cfg.demote_threshold,
-                   previous_levels_share=cfg.previous_levels_share)
+                   demotion_backoff=cfg.demotion_backoff, previous_levels_share=cfg.previous_levels_share)
 
     @property
     def at_last_stage(self) -> bool:
@@ -169,17 +174,35 @@ class Curriculum:
             return []
         higher = [lv for lv in self.levels if lv > self.level]
         lower = [lv for lv in self.levels if lv < self.level]
-        if higher and smoothed is not None and smoothed >= threshold:
-            return [self._move_level(step, higher[0], f"mean {name} of the last {self.window} steps {smoothed:.3f} >= {threshold}")]
+        if higher and smoothed is not None and smoothed >= threshold and self._backed_off(higher[0]):
+            return [self._move_level(step, higher[0], f"mean {name} of the last {self.window} steps {smoothed:.3f} >= {threshold}"
+                                     + self._backoff_note(higher[0]))]
         if (higher and higher[0] not in self.demoted_from and self.max_steps_per_level
                 and len(self.recent) >= self.max_steps_per_level):
             return [self._move_level(step, higher[0], f"{len(self.recent)} steps at the level (curriculum.max_steps_per_level)")]
         if (lower and self.demote_threshold is not None and smoothed is not None
                 and smoothed <= self.demote_threshold):
-            self.demoted_from.add(self.level)
+            self._note_demotion(self.level)
             return [self._move_level(step, lower[-1], f"mean {name} of the last {self.window} steps {smoothed:.3f} <= "
                                                       f"{self.demote_threshold} (curriculum.demote_threshold)")]
         return []
+
+    def backoff_steps(self, level: int) -> int:
+        """Judged steps below `level` before it may be tried again: 0 unless a demotion left it, then
+        `demotion_backoff` doubled for each demotion from it after the first."""
+        count = self.demotions.get(level, 0)
+        return self.demotion_backoff * 2 ** (count - 1) if count else 0
+
+    def _backed_off(self, level: int) -> bool:
+        return len(self.recent) >= self.backoff_steps(level)
+
+    def _backoff_note(self, level: int) -> str:
+        wait = self.backoff_steps(level)
+        return f", after a back-off of {wait} steps (curriculum.demotion_backoff)" if wait else ""
+
+    def _note_demotion(self, level: int) -> None:
+        self.demoted_from.add(level)
+        self.demotions[level] = self.demotions.get(level, 0) + 1
 
     def _move_level(self, step: int, to: int, reason: str) -> CurriculumEvent:
         event = CurriculumEvent(step, "level", str(self.level), str(to), reason)
@@ -193,7 +216,7 @@ class Curriculum:
                 self.stage = event["to_value"]
             elif event["kind"] == "level":
                 if int(event["to_value"]) < int(event["from_value"]):
-                    self.demoted_from.add(int(event["from_value"]))
+                    self._note_demotion(int(event["from_value"]))
                 self.level = int(event["to_value"])
         last_event_step = max((e["step"] for e in events), default=-1)
         self.recent = []
