@@ -76,9 +76,15 @@ class TrainingConfig:
     # step (compute_post_kl: one more forward pass over the batch), and PPO's clip range (loss_fn=ppo only).
     kl_penalty_coef: Annotated[float, Ge(0)] = 0.0
     kl_discount_factor: Annotated[float, Ge(0), Le(1)] = 0.0
+    # The KL penalty's reference policy: auto (the SFT warm start RL began from when the run has one, else the base
+    # model) | base | warm_start | a checkpoint name of the run (step_000010) | a sampler path
+    kl_reference: str = "auto"
     compute_post_kl: bool = False
     ppo_clip_low: Annotated[float, Gt(0), Lt(1)] = 0.8
     ppo_clip_high: Annotated[float, Gt(1)] = 1.2
+    # loss_fn=cispo (truncated importance sampling): the detached importance weight is clipped to [low, high]
+    cispo_clip_low: Annotated[float, Ge(0), Lt(1)] = 0.0
+    cispo_clip_high: Annotated[float, Gt(1)] = 4.0
 
 
 @dataclass
@@ -137,6 +143,9 @@ class CurriculumConfig:
     max_steps_per_level: Annotated[int, Ge(0)] = 25  # a level not promoted after this many judged steps is anyway (0: never)
     # A level whose mean correct rate falls to this or below goes back one level (null: never)
     demote_threshold: Annotated[float, Ge(0), Le(1)] | None = 0.05
+    # A level left by a demotion is tried again (on its rate) only after this many judged steps at the level below,
+    # doubled for each further demotion from it (0: at once)
+    demotion_backoff: Annotated[int, Ge(0)] = 30
     previous_levels_share: Annotated[float, Ge(0), Lt(1)] = 0.25  # earlier levels' share of a step's problems
 
 
@@ -245,6 +254,10 @@ class TrainConfig:
             payload["eval"].pop("precision_policy")  # the default: runs configured before the key keep their id
         if payload["eval"].get("reference_timeout_s") is None:
             payload["eval"].pop("reference_timeout_s", None)  # the default, as above
+        # Keys added later, at their defaults: runs configured before them keep their id.
+        for section, key, default in NEW_KEY_DEFAULTS:
+            if payload[section].get(key) == default:
+                payload[section].pop(key, None)
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
         return f"train-{digest}"
 
@@ -268,6 +281,13 @@ class TrainConfig:
     def turn_token_budget(self) -> int:
         """Prompt + completion tokens of one turn (`turn_token_budget` for the run's base model)."""
         return turn_token_budget(self.env, self.resolved_base_model())
+
+
+# (section, key, default) of keys added after runs were first configured: left out of the run id at their default.
+NEW_KEY_DEFAULTS: tuple[tuple[str, str, Any], ...] = (
+    ("training", "cispo_clip_low", 0.0), ("training", "cispo_clip_high", 4.0), ("training", "kl_reference", "auto"),
+    ("curriculum", "demotion_backoff", 30),
+)
 
 
 # Completion defaults: a kernel answer (code block, a few lines around it) fits in ANSWER_MAX_TOKENS;
@@ -315,7 +335,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "rewards.baseline": ("loo", "group_mean"),
     "env.mode": ("single", "kevin"),
     "env.kernel_backend": ("triton", "cuda"),
-    "training.loss_fn": ("importance_sampling", "ppo"),
+    "training.loss_fn": ("importance_sampling", "ppo", "cispo"),
     "rewards.truncated": ("clamp", "reward", "drop", "zero_advantage", "keep"),
     "policy.device": ("auto", "cpu", "cuda"),
     "eval.device": ("auto", "cpu", "cuda"),

@@ -66,13 +66,17 @@ from kernelbench_rl.policy.tiny import (
 
 T = TypeVar("T")
 
-SUPPORTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo")
+SUPPORTED_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo")
 CHECKPOINT_META = "kbrl_checkpoint.json"
 OPTIMIZER_FILE = "optimizer.pt"
 LORA_ALPHA = 32
 DEFAULT_MAX_TOKENS = 256
 PPO_CLIP_LOW = 0.8
 PPO_CLIP_HIGH = 1.2
+# CISPO's clip of the (detached) importance weight when no loss_fn_config names one: Tinker's defaults, a cap and
+# no floor (truncated importance sampling).
+CISPO_CLIP_LOW = 0.0
+CISPO_CLIP_HIGH = 4.0
 
 
 @dataclass
@@ -787,6 +791,12 @@ def _token_loss_sum(
     ratio = torch.exp(logp - sampler_logp)
     if loss_fn == "importance_sampling":
         return -(ratio * advantages).sum()
+    if loss_fn == "cispo":
+        # The clipped ratio is a coefficient (no gradient through it) on the token's logprob: every token keeps a
+        # gradient, and none is weighted by more than the cap however unlikely the sampler made it.
+        weight = torch.clamp(ratio, float(config.get("clip_low_threshold", CISPO_CLIP_LOW)),
+                             float(config.get("clip_high_threshold", CISPO_CLIP_HIGH))).detach()
+        return -(weight * logp * advantages).sum()
     low = float(config.get("clip_low_threshold", PPO_CLIP_LOW))
     high = float(config.get("clip_high_threshold", PPO_CLIP_HIGH))
     clipped = torch.clamp(ratio, low, high)

@@ -13,11 +13,14 @@ distribution, that distribution's distance from the model's own), off-policy als
 policy moved since sampling.
 
 The cookbook's other controls come from the cookbook too: `incorporate_kl_penalty` (a KL penalty
-against the base model, added to the advantages before the loss; `training.kl_penalty_coef`, off
-by default), `compute_post_kl` (how far one step moved the policy on its own batch;
-`training.compute_post_kl`), PPO's clip range (`training.ppo_clip_low/high`, passed as Tinker's
-`loss_fn_config`), and the optimizer's own metrics (`grad_norm` on the local backend), kept as
-`optim/<name>`, averaged over the step's substeps.
+against a reference policy, added to the advantages before the loss; `training.kl_penalty_coef`, off
+by default; its discounted form is masked back to the completion, the cookbook's helper leaves the sums
+on prompt positions), `compute_post_kl` (`training.compute_post_kl`: how far one step moved the policy
+on its own batch, `optim/kl_pre_post_*`, measured from the trainer's own logprobs before the update, so
+neither the sampler's temperature nor its lag enters it; `optim/kl_sample_post_*` is the cookbook's
+original, from the sampler's logprobs), PPO's and CISPO's clip ranges (`training.ppo_clip_low/high`,
+`training.cispo_clip_low/high`, passed as Tinker's `loss_fn_config`), and the optimizer's own metrics
+(`grad_norm` on the local backend), kept as `optim/<name>`, averaged over the step's substeps.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import torch
 class TrainOutcome:
     loss: float | None = None  # summed over minibatches (Tinker's loss is a sum over tokens)
     metrics: dict[str, float] = field(default_factory=dict)
+    # Each datum's per-target logprobs under the weights that computed its loss (before the update)
+    training_logprobs: list[torch.Tensor] = field(default_factory=list)
 
 
 def adam_params(learning_rate: float, training: Any) -> tinker.AdamParams:
@@ -47,6 +52,8 @@ def loss_config(training: Any) -> dict[str, Any] | None:
     """Tinker's loss_fn_config for the configured loss: PPO's clip range; nothing for importance sampling."""
     if training.loss_fn == "ppo":
         return {"clip_low_threshold": float(training.ppo_clip_low), "clip_high_threshold": float(training.ppo_clip_high)}
+    if training.loss_fn == "cispo":
+        return {"clip_low_threshold": float(training.cispo_clip_low), "clip_high_threshold": float(training.cispo_clip_high)}
     return None
 
 
@@ -93,7 +100,7 @@ def train_step(training_client: Any, datums: Sequence[tinker.Datum], prompt_leng
     metrics.update({f"optim/{key}": sum(values) / len(values) for key, values in optimizer_metrics.items()
                     if key != "step"})
     metrics.update(penalty_metrics)
-    return TrainOutcome(loss_sum if have_loss else None, metrics)
+    return TrainOutcome(loss_sum if have_loss else None, metrics, [training_logprobs[i] for i in order])
 
 
 def _with_masks(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int]) -> list[tinker.Datum]:
@@ -111,37 +118,64 @@ class _Logprobs:
     """A sampling client as the cookbook's async helpers call it (`compute_logprobs_async`), for clients that
     have only Tinker's future-returning `compute_logprobs` (the local backend)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, cache: bool = False) -> None:
         self.client = client
+        self._cache: dict[tuple[int, ...], list[float | None]] | None = {} if cache else None
 
     async def compute_logprobs_async(self, model_input: tinker.ModelInput) -> list[float | None]:
+        key = tuple(model_input.to_ints()) if self._cache is not None else None
+        if key is not None and key in self._cache:
+            return self._cache[key]
         native = getattr(self.client, "compute_logprobs_async", None)
         if native is not None:
-            return await native(model_input)
-        return await asyncio.to_thread(result_of, self.client.compute_logprobs(model_input))
+            logprobs = await native(model_input)
+        else:
+            logprobs = await asyncio.to_thread(result_of, self.client.compute_logprobs(model_input))
+        if key is not None:
+            self._cache[key] = logprobs
+        return logprobs
 
 
 def kl_penalty(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], base_sampler: Any, coef: float,
                discount: float) -> dict[str, float]:
     """tinker-cookbook's incorporate_kl_penalty: each completion token's advantage gains
-    coef * (mean log-ratio - its own log-ratio of sampler to base model), in place. Returns kl_policy_base."""
+    coef * (mean log-ratio - its own log-ratio of sampler to the reference policy), in place. Returns
+    kl_policy_base. With `discount` > 0 the cookbook sums each token's penalty with the discounted ones after it,
+    which also fills prompt positions (their mask is 0 only before the sum): what it added there is taken back, so
+    prompt tokens keep an advantage of 0."""
     from tinker_cookbook.rl.metrics import incorporate_kl_penalty
 
     masked = _with_masks(datums, prompt_lengths)
+    before = [datum.loss_fn_inputs["advantages"].to_torch().float() for datum in datums]
     metrics = asyncio.run(incorporate_kl_penalty(masked, _Logprobs(base_sampler), coef, discount))
-    for datum, penalised in zip(datums, masked, strict=True):
-        datum.loss_fn_inputs["advantages"] = penalised.loss_fn_inputs["advantages"]
+    for datum, penalised, advantages, masked_datum in zip(datums, masked, before, masked, strict=True):
+        mask = masked_datum.loss_fn_inputs["mask"].to_torch().float()
+        added = penalised.loss_fn_inputs["advantages"].to_torch().float() - advantages
+        datum.loss_fn_inputs["advantages"] = tinker.TensorData.from_torch(advantages + added * mask)
     return {f"optim/{key}": float(value) for key, value in metrics.items()}
 
 
-def post_update_kl(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], sampler: Any) -> dict[str, float]:
-    """tinker-cookbook's compute_post_kl: the sampler's logprobs of the batch against the updated weights'."""
+def post_update_kl(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], sampler: Any,
+                   training_logprobs: Sequence[torch.Tensor] | None = None) -> dict[str, float]:
+    """tinker-cookbook's compute_post_kl, twice. `optim/kl_pre_post_v1/_v2`: how far the step moved the policy on
+    its own batch, the updated weights' logprobs against the trainer's own before the update (`training_logprobs`,
+    from the loss's forward pass: same temperature, no lag). `optim/kl_sample_post_v1/_v2`: the cookbook's own,
+    against the sampler's logprobs, which also holds the sampler's temperature and lag."""
     from tinker_cookbook.rl.metrics import compute_post_kl
 
     if not datums:
         return {}
-    metrics = asyncio.run(compute_post_kl(_with_masks(datums, prompt_lengths), _Logprobs(sampler)))
-    return {f"optim/{key}": float(value) for key, value in metrics.items()}
+    masked = _with_masks(datums, prompt_lengths)
+    updated = _Logprobs(sampler, cache=True)  # one forward pass of the updated weights serves both
+    sample_post = asyncio.run(compute_post_kl(masked, updated))
+    metrics = {f"optim/{key.replace('pre_post', 'sample_post')}": float(value) for key, value in sample_post.items()}
+    if training_logprobs is not None:
+        as_trained = [tinker.Datum(model_input=d.model_input, loss_fn_inputs={
+            **d.loss_fn_inputs, "logprobs": tinker.TensorData.from_torch(lp.float().reshape(-1))})
+            for d, lp in zip(masked, training_logprobs, strict=True)]
+        pre_post = asyncio.run(compute_post_kl(as_trained, updated))
+        metrics.update({f"optim/{key}": float(value) for key, value in pre_post.items()})
+    return metrics
 
 
 def sample_train_kl(datums: Sequence[tinker.Datum], training_logprobs: Sequence[torch.Tensor],
