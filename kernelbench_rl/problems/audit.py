@@ -12,7 +12,8 @@ Statuses:
 - widened: a trivial candidate passes the problem's own inputs; widened seeds tell it apart (the evaluator
   adds them by itself).
 - fails: something trivial passes every input set the evaluator would use. Training leaves the problem out.
-- unavailable: the reference cannot run here (a missing module, a problem too large for the device).
+- unavailable: the reference cannot run here (a missing module, a problem too large for the device, a reference too
+  slow for the sensitivity audit to settle its seeds: the evaluator gives it no verdict either).
 
 Problems are trusted code (the user chose the problem set): they run in this process, as in `problems show`.
 """
@@ -143,10 +144,16 @@ def audit_problems(problems: Sequence[Problem], *, size: SizeMode = "small", dev
             first = str(exc).splitlines()[0] if str(exc) else ""
             audits.append(ProblemAudit(problem.id, problem.name, "unavailable", detail=f"{type(exc).__name__}: {first}"[:300]))
             continue
-        loaded[problem.id] = item
         status = "ok" if not found.trivial else "widened" if found.variant is not None else "fails"
+        detail = found.reason
+        if status != "fails" and found.sensitivity is not None and found.sensitivity.out_of_time:
+            # The evaluator gives such a problem no verdict here (verdict/correctness.py): as if it could not run.
+            status, detail = "unavailable", ("the reference is too slow here for the sensitivity audit to settle "
+                                             f"its seeds in {found.sensitivity.budget_s:.0f} s")
+        else:
+            loaded[problem.id] = item
         audits.append(ProblemAudit(problem.id, problem.name, status, trivial=list(found.trivial), inputs=found.summary(),
-                                   variant=found.variant, detail=found.reason,
+                                   variant=found.variant, detail=detail,
                                    sensitivity=found.sensitivity.summary() if found.sensitivity else ""))
     if siblings:
         _judge_siblings(audits, loaded, device, precision, atol, rtol)

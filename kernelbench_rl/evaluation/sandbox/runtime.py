@@ -3,7 +3,9 @@
 The reference and the candidate are built the same way: the same seed before construction (so
 parameters match), inputs made directly on the device by the problem's own `get_inputs()` with the
 default generator seeded per hidden seed (never on the CPU and copied: that dominates KernelBench's
-harness), floating tensors cast to the requested precision.
+harness), floating tensors cast to the requested precision. Once the inputs or the model exist, every generator
+either process's code can read is reseeded from fresh entropy (`fresh_generators`): nothing drawn from a hidden seed
+stays observable to the candidate.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import random
+import secrets
 import sys
 import types
 from contextlib import contextmanager, nullcontext
@@ -63,6 +66,25 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
+def fresh_generators() -> None:
+    """Every generator a problem's or a candidate's code can read, reseeded from fresh entropy (secrets): torch's CPU
+    generator and every CUDA one (the seed queued for CUDA's start where it has not started), Python's `random` and
+    NumPy's global one. Called once a seed's inputs or a model exist: what was drawn from a hidden seed stays drawn,
+    but `torch.initial_seed()`, `torch.get_rng_state()`, the next `torch.rand` or `random.random()` no longer tell the
+    seed, so the candidate cannot recognise a seed, redraw a perturbation's sites from it, or tell its calls apart.
+    Both sides call it (make_inputs, build_model), so the worker's input making costs what the child's does."""
+    torch.default_generator.manual_seed(secrets.randbits(63))
+    if torch.cuda.is_initialized():
+        for generator in torch.cuda.default_generators:
+            generator.manual_seed(secrets.randbits(63))
+    else:
+        torch.cuda.manual_seed_all(secrets.randbits(63))  # replaces the hidden seed queued for CUDA's start
+    random.seed(secrets.randbits(64))
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(secrets.randbits(32))
+
+
 @contextmanager
 def python_random_seeded(seed: int):
     """Python's own generator seeded for a problem's code, then put back as it was.
@@ -98,7 +120,9 @@ def make_inputs(module: types.ModuleType, seed: int, device: str, precision: str
     with _device_scope(device), python_random_seeded(seed), perturbation.constants_applied(module, variant):
         inputs = list(module.get_inputs())
     inputs = [cast_floating(x.to(device) if isinstance(x, torch.Tensor) else x, dtype) for x in inputs]
-    return perturbation.perturb_inputs(apply_variant(inputs, variant), seed, variant)
+    inputs = perturbation.perturb_inputs(apply_variant(inputs, variant), seed, variant)
+    fresh_generators()
+    return inputs
 
 
 def apply_variant(inputs: list[Any], variant: dict[str, Any] | None) -> list[Any]:
@@ -132,6 +156,7 @@ def build_model(cls: type, problem: types.ModuleType, seed: int, device: str, pr
         # `not self.training`) says so in its source; the reference and the candidate both honour it.
         if getattr(problem, "KBRL_EVAL_MODE", False):
             model.eval()
+    fresh_generators()  # the build seed (the same for every candidate of the problem) no more observable than a seed
     return model
 
 

@@ -11,13 +11,18 @@ addresses (memoising on data_ptr/_version/shape cannot help); `False` frees the 
 for inputs far larger than the L2 cache (KernelBench's level 1 reaches 6 GiB per tensor), where two
 live sets would cost GiBs and caching buys nothing. The values are new either way, so a kernel that
 memoises on the address returns stale outputs, which the verified trials catch.
+
+The timed calls are generators (`timed_calls`, `host_timed_calls`) that yield each forward's inputs and receive its
+output; `drive` makes the forwards they ask for. In the candidate's process every forward, timed or not, is made by
+`drive` from one line of the child (sandbox/child.py), so the stack a forward sees does not tell a timed call from a
+checked one; the worker's baseline goes through the same generators and `drive`, so both sides are timed alike.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,6 +163,35 @@ def l2_flush_buffer(device: torch.device | str) -> torch.Tensor:
     return torch.empty(nbytes // 4, dtype=torch.int32, device=device)
 
 
+# A forward's maker: yields each forward's inputs, is sent a one-element list holding that forward's output (which it
+# pops: `output = (yield inputs).pop()`), and returns its result.
+Calls = Generator[list[Any], list[Any], Any]
+
+
+def drive(model: Callable[..., Any], calls: Calls) -> Any:
+    """Make every forward `calls` asks for (model(*inputs), under no_grad) and return what `calls` returns. A forward
+    that raises is thrown into `calls` at its yield, so its cleanup runs as if it had called the model itself.
+
+    The one place the candidate's process calls its model for the worker (sandbox/child.py): keep it one line, and
+    what differs between calls (timing events, accounts, poisoning) in the generators. Nothing here holds a forward's
+    inputs or output while `calls` runs on (the output goes in a list it pops): it decides what stays alive while the
+    next inputs are made, as a loop calling the model itself would."""
+    with torch.no_grad():
+        try:
+            inputs = next(calls)
+            while True:
+                try:
+                    output = [model(*inputs)]
+                except BaseException as exc:  # noqa: BLE001 - the generator's own handling, then up the stack
+                    inputs = None
+                    inputs = calls.throw(exc)
+                    continue
+                inputs = None
+                inputs = calls.send(output)
+        except StopIteration as done:
+            return done.value
+
+
 def time_forward(
     model: Callable[..., Any],
     inputs_for_seed: Callable[[int], list[Any]],
@@ -169,6 +203,19 @@ def time_forward(
     fresh_buffers: bool = True,
 ) -> TimingRecord:
     """Event-timed trials, one per seed; outputs of the trials in `keep` are cloned for verification."""
+    return drive(model, timed_calls(inputs_for_seed, seeds, warmup, device, clock, keep, fresh_buffers))
+
+
+def timed_calls(
+    inputs_for_seed: Callable[[int], list[Any]],
+    seeds: list[int],
+    warmup: int,
+    device: torch.device | str,
+    clock: Clock,
+    keep: set[int] | None = None,
+    fresh_buffers: bool = True,
+) -> Generator[list[Any], list[Any], TimingRecord]:
+    """time_forward's calls, for `drive`: yields each forward's inputs between the events, returns the record."""
     keep = keep or set()
     record = TimingRecord()
     flush = l2_flush_buffer(device)
@@ -180,59 +227,58 @@ def time_forward(
     previous: list[Any] | None = None
     host = dict.fromkeys(("warmup", "inputs", "flush", "allocator", "outputs", "keep"), 0.0)
     now = clock.perf_counter
-    with torch.no_grad():
+    mark = now()
+    for index in range(warmup):
+        (yield inputs_for_seed(seeds[index % len(seeds)] ^ 0x5A5A5A)).pop()
+    clock.synchronize()
+    host["warmup"] = now() - mark
+    for index, seed in enumerate(seeds):
         mark = now()
-        for index in range(warmup):
-            model(*inputs_for_seed(seeds[index % len(seeds)] ^ 0x5A5A5A))
+        unmade = allocator() if allocator is not None else None
+        host["allocator"] += now() - mark
+        mark = now()
+        if not fresh_buffers:
+            previous = None  # freed before the next set is made: one set alive at a time
+        inputs = inputs_for_seed(seed)  # fresh_buffers: allocated while the previous set is alive
+        flushed = now()
+        flush.fill_(index)
         clock.synchronize()
-        host["warmup"] = now() - mark
-        for index, seed in enumerate(seeds):
-            mark = now()
-            unmade = allocator() if allocator is not None else None
-            host["allocator"] += now() - mark
-            mark = now()
-            if not fresh_buffers:
-                previous = None  # freed before the next set is made: one set alive at a time
-            inputs = inputs_for_seed(seed)  # fresh_buffers: allocated while the previous set is alive
-            flushed = now()
-            flush.fill_(index)
-            clock.synchronize()
-            counted = now()
-            before = allocator() if allocator is not None else None  # host-side, while the device is idle
-            if unmade is not None and before is not None:
-                record.inputs_reaching_malloc += int(before[0] > unmade[0])
-            host["inputs"] += flushed - mark
-            host["flush"] += counted - flushed
-            host["allocator"] += now() - counted
-            clock.record(start)
-            launch_start = _thread_time()
-            output = model(*inputs)
-            launch_cpu = _thread_time() - launch_start
-            clock.synchronize()
-            clock.record(end)
-            clock.event_synchronize(end)
-            mark = now()
-            # Before anything reads the output: a tensor subclass could run its work when first touched.
-            outputs = plain_outputs(output)
-            aliases = input_aliases(outputs, inputs)
-            if aliases not in record.alias_patterns:
-                record.alias_patterns.append(aliases)
-            record.times_ms.append(float(clock.elapsed_time(start, end)))
-            record.launch_cpu_ms.append(launch_cpu * 1000.0)
-            counted = now()
-            if before is not None:
-                after = allocator()
-                record.calls_reaching_malloc += int(after[0] > before[0])
-                record.allocator_retries += after[1] - before[1]
-            kept = now()
-            if index in keep:
-                record.kept_outputs[index] = [t.detach().clone() for t in outputs]
-            del output, outputs
-            previous = inputs
-            del inputs
-            host["outputs"] += counted - mark
-            host["allocator"] += kept - counted
-            host["keep"] += now() - kept
+        counted = now()
+        before = allocator() if allocator is not None else None  # host-side, while the device is idle
+        if unmade is not None and before is not None:
+            record.inputs_reaching_malloc += int(before[0] > unmade[0])
+        host["inputs"] += flushed - mark
+        host["flush"] += counted - flushed
+        host["allocator"] += now() - counted
+        clock.record(start)
+        launch_start = _thread_time()
+        output = (yield inputs).pop()
+        launch_cpu = _thread_time() - launch_start
+        clock.synchronize()
+        clock.record(end)
+        clock.event_synchronize(end)
+        mark = now()
+        # Before anything reads the output: a tensor subclass could run its work when first touched.
+        outputs = plain_outputs(output)
+        aliases = input_aliases(outputs, inputs)
+        if aliases not in record.alias_patterns:
+            record.alias_patterns.append(aliases)
+        record.times_ms.append(float(clock.elapsed_time(start, end)))
+        record.launch_cpu_ms.append(launch_cpu * 1000.0)
+        counted = now()
+        if before is not None:
+            after = allocator()
+            record.calls_reaching_malloc += int(after[0] > before[0])
+            record.allocator_retries += after[1] - before[1]
+        kept = now()
+        if index in keep:
+            record.kept_outputs[index] = [t.detach().clone() for t in outputs]
+        del output, outputs
+        previous = inputs
+        del inputs
+        host["outputs"] += counted - mark
+        host["allocator"] += kept - counted
+        host["keep"] += now() - kept
     del previous, flush
     record.host_s = host
     return record
@@ -247,20 +293,30 @@ def host_time_forward(
     fresh_buffers: bool = True,
 ) -> float:
     """Median host-clock time (perf_counter around forward + full synchronise), for re-verification."""
+    return drive(model, host_timed_calls(inputs_for_seed, seeds, device, clock, fresh_buffers))
+
+
+def host_timed_calls(
+    inputs_for_seed: Callable[[int], list[Any]],
+    seeds: list[int],
+    device: torch.device | str,
+    clock: Clock,
+    fresh_buffers: bool = True,
+) -> Generator[list[Any], list[Any], float]:
+    """host_time_forward's calls, for `drive`: returns the median in milliseconds."""
     flush = l2_flush_buffer(device)
     times: list[float] = []
     inputs: list[Any] | None = None
-    with torch.no_grad():
-        for index, seed in enumerate(seeds):
-            if not fresh_buffers:
-                inputs = None
-            inputs = inputs_for_seed(seed)
-            flush.fill_(index)
-            clock.synchronize()
-            begin = clock.perf_counter()
-            output = model(*inputs)
-            clock.synchronize()
-            times.append((clock.perf_counter() - begin) * 1000.0)
-            plain_outputs(output)  # (as in time_forward: no lazy tensor subclass)
-            del output
+    for index, seed in enumerate(seeds):
+        if not fresh_buffers:
+            inputs = None
+        inputs = inputs_for_seed(seed)
+        flush.fill_(index)
+        clock.synchronize()
+        begin = clock.perf_counter()
+        output = (yield inputs).pop()
+        clock.synchronize()
+        times.append((clock.perf_counter() - begin) * 1000.0)
+        plain_outputs(output)  # (as in timed_calls: no lazy tensor subclass)
+        del output
     return float(statistics.median(times))

@@ -56,11 +56,18 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
     seeds = random.sample(state.seed_pool, min(own_seed_count(settings, found), len(state.seed_pool)))
     widened_seeds = random.sample(state.seed_pool, min(settings.discriminating_trials, len(state.seed_pool)))
     sensitive, result.versions["sensitivity"] = sensitivity_seeds(state, found)
-    plan = list(discrimination.correctness_plan(seeds, widened_seeds, found.variant, sensitive))
+    # In a secret order (correctness_plan): the candidate cannot tell from a call's position what it is checked on.
+    plan = discrimination.correctness_plan(seeds, widened_seeds, found.variant, sensitive)
     result.trials_total = len(plan)
     result.versions["inputs"] = found.summary()[:400]
     if found.audited and not found.discriminating:
         raise Fault(ErrorCategory.UNDISCRIMINATING, "no verdict: " + found.summary().removeprefix("UNDISCRIMINATING: "))
+    if found.sensitivity is not None and found.sensitivity.out_of_time and sensitivity.enabled():
+        # Ours, not the kernel's: the reference was too slow for the audit to settle which sensitivity seeds the problem
+        # gets, and without them partial work may pass. No verdict, as where no inputs discriminate.
+        raise Fault(ErrorCategory.UNDISCRIMINATING, (
+            "no verdict: the reference's forwards used up the sensitivity audit's time before it could settle which "
+            f"inputs tell whole work from partial work ({found.sensitivity.summary()})")[:500])
     worst = 0.0
     cpu_launches: dict[str, int] = {}
     cpu_accounts: list[Any] = []  # the child's compute account of each forward (CPU)

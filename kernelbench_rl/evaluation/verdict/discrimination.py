@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -357,13 +359,22 @@ def _discriminate(run: ReferenceFn, seeds: Sequence[int], atol: float, rtol: flo
     return found
 
 
+# Who orders a candidate's correctness calls: the operating system's entropy, never a seeded generator (a candidate
+# that could predict the order could do whole work only where a widened or sensitivity seed falls).
+_ORDER = secrets.SystemRandom()
+
+
 def correctness_plan(own_seeds: Sequence[int], widened_seeds: Sequence[int], variant: Variant | None,
-                     sensitivity_seeds: Sequence[tuple[int, Variant]] = ()) -> Iterator[tuple[int, Variant | None]]:
-    """The (seed, variant) pairs correctness runs on: widened ones first (a copy kernel fails at once), then the
-    sensitivity seeds (partial work fails there, before the own seeds' cost), then the problem's own seeds."""
+                     sensitivity_seeds: Sequence[tuple[int, Variant]] = (),
+                     order: random.Random | None = None) -> list[tuple[int, Variant | None]]:
+    """The (seed, variant) pairs correctness runs on, in an order drawn afresh for every evaluation from `order`
+    (SystemRandom by default): widened, perturbed and second-shape seeds fall anywhere among the problem's own, so no
+    call's position tells the candidate whether it is checked on special inputs (a kernel honest for its first calls
+    only, or until it meets the second shape, meets a special seed after it as often as chance allows)."""
+    plan: list[tuple[int, Variant | None]] = []
     if variant is not None:
-        for seed in widened_seeds:
-            yield seed, variant
-    yield from sensitivity_seeds
-    for seed in own_seeds:
-        yield seed, None
+        plan += [(seed, variant) for seed in widened_seeds]
+    plan += [(seed, chosen) for seed, chosen in sensitivity_seeds]
+    plan += [(seed, None) for seed in own_seeds]
+    (order or _ORDER).shuffle(plan)
+    return plan

@@ -20,8 +20,10 @@ like every other. Two kinds of hidden seed catch it:
 What is sound for a problem is decided once, when the problem is first sized (`audit`): the perturbation is the
 mildest one (fewest elements, values nearest the range) where a single site, at the head and at the tail, moves
 the reference's outputs by MOVE_FACTOR tolerances, on as many sites as possible (32, else 8, else 2); and the
-reference must stay finite on it. Where nothing moves the reference enough (or its forwards are too slow to find
-out), no perturbation runs, and the verdict says so.
+reference must stay finite on it. Where nothing moves the reference enough, no perturbation runs, and the verdict
+says so. The audit may spend what its search needs at the reference's own speed (`audit_budget`); where even that
+bound runs out before a kind is settled, the problem gets no verdict (`out_of_time`: the evaluator cannot tell
+whether partial work would pass, and that is its limit, not the kernel's).
 
 The inputs themselves are made by sandbox/perturbation.py, in both processes; this module decides and audits.
 """
@@ -29,6 +31,7 @@ The inputs themselves are made by sandbox/perturbation.py, in both processes; th
 from __future__ import annotations
 
 import ast
+import math
 import os
 import re
 import time
@@ -46,7 +49,11 @@ PERTURBED, SECOND_SHAPE = "perturbed", "second shape"
 SITE_COUNTS = (32, 8, 2)  # sites a perturbation is tried with, most first
 LENGTH_BASE = 16  # site lengths tried: 1, 16, 256, ... up to half a stratum
 MOVE_FACTOR = 4.0  # a single site must move the reference by this many tolerances
-AUDIT_BUDGET_S = 10.0  # reference forwards the audit may spend per problem (perturbation and shape together)
+# The reference's forwards the audit may spend per problem (perturbation and shape together): what its whole search
+# could take at the reference's own speed (search_runs x one run's time), at least AUDIT_BUDGET_S and at most
+# AUDIT_MAX_BUDGET_S (the sizing it is part of must stay within the reference's budget, 120 s by default).
+AUDIT_BUDGET_S = 10.0
+AUDIT_MAX_BUDGET_S = 60.0
 SHAPE_GROWTH = 4  # the second shape: a constant c becomes c + c // SHAPE_GROWTH
 SHAPE_MAX_INPUT_BYTES = 1 << 30  # the second shape's inputs stay under this (its reference output is cached)
 SHAPE_TRIES = 3  # size constants tried
@@ -101,6 +108,9 @@ class Sensitivity:
     perturbation: Variant | None = None
     shape: Variant | None = None
     notes: list[str] = field(default_factory=list)
+    # The audit's time ran out before a kind was settled: partial work might pass what runs, so no verdict.
+    out_of_time: bool = False
+    budget_s: float = 0.0  # what the audit could spend (audit_budget)
 
     def variants(self) -> list[Variant]:
         return [v for v in (self.perturbation, self.shape) if v is not None]
@@ -124,13 +134,47 @@ def seeds_in(summary: str) -> int:
 # -- the audit (worker side) ----------------------------------------------------------------------------------
 
 
+def search_runs(largest: int, floating: bool) -> int:
+    """The most reference runs the audit's search can make for inputs whose largest perturbable tensor has `largest`
+    elements: for every site count and strength, a single site at the head and the tail at the shortest length and
+    at the longest, a bisection between them, all sites together; then the second shape's tries."""
+    runs = 0
+    for sites in SITE_COUNTS:
+        top = _top_level(largest, sites)
+        steps = math.ceil(math.log2(top)) if top > 1 else 0
+        runs += len(STRENGTHS if floating else (None,)) * (2 + 2 + 2 * steps + 1)
+    return runs + SHAPE_TRIES
+
+
+def audit_budget(forward_s: float | None, runs: int) -> float:
+    """Seconds of reference runs the audit may spend: `runs` of `forward_s` each, within [AUDIT_BUDGET_S,
+    AUDIT_MAX_BUDGET_S]."""
+    return min(AUDIT_MAX_BUDGET_S, max(AUDIT_BUDGET_S, runs * (forward_s or 0.0)))
+
+
+def _top_level(largest: int, sites: int) -> int:
+    """The first length level (LENGTH_BASE ** level) at half a stratum, where site_length caps a site."""
+    top = 0
+    while LENGTH_BASE ** top < (largest // min(sites, largest)) // 2:
+        top += 1
+    return top
+
+
 class _Clock:
     def __init__(self, budget_s: float, forward_s: float | None) -> None:
-        self.deadline = time.perf_counter() + budget_s
+        self.started = time.perf_counter()
+        self.deadline = self.started + budget_s
         self.forward_s = forward_s or 0.0
+        self.ran_out = False
+
+    def extend_to(self, budget_s: float) -> None:
+        self.deadline = max(self.deadline, self.started + budget_s)
 
     def can_run(self) -> bool:
-        return time.perf_counter() + self.forward_s <= self.deadline
+        if time.perf_counter() + self.forward_s <= self.deadline:
+            return True
+        self.ran_out = True
+        return False
 
     def run(self, run: ReferenceFn, seed: int, variant: Variant) -> tuple[list[Any], list[torch.Tensor]]:
         t = time.perf_counter()
@@ -150,14 +194,21 @@ def _moved(perturbed: list[torch.Tensor], own: list[torch.Tensor], atol: float, 
 
 def audit(run: ReferenceFn, seeds: Sequence[int], atol: float, rtol: float, *,
           module: types.ModuleType | None = None, source: str | None = None,
-          forward_s: float | None = None, budget_s: float = AUDIT_BUDGET_S) -> Sensitivity:
+          forward_s: float | None = None, budget_s: float | None = None) -> Sensitivity:
     """The sensitivity seeds sound for this problem (see the module's docstring). `run(seed, variant)` gives the
-    reference's inputs and outputs; `module` (with its `source`) is the problem's, for the second shape."""
+    reference's inputs and outputs; `module` (with its `source`) is the problem's, for the second shape. The time
+    its runs may take is `budget_s`, else `audit_budget` at the slower of `forward_s` and its own first run."""
     found = Sensitivity()
-    clock = _Clock(budget_s, forward_s)
+    clock = _Clock(budget_s or AUDIT_BUDGET_S, forward_s)
     seed = seeds[0]
-    own_inputs, own = run(seed, None)
+    own_inputs, own = clock.run(run, seed, None)
     own_finite = _finite(own)
+    if budget_s is None:  # what the whole search could take at this reference's speed, within the bounds
+        targets = perturbable(own_inputs)
+        largest = max((own_inputs[i].numel() for i in targets), default=1)
+        floating = bool(targets) and own_inputs[targets[0]].is_floating_point()
+        clock.extend_to(audit_budget(clock.forward_s, search_runs(largest, floating)))
+    found.budget_s = clock.deadline - clock.started
     found.perturbation, note = _calibrate(run, clock, seed, own_inputs, own, own_finite, atol, rtol)
     if note:
         found.notes.append(note)
@@ -167,6 +218,10 @@ def audit(run: ReferenceFn, seeds: Sequence[int], atol: float, rtol: float, *,
         found.shape, note = _second_shape(run, clock, module, source, seed, own_inputs, own_finite)
         if note:
             found.notes.append(note)
+    found.out_of_time = clock.ran_out
+    if found.out_of_time:
+        found.notes.append(f"the audit's {found.budget_s:.0f} s ran out before both kinds were settled: no verdict "
+                           "on this problem")
     return found
 
 
@@ -232,9 +287,7 @@ def _calibrate(run: ReferenceFn, clock: _Clock, seed: int, own_inputs: list[Any]
 
     try:
         for sites in SITE_COUNTS:
-            top = 0  # the first level at half a stratum (site_length caps it there)
-            while LENGTH_BASE ** top < (largest // min(sites, largest)) // 2:
-                top += 1
+            top = _top_level(largest, sites)
             for strength in (STRENGTHS if floating else (None,)):
                 level = lowest_level(sites, strength, top)
                 if level is None:
@@ -248,7 +301,7 @@ def _calibrate(run: ReferenceFn, clock: _Clock, seed: int, own_inputs: list[Any]
                     continue
                 return chosen, ""
     except _OutOfTime:
-        return None, "no perturbation: the reference's forwards took the audit's time"
+        return None, f"no perturbation: the reference's forwards took the audit's {clock.deadline - clock.started:.0f} s"
     why = f" ({'; '.join(dict.fromkeys(reasons))})" if reasons else ""
     return None, f"no perturbation: no site moved the reference's outputs by {MOVE_FACTOR:g} tolerances{why}"[:300]
 
@@ -321,7 +374,7 @@ def _second_shape(run: ReferenceFn, clock: _Clock, module: types.ModuleType, sou
             reasons.append(f"{name}: the init inputs raised {type(exc).__name__}")
             continue
         if not clock.can_run():
-            reasons.append("the reference's forwards took the audit's time")
+            reasons.append(f"the reference's forwards took the audit's {clock.deadline - clock.started:.0f} s")
             break
         try:
             inputs, outputs = clock.run(run, seed, variant)

@@ -417,9 +417,8 @@ class Worker:
             result.flags.append(Flag.NO_SPEEDUP_ON_CPU.value)
         if self.device == "cpu":
             # A kernel right only under the interpreter (its masks, its float64 intermediates) or only up to the small
-            # sizes is right here: the verdict must not be read as one about the GPU.
-            result.versions["scope"] = ("CPU: Triton's interpreter at the problem's small sizes; says nothing about a GPU "
-                                        "or the real sizes")
+            # sizes is right here: the verdict must not be read as one about the GPU (nor, at small sizes, the real ones).
+            result.versions["scope"] = cpu_scope(settings.size)
         result.phase_seconds["worker_total"] = time.perf_counter() - t_start
         return result, baseline_out
 
@@ -736,6 +735,13 @@ class Worker:
                              payload: dict[str, Any]) -> None:
         """The paired reference child after a timing: kept for the problem's next candidate when it served well."""
         self.paired_reference.give_back(paired_key(state, settings, payload), child, healthy)
+
+
+def cpu_scope(size: str) -> str:
+    """What a CPU verdict holds for (`versions["scope"]`): the sizes that ran, under Triton's interpreter."""
+    if size == "real":
+        return "CPU: Triton's interpreter at the problem's real sizes; says nothing about a GPU"
+    return "CPU: Triton's interpreter at the problem's small sizes; says nothing about a GPU or the real sizes"
 
 
 def _triton_version() -> str:
