@@ -89,9 +89,10 @@ def _kernel_python(a: Analysis) -> list[Finding]:
     module_values = _module_values(a)
     for kernel_name, fn in a.jit_kernels.items():
         params = {arg.arg for arg in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
-        local = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        body = [node for stmt in fn.body for node in ast.walk(stmt)]  # (not its decorators: autotune's hooks)
+        local = {n.id for n in body if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         where = f"inside the @triton.jit kernel {kernel_name}"
-        for node in ast.walk(fn):
+        for node in body:
             if isinstance(node, ast.Attribute) and node.attr == "handle":
                 found.append((line_of(node), f".handle {where}: the interpreter's internals are no Triton code"))
             if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node.id in params | local:
@@ -114,7 +115,7 @@ def _kernel_python(a: Analysis) -> list[Finding]:
                                              "constants only (tl.constexpr), its data through pointers"))
             elif name in _PYTHON_ONLY_BUILTINS and name not in a.defined_names:
                 found.append((line_of(node), f"{name} {where}: Python's reflection is no Triton code"))
-    in_kernels = {id(n) for fn in a.jit_kernels.values() for n in ast.walk(fn)}
+    in_kernels = {id(n) for fn in a.jit_kernels.values() for stmt in fn.body for n in ast.walk(stmt)}
     for node in a.all_nodes:  # an interpreter tensor's NumPy array, reached from a helper the kernel was given
         if isinstance(node, ast.Attribute) and node.attr == "handle" and id(node) not in in_kernels:
             found.append((line_of(node), ".handle: the interpreter's internals are no Triton code"))
