@@ -9,10 +9,16 @@ Re-running with the same run_id resumes: every stage is idempotent through DuckD
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+if __name__ == "__main__":  # run as the pipeline's process (not imported by a worker or a test)
+    # Before Prefect's imports (seconds): a Ctrl-C while the pipeline starts is one line and exit 130, not a traceback.
+    from kernelbench_rl.commands.signals import install_startup_stop
 
-from prefect import flow
+    install_startup_stop()
+
+import sys  # noqa: E402 - after the handler above
+from pathlib import Path  # noqa: E402
+
+from prefect import flow  # noqa: E402
 
 from deployments.temporary_api import temporary_api
 from flows.common import build_config
@@ -28,7 +34,7 @@ from kernelbench_rl.commands.signals import (
 )
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.training.checkpoints import check_run_files
-from kernelbench_rl import ownership
+from kernelbench_rl import ownership, run_status
 from flows.ingest import ingest_corpus
 from tasks._stops import cancelled_on_stop, is_stop
 from tasks.training import publish_training_curves, sft_warm_start
@@ -79,13 +85,42 @@ def pipeline(
     log_dir = str(Path(log_dir).resolve())
     if cluster:  # local | dask-local | dask://HOST:PORT: where training's and evaluation's kernels run
         overrides = [*overrides, f"eval.cluster={cluster}"]
-    # Every parameter and config key, before any stage starts (a bad key fails here, not after ingestion).
-    check_pipeline_inputs(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir, train_steps=train_steps,
-                          levels=levels, num_problems=num_problems, eval_samples=eval_samples,
-                          eval_max_problems=eval_max_problems)
+    # Every parameter and config key, before any stage starts (a bad key fails here, not after ingestion), and the
+    # problems of the levels asked for.
+    selection = check_pipeline_inputs(config, overrides, run_id=run_id, db_path=db_path, log_dir=log_dir,
+                                      train_steps=train_steps, levels=levels, num_problems=num_problems,
+                                      eval_samples=eval_samples, eval_max_problems=eval_max_problems)
+    overrides = selection.overrides
     with ownership.owning(db_path, run_id):  # the whole pipeline owns the run: a second one stops here
-        return _stages(run_id, config, overrides, db_path, log_dir, corpus_sources, build_rag_index, train_steps,
-                       levels, num_problems, eval_samples, eval_max_problems, rebuild_index)
+        print(selection.line)
+        previous = run_status.previous_attempt(db_path, run_id)
+        if previous:
+            print(f"run {run_id}: {previous}")
+        _record_start(db_path, run_id)
+        try:
+            result = _stages(run_id, config, overrides, db_path, log_dir, corpus_sources, build_rag_index,
+                             train_steps, levels, num_problems, eval_samples, eval_max_problems, rebuild_index)
+        except BaseException as exc:
+            run_status.pipeline_ended(db_path, run_id, stopped=is_stop(exc), error=exc)
+            raise
+        run_status.pipeline_ended(db_path, run_id)
+        return result
+
+
+def _record_start(db_path: str, run_id: str) -> None:
+    """The run's row says `running`, owned by this process, with this flow run and the API it reports to (so a crash
+    found later is marked in Prefect too); crashes found earlier whose marks waited for an API of this Prefect home
+    are marked now."""
+    import prefect.settings
+    from prefect.runtime import flow_run
+
+    from kernelbench_rl import prefect_marks
+
+    api_url = prefect.settings.PREFECT_API_URL.value() or None
+    home = str(prefect.settings.get_current_settings().home)
+    run_status.pipeline_started(db_path, run_id, flow_run_id=flow_run.get_id(), prefect_api_url=api_url,
+                                prefect_home=home)
+    prefect_marks.apply_pending(home, api_url)
 
 
 def ensure_index(db_path: str, index_dir: str, rebuild: bool) -> dict:
@@ -117,6 +152,7 @@ def _stages(run_id: str, config: str, overrides: list[str], db_path: str, log_di
     warm_start = sft_warm_start(cfg) if cfg.sft.enabled else None
     trained = curriculum(run_id=run_id, config=config, overrides=overrides, db_path=db_path, log_dir=log_dir,
                          train_steps=train_steps, levels=levels, num_problems=num_problems)
+    run_status.pipeline_started(db_path, run_id)  # training finished; the pipeline runs on (its evaluation)
     table = evaluate_checkpoint(run_id=run_id, checkpoint="latest", compare_base=True, config=config,
                                 overrides=overrides, db_path=db_path, log_dir=log_dir,
                                 samples_per_problem=eval_samples, split="holdout", max_problems=eval_max_problems,
@@ -137,16 +173,28 @@ def main() -> None:
     # the flow run Cancelled, one line is said and the exit code is 130; Prefect's logs of the stop are quieted.
     install_stop_handlers()
     quiet_logs_after_stop()
+    run_status.FOUND_BY = "`kernelbench-rl pipeline`"
     parser = pipeline_arg_parser(description=__doc__)
     args = parser.parse_args()
+    code, reason = 1, None
     try:
         _main(args)
+        code = 0
+    except UserError as exc:  # before Prefect, or a stage's (its logs of it are quieted: one sentence, no traceback)
+        print(f"error: {exc}", file=sys.stderr)
+        code, reason = int(exc.exit_code), str(exc)
+        raise SystemExit(code) from None
     except BaseException as exc:  # noqa: BLE001 - a stop, whichever handler turned the signal into an exception
         if not is_stop(exc):
             raise
         quiet_logs_after_stop()  # handlers Prefect set up after the start
-        print(stopped_line(args.run_id, args.db_path), file=sys.stderr, flush=True)
+        code, reason = 130, stopped_line(args.run_id, args.db_path)
+        print(reason, file=sys.stderr, flush=True)
         raise SystemExit(130) from None
+    finally:
+        # However it ended, the run's row says so (its exit code and sentence; a row the stages left running is
+        # stopped or failed), or the run's lock file does where the database cannot take it.
+        run_status.settle_at_exit(code, reason)
 
 
 def _run_flow(args, overrides: list[str]) -> dict:
@@ -164,18 +212,15 @@ def _run_flow(args, overrides: list[str]) -> dict:
 
 def _main(args) -> None:
     overrides = pipeline_overrides(args)
-    try:  # one sentence before Prefect starts, not a flow run's traceback
-        check_pipeline_inputs(args.config, overrides, run_id=args.run_id, db_path=args.db_path, log_dir=args.log_dir,
-                              train_steps=args.train_steps, levels=parse_levels(args.levels),
-                              num_problems=args.num_problems, eval_samples=args.eval_samples,
-                              eval_max_problems=args.eval_max_problems)
-        ownership.acquire(args.db_path, args.run_id)  # held until exit; the flow takes it again (re-entrant)
-        # Damaged, unwritable or full: said here in one sentence, before the orchestrator starts.
-        check_run_files(args.db_path, Path(args.log_dir), args.run_id)
-        result = _run_flow(args, overrides)
-    except UserError as exc:  # before Prefect, or a stage's (its logs of it are quieted: one sentence, no traceback)
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(exc.exit_code) from None
+    # One sentence before Prefect starts, not a flow run's traceback (a level without problems included).
+    check_pipeline_inputs(args.config, overrides, run_id=args.run_id, db_path=args.db_path, log_dir=args.log_dir,
+                          train_steps=args.train_steps, levels=parse_levels(args.levels),
+                          num_problems=args.num_problems, eval_samples=args.eval_samples,
+                          eval_max_problems=args.eval_max_problems)
+    ownership.acquire(args.db_path, args.run_id)  # held until exit; the flow takes it again (re-entrant)
+    # Damaged, unwritable or full: said here in one sentence, before the orchestrator starts.
+    check_run_files(args.db_path, Path(args.log_dir), args.run_id)
+    result = _run_flow(args, overrides)
     print("\n" + "=" * 72)
     print(result["summary"])
     print("=" * 72)

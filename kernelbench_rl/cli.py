@@ -7,13 +7,21 @@ and every command's help ends with that list (docs/cli.md shows the same table; 
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
 
-import typer
+if __name__ == "__main__" or sys.argv[0].rsplit("/", 1)[-1].startswith("kernelbench-rl"):  # the command's process
+    # Before any heavy import (typer, duckdb, the commands): a Ctrl-C while the command starts is one line and
+    # exit 130, never a traceback. (A process that imports this module, a test's, keeps its own handling.)
+    from kernelbench_rl.commands.signals import install_startup_stop
 
-from kernelbench_rl.commands import env, evaluate, pipeline, problems, profile, rag, sft, sql, train
-from kernelbench_rl.commands import eval_model, export
-from kernelbench_rl.errors import ExitCode, InfraError, UserError
+    install_startup_stop()
+
+from typing import Annotated, Optional  # noqa: E402
+
+import typer  # noqa: E402
+
+from kernelbench_rl.commands import env, evaluate, pipeline, problems, profile, rag, sft, sql, train  # noqa: E402
+from kernelbench_rl.commands import eval_model, export  # noqa: E402
+from kernelbench_rl.errors import ExitCode, InfraError, UserError  # noqa: E402
 
 app = typer.Typer(
     name="kernelbench-rl",
@@ -112,16 +120,49 @@ def _root(
     """Train language models with RL to write fast, correct GPU kernels (KernelBench-style)."""
 
 
+def command_name(argv: list[str]) -> str:
+    """The command a command line runs ("sql", "problems list"), for the records it leaves (run_status)."""
+    words = [word for word in argv if not word.startswith("-")][:2]
+    for count in (2, 1):
+        if " ".join(words[:count]) in COMMAND_EXITS:
+            return " ".join(words[:count])
+    return words[0] if words else ""
+
+
 def main() -> None:
     """Entry point: user errors and failures of our side become one sentence and an exit code, never a traceback.
 
-    Click runs in standalone mode, so usage errors print usage and exit with ExitCode.BAD_INPUT (2) as usual.
+    Click runs in standalone mode, so usage errors print usage and exit with ExitCode.BAD_INPUT (2) as usual. A Ctrl-C
+    at any moment is exit 130 with one line (while the command starts: install_startup_stop, above). However the
+    command ends, every run it owned gets its ending in the store (status, exit code, its sentence; run_status).
     """
+    import signal
+
+    from kernelbench_rl import run_status
+    from kernelbench_rl.commands import signals
+
+    run_status.FOUND_BY = f"`kernelbench-rl {command_name(sys.argv[1:])}`"
+    signals.command_started()
+    code, reason = int(ExitCode.FAILED), None
     try:
         app()
+        code = int(ExitCode.OK)
     except (UserError, InfraError) as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-        sys.exit(int(exc.exit_code))
+        code, reason = int(exc.exit_code), str(exc)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(ExitCode.OK) if exc.code is None else int(ExitCode.FAILED)
+    except KeyboardInterrupt:
+        code = int(ExitCode.STOPPED)
+    finally:
+        if code == ExitCode.STOPPED:
+            signal_name = signals.signal_name(signals.stop_requested() or signal.SIGINT)
+            reason = reason or f"stopped by {signal_name}"
+            if not signals.stop_was_said():
+                typer.echo(f"kernelbench-rl {command_name(sys.argv[1:])}: stopped by {signal_name} before it "
+                           "finished; run it again to go on.", err=True)
+        run_status.settle_at_exit(code, reason)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,12 @@ The lock is an flock() on `<db>.runs/<run id>.lock`, so the kernel lets it go wh
 however it dies (SIGKILL included): a lock left by a dead process is never in the way. The file
 holds the owner's pid, host and start time, so a second process can say who holds the run.
 Within one process the lock is re-entrant (the pipeline holds it around its curriculum flow).
+
+The file is also the run's record of how its owner let go (kernelbench_rl.run_status reads it): the owner's record
+while it owns the run, `released` once it let go, and `ended` (status, exit code, sentence) where the command's last
+word could not reach the database (a full disk, a folder made read-only, the file held by another process). A free
+lock whose record names an owner that never let go is an owner that died without a word. The record is written over
+the same reserved bytes each time, so a final word needs no new block on a full disk.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class RunBusyError(UserError):
 
 _HELD: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth) held by this process
 _HELD_LOCK = threading.Lock()
+_OWNED: dict[str, tuple[str, str]] = {}  # lock path -> (db path, run id): every run this process has owned
+RESERVED_BYTES = 1024  # each lock file's record is padded to this size (blocks a later record overwrites in place)
+ACQUIRE_WAIT_S = 1.0  # a lock held for a moment by another process's look at it (is_owned, a sweep) is waited for
 
 
 def lock_path(db_path: str | os.PathLike[str], run_id: str) -> Path:
@@ -45,9 +54,26 @@ def lock_path(db_path: str | os.PathLike[str], run_id: str) -> Path:
 
 def read_owner(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text() or "{}")
+        record = json.loads(path.read_text().strip() or "{}")
     except (OSError, ValueError):
         return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _read_fd(fd: int) -> dict[str, Any]:
+    try:
+        size = os.fstat(fd).st_size
+        record = json.loads(os.pread(fd, max(size, 1), 0).decode(errors="replace").strip() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _write_fd(fd: int, record: dict[str, Any]) -> None:
+    """The record over the file's first bytes, padded with blanks to the reserved size (or the file's, if longer)."""
+    data = json.dumps(record).encode() if record else b""
+    size = max(RESERVED_BYTES, len(data), os.fstat(fd).st_size)
+    os.pwrite(fd, data.ljust(size, b" "), 0)
 
 
 def pid_alive(pid: int) -> bool:
@@ -96,16 +122,38 @@ def acquire(db_path: str | os.PathLike[str], run_id: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            if not _try_lock(fd, path):
+            if not _lock_within(fd, path, ACQUIRE_WAIT_S):
                 raise _busy(run_id, path)
-            owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "run_id": run_id}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(owner).encode(), 0)
+            previous = _read_fd(fd)
         except BaseException:
             os.close(fd)
             raise
         _HELD[key] = (fd, 1)
+    try:
+        from kernelbench_rl import run_status
+
+        # An earlier owner that died without a word, or whose last word is here: its ending goes to the run's row
+        # first (outside the lock above: the database's first opening in this process looks at the run locks);
+        # then this attempt starts with no ending.
+        run_status.new_attempt(db_path, run_id, previous)
+        _write_fd(fd, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "run_id": run_id})
+    except BaseException:
+        with _HELD_LOCK:
+            _HELD.pop(key, None)
+        os.close(fd)
+        raise
+    with _HELD_LOCK:
+        _OWNED[key] = (str(db_path), run_id)
     return path
+
+
+def _lock_within(fd: int, path: Path, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while not _try_lock(fd, path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _try_lock(fd: int, path: Path) -> bool:
@@ -141,9 +189,76 @@ def release(db_path: str | os.PathLike[str], run_id: str) -> None:
             return
         del _HELD[key]
         try:
-            os.ftruncate(fd, 0)  # no owner named once released
+            record = _read_fd(fd)
+            _write_fd(fd, {**record, "released": time.time()})  # let go: no live owner named any more
+        except OSError:
+            pass  # a file we can no longer write: the lock goes all the same
         finally:
             os.close(fd)  # closing releases the flock
+
+
+def release_all() -> None:
+    """Let go of every run this process still holds (at its exit)."""
+    with _HELD_LOCK:
+        held = [(key, depth) for key, (_, depth) in _HELD.items()]
+    for key, depth in held:
+        db_path, run_id = _OWNED[key]
+        for _ in range(depth):
+            release(db_path, run_id)
+
+
+def owned_runs() -> list[tuple[str, str]]:
+    """(db path, run id) of every run this process has owned, held now or not."""
+    with _HELD_LOCK:
+        return list(_OWNED.values())
+
+
+def update_record(path: Path, change: Callable[[dict[str, Any]], dict[str, Any] | None],
+                  wait_s: float = ACQUIRE_WAIT_S) -> bool:
+    """Rewrite a free lock file's record: `change(record)` gives the new one (None: leave it). False where a live
+    owner holds the lock (or the file cannot be opened or written)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        if not _lock_within(fd, path, wait_s):
+            return False
+        new = change(_read_fd(fd))
+        if new is not None:
+            _write_fd(fd, new)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also lets go of the lock
+
+
+def free_records(db_path: str | os.PathLike[str]) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Run id -> (lock file, record) of every lock beside the database that no live process holds and whose record
+    names an owner (a blank record has nothing to tell). Nothing is created."""
+    folder = lock_path(db_path, "_").parent
+    try:
+        paths = sorted(folder.glob("*.lock"))
+    except OSError:
+        return {}
+    found: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path in paths:
+        with _HELD_LOCK:
+            if os.path.realpath(path) in _HELD:
+                continue
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            if _try_lock(fd, path):
+                record = _read_fd(fd)
+                if record.get("run_id") and record.get("pid"):
+                    found[str(record["run_id"])] = (path, record)
+        finally:
+            os.close(fd)
+    return found
 
 
 @contextmanager
@@ -173,17 +288,8 @@ def is_owned(db_path: str | os.PathLike[str], run_id: str) -> bool:
 
 
 def mark_interrupted_runs(store: Any) -> list[dict[str, Any]]:
-    """Runs recorded as running whose owner is gone become `interrupted`; returns them (run_id, last_step, owner)."""
-    if not store.exists():
-        return []
-    try:
-        rows = store.dicts("SELECT run_id, last_step, owner_pid, owner_host FROM runs WHERE status = 'running'",
-                           read_only=True)
-    except Exception:  # noqa: BLE001 - no runs table yet (or a database of an older schema)
-        return []
-    gone = [row for row in rows if not is_owned(store.path, row["run_id"])]
-    if gone:
-        store.fetchall("UPDATE runs SET status = 'interrupted', updated_at = now() "
-                       "WHERE status = 'running' AND run_id IN (SELECT unnest(?::VARCHAR[]))",
-                       [[row["run_id"] for row in gone]])
-    return gone
+    """Runs recorded as running whose owner is gone get their ending: `crashed` (or the last word the owner left
+    beside the database); returns them (run_id, last_step, owner). kernelbench_rl.run_status.find_ended_runs."""
+    from kernelbench_rl import run_status
+
+    return run_status.find_ended_runs(store, every_running_row=True)

@@ -1,8 +1,9 @@
 """A stop (Ctrl-C, SIGTERM) ends a flow run as Cancelled, not Crashed: the run saved its state and can be resumed.
 
-Prefect reports any BaseException leaving a flow as a crash. A flow wrapped here catches the stop once the work inside
-has saved its state, and returns a Cancelled state whose message says what stopped it; a flow that calls it gets
-Prefect's CancelledRun, which it treats the same way while a stop is under way.
+Prefect reports any BaseException leaving a flow or a task as a crash. A flow wrapped here catches the stop once the
+work inside has saved its state, sets the task runs the stop interrupted (which Prefect has just marked Crashed) to
+Cancelled with the same message, and returns a Cancelled state whose message says what stopped it; a flow that calls
+it gets Prefect's CancelledRun, which it treats the same way while a stop is under way.
 """
 
 from __future__ import annotations
@@ -42,8 +43,35 @@ def stopped_state() -> Any:
     return Cancelled(message=f"{how}: the state is saved, and the same command or parameters resume the run.")
 
 
+def cancel_interrupted_tasks(state: Any) -> None:
+    """This flow run's task runs that the stop left Crashed or Running get the stop's Cancelled state (Prefect marks
+    a task a signal interrupts Crashed, which reads as a failure though the run saved its state). Nothing is raised:
+    an API that does not answer leaves them as they are."""
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import (
+            FlowRunFilter, FlowRunFilterId, TaskRunFilter, TaskRunFilterState, TaskRunFilterStateType,
+        )
+        from prefect.client.schemas.objects import StateType
+        from prefect.runtime import flow_run
+
+        flow_run_id = flow_run.get_id()
+        if not flow_run_id:
+            return
+        with get_client(sync_client=True) as client:
+            interrupted = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+                task_run_filter=TaskRunFilter(state=TaskRunFilterState(
+                    type=TaskRunFilterStateType(any_=[StateType.CRASHED, StateType.RUNNING]))))
+            for task_run in interrupted:
+                client.set_task_run_state(task_run.id, Cancelled(message=state.message), force=True)
+    except Exception:  # noqa: BLE001 - the flow run's own state says it stopped; its tasks' are a courtesy
+        pass
+
+
 def cancelled_on_stop(fn: F) -> F:
-    """Put under @flow: a stop that leaves `fn` becomes the flow run's Cancelled state."""
+    """Put under @flow: a stop that leaves `fn` becomes the flow run's Cancelled state (its interrupted task runs'
+    too)."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -52,6 +80,8 @@ def cancelled_on_stop(fn: F) -> F:
         except BaseException as exc:
             if not is_stop(exc):
                 raise
-            return stopped_state()
+            state = stopped_state()
+            cancel_interrupted_tasks(state)
+            return state
 
     return run  # type: ignore[return-value]

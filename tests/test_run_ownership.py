@@ -1,5 +1,5 @@
 """A run is owned by one process at a time (real processes, real lock files, a real DuckDB file);
-a dead owner's run is marked interrupted; `train` says which run it starts or resumes."""
+a dead owner's run is marked crashed; `train` says which run it starts or resumes."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_a_second_process_is_told_who_owns_the_run(tmp_path: Path) -> None:
     assert not ownership.is_owned(db, "mine")
 
 
-def test_runs_whose_owner_is_gone_are_marked_interrupted(tmp_path: Path) -> None:
+def test_runs_whose_owner_is_gone_are_marked_crashed(tmp_path: Path) -> None:
     db = tmp_path / "kb.duckdb"
     store = Store(db)
     alive, dead = hold(db, "alive"), hold(db, "dead")
@@ -73,7 +73,7 @@ def test_runs_whose_owner_is_gone_are_marked_interrupted(tmp_path: Path) -> None
         gone = ownership.mark_interrupted_runs(store)
         assert [row["run_id"] for row in gone] == ["dead"]
         status = dict(store.fetchall("SELECT run_id, status FROM runs"))
-        assert status == {"alive": "running", "dead": "interrupted", "done": "finished"}
+        assert status == {"alive": "running", "dead": "crashed", "done": "finished"}
     finally:
         alive.kill()
         alive.wait()
@@ -90,8 +90,8 @@ def test_train_says_which_run_it_starts_or_resumes(tmp_path: Path) -> None:
     line = describe_run_start_of(hashed)
     assert line.startswith(f"starting a new run {hashed.resolved_run_id()}") and "run_id=NAME" in line
     Store(db).upsert("runs", [{"run_id": hashed.resolved_run_id(), "status": "running", "last_step": 1}])
-    # Its owner is gone (no process holds it): reported and recorded as interrupted.
-    assert describe_run_start_of(hashed) == f"resuming run {hashed.resolved_run_id()} (interrupted, last step 1)"
+    # Its owner is gone (no process holds it): reported and recorded as crashed.
+    assert describe_run_start_of(hashed) == f"resuming run {hashed.resolved_run_id()} (crashed, last step 1)"
     changed = load_config("default", [f"db_path={db}", "training.steps=4"])
     assert hashed.resolved_run_id() in describe_run_start_of(changed)  # names the runs it could have meant
     named = load_config("default", [f"db_path={db}", "run_id=mine"])

@@ -55,6 +55,9 @@ def eval_model_command(
     from kernelbench_rl.commands.evaluate import require_config_gpu
 
     require_config_gpu(cfg)
+    from kernelbench_rl.store.files import check_free_space
+
+    check_free_space(cfg.db_path, "before the evaluation")  # the floor every writer keeps (KBRL_MIN_FREE_MB)
     from kernelbench_rl.compose import build_run_parts
     from kernelbench_rl.training.model_answers import UnansweredRequests
 

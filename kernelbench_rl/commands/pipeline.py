@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from typing import Annotated, NoReturn, Optional
 
 import typer
@@ -45,11 +46,20 @@ def pipeline_arg_parser(description: str | None = None) -> argparse.ArgumentPars
     return parser
 
 
+@dataclass(frozen=True)
+class ProblemSelection:
+    """The problems a pipeline run takes: its overrides with the `problems.ids` chosen, and one line saying which."""
+
+    overrides: list[str]
+    line: str
+
+
 def check_pipeline_inputs(
     config: str, overrides: list[str], *, run_id: str, db_path: str, log_dir: str, train_steps: int,
     levels: list[int], num_problems: int, eval_samples: int, eval_max_problems: int | None,
-) -> None:
-    """Every parameter and config key of a pipeline run, checked before any stage starts (UserError, one sentence)."""
+) -> ProblemSelection:
+    """Every parameter and config key of a pipeline run, checked before any stage starts (UserError, one sentence),
+    and the problems it takes (`select_problems`)."""
     from kernelbench_rl.commands.options import check_max_problems
     from kernelbench_rl.config import load_config
     from kernelbench_rl.errors import UserError
@@ -63,8 +73,85 @@ def check_pipeline_inputs(
     check_max_problems(eval_max_problems, "--eval-max-problems")
     if not levels:
         raise UserError("--levels names no level; pass e.g. --levels 1 or --levels 1,2.")
-    load_config(config, [*overrides, f"run_id={run_id}", f"db_path={db_path}", f"log_dir={log_dir}",
-                         f"training.steps={train_steps}", f"problems.levels=[{','.join(str(lv) for lv in levels)}]"])
+    cfg = load_config(config, [*overrides, f"run_id={run_id}", f"db_path={db_path}", f"log_dir={log_dir}",
+                               f"training.steps={train_steps}", f"problems.levels=[{','.join(str(lv) for lv in levels)}]"])
+    return select_problems(cfg, overrides, levels=levels, num_problems=num_problems)
+
+
+def _levels_text(levels: list[int]) -> str:
+    return ("level " if len(levels) == 1 else "levels ") + ",".join(str(level) for level in levels)
+
+
+def select_problems(cfg, overrides: list[str], *, levels: list[int], num_problems: int) -> ProblemSelection:
+    """The problems of `levels` the run trains on, and one line saying which (the held-out ones are evaluated):
+
+    - `num_problems` > 0: the first N of the levels' train split;
+    - the smoke default (`problems.ids` as SMOKE_OVERRIDES names it): for level 1 its four elementwise problems, for
+      every other level asked its first SMOKE_PROBLEMS_PER_LEVEL training problems, those with a known solution first
+      (the SFT warm start learns from them);
+    - `problems.ids` of the user's: those, each of which must be a training problem of the levels;
+    - none: the whole train split of the levels.
+
+    A level with no problems in the source, or levels that leave nothing held out for the checkpoint evaluation, are
+    refused here (UserError, exit code 2), before Prefect or any stage starts."""
+    from kernelbench_rl.compose import load_split
+    from kernelbench_rl.errors import UserError
+    from kernelbench_rl.problems.loaders import load_problems, load_solution
+    from kernelbench_rl.problems.model import resolve_problem
+
+    split = load_split(cfg.problems)
+    empty = [level for level in levels if not any(p.level == level for p in split.all)]
+    if empty:
+        where = f"the problems in {cfg.problems.source_root}" if cfg.problems.source_root else "the bundled problems"
+        have = sorted({p.level for p in load_problems(cfg.problems.source_root)})
+        raise UserError(f"{_levels_text(empty).capitalize()} has no problems among {where} (levels "
+                        f"{', '.join(map(str, have))}); pass --levels with levels that have some, e.g. --levels "
+                        f"{have[0] if have else 1}.")
+    if not split.holdout:
+        count = f"its {len(split.all)} problems are all" if len(split.all) > 1 else "its one problem is"
+        raise UserError(f"{_levels_text(levels).capitalize()} leaves no problem held out for the pipeline's checkpoint "
+                        f"evaluation ({count} trained on); add a level with more problems, e.g. --levels 1,"
+                        + ",".join(map(str, levels)) + ".")
+    train_ids = [p.id for p in split.train]
+    named = [o for o in overrides if o.startswith("problems.ids=")]
+    if num_problems:
+        ids = train_ids[:num_problems]
+        how = f"{', '.join(ids)} (the first {len(ids)} training problems of {_levels_text(levels)})"
+        overrides = [*overrides, f"problems.ids=[{','.join(ids)}]"]
+    elif named and named[-1] == SMOKE_IDS_OVERRIDE:
+        ids, parts = [], []
+        for level in levels:
+            if level == 1:
+                chosen = list(SMOKE_IDS)
+                parts.append(f"{', '.join(chosen)} (level 1's smoke set)")
+            else:
+                level_ids = [p for p in split.train if p.level == level]
+                solved = [p.id for p in level_ids if load_solution(p) is not None]
+                chosen = (solved + [p.id for p in level_ids if p.id not in solved])[:SMOKE_PROBLEMS_PER_LEVEL]
+                parts.append(f"{', '.join(chosen)} (level {level}'s first {len(chosen)} training problems"
+                             f"{' with a known solution' if solved else ''})")
+            ids += chosen
+        how = "; ".join(parts)
+        overrides = [o for o in overrides if o != SMOKE_IDS_OVERRIDE] + [f"problems.ids=[{','.join(ids)}]"]
+    elif cfg.problems.ids:
+        ids, held = [], []
+        for pid in cfg.problems.ids:
+            problem = resolve_problem(pid, split.all)
+            if problem is None:
+                raise UserError(f"Problem {pid} (problems.ids) is not among the problems of {_levels_text(levels)}; "
+                                "name problems of those levels, or pass --levels with its level (`kernelbench-rl "
+                                "problems list` shows the ids).")
+            (ids if problem.id in train_ids else held).append(problem.id)
+        if not ids:
+            raise UserError(f"Every problem problems.ids names ({', '.join(held)}) is held out for the checkpoint "
+                            "evaluation, so none can be trained on; name training problems of "
+                            f"{_levels_text(levels)} (`kernelbench-rl problems list` shows the ids).")
+        how = f"{', '.join(ids)} (problems.ids" + (f"; {', '.join(held)} held out, not trained on)" if held else ")")
+    else:
+        how = f"all {len(train_ids)} training problems of {_levels_text(levels)}"
+    line = (f"problems ({_levels_text(levels)}): training on {how}; {len(split.holdout)} held out for the "
+            "checkpoint evaluation.")
+    return ProblemSelection(list(overrides), line)
 
 
 def parse_levels(text: str) -> list[int]:
@@ -86,8 +173,11 @@ PIPELINE_DESCRIPTION = (
 # The embedded default, sized to learn visibly on 2 CPU cores: four elementwise training problems whose
 # kernels fit in 400 tokens, an SFT warm start on their verified kernels (loss ~7 -> ~0.1 per token),
 # then RL whose samples are judged by the evaluator, with a curriculum quick enough to promote in a few steps.
+SMOKE_IDS = ("L1/19", "L1/20", "L1/21", "L1/25")  # level 1's smoke problems; other levels: select_problems
+SMOKE_IDS_OVERRIDE = f"problems.ids=[{','.join(SMOKE_IDS)}]"
+SMOKE_PROBLEMS_PER_LEVEL = 4
 SMOKE_OVERRIDES = [
-    "policy.backend=local", "policy.base_model=local:tiny", "problems.ids=[L1/19,L1/20,L1/21,L1/25]",
+    "policy.backend=local", "policy.base_model=local:tiny", SMOKE_IDS_OVERRIDE,
     "sampling.group_size=4", "sampling.max_tokens=400", "sampling.temperature=0.3",
     "sft.steps=150", "sft.batch_size=2", "sft.max_examples=4", "sft.learning_rate=0.005", "sft.checkpoint_every=25",
     "training.batch_problems=4", "training.learning_rate=0.0003", "training.checkpoint_every=1",
@@ -108,6 +198,11 @@ def pipeline_overrides(args: argparse.Namespace) -> list[str]:
     return overrides
 
 
+# Modules that take SIGINT back in their first lines (signals.install_startup_stop): launched with SIGINT ignored
+# across the exec and the new interpreter's start, where a Ctrl-C would otherwise be a traceback.
+TAKES_SIGINT_BACK = frozenset({"flows.pipeline"})
+
+
 def _launch(module: str, args: list[str]) -> NoReturn:
     """Become `python -m module args`: the flow module takes this process's place (exec).
 
@@ -124,6 +219,14 @@ def _launch(module: str, args: list[str]) -> NoReturn:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
     sys.stdout.flush()
     sys.stderr.flush()
+    if module in TAKES_SIGINT_BACK:
+        import signal
+
+        from kernelbench_rl.commands.signals import SIGINT_HELD_ENV
+
+        if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            env[SIGINT_HELD_ENV] = "1"
     os.execve(sys.executable, [sys.executable, "-m", module, *args], env)
 
 

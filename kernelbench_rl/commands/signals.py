@@ -17,6 +17,51 @@ from collections.abc import Iterator
 from typing import Any
 
 _received: list[int] = []  # stop signals this process received, in order
+_said: list[str] = []  # the stop lines this process made (a command that said its own needs no generic one)
+# Set by a launcher for the interpreter it execs into: SIGINT was ignored only across the exec (so a Ctrl-C while the
+# new interpreter starts is not a traceback); the new process's first lines take SIGINT back.
+SIGINT_HELD_ENV = "KBRL_SIGINT_HELD_FOR_EXEC"
+
+
+def _stop_while_starting(signum: int, frame: Any) -> None:
+    """SIGINT while a command starts (its imports): nothing was done yet, so one line and exit 130 at once."""
+    import os
+
+    os.write(2, f"stopped by {signal_name(signum)} while starting: nothing was done.\n".encode())
+    os._exit(130)
+
+
+def install_startup_stop() -> None:
+    """The first lines of an entry point, before its heavy imports: a Ctrl-C from here on is one line and exit 130,
+    never a traceback. A SIGINT the shell made the process ignore (a background job) stays ignored, unless it was
+    ignored only across a launcher's exec (SIGINT_HELD_ENV)."""
+    import os
+
+    held = os.environ.pop(SIGINT_HELD_ENV, None) == "1"
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN and not held:
+        return
+    signal.signal(signal.SIGINT, _stop_while_starting)
+
+
+def command_started() -> None:
+    """The command's own code runs from here: the first SIGINT raises KeyboardInterrupt where the command is (its
+    clean-up runs, then one line and exit 130), later ones are noted and ignored while it cleans up."""
+    if signal.getsignal(signal.SIGINT) is _stop_while_starting:
+        signal.signal(signal.SIGINT, _stop)
+
+
+def hold_sigint_for_exec() -> None:
+    """Before exec'ing another interpreter that calls install_startup_stop: SIGINT ignored across the exec."""
+    import os
+
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        os.environ[SIGINT_HELD_ENV] = "1"
+
+
+def stop_was_said() -> bool:
+    """Whether this process made its stop line (stopped_line) before exiting 130."""
+    return bool(_said)
 
 
 def stop_requested() -> int | None:
@@ -125,4 +170,6 @@ def stopped_line(run_id: str, db_path: Any) -> str:
                 saved = f"; its SFT state is saved at step {sft}"
     except Exception:  # noqa: BLE001 - the line is said either way; what is saved is a detail
         saved = ""
-    return f"run {run_id}: {how}{saved or '; nothing was saved yet'}, and the same command resumes it."
+    line = f"run {run_id}: {how}{saved or '; nothing was saved yet'}, and the same command resumes it."
+    _said.append(line)
+    return line

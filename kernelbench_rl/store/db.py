@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import duckdb
 
 from kernelbench_rl.errors import StoreBusyError, UserError
-from kernelbench_rl.store.files import DamagedFileError, write_error
+from kernelbench_rl.store.files import DamagedFileError, check_free_space, write_error
 from kernelbench_rl.evaluation.result import categories_without_verdict
 from kernelbench_rl.store.schema import MIGRATIONS
 
@@ -92,6 +92,8 @@ def sha256_text(text: str) -> str:
 _REGISTRY_LOCK = threading.Lock()
 _PATH_LOCKS: dict[str, threading.RLock] = {}
 _OPEN = threading.local()  # .connections: dict[path key, (connection, read_only)] held by this thread
+_SWEPT: set[str] = set()  # files this process has looked at for runs whose owner died (run_status)
+_SPACE_CHECKED: set[str] = set()  # files this process has checked the free-space floor for before writing
 
 
 def _path_lock(key: str) -> threading.RLock:
@@ -256,6 +258,8 @@ class Store:
         key = self._key
         read_only = read_only or locked_down
         held = _open_connections().get(key)
+        if held is None:
+            self._first_opening(key, read_only)
         if held is not None and locked_down:
             raise RuntimeError(f"a locked-down connection to {self.path} cannot reuse an open one")
         if held is not None:
@@ -297,6 +301,27 @@ class Store:
                 gate.release()
         finally:
             lock.release()
+
+    def _first_opening(self, key: str, read_only: bool) -> None:
+        """Once per process and file: runs whose owner died without a word are found and marked (run_status), and
+        before the first write, the free-space floor (KBRL_MIN_FREE_MB) is checked: every writer reads it."""
+        with _REGISTRY_LOCK:
+            swept = key in _SWEPT
+            checked = read_only or key in _SPACE_CHECKED
+            _SWEPT.add(key)
+            if not read_only:
+                _SPACE_CHECKED.add(key)
+        if not swept and self.path.exists():
+            from kernelbench_rl.run_status import sweep_on_open
+
+            sweep_on_open(self.path)
+        if not checked:
+            try:
+                check_free_space(self.path, "before writing to it")
+            except BaseException:
+                with _REGISTRY_LOCK:
+                    _SPACE_CHECKED.discard(key)
+                raise
 
     @contextmanager
     def _file_errors(self) -> Iterator[None]:

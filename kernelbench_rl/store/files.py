@@ -3,9 +3,10 @@
 Each becomes one sentence naming the file, what is wrong and what to do, with its own exit code
 (errors.ExitCode: DAMAGED, UNWRITABLE, DISK_FULL), never a traceback and never a success.
 
-Free space is checked before a run and after each checkpoint (`check_free_space`): a run that would
-fill the disk stops at a saved step with a clear message instead of failing mid-write. The floor is
-`KBRL_MIN_FREE_MB` (default 256 MiB).
+Free space is checked before a run and after each checkpoint (`check_free_space`), and by every process before
+its first write to a database (`Store`): a run that would fill the disk stops at a saved step with a clear message
+instead of failing mid-write. The floor is `KBRL_MIN_FREE_MB` (default 256 MiB, 0 for none); a value that is not a
+number is refused with one sentence (exit code 2), never replaced by the default.
 """
 
 from __future__ import annotations
@@ -45,11 +46,24 @@ FULL_TEXTS = ("no space left on device", "file too large", "disk quota exceeded"
 UNWRITABLE_TEXTS = ("permission denied", "read-only file system", "operation not permitted")
 
 
+class BadSettingError(UserError):
+    """A setting of the environment that cannot be read (bad configuration: exit code 2)."""
+
+
 def min_free_bytes() -> int:
-    try:
-        return max(0, int(float(os.environ.get("KBRL_MIN_FREE_MB", DEFAULT_MIN_FREE_MB)) * 2**20))
-    except ValueError:
+    """The free-space floor in bytes: KBRL_MIN_FREE_MB (a number of MiB, 0 for no floor; unset or empty: 256). A value
+    that is not a number of at least 0 is refused (BadSettingError), never replaced by the default."""
+    text = os.environ.get("KBRL_MIN_FREE_MB", "").strip()
+    if not text:
         return DEFAULT_MIN_FREE_MB * 2**20
+    try:
+        megabytes = float(text)
+    except ValueError:
+        megabytes = float("nan")
+    if not (0 <= megabytes < float("inf")):
+        raise BadSettingError(f"KBRL_MIN_FREE_MB={text!r} is not a number of MiB (the free space a writer keeps, "
+                              f"0 for none, default {DEFAULT_MIN_FREE_MB}), so set it to one such as 512, or unset it.")
+    return int(megabytes * 2**20)
 
 
 def _existing_parent(path: Path) -> Path:

@@ -435,6 +435,25 @@ MIGRATIONS.append(
     )
 )
 
+# How a run ended, and a run that ended without a word: `crashed` (its owner process gone while its row said
+# `running`) with when and how that was found; the exit code and one sentence of a run that ended cleanly; the Prefect
+# flow run of a pipeline (and where its API was), so a crash found later is marked there too.
+MIGRATIONS.append(
+    (
+        16,
+        "run endings: when and how a run ended (crashed runs found after their owner died), its exit code, and the "
+        "Prefect flow run of a pipeline",
+        [
+            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS ended_at TIMESTAMP",  # ended, or (crashed) when that was found
+            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS end_reason VARCHAR",  # one sentence: how it ended or was found
+            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS exit_code INTEGER",  # the command's (NULL: crashed, or running)
+            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS flow_run_id VARCHAR",  # the pipeline's Prefect flow run
+            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS prefect_api_url VARCHAR",  # the API that flow run reported to
+            "ALTER TABLE runs ADD COLUMN IF NOT EXISTS prefect_home VARCHAR",  # PREFECT_HOME of the flow process
+        ],
+    )
+)
+
 TABLES = [
     "runs", "problems", "kernels", "blobs", "rollouts", "evaluations", "rewards", "train_steps",
     "checkpoints", "curriculum_events", "corpus_docs", "embeddings", "index_builds", "eval_reports",
