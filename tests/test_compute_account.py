@@ -120,6 +120,12 @@ CASES = [
     # torch compute during a launch (here its grid function), even one whose result the output never holds
     ("torch_inside_the_grid_function", "out = torch.empty_like(x);"
      "relu_kernel[lambda meta: (torch.relu(x).numel() // 256 + 1,)](x, out, x.numel(), BLOCK=256);return out", True),
+    # ... or in a heuristic, which Triton runs before the launch proper
+    ("torch_inside_a_heuristic", "out = torch.empty_like(x);"
+     "triton.heuristics({'BLOCK': lambda args: 256 + 0 * torch.relu(args['x_ptr']).numel()})(relu_kernel)"
+     "[(triton.cdiv(x.numel(), 256),)](x, out, x.numel());return out", True),
+    # a Python number read out of what PyTorch computed (it can reach a kernel only as an argument)
+    ("python_number_from_torch", "top = x.amax().item();return relu(x, torch.empty_like(x))", True),
     # a launch argument of the candidate's own class (the interpreter's exempt steps would run its methods)
     ("candidate_int_as_launch_argument", "out = torch.empty_like(x);"
      "relu_kernel[(triton.cdiv(x.numel(), 256),)](x, out, Count(x.numel()), BLOCK=256);return out", True),

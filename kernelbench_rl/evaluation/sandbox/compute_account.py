@@ -207,6 +207,7 @@ class Account(TorchDispatchMode):
         self.foreign: dict[str, int] = {}
         self.notes: dict[str, int] = {}  # the first MAX_NOTES findings, each with its count
         self.launch: _Launch | None = None
+        self.launching_code: list[str] = []  # inside an autotuner's or a heuristic's run: the kernel being launched
         self.paused = 0
         self.mode_lost = False
 
@@ -294,6 +295,9 @@ class Account(TorchDispatchMode):
         name = func.overloadpacket.__name__
         schema = func._schema
         written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        if name == "_local_scalar_dense" and args and isinstance(args[0], torch.Tensor):
+            counts, region = self._unaccounted(args[0])  # a Python number read out of a tensor (`.item()`)
+            self.note_unaccounted("scalar", counts, "a Python number (.item()) was read from", region)
         if name in _METADATA or (not written and any(r.alias_info is not None for r in schema.returns)):
             return func(*args, **kwargs)  # a view or a query: no element read or written
         # What an op only writes is no input of it: the whole target of a fill or a copy, an `out=` argument.
@@ -315,11 +319,12 @@ class Account(TorchDispatchMode):
         if computes:
             work = _work(func, args, inputs, outputs + targets)
             self.torch_work[name] = self.torch_work.get(name, 0) + work
-            if self.launch is not None:
+            kernel = self.launch.name if self.launch is not None else (self.launching_code or [None])[-1]
+            if kernel is not None:
                 # Inside a launch nothing but the interpreter's own steps (exempt) runs torch: this is the
                 # candidate's hook, heuristic, grid function or kernel body computing in PyTorch.
-                self.note("in_launch", max(1, work), f"PyTorch's {name} ran during the launch of {self.launch.name} "
-                          "(in a hook, the grid function or the kernel's body)")
+                self.note("in_launch", max(1, work), f"PyTorch's {name} ran during the launch of {kernel} "
+                          "(in a hook, a heuristic, the grid function or the kernel's body)")
         if name in _FILLED:
             state = ACCOUNTED
         elif name in _EMPTY:
@@ -495,12 +500,38 @@ def install_interpreter_hooks() -> bool:
     # The interpreter's own steps around the candidate's code, and only those, run exempt: copying the arguments'
     # storages "to the host" and back (a `set_` and a `copy_` of each storage onto itself on the CPU) and turning
     # them into pointers. The pre-run hooks, the grid function and the kernel's body run between them, accounted.
+    try:
+        from triton.runtime.autotuner import Autotuner, Heuristics
+    except ImportError:
+        Autotuner = Heuristics = None  # noqa: N806
+    for wrapper in (Autotuner, Heuristics):  # their pre_hooks and heuristics run before the launch: part of it
+        if wrapper is not None:
+            wrapper.run = _launching_code(wrapper.run)
     executor = tri.GridExecutor
     executor._init_args_hst = exempt(executor._init_args_hst)
     executor._restore_args_dev = exempt(executor._restore_args_dev)
     tri._implicit_cvt = exempt(tri._implicit_cvt)
     builder._kbrl_accounted = True
     return True
+
+
+def _launching_code(run: Callable[..., Any]) -> Callable[..., Any]:
+    """An autotuner's or a heuristic's `run`: the candidate's pre_hooks and heuristics it calls belong to the launch
+    (a torch compute op there is foreign, as in a pre-run hook or the grid function)."""
+
+    @functools.wraps(run)
+    def launching(self: Any, *args: Any, **kwargs: Any) -> Any:
+        account = _ACTIVE[0]
+        if account is None:
+            return run(self, *args, **kwargs)
+        fn = getattr(self, "base_fn", None) or getattr(self, "fn", None)
+        account.launching_code.append(str(getattr(fn, "__name__", "?")))
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            account.launching_code.pop()
+
+    return launching
 
 
 def exempt(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -629,14 +660,10 @@ def _odd_argument(values: list[Any]) -> str:
                     "of torch's, Triton's or NumPy's)")
         if isinstance(value, np.ndarray):
             return "a NumPy array as an argument (a kernel reads its inputs through pointers)"
-        if kind.__name__ == "constexpr":
-            stack.append(vars(value).get("value"))
+        if kind.__name__ in ("constexpr", "TensorWrapper", "TensorDescriptor"):
+            stack.extend(vars(value).values())  # what the interpreter reads of them: value, base, shape, strides
         elif isinstance(value, tuple):  # torch.Size
             numbers += len(value)
-        for inner in ("base",):  # TensorWrapper, TensorDescriptor
-            held = vars(value).get(inner) if hasattr(value, "__dict__") else None
-            if held is not None:
-                stack.append(held)
     if numbers > MAX_ARGUMENT_NUMBERS:
         return f"{numbers} numbers as arguments (values enter a kernel through memory)"
     return ""
