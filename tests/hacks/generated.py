@@ -1009,6 +1009,22 @@ def judge_case(case: GeneratedCase, result: dict[str, Any], device: str, layer: 
     return Verdict(case.name, device, f"{case.expect} ({layer})", describe(result), problems)
 
 
+def abstain_problems(reward: Any, presets: Any, result: Any, wrong: Any) -> list[str]:
+    """The abstaining rule on two results (EvalResults, or anything `reward` takes): under every preset the result
+    scores (`reward(result, preset)` is not None: a verdict left out of training is abstaining paid), and no more
+    than the plain wrong answer `wrong` of the same problem. `reward` is kernelbench_rl.rewards' score(...).reward,
+    passed in so this module stays stdlib-only."""
+    problems = []
+    for preset in presets:
+        got, baseline = reward(result, preset), reward(wrong, preset)
+        if got is None:
+            problems.append(f"{preset}: no score: left out of training, abstaining pays against a wrong answer's "
+                            f"{baseline}")
+        elif baseline is not None and got > baseline + 1e-9:
+            problems.append(f"{preset}: {got:.3f} above a plain wrong answer's {baseline:.3f}")
+    return problems
+
+
 def summary() -> dict[str, Any]:
     """Cases per class and template, on each device, in the product and in the CPU's sample."""
     out: dict[str, Any] = {}

@@ -36,16 +36,7 @@ GOOD_EVERY = 12  # a known-correct ReLU after every this many cases of a batch
 
 
 def abstain_problems(result: EvalResult, wrong: EvalResult) -> list[str]:
-    """Abstaining must not pay: under every preset the result scores, and no more than the plain wrong answer."""
-    problems = []
-    for preset in PRESETS:
-        got, baseline = score(result, preset).reward, score(wrong, preset).reward
-        if got is None:
-            problems.append(f"{preset}: no score ({result.error_category.value}): left out of training, abstaining "
-                            "pays against a wrong answer's reward")
-        elif baseline is not None and got > baseline + 1e-9:
-            problems.append(f"{preset}: {got:.3f} above a plain wrong answer's {baseline:.3f}")
-    return problems
+    return gen.abstain_problems(lambda r, preset: score(r, preset).reward, PRESETS, result, wrong)
 
 
 @pytest.fixture(scope="module")
