@@ -120,3 +120,41 @@ def test_the_runtime_account_alone_flags_each_transform(runtime_only_evaluator):
     missed = [f"{label}: {r.error_category.value} correct={r.correct} flags={r.flags}"
               for label, r in zip(chosen, results) if not _flagged(r)]
     assert not missed, "\n".join(missed)
+
+
+# Native code in a Triton candidate, spelled as a policy learning to hide it would: each must be refused as a hack,
+# and where the name can be read from the source (constants joined included), by the native_code rule itself.
+NATIVE_SPELLINGS = [
+    ("import_alias", "import torch.utils.cpp_extension as ce\nEXT = ce.load_inline('e', cpp_sources='', functions=['f'])", True),
+    ("from_import_alias", "from torch.utils.cpp_extension import load_inline as li\nEXT = li('e', cpp_sources='')", True),
+    ("attribute_chain", "EXT = torch.utils.cpp_extension.load('e', ['e.cpp'])", True),
+    ("module_alias_chain", "U = torch.utils\nEXT = U.cpp_extension.load('e', ['e.cpp'])", True),
+    ("getattr_constants", "EXT = getattr(getattr(torch, 'utils'), 'cpp_' + 'extension')", True),
+    ("dunder_import", "EXT = __import__('torch.utils.cpp_extension', fromlist=['load_inline'])", True),
+    ("dunder_import_joined", "EXT = __import__(''.join(['c', 'types']))", True),
+    ("import_module_built", "import importlib\nEXT = importlib.import_module('torch.utils.' + 'cpp_extension')", True),
+    ("import_module_fstring", "import importlib\nEXT = importlib.import_module(f\"{'ctyp'}es\")", True),
+    ("import_module_runtime_string", "import importlib\nNAME = chr(99) + 'types'\nEXT = importlib.import_module(NAME)", False),
+    ("sys_modules", "import sys\nEXT = sys.modules['torch.utils.cpp_extension']", True),
+    ("getattribute", "EXT = object.__getattribute__(torch.utils, 'cpp_' + chr(101) + 'xtension')", False),
+    ("numpy_ctypeslib", "import numpy\nLIB = numpy.ctypeslib.load_library('k', '.')", True),
+    ("ndarray_ctypes", "import numpy as np\nADDRESS = np.zeros(4).ctypes.data", True),
+    ("ctypes_from_import", "from ctypes import CDLL as C\nLIB = C(None)", True),
+    ("cffi", "import cffi as c\nFFI = c.FFI()", True),
+    ("numba", "import numba as nb\nFAST = nb.njit(lambda v: v)", True),
+    ("cupy_raw_kernel", "import cupy\nK = cupy.RawKernel('extern \"C\" __global__ void k() {}', 'k')", True),
+    ("torch_load_library", "torch.ops.load_library('k.so')", True),
+]
+
+
+@pytest.mark.parametrize(("spelling", "readable"), [pytest.param(extra, readable, id=case_id)
+                                                    for case_id, extra, readable in NATIVE_SPELLINGS])
+def test_native_code_in_a_triton_candidate_is_refused_however_spelled(spelling: str, readable: bool):
+    from test_static_policy import model
+
+    source = model("return launch(a)", extra=spelling)
+    compile(source, "<candidate>", "exec")
+    report = check_static(source, "triton")
+    assert is_hack(report), report.errors
+    if readable:
+        assert "native_code" in fired_rules(report), report.errors

@@ -157,6 +157,9 @@ NATIVE_MODULES = ("torch.utils.cpp_extension", "torch.ops.load_library", "torch.
                   "cupy_backends", "pycuda", "cuda", "cuda_bindings", "nvidia", "Cython", "cython", "pyximport",
                   "llvmlite", "pybind11", "cppyy", "distutils", "setuptools", "imp", "_imp", "jax", "jaxlib", "tvm",
                   "tilelang", "warp", "taichi", "mlir", "cutlass", "nvmath")
+# Of those, the names that are also everyday words ("cuda" is a device string): found in imports and attribute
+# chains, never as a string.
+NATIVE_MODULE_WORDS = frozenset({"cuda", "warp", "nvidia", "imp", "mlir", "cutlass", "cython", "tvm", "jax"})
 # Their entry points by attribute or bare name, so a local alias (`u = torch.utils; u.cpp_extension`) or a constant
 # string (`getattr(m, "load_inline")`) names them too.
 NATIVE_NAMES = frozenset({"cpp_extension", "load_inline", "load_library", "jiterator", "ctypeslib", "f2py", "ctypes",

@@ -8,7 +8,13 @@ import ast
 from typing import TYPE_CHECKING
 
 from kernelbench_rl.evaluation.static_policy.rule import Finding, Rule, line_of
-from kernelbench_rl.evaluation.static_policy.vocabulary import NATIVE_MODULES, NATIVE_NAMES, under, under_any
+from kernelbench_rl.evaluation.static_policy.vocabulary import (
+    NATIVE_MODULE_WORDS,
+    NATIVE_MODULES,
+    NATIVE_NAMES,
+    under,
+    under_any,
+)
 
 if TYPE_CHECKING:
     from kernelbench_rl.evaluation.static_policy.analysis import Analysis
@@ -28,15 +34,35 @@ def _native_code(a: Analysis) -> list[Finding]:
             name = node.id
         elif isinstance(node, ast.alias) and {node.name.rsplit(".", 1)[-1], node.asname} & NATIVE_NAMES:
             name = node.name
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value.strip()
-            if text in NATIVE_NAMES or (text and under_any(text, NATIVE_MODULES)):
+        else:
+            text = (_folded_string(node) or "").strip()
+            if text in NATIVE_NAMES or (under_any(text, NATIVE_MODULES) and text.split(".")[0] not in NATIVE_MODULE_WORDS):
                 name = repr(text)
         if name is not None:
             found.append((line_of(node), f"{name}: {advice}"))
     for call in a.extension_calls:
         found.append((line_of(call), f"{ast.unparse(call.func)}(...) compiles C++/CUDA: {advice}"))
     return found
+
+
+def _folded_string(node: ast.AST) -> str | None:
+    """The text of a string the module spells out, constants joined: `"cpp_" + "extension"`, `f"cpp_{'extension'}"`,
+    `"".join(["cpp_", "extension"])`; None for anything else (a string built from run-time values)."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _folded_string(node.left), _folded_string(node.right)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = [_folded_string(v.value if isinstance(v, ast.FormattedValue) and v.conversion == -1 and v.format_spec is None
+                                else v) for v in node.values]
+        return "".join(parts) if all(p is not None for p in parts) else None  # type: ignore[arg-type]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
+            and len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple)) and not node.keywords):
+        sep = _folded_string(node.func.value)
+        parts = [_folded_string(e) for e in node.args[0].elts]
+        return sep.join(parts) if sep is not None and all(p is not None for p in parts) else None  # type: ignore[arg-type]
+    return None
 
 
 # Builtins that only Python has: a Triton kernel cannot call them, and under the interpreter they reach into Python.
