@@ -363,9 +363,10 @@ LEGIT: list[tuple[str, str, str]] = [
     # a kernel reading module constants (plain, tl.constexpr, math), calling a @triton.jit helper and libdevice
     ("kernel_module_constants", model("return launch(a)", extra=(
         "import math\nfrom triton.language.extra import libdevice\n\nSPAN = 1024\nLOG2E = tl.constexpr(1.4426950408889634)\n"
+        "SHAPE = (2, -3)\n"
         "OUT_DTYPE = tl.float32\n\n\n@triton.jit\ndef _twice(v):\n    return v * 2\n\n\n@triton.jit\n"
         "def scaled_kernel(x_ptr, n, B: tl.constexpr):\n    offs = tl.arange(0, B)\n    m = offs < n\n"
-        "    v = _twice(tl.load(x_ptr + offs, mask=m)) * LOG2E * math.pi + SPAN\n"
+        "    v = _twice(tl.load(x_ptr + offs, mask=m)) * LOG2E * math.pi + SPAN + SHAPE[0]\n"
         "    tl.store(x_ptr + offs, libdevice.exp(v).to(OUT_DTYPE), mask=m)\n")), "triton"),
     ("tensor_type_checks_and_operator_reduce", model(
         "assert isinstance(a, torch.Tensor) and type(a) is Tensor; n = functools.reduce(operator.mul, a.shape, 1); "

@@ -93,6 +93,8 @@ def _constant(a: Analysis, value: ast.expr) -> bool:
         return True
     if isinstance(value, ast.UnaryOp):
         return _constant(a, value.operand)
+    if isinstance(value, ast.Tuple):  # (a list, a dict or a set is state the forward can fill)
+        return all(_constant(a, v) for v in value.elts)
     if isinstance(value, ast.BinOp):
         return _constant(a, value.left) and _constant(a, value.right)
     if isinstance(value, ast.Call):
