@@ -10,8 +10,8 @@ child keeps an account of each correctness forward instead:
   both sides, so the share of the forward's work in the candidate's kernels stands in for the GPU's share of device
   time. The account never pauses around the candidate's code: only the interpreter's own steps are exempt (copying
   the arguments to the "host" and back, turning them into pointers, this package's libdevice functions). A torch
-  compute op during a launch (in a pre-run hook, the grid function or, under the interpreter, the kernel's body,
-  which is Python) is foreign outright.
+  compute op during a launch (in an autotune config's pre_hook, a heuristic, a pre-run hook, the grid function or,
+  under the interpreter, the kernel's body, which is Python) is foreign outright.
 - **Provenance of bytes.** NumPy, plain Python and native code never pass through torch's dispatcher, so the
   account also keeps, for each byte of the memory the forward touches, whether it is accounted for: the forward's
   inputs and the model's and module's tensors as they stood when the forward began, stores of the candidate's
@@ -20,7 +20,10 @@ child keeps an account of each correctness forward instead:
   memory torch never allocated (`torch.from_numpy`) and tensors built from Python values (`torch.tensor(list)`)
   are not. Every load of a kernel is checked by address, whichever argument its pointer was derived from: an
   element not accounted for, or one that no longer holds what the account last saw there, is foreign; so is an
-  output element not accounted for. Such a forward did not compute its outputs itself, whatever its share.
+  output element not accounted for, and a Python number read (`.item()`) from what PyTorch computed or what
+  changed. Such a forward did not compute its outputs itself, whatever its share: PyTorch's share of the work is
+  judged by whether its bytes reach a kernel or an output, not by the elements it moved (work that reaches neither
+  only lowers the share).
 - **Launch arguments** must be objects of torch, Triton, NumPy or Python (the interpreter's exempt steps look into
   each of them), tensors rather than NumPy arrays, and no table of numbers: values enter a kernel through memory.
 
@@ -296,7 +299,11 @@ class Account(TorchDispatchMode):
         schema = func._schema
         written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         if name == "_local_scalar_dense" and args and isinstance(args[0], torch.Tensor):
-            counts, region = self._unaccounted(args[0])  # a Python number read out of a tensor (`.item()`)
+            # A Python number read out of a tensor (`.item()`) that PyTorch computed, or that changed behind the
+            # account's back: such work can reach a kernel as an argument. (Python's own values coming back, or
+            # memory never written, carry no work.)
+            counts, region = self._unaccounted(args[0])
+            counts[[UNWRITTEN, PYTHON]] = 0
             self.note_unaccounted("scalar", counts, "a Python number (.item()) was read from", region)
         if name in _METADATA or (not written and any(r.alias_info is not None for r in schema.returns)):
             return func(*args, **kwargs)  # a view or a query: no element read or written
