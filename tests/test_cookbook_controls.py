@@ -153,7 +153,7 @@ def test_the_loop_logs_the_kl_penalty_post_update_kl_and_optimizer_metrics(tmp_p
             "sft.enabled=false", "training.learning_rate=0.01", "training.max_steps_off_policy=0"]
     on = load_config("default", base + ["run_id=kl-on", "training.kl_penalty_coef=0.1", "training.compute_post_kl=true"])
     run_training(build_run_parts(on, policy_beside=True), progress=False, evaluate_fn=judge)
-    off = load_config("default", base + ["run_id=kl-off"])
+    off = load_config("default", base + ["run_id=kl-off", "training.max_step_kl=null"])
     run_training(build_run_parts(off, policy_beside=True), progress=False, evaluate_fn=judge)
     store = Store(tmp_path / "kb.duckdb")
 
@@ -166,5 +166,124 @@ def test_the_loop_logs_the_kl_penalty_post_update_kl_and_optimizer_metrics(tmp_p
     for m in trained_on:
         assert {"optim/kl_policy_base", "optim/kl_pre_post_v1", "optim/kl_pre_post_v2", "optim/grad_norm"} <= set(m)
         assert m["optim/kl_pre_post_v2"] > 0  # the step moved the policy on its own batch
-    for m in trained_off:  # off by default: no base model scored, no extra forward pass
+    for m in trained_off:  # off: no base model scored, no extra forward pass
         assert "optim/grad_norm" in m and "optim/kl_policy_base" not in m and "optim/kl_pre_post_v1" not in m
+
+
+def test_a_discounted_kl_penalty_leaves_prompt_tokens_untrained(tmp_path: Path) -> None:
+    """The cookbook sums each token's penalty with the discounted ones after it over the whole sequence, prompt
+    positions included (their mask is 0 before the sum, not after): they gained advantages and would be trained."""
+    policy, base_service = _service(tmp_path, seed=0), _service(tmp_path, seed=1)
+    try:
+        datum, prompt_length = _datum(policy, advantage=0.5)
+        base = base_service.create_sampling_client(base_model="local:tiny").result()
+        before = datum.loss_fn_inputs["advantages"].to_torch().clone()
+        kl_penalty([datum], [prompt_length], base, coef=0.5, discount=0.9)
+        after = datum.loss_fn_inputs["advantages"].to_torch()
+    finally:
+        policy.close("success")
+        base_service.close("success")
+    assert torch.equal(after[:prompt_length - 1], before[:prompt_length - 1])
+    assert not torch.equal(after[prompt_length - 1:], before[prompt_length - 1:])  # the completion's did move
+
+
+def test_cispo_weighs_each_logprob_by_the_clipped_detached_ratio(tmp_path: Path) -> None:
+    """Sampler logprobs 3 nats below the trainer's: every ratio is e^3 (20), clipped to the cap (4, Tinker's default),
+    and the loss is -cap * sum(logp * A); the gradient stays (CISPO never zeroes a token's)."""
+    service = _service(tmp_path)
+    try:
+        client = service.create_lora_training_client(base_model="local:tiny", rank=4).result()
+        datum, prompt_length = _datum(service, advantage=1.0, logprob_shift=-3.0)
+        trainer_lp = client.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_torch()
+        outcome = train_step(client, [datum], [prompt_length], _training(loss_fn="cispo", cispo_clip_low=0.0,
+                                                                         cispo_clip_high=4.0))
+    finally:
+        service.close("success")
+    completion_lp = trainer_lp[prompt_length - 1:]
+    assert outcome.loss == pytest.approx(float(-4.0 * completion_lp.sum()), rel=1e-4)
+    assert outcome.metrics["optim/grad_norm"] > 0.0
+
+
+def test_kl_pre_post_measures_the_update_not_the_sampling_temperature(tmp_path: Path) -> None:
+    """A batch sampled at temperature 0.3 and a step too small to move anything: the sampler's logprobs (of the
+    tempered distribution) are far from the model's own, so the cookbook's post-update KL from them is large; how far
+    the step moved the policy is ~0. kl_pre_post once reported the first and read as the second."""
+    from kernelbench_rl.training.grpo import SampleTurn, sample_to_datum
+    from kernelbench_rl.training.optim import post_update_kl
+
+    service = _service(tmp_path)
+    try:
+        client = service.create_lora_training_client(base_model="local:tiny", rank=4).result()
+        sampler = client.save_weights_and_get_sampling_client().result()
+        prompt = sampler.get_tokenizer().encode(PROMPT_TEXT, add_special_tokens=False)
+        params = types.SamplingParams(max_tokens=16, temperature=0.3, seed=2, stop=[])
+        sequence = sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=1,
+                                  sampling_params=params).result().sequences[0]
+        sample = SampleTurn(problem_id="L1/19", level=1, sample_index=0, turn=0, prompt_tokens=prompt,
+                            completion_tokens=list(sequence.tokens), logprobs=list(sequence.logprobs), reward=1.0,
+                            advantage=1.0, trainable=True)
+        datum = sample_to_datum(sample)
+        outcome = train_step(client, [datum], [len(prompt)], _training(loss_fn="importance_sampling",
+                                                                       learning_rate=1e-12))
+        after = client.save_weights_and_get_sampling_client().result()
+        metrics = post_update_kl([datum], [len(prompt)], after, outcome.training_logprobs)
+    finally:
+        service.close("success")
+    assert abs(metrics["optim/kl_pre_post_v1"]) < 1e-4 and metrics["optim/kl_pre_post_v2"] < 1e-6
+    assert metrics["optim/kl_sample_post_v2"] > 0.01  # the temperature's share, kept under its own name
+
+
+def test_the_step_size_guard_scales_the_learning_rate_to_the_kl_budget() -> None:
+    from kernelbench_rl.training.optim import StepSizeGuard
+
+    guard = StepSizeGuard(0.01)
+    assert guard.learning_rate(3e-4) == pytest.approx(3e-5)  # nothing measured: a tenth
+    guard.observe(3e-5, 0.04)  # 0.04 nats at 3e-5: four times the budget, so half the learning rate (KL ~ lr^2)
+    assert guard.learning_rate(3e-4) == pytest.approx(1.5e-5)
+    guard.observe(1.5e-5, 1e-6)  # a quiet step does not lift the rate while a recent step was loud
+    assert guard.learning_rate(3e-4) == pytest.approx(1.5e-5)
+    guard.observe(1.5e-5, 1e-6)
+    guard.observe(1.5e-5, 1e-6)  # the loud one is out of the window (3 steps): up, at most twice the last rate
+    assert guard.learning_rate(3e-4) == pytest.approx(3e-5)
+    for rate in (3e-5, 6e-5, 1.2e-4, 2.4e-4):
+        guard.observe(rate, 1e-6)
+    assert guard.learning_rate(3e-4) == pytest.approx(3e-4)  # never past the configured rate
+    resumed = StepSizeGuard(0.01)
+    resumed.replay([{"optim/lr": 3e-5, "optim/kl_pre_post_v1": 0.04}, {"loss": 1.0}])
+    assert resumed.learning_rate(3e-4) == pytest.approx(1.5e-5)
+    assert StepSizeGuard(None).learning_rate(3e-4) == 3e-4
+
+
+def test_the_loop_keeps_each_step_within_its_kl_budget(tmp_path: Path) -> None:
+    """A learning rate far too large for the tiny model (0.05): unguarded, a step moves the policy by nats a token;
+    with training.max_step_kl the first step runs at a tenth and the later ones near the budget."""
+    from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
+    from kernelbench_rl.store import Store
+    from kernelbench_rl.training import run_training
+
+    def judge(problem_ids, responses):
+        return [EvalResult(problem_id=pid, candidate_sha256="x", backend="triton", precision="fp32", device_kind="cpu",
+                           format_ok=len(r) % 2 == 0, error_category=ErrorCategory.FORMAT)
+                for pid, r in zip(problem_ids, responses)]
+
+    base = [f"db_path={tmp_path / 'kb.duckdb'}", f"log_dir={tmp_path / 'logs'}", "policy.backend=local",
+            "policy.base_model=local:tiny", "policy.lora_rank=4", "training.steps=4", "training.batch_problems=2",
+            "sampling.group_size=4", "sampling.max_tokens=12", "problems.ids=L1/19,L1/20", "problems.levels=[1]",
+            "problems.holdout_fraction=0", "eval.device=cpu", "rewards.truncated=keep", "curriculum.enabled=false",
+            "sft.enabled=false", "training.learning_rate=0.05", "training.max_steps_off_policy=0",
+            "training.compute_post_kl=true"]
+    for run_id, extra in (("guarded", ["training.max_step_kl=0.01"]), ("unguarded", ["training.max_step_kl=null"])):
+        run_training(build_run_parts(load_config("default", base + [f"run_id={run_id}", *extra]), policy_beside=True),
+                     progress=False, evaluate_fn=judge)
+    store = Store(tmp_path / "kb.duckdb")
+
+    def trained(run_id: str) -> list[dict]:
+        return [json.loads(r[0]) for r in store.fetchall(
+            "SELECT metrics_json FROM train_steps WHERE run_id = ? AND num_trained > 0 ORDER BY step", [run_id])]
+
+    guarded, unguarded = trained("guarded"), trained("unguarded")
+    assert len(guarded) >= 2 and unguarded
+    assert guarded[0]["optim/lr"] == pytest.approx(0.005)
+    assert all(m["optim/lr"] <= 0.05 for m in guarded)
+    assert max(m["optim/kl_pre_post_v1"] for m in unguarded) > 0.1
+    assert max(m["optim/kl_pre_post_v1"] for m in guarded[1:]) < 0.05

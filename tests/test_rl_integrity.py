@@ -327,3 +327,51 @@ def test_a_kevin_episode_cut_short_by_infra_leaves_training_whole() -> None:
     # Turn 0's baseline is the two complete episodes only (not a return that counted the missing turn as 0).
     assert by[1, 0].advantage == pytest.approx(by[1, 0].return_value - by[2, 0].return_value)
     assert by[1, 0].trainable and by[2, 0].trainable
+
+
+def test_temperature_zero_is_refused_for_training_in_one_sentence(tmp_path) -> None:
+    """Greedy sampling gives every answer of a group the same text, so no group has a reward spread and nothing
+    trains: a run at temperature 0 once went on, step after step, training nothing."""
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.errors import UserError
+    from kernelbench_rl.training import run_training
+
+    cfg = load_config("default", [f"db_path={tmp_path / 'kb.duckdb'}", f"log_dir={tmp_path / 'logs'}",
+                                  "policy.backend=local", "policy.base_model=local:tiny", "sampling.temperature=0",
+                                  "problems.ids=L1/19", "problems.levels=[1]", "problems.holdout_fraction=0",
+                                  "sft.enabled=false", "training.steps=1", "run_id=greedy"])
+    with pytest.raises(UserError) as refused:
+        run_training(build_run_parts(cfg, policy_beside=True), progress=False,
+                     evaluate_fn=lambda ids, responses: pytest.fail("nothing may be sampled"))
+    message = str(refused.value)
+    assert "sampling.temperature" in message and message.count(". ") == 0 and message.endswith(".")
+
+
+def test_the_kl_reference_is_the_warm_start_by_default_and_selectable(tmp_path) -> None:
+    """training.kl_penalty_coef pulls the policy toward a reference: RL starts from the SFT warm start, so that is
+    the reference by default (the base model, which the warm start left far behind, was once the only one)."""
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.store import Store
+    from kernelbench_rl.training.loop import TrainingRun
+
+    def run_with(*extra: str) -> TrainingRun:
+        cfg = load_config("default", [f"db_path={tmp_path / 'kb.duckdb'}", f"log_dir={tmp_path / 'logs'}",
+                                      "policy.backend=local", "policy.base_model=local:tiny", "problems.ids=L1/19",
+                                      "problems.levels=[1]", "run_id=ref", *extra])
+        return TrainingRun(build_run_parts(cfg, policy_beside=True))
+
+    store = Store(tmp_path / "kb.duckdb")
+    run = run_with()
+    assert run._kl_reference_source() == ("base", None)  # no warm start yet
+    store.upsert("sft_steps", [{"run_id": "ref", "step": 9, "loss": 0.1, "tokens": 10, "examples": 2,
+                                "state_path": "sft_weights/step_9", "sampler_path": "sft_sampler/step_9",
+                                "total_steps": 10}])
+    store.upsert("checkpoints", [{"run_id": "ref", "name": "step_000004", "step": 4, "backend": "local",
+                                  "state_path": "weights/step_000004", "sampler_path": "sampler_weights/step_000004",
+                                  "ttl_s": None}])
+    run_dir = tmp_path / "logs" / "ref"
+    assert run_with()._kl_reference_source() == ("warm_start", str(run_dir / "sft_sampler/step_9"))
+    assert run_with("training.kl_reference=base")._kl_reference_source() == ("base", None)
+    assert run_with("training.kl_reference=step_000004")._kl_reference_source() == (
+        "step_000004", str(run_dir / "sampler_weights/step_000004"))
+    assert run_with("training.kl_reference=base", "sft.enabled=false")._kl_reference_source() == ("base", None)

@@ -257,3 +257,83 @@ def test_tinker_backend_is_one_config_change_away(tmp_path: Path, monkeypatch: p
     steps = store.query("SELECT step, num_trained, loss FROM train_steps ORDER BY step").to_dicts()
     assert [s["step"] for s in steps] == [0, 1]
     assert any(s["num_trained"] > 0 and s["loss"] is not None for s in steps)
+
+
+# -- the step's groups, tokens and abstentions, as tinker-cookbook reports them ---------------------------------
+def _two_problem_groups(first: list[dict], second: list[dict]) -> list[GroupRollout]:
+    groups = []
+    for index, (problem, per_sample) in enumerate((("L1/19", first), ("L1/20", second))):
+        builder = EnvGroupBuilder(get_problem(problem), len(per_sample), EnvSpec(turns=1))
+        envs = builder()
+        for env, r in zip(envs, per_sample, strict=True):
+            env.add_completion("p", [1, 2, 3], "c", [4, 5], [-0.5, -0.25], "stop")
+            env.add_result(result(**{"problem_id": problem, **r}))
+        groups.append(GroupRollout(index, builder, envs))
+    return groups
+
+
+def test_group_fractions_tokens_and_abstentions_per_problem() -> None:
+    infra = dict(category=ErrorCategory.INFRA)
+    unsupported = dict(category=ErrorCategory.UNSUPPORTED, format_ok=True)
+    mixed, all_good = [CORRECT, COMPILED, CORRECT, infra], [CORRECT, CORRECT, CORRECT, unsupported]
+    groups = _two_problem_groups(mixed, all_good)
+    samples = [s for g in groups for s in score_group(g, "correctness", gamma=0.4, baseline="loo", speedup_cap=8.0)]
+    metrics, _ = step_metrics(groups, samples, "correctness")
+    # L1/20: three right answers and one the interpreter could not run (scored as wrong: abstaining never pays), so
+    # its rewards differ and it trains too
+    assert metrics["by_group/frac_mixed"] == 1.0 and metrics["by_group/num_groups"] == 2
+    assert metrics["abstain_rate/L1/19"] == 0.25 and metrics["abstain_rate/L1/20"] == 0.25
+    assert metrics["abstain_rate"] == 0.25
+    assert metrics["prompt_tokens"] == 8 * 3 and metrics["completion_tokens"] == 8 * 2
+    assert metrics["prompt_tokens_mean"] == 3.0
+
+    groups = _two_problem_groups([CORRECT] * 4, [COMPILED] * 4)
+    samples = [s for g in groups for s in score_group(g, "correctness", gamma=0.4, baseline="loo", speedup_cap=8.0)]
+    metrics, _ = step_metrics(groups, samples, "correctness")
+    assert (metrics["by_group/frac_mixed"], metrics["by_group/frac_all_good"], metrics["by_group/frac_all_bad"]) == \
+        (0.0, 0.5, 0.5)
+    # in the compile stage the same compiled-but-wrong group reached what the stage rewards
+    samples = [s for g in groups for s in score_group(g, "compile", gamma=0.4, baseline="loo", speedup_cap=8.0)]
+    metrics, _ = step_metrics(groups, samples, "compile")
+    assert metrics["by_group/frac_all_good"] == 1.0
+
+
+def test_fast_rates_only_where_something_was_timed() -> None:
+    """On the CPU no kernel is timed: fast_p is left out, not written as 0 (which reads as 'none was faster')."""
+    untimed = dict(CORRECT, speedup=None)
+    group = finished_group([[untimed], [COMPILED]], turns=1)
+    metrics, _ = step_metrics([group], score_group(group, "speed", gamma=0.4, baseline="loo", speedup_cap=8.0))
+    assert not any(key.startswith("fast_") for key in metrics)
+    timed = finished_group([[CORRECT], [COMPILED]], turns=1)
+    metrics, _ = step_metrics([timed], score_group(timed, "speed", gamma=0.4, baseline="loo", speedup_cap=8.0))
+    assert metrics["fast_0.5_rate"] == 0.5 and metrics["fast_1_rate"] == 0.0
+
+
+def test_the_loop_writes_group_token_and_time_figures_to_tensorboard_and_the_row(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def judge(problem_ids, responses):  # even-length answers are well formed: the tiny model varies on it
+        return [EvalResult(problem_id=pid, candidate_sha256="x", backend="triton", precision="fp32", device_kind="cpu",
+                           format_ok=len(r) % 2 == 0, error_category=ErrorCategory.FORMAT)
+                for pid, r in zip(problem_ids, responses)]
+
+    cfg = load_config("default", [
+        f"db_path={tmp_path / 'kb.duckdb'}", f"log_dir={tmp_path / 'logs'}", "policy.backend=local",
+        "policy.base_model=local:tiny", "policy.lora_rank=4", "training.steps=2", "training.batch_problems=2",
+        "sampling.group_size=4", "sampling.max_tokens=8", "problems.ids=L1/19,L1/20", "problems.levels=[1]",
+        "problems.holdout_fraction=0", "rewards.truncated=keep", "curriculum.enabled=false", "sft.enabled=false",
+        "rewards.preset=format", "training.checkpoint_every=1", "run_id=figures"])
+    run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=judge)
+    rows = Store(cfg.db_path).fetchall("SELECT metrics_json FROM train_steps ORDER BY step")
+    wanted = {"by_group/frac_mixed", "by_group/frac_all_good", "by_group/frac_all_bad", "prompt_tokens",
+              "completion_tokens", "throughput/sampled_tokens_per_s", "time/step_s", "time/checkpoint_s",
+              "abstain_rate", "abstain_rate/L1/19", "abstain_rate/L1/20"}
+    for (metrics_json,) in rows:
+        metrics = json.loads(metrics_json)
+        assert wanted <= set(metrics), wanted - set(metrics)
+        assert metrics["time/step_s"] >= metrics["time/checkpoint_s"] > 0
+        if metrics["num_trained"]:
+            assert metrics["throughput/trained_tokens_per_s"] > 0
+    events = EventAccumulator(str(tmp_path / "logs" / "figures" / "tensorboard"))
+    events.Reload()
+    assert {"by_group/frac_mixed", "throughput/sampled_tokens_per_s", "time/step_s"} <= set(events.Tags()["scalars"])

@@ -76,6 +76,9 @@ class TrainingConfig:
     # step (compute_post_kl: one more forward pass over the batch), and PPO's clip range (loss_fn=ppo only).
     kl_penalty_coef: Annotated[float, Ge(0)] = 0.0
     kl_discount_factor: Annotated[float, Ge(0), Le(1)] = 0.0
+    # Each step's learning rate is scaled down (never up) to keep its post-update KL (optim/kl_pre_post_v1, nats per
+    # completion token) near this; the first trained step runs at a tenth of the learning rate (null: off)
+    max_step_kl: Annotated[float, Gt(0)] | None = 0.01
     # The KL penalty's reference policy: auto (the SFT warm start RL began from when the run has one, else the base
     # model) | base | warm_start | a checkpoint name of the run (step_000010) | a sampler path
     kl_reference: str = "auto"
@@ -286,7 +289,7 @@ class TrainConfig:
 # (section, key, default) of keys added after runs were first configured: left out of the run id at their default.
 NEW_KEY_DEFAULTS: tuple[tuple[str, str, Any], ...] = (
     ("training", "cispo_clip_low", 0.0), ("training", "cispo_clip_high", 4.0), ("training", "kl_reference", "auto"),
-    ("curriculum", "demotion_backoff", 30),
+    ("curriculum", "demotion_backoff", 30), ("training", "max_step_kl", 0.01),
 )
 
 

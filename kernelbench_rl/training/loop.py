@@ -20,6 +20,7 @@ queued, so its sampler is at most N steps behind, and its rows reach the store a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelbench_rl.envs.kernel_env import Retriever, make_group_builders
+from kernelbench_rl.errors import UserError
 from kernelbench_rl.parts import RunParts
 from kernelbench_rl.policy.base import SessionStatus
 from kernelbench_rl.policy.session import check_lora_rank, close_session
@@ -42,7 +44,7 @@ from kernelbench_rl import ownership
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
 from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics
-from kernelbench_rl.training.optim import post_update_kl, result_of, train_step
+from kernelbench_rl.training.optim import StepSizeGuard, post_update_kl, result_of, train_step
 from kernelbench_rl.training.prefetch import Prefetcher
 from kernelbench_rl.training.rollouts import (
     EvaluateFn,
@@ -52,8 +54,9 @@ from kernelbench_rl.training.rollouts import (
     RolloutStopped,
     RolloutTimings,
 )
-from kernelbench_rl.training.checkpoints import newest_intact, saving, stored_path
-from kernelbench_rl.training.sft import warm_start_checkpoint
+from kernelbench_rl.training.checkpoints import newest_intact, resolved_path, saving, stored_path
+from kernelbench_rl.training.lag_samplers import LagSamplers
+from kernelbench_rl.training.sft import last_sft_checkpoint, warm_start_checkpoint
 from kernelbench_rl.training.stops import deferred_stop, is_stop
 
 
@@ -151,7 +154,11 @@ class TrainingRun:
         self._prefetch: Prefetcher | None = None
         self._stopping = threading.Event()  # set, under _rows_lock, when prefetched rollouts must write no more rows
         self._rows_lock = threading.Lock()
-        self._kl_reference: Any = None  # the base model's sampler, for training.kl_penalty_coef
+        self._kl_reference: Any = None  # the reference policy's sampler, for training.kl_penalty_coef
+        self.kl_reference_name: str | None = None  # what it is: base, warm start, a checkpoint
+        self._lag: LagSamplers | None = None  # every step's sampler weights, for an exact asynchronous resume
+        self._resume_plan: dict[int, int] = {}  # resumed steps queued by older weights -> the step of those weights
+        self.step_size = StepSizeGuard(parts.training.max_step_kl)  # training.max_step_kl
 
     # -- set-up and resume ----------------------------------------------------------------------
     @property
@@ -167,6 +174,9 @@ class TrainingRun:
 
     def _start(self) -> None:
         parts = self.parts
+        if parts.sampling.temperature <= 0:
+            raise UserError("sampling.temperature=0 samples every answer of a group alike, so no group has rewards "
+                            "that differ and nothing trains; set it above 0 for training (1.0 is the default).")
         # Runs left "running" by an owner that died (SIGKILL, a lost machine) are marked interrupted.
         self.interrupted = {row["run_id"]: row for row in ownership.mark_interrupted_runs(self.store)}
         self.problems = parts.split.training_problems(parts.audits)
@@ -187,17 +197,21 @@ class TrainingRun:
         # Rows of steps after the resume point were written by an attempt whose state is lost (killed
         # between a step's rows and its checkpoint): they go, all at once, before anything is redone.
         self.discarded = self.store.discard_steps_after(self.run_id, -1 if checkpoint is None else int(checkpoint["step"]))
+        lag = self.training.max_steps_off_policy
+        if lag > 0:
+            self._lag = LagSamplers(self.log_dir)
+            self._lag.forget_after(-1 if checkpoint is None else int(checkpoint["step"]))
         warm_start = self._sft_checkpoint() if checkpoint is None else None
         if warm_start is not None:
             # RL starts from the supervised warm start's final weights, with a fresh optimizer.
             self.warm_start_path = warm_start["state_path"]
             self.training_client = result_of(self._service.create_training_client_from_state(warm_start["state_path"]))
             check_lora_rank(self.training_client, parts.policy.lora_rank, f"SFT warm start {warm_start['state_path']}")
-            self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
+            self.sampling_client = self._new_sampler(None)
         elif checkpoint is None:
             self.training_client = result_of(self._service.create_lora_training_client(
                 base_model=self.base_model, rank=parts.policy.lora_rank))
-            self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
+            self.sampling_client = self._new_sampler(None)
         else:
             self.resumed_from_step = self.checkpoint_step = self.sampler_step = int(checkpoint["step"])
             self.next_step = self.resumed_from_step + 1
@@ -206,6 +220,13 @@ class TrainingRun:
             check_lora_rank(self.training_client, parts.policy.lora_rank, f"checkpoint {checkpoint['state_path']}")
             self.sampling_client = result_of(self._service.create_sampling_client(model_path=checkpoint["sampler_path"]))
             self._replay_curriculum(self.resumed_from_step)
+            self.step_size.replay([json.loads(r["metrics_json"] or "{}") for r in self.store.dicts(
+                "SELECT metrics_json FROM train_steps WHERE run_id = ? AND step <= ? ORDER BY step",
+                [self.run_id, self.resumed_from_step])])
+            # Asynchronous: the live run had queued steps c+1..c+N with the weights and the curriculum of steps
+            # c-N..c-1; they are queued the same way here (`_take_prepared`), not with the checkpoint's.
+            for ahead in range(1, lag + 1):
+                self._resume_plan[self.resumed_from_step + ahead] = self.resumed_from_step + ahead - 1 - lag
         self.renderer = PromptRenderer.for_model(self.training_client.get_tokenizer(), parts.base_model,
                                                  parts.sampling.renderer, parts.sampling.thinking)
         if self._evaluate_fn is None:
@@ -234,14 +255,53 @@ class TrainingRun:
             [self.run_id])
         return newest_intact(rows, self.log_dir, what="checkpoint", run_id=self.run_id)
 
-    def _replay_curriculum(self, up_to_step: int) -> None:
+    def _replay_curriculum(self, up_to_step: int, curriculum: Curriculum | None = None) -> Curriculum:
+        """Replay the stored events and step rates up to `up_to_step` into `curriculum` (the run's by default)."""
+        curriculum = self.curriculum if curriculum is None else curriculum
         events = self.store.dicts(
             "SELECT step, kind, from_value, to_value FROM curriculum_events WHERE run_id = ? AND step <= ? ORDER BY step",
             [self.run_id, up_to_step])
         steps = self.store.dicts(
             "SELECT step, metrics_json FROM train_steps WHERE run_id = ? AND step <= ? ORDER BY step",
             [self.run_id, up_to_step])
-        self.curriculum.replay(events, [(r["step"], json.loads(r["metrics_json"] or "{}")) for r in steps])
+        curriculum.replay(events, [(r["step"], json.loads(r["metrics_json"] or "{}")) for r in steps])
+        return curriculum
+
+    def _new_sampler(self, step: int | None) -> Any:
+        """A sampling client of the training client's weights, those after `step` (None: the starting weights).
+        Asynchronous runs save them under a name of their own first (LagSamplers), for an exact resume."""
+        if self._lag is None:
+            return result_of(self.training_client.save_weights_and_get_sampling_client())
+        return self._lag.save(self.training_client, step, self.training.checkpoint_ttl_s)
+
+    def _take_prepared(self, step: int) -> StepRollout:
+        """`step`'s batch, decided now; a resumed step the live run had queued with older weights gets those weights
+        and the curriculum as it stood then (a checkpoint's own weights and stage would sample other answers, and a
+        promotion decided at the checkpoint's step would act a step early)."""
+        source = self._resume_plan.pop(step, None)
+        path = None if source is None or self._lag is None else self._lag.path(source)
+        if source is None:
+            return self._prepare(step)
+        if path is None:
+            print(f"{self.run_id}: step {step} is sampled by the checkpoint's weights: the sampler of step {source} "
+                  "it was queued with is not recorded", flush=True)
+            return self._prepare(step)
+        live = self.curriculum
+        self.curriculum = Curriculum.from_config(self.parts.curriculum, [p.level for p in self.problems])
+        try:
+            if source >= 0:
+                self._replay_curriculum(source)
+            batch = self._prepare(step)
+        finally:
+            self.curriculum = live
+        batch.sampling_client = result_of(self._service.create_sampling_client(model_path=path))
+        batch.sampler_step = source if source >= 0 else None
+        return batch
+
+    def _sampling_seed(self, step: int) -> int:
+        """The seed of a step's sampling: the same answers for the same weights, however the run was resumed."""
+        digest = hashlib.sha256(f"{self.training.seed}:{self.run_id}:{step}".encode()).hexdigest()
+        return int(digest[:8], 16)
 
     def _write_run(self, status: str) -> None:
         last = self.next_step - 1 if self.next_step > 0 else None
@@ -298,7 +358,8 @@ class TrainingRun:
         runner = RolloutRunner(batch.sampling_client, self.renderer, self._evaluate_fn,
                                temperature=sampling.temperature, top_p=sampling.top_p,
                                infra_retries=self.training.infra_retries, on_group_done=on_group_done,
-                               should_stop=self._stopping.is_set, timings=batch.timings)
+                               should_stop=self._stopping.is_set, timings=batch.timings,
+                               seed=self._sampling_seed(batch.step))
         batch.groups = runner.run(batch.builders)
         return batch
 
@@ -326,12 +387,12 @@ class TrainingRun:
             self._stopping.clear()
             self._prefetch = Prefetcher(f"kbrl-prefetch-{self.run_id}")
         if not self._prefetch.pending:
-            self._prefetch.submit(step, self._job(self._prepare(step)))
+            self._prefetch.submit(step, self._job(self._take_prepared(step)))
         # Later steps are decided now, before this one trains: their stage is the one known after step-1
         # and their sampler has step-1's weights; they roll out while this step trains.
         last = min(step + self.training.max_steps_off_policy, self.step_limit - 1, self.training.steps - 1)
         for later in range(self._prefetch.pending[-1] + 1, last + 1):
-            self._prefetch.submit(later, self._job(self._prepare(later)))
+            self._prefetch.submit(later, self._job(self._take_prepared(later)))
         wait_start = time.perf_counter()
         batch = self._prefetch.take(step)
         return batch, time.perf_counter() - wait_start
@@ -342,6 +403,7 @@ class TrainingRun:
             raise RuntimeError(f"run {self.run_id} has already done its {self.training.steps} steps")
         training = self.training
         step = self.next_step
+        step_start = time.perf_counter()
         if self._prefetch is None:
             batch, wait_s = self._roll_out(self._prepare(step)), 0.0
         else:
@@ -349,7 +411,7 @@ class TrainingRun:
         stage, level, events, groups = batch.stage, batch.level, batch.events, batch.groups
         # Groups finish in any order (they are evaluated concurrently); train on them in group order.
         samples = [sample for index in sorted(batch.samples_by_group) for sample in batch.samples_by_group[index]]
-        metrics, speedups = step_metrics(groups, samples)
+        metrics, speedups = step_metrics(groups, samples, batch.preset)
 
         # From the update on, a stop waits for the step's rows and checkpoint: a stop checkpoint then holds
         # exactly the steps it names.
@@ -357,25 +419,48 @@ class TrainingRun:
             train_start = time.perf_counter()
             trained = [s for s in samples if s.trainable]
             datums, prompt_lengths = build_datums(trained), [len(s.prompt_tokens) for s in trained]
+            learning_rate = self.step_size.learning_rate(training.learning_rate)
             outcome = train_step(self.training_client, datums, prompt_lengths, training,
-                                 base_sampler=self._base_sampler() if training.kl_penalty_coef > 0 else None)
+                                 base_sampler=self._base_sampler() if training.kl_penalty_coef > 0 else None,
+                                 learning_rate=learning_rate)
             loss = outcome.loss
             metrics.update(outcome.metrics)
+            update_s = time.perf_counter() - train_start
             if trained:
-                self.sampling_client = result_of(self.training_client.save_weights_and_get_sampling_client())
-                if training.compute_post_kl:
-                    metrics.update(post_update_kl(datums, prompt_lengths, self.sampling_client))
+                self.sampling_client = self._new_sampler(step)
+                if training.compute_post_kl or self.step_size.enabled:
+                    metrics.update(post_update_kl(datums, prompt_lengths, self.sampling_client,
+                                                  outcome.training_logprobs))
+                    self.step_size.observe(learning_rate, metrics.get("optim/kl_pre_post_v1"))
+            elif self._lag is not None:
+                # Untrained, the weights are unchanged: the sampler of the step before is this step's too.
+                held = self._lag.path(self.sampler_step)
+                if held is not None:
+                    self._lag.record(step, held)
             # Untrained, the weights are unchanged: the sampler holds this step's weights either way.
             self.sampler_step = step
             train_s = time.perf_counter() - train_start
 
             timings = batch.timings
+            trained_tokens = sum(len(s.prompt_tokens) + len(s.completion_tokens) for s in trained)
             metrics.update({"time/sampling_s": timings.sampling_s, "time/eval_s": timings.eval_s,
                             "time/rollout_wall_s": timings.wall_s, "time/train_s": train_s,
                             "time/rollout_wait_s": wait_s, "off_policy/staleness": float(batch.staleness),
                             "stage_index": float(self.curriculum.stages.index(stage)), "level": float(level)})
+            if timings.sampling_s > 0:
+                metrics["throughput/sampled_tokens_per_s"] = metrics["completion_tokens"] / timings.sampling_s
+            if trained and update_s > 0:
+                metrics["throughput/trained_tokens_per_s"] = trained_tokens / update_s
             if loss is not None:
                 metrics["loss"] = loss
+            # The checkpoint's files are saved before the step's rows (its time is one of the step's figures);
+            # its row still comes last, below.
+            saved = None
+            if (step + 1) % training.checkpoint_every == 0 or step + 1 == training.steps:
+                checkpoint_start = time.perf_counter()
+                saved = self._save_checkpoint(step, final=step + 1 == training.steps)
+                metrics["time/checkpoint_s"] = time.perf_counter() - checkpoint_start
+            metrics["time/step_s"] = time.perf_counter() - step_start
             # Judged only as the stage and level it was sampled under (a prefetched step may predate a promotion).
             promotions = self.curriculum.observe(step, metrics, stage=stage, level=level)
             self._write_events(promotions)
@@ -396,9 +481,7 @@ class TrainingRun:
             }])
             # The checkpoint row comes last: resume trusts the newest checkpoint, so every step it covers
             # must already have its rows. A kill before it re-does this step from the previous checkpoint.
-            checkpoint = None
-            if (step + 1) % training.checkpoint_every == 0 or step + 1 == training.steps:
-                checkpoint = self._checkpoint(step, final=step + 1 == training.steps)
+            checkpoint = self._record_checkpoint(saved) if saved is not None else None
             self.next_step = step + 1
             self._write_run("running")
         result = StepResult(step, stage, level, loss, metrics, events + promotions, checkpoint)
@@ -408,28 +491,59 @@ class TrainingRun:
         return result
 
     def _base_sampler(self) -> Any:
-        """A sampling client of the base model, the reference of training.kl_penalty_coef (made once)."""
+        """A sampling client of the KL penalty's reference policy (training.kl_reference; made once): the SFT warm
+        start RL began from when the run has one (`auto`), the base model, or a checkpoint."""
         if self._kl_reference is None:
-            self._kl_reference = result_of(self._service.create_sampling_client(base_model=self.base_model))
+            self.kl_reference_name, path = self._kl_reference_source()
+            self._kl_reference = result_of(self._service.create_sampling_client(model_path=path) if path is not None
+                                           else self._service.create_sampling_client(base_model=self.base_model))
         return self._kl_reference
 
+    def _kl_reference_source(self) -> tuple[str, str | None]:
+        """(what the reference is, its sampler path; None for the base model) from training.kl_reference."""
+        choice = self.training.kl_reference
+        if choice == "base":
+            return "base", None
+        if choice in ("auto", "warm_start"):
+            sft = last_sft_checkpoint(self.store, self.run_id) if self.parts.sft.enabled else None
+            if sft is not None and sft.get("sampler_path"):
+                return "warm_start", resolved_path(sft["sampler_path"], self.log_dir)
+            if choice == "warm_start":
+                raise UserError(f"training.kl_reference=warm_start but run {self.run_id} has no SFT warm start; "
+                                "use base, a checkpoint name or a sampler path.")
+            return "base", None
+        rows = self.store.dicts("SELECT sampler_path FROM checkpoints WHERE run_id = ? AND name = ?", [self.run_id, choice])
+        if rows and rows[0]["sampler_path"]:
+            return choice, resolved_path(rows[0]["sampler_path"], self.log_dir)
+        return choice, choice  # a sampler path as the backend opens it (a folder, tinker://...)
+
     def _checkpoint(self, step: int, *, final: bool) -> str:
-        """Save the state and sampler weights of `step`. A periodic checkpoint expires after
+        """Save the state and sampler weights of `step` and record them. A periodic checkpoint expires after
         training.checkpoint_ttl_s on Tinker; a final one (the run's last step, or where a stopped run
         resumes) never does."""
+        return self._record_checkpoint(self._save_checkpoint(step, final=final))
+
+    def _save_checkpoint(self, step: int, *, final: bool) -> dict[str, Any]:
+        """Save the files of `step`'s checkpoint; returns its row (not written yet)."""
         name = f"step_{step:06d}"
         ttl = None if final else self.training.checkpoint_ttl_s
         with saving(self.log_dir, name):  # a failed write is an error naming the folder; then free space is checked
             # overwrite: a step re-done after a kill saves under the same name
             state_path = result_of(self.training_client.save_state(name, ttl_seconds=ttl, overwrite=True)).path
             sampler_path = result_of(self.training_client.save_weights_for_sampler(name, ttl_seconds=ttl)).path
-        self.store.upsert("checkpoints", [{  # paths relative to the run's folder: a copied runs/ resumes from the copy
+        return {  # paths relative to the run's folder: a copied runs/ resumes from the copy
             "run_id": self.run_id, "name": name, "step": step, "backend": self.policy_backend,
             "state_path": stored_path(state_path, self.log_dir), "sampler_path": stored_path(sampler_path, self.log_dir),
             "ttl_s": ttl,
-        }])
-        self.checkpoint_step = step
-        return name
+        }
+
+    def _record_checkpoint(self, row: dict[str, Any]) -> str:
+        """Write a saved checkpoint's row; samplers kept for a resume before it are no longer needed."""
+        self.store.upsert("checkpoints", [row])
+        self.checkpoint_step = int(row["step"])
+        if self._lag is not None:
+            self._lag.prune_before(self.checkpoint_step - self.training.max_steps_off_policy)
+        return str(row["name"])
 
     def _write_events(self, events: Sequence[CurriculumEvent]) -> None:
         if events:

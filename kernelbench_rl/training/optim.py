@@ -26,6 +26,7 @@ original, from the sampler's logprobs), PPO's and CISPO's clip ranges (`training
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,8 +58,56 @@ def loss_config(training: Any) -> dict[str, Any] | None:
     return None
 
 
+class StepSizeGuard:
+    """Keeps each update's post-update KL (`optim/kl_pre_post_v1`, nats per completion token) near
+    `training.max_step_kl` by scaling the learning rate down, never up past `training.learning_rate`.
+
+    Adam moves every coordinate by about the learning rate whatever the batch says (its first step from a fresh
+    optimizer is lr x sign(gradient)), so how far a step moves the policy is set by the learning rate, not by how
+    much the batch has to teach: on the tiny local policy one step at 3e-4 moved it 0.05-0.12 nats a token, and
+    five such steps undid its warm start. The KL of a step grows as the square of its learning rate, so after each
+    trained step `c = kl / lr**2` is noted and the next step runs at `min(lr, sqrt(target / max c of the last
+    `window` steps))`, at most twice the last step's rate (the square law is trusted only that far); the first
+    trained step, with nothing measured yet, runs at `first_scale` x lr."""
+
+    def __init__(self, target: float | None, window: int = 3, first_scale: float = 0.1) -> None:
+        self.target = target
+        self.window = window
+        self.first_scale = first_scale
+        self.sensitivity: list[float] = []  # kl / lr**2 of the last trained steps
+        self.last_rate: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.target is not None and self.target > 0
+
+    def learning_rate(self, base: float) -> float:
+        if not self.enabled:
+            return base
+        if not self.sensitivity:
+            return base * self.first_scale
+        worst = max(self.sensitivity[-self.window:])
+        rate = base if worst <= 0 else min(base, math.sqrt(float(self.target) / worst))
+        return rate if self.last_rate is None else min(rate, 2.0 * self.last_rate)
+
+    def observe(self, learning_rate: float, kl: float | None) -> None:
+        """A trained step's learning rate and its measured post-update KL (None: not measured)."""
+        if kl is None or learning_rate <= 0 or not math.isfinite(kl):
+            return
+        self.sensitivity.append(max(kl, 0.0) / learning_rate ** 2)
+        del self.sensitivity[:-self.window]
+        self.last_rate = learning_rate
+
+    def replay(self, step_metrics: Sequence[dict[str, float]]) -> None:
+        """Rebuild the state of a resumed run from its stored step metrics (steps ascending)."""
+        for metrics in step_metrics:
+            if "optim/lr" in metrics and "optim/kl_pre_post_v1" in metrics:
+                self.observe(float(metrics["optim/lr"]), float(metrics["optim/kl_pre_post_v1"]))
+
+
 def train_step(training_client: Any, datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], training: Any,
-               *, loss_fn_config: dict[str, Any] | None = None, base_sampler: Any | None = None) -> TrainOutcome:
+               *, loss_fn_config: dict[str, Any] | None = None, base_sampler: Any | None = None,
+               learning_rate: float | None = None) -> TrainOutcome:
     """Train on `datums` (prompt_lengths: prompt tokens of each, to find its completion positions).
 
     With `training.kl_penalty_coef` > 0, `base_sampler` (a sampling client of the base model) scores the
@@ -75,7 +124,7 @@ def train_step(training_client: Any, datums: Sequence[tinker.Datum], prompt_leng
                                      training.kl_discount_factor)
     if loss_fn_config is None:
         loss_fn_config = loss_config(training)
-    params = adam_params(training.learning_rate, training)
+    params = adam_params(training.learning_rate if learning_rate is None else learning_rate, training)
     order = list(range(len(datums)))
     batches = split_list(order, min(training.num_substeps, len(order)))
     futures = []
@@ -97,6 +146,7 @@ def train_step(training_client: Any, datums: Sequence[tinker.Datum], prompt_leng
             training_logprobs[index] = item["logprobs"].to_torch().float().reshape(-1)
     metrics = sample_train_kl(datums, [training_logprobs[i] for i in order], prompt_lengths)
     metrics["optim/num_substeps"] = float(len(batches))
+    metrics["optim/lr"] = float(params.learning_rate)
     metrics.update({f"optim/{key}": sum(values) / len(values) for key, values in optimizer_metrics.items()
                     if key != "step"})
     metrics.update(penalty_metrics)

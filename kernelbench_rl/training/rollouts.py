@@ -9,6 +9,7 @@ its rows reach the store while later groups are still being sampled.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -163,11 +164,20 @@ class RolloutRunner:
     # while this rollout was prefetched for a later step).
     should_stop: Callable[[], bool] | None = None
     timings: RolloutTimings = field(default_factory=RolloutTimings)
+    # Seeds each sampling request from (seed, group, turn, first sample): a step sampled again by the same weights
+    # (a resumed run) gets the same answers. None: the sampler's own generator.
+    seed: int | None = None
 
     # -- sampling (main thread) ----------------------------------------------------------------
-    def _params(self, max_tokens: int) -> tinker.SamplingParams:
+    def _params(self, max_tokens: int, seed: int | None = None) -> tinker.SamplingParams:
         return tinker.SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
-                                     stop=self.renderer.stop_sequences)
+                                     stop=self.renderer.stop_sequences, seed=seed)
+
+    def _request_seed(self, group: GroupRollout, env: KernelEnv) -> int | None:
+        if self.seed is None:
+            return None
+        key = f"{self.seed}:{group.index}:{len(env.turns)}:{group.envs.index(env)}".encode()
+        return int(hashlib.sha256(key).hexdigest()[:8], 16) & 0x7FFFFFFF
 
     def _record(self, env: KernelEnv, prompt: str, prompt_tokens: list[int], sequence: Any) -> None:
         tokens = list(sequence.tokens)
@@ -193,7 +203,7 @@ class RolloutRunner:
                     env.end("token_budget")
                 continue
             future = self.sampling_client.sample(prompt=tinker.ModelInput.from_ints(tokens), num_samples=len(envs),
-                                                 sampling_params=self._params(max_tokens))
+                                                 sampling_params=self._params(max_tokens, self._request_seed(group, envs[0])))
             requests.append(SamplingRequest(envs, prompt, tokens, future))
         return requests
 
