@@ -361,6 +361,7 @@ LEGIT: list[tuple[str, str, str]] = [
                              extra="GRIDS = {'x': lambda meta: (4096 // meta['B'],)}\n\n\ndef grid_of(n):\n"
                                    "    def grid(meta):\n        return (n // meta['B'] + 1,)\n    return grid\n"), "triton"),
     # a kernel reading module constants (plain, tl.constexpr, math), calling a @triton.jit helper and libdevice
+    ("own_attribute_named_handle", model("return launch(a)", init_body="self.handle = None"), "triton"),
     ("kernel_module_constants", model("return launch(a)", extra=(
         "import math\nfrom triton.language.extra import libdevice\n\nSPAN = 1024\nLOG2E = tl.constexpr(1.4426950408889634)\n"
         "SHAPE = (2, -3)\n"

@@ -145,7 +145,8 @@ def _kernel_python(a: Analysis) -> list[Finding]:
                 found.append((line_of(node), f"{name} {where}: Python's reflection is no Triton code"))
     in_kernels = {id(n) for fn in a.jit_kernels.values() for stmt in fn.body for n in ast.walk(stmt)}
     for node in a.all_nodes:  # an interpreter tensor's NumPy array, reached from a helper the kernel was given
-        if isinstance(node, ast.Attribute) and node.attr == "handle" and id(node) not in in_kernels:
+        if (isinstance(node, ast.Attribute) and node.attr == "handle" and id(node) not in in_kernels
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):  # its own attribute
             found.append((line_of(node), ".handle: the interpreter's internals are no Triton code"))
     return found
 
