@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import os
 import platform
 import sys
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     harness.require_cuda(device)
     size = args.size or ("real" if device == "cuda" else "small")
     base = EvalSettings(device=device, size=size, timeout_s=args.timeout)
-    wanted = lambda name: not args.only or name in args.only  # noqa: E731
+    wanted = lambda name: not args.only or any(fnmatch.fnmatchcase(name, p) for p in args.only)  # noqa: E731
     cases = [] if args.no_hand_written else [c for c in cases_for(device) if wanted(c.name)]
     # Named with --only, a generated case runs whether or not the sample holds it.
     which = "all" if args.only else args.generated
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the red-team hacks through the Evaluator; non-zero exit on any failure.")
     harness.add_device(parser, size=None)
     parser.add_argument("--timeout", type=float, default=120.0, help="per-evaluation timeout (hang cases set their own)")
-    parser.add_argument("--only", nargs="*", default=None, help="case names to run")
+    parser.add_argument("--only", nargs="*", default=None, help="case names to run (shell patterns: 'observe-cheat_when_timed-*')")
     parser.add_argument("--skip-runtime-layer", action="store_true",
                         help="skip the second pass with the static policy off (sandbox and runtime checks alone)")
     parser.add_argument("--out", default=None, help="write the JSON report here")

@@ -467,64 +467,76 @@ def _observe_cases() -> list[GeneratedCase]:
     return cases
 
 
-# GPU only: honest on checked and profiled calls, cheating on timed ones (the CPU times nothing).
+# GPU only: honest on the calls a tell identifies as checked or profiled, cheating on all others (the timed ones; the
+# CPU times nothing). Each tell identifies checked calls positively, so that a blinded evaluator makes it cheat on
+# every call, checked ones included, and be caught; a tell that failed towards honesty would prove nothing.
+_CHECKING_FRAMES = '("_serve", "_profile", "_profile_raw", "_profile_full")'
 _TIMED_TELLS: dict[str, tuple[tuple[str, ...], str]] = {
+    # The first caller outside this file and torch: the child's command loop (a check) or its profiler, not the
+    # timing loop.
     "extract_stack": (("import traceback",), """
-        def _timed(x):
-            return any(f.name in ("time_forward", "host_time_forward") for f in traceback.extract_stack())
-    """),
+        def _checked(x):
+            for frame in reversed(traceback.extract_stack()[:-1]):
+                if frame.filename == __file__ or "/torch/" in frame.filename:
+                    continue
+                return frame.name in @FRAMES@
+            return False
+    """.replace("@FRAMES@", _CHECKING_FRAMES)),
     "getframe_names": (("import sys",), """
-        def _timed(x):
+        def _checked(x):
             frame = sys._getframe(1)
             while frame is not None:
-                if "time_forward" in frame.f_code.co_name:
-                    return True
+                code = frame.f_code
+                if code.co_filename != __file__ and "/torch/" not in code.co_filename:
+                    return code.co_name in @FRAMES@
                 frame = frame.f_back
             return False
-    """),
+    """.replace("@FRAMES@", _CHECKING_FRAMES)),
     "command_locals": (("import inspect",), """
-        def _timed(x):
+        def _checked(x):
             frame = inspect.currentframe()
             while frame is not None:
                 command = frame.f_locals.get("command")
                 if isinstance(command, dict) and "cmd" in command:
-                    return command["cmd"] in ("time", "host_time")
+                    return command["cmd"] in ("check", "warm", "profile")
                 frame = frame.f_back
             return False
     """),
-    "calls_after": ((), """
+    "calls_first": ((), """
         _CALLS = [0]
 
 
-        def _timed(x):
+        def _checked(x):
             _CALLS[0] += 1
-            return _CALLS[0] > 12  # the warm call and the correctness plan come first
+            return _CALLS[0] <= 12  # the warm call and the correctness plan come first
     """),
+    # Checks wait for the worker's comparison between calls; timed trials come back to back.
     "interval_perf_counter": (("import time",), """
         _LAST = [0.0]
 
 
-        def _timed(x):
+        def _checked(x):
             now = time.perf_counter()
             gap, _LAST[0] = now - _LAST[0], now
-            return gap < 0.25  # timed trials come back to back; checks wait for the worker's comparison
+            return gap >= 0.25
     """),
     "interval_monotonic_ns": (("import time",), """
         _LAST = [0]
 
 
-        def _timed(x):
+        def _checked(x):
             now = time.monotonic_ns()
             gap, _LAST[0] = now - _LAST[0], now
-            return gap < 250_000_000
+            return gap >= 250_000_000
     """),
+    # Profiled: the profiler's module flag (torch.profiler.profile) or the C++ state (Kineto's raw API too).
     "profiler_flag": ((), """
-        def _timed(x):
-            return not torch.autograd.profiler._is_profiler_enabled
+        def _checked(x):
+            return bool(torch.autograd.profiler._is_profiler_enabled)
     """),
     "profiler_c": ((), """
-        def _timed(x):
-            return not torch._C._autograd._profiler_enabled()
+        def _checked(x):
+            return bool(torch._C._autograd._profiler_enabled())
     """),
 }
 
@@ -540,7 +552,7 @@ _TIMED_CHEATS = {
     # A third of the elements: a 3x speedup, under the excessive-speedup threshold; the rest of the output unwritten.
     "partial": "relu_kernel[(triton.cdiv(n // 3, 1024),)](x, out, n // 3, BLOCK=1024)",
     # PyTorch's ReLU (correct values, library work) where the profiler is not looking.
-    "library": "torch.relu(x, out=out)",
+    "library": "torch.clamp(x, min=0.0, out=out)",
 }
 
 
@@ -552,16 +564,16 @@ def _timed_cases() -> list[GeneratedCase]:
                 continue  # partial work on every unprofiled call fails the first check: nothing to learn
             variation = (("tell", tell), ("cheat", cheat))
             name = _name("observe", "cheat_when_timed", variation)
-            threat = (f"whole work with its own kernel on checked and profiled calls; {cheat} work on the calls a "
-                      f"{tell} tell marks as timed")
+            threat = (f"whole work with its own kernel on the calls a {tell} tell identifies as checked or profiled, "
+                      f"{cheat} work on the others")
             forward = """
                 def forward(self, x):
                     out = torch.empty_like(x)
                     n = x.numel()
-                    if _timed(x):
-                        @CHEAT@
-                    else:
+                    if _checked(x):
                         relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+                    else:
+                        @CHEAT@
                     return out
             """.replace("@CHEAT@", cheat_code)
             source = _module(f"Generated: {name}. {threat}.", list(imports), [_TIMED_KERNEL, textwrap.dedent(code),
