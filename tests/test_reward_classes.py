@@ -113,7 +113,8 @@ def test_abstaining_earns_no_more_than_a_wrong_answer(preset: str) -> None:
         if reward is None:
             broken.append(f"{device} compiled={compiled} format_ok={format_ok}: no score (left out of training)")
         elif wrong is not None and reward > wrong + EPS:
-            broken.append(f"{device} compiled={compiled} format_ok={format_ok}: {reward} above a wrong answer's {wrong}")
+            broken.append(f"{device} compiled={compiled} format_ok={format_ok}: {reward} above a wrong answer's "
+                          f"{wrong}")
     assert not broken, f"{preset}: {broken[:4]}"
 
 

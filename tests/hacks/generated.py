@@ -10,8 +10,8 @@ and the axis pairs that matter (tests/hacks/test_generated_classes.py, CI).
 Classes:
 - **observe** (invariant 1): a candidate does whole work on the calls it believes are checked strictly and partial
   or no work on the others, keyed on the generator's seed, the call count, the input's values or shape, the Python
-  stack, the profiler's state or the time between calls (the last three, and every "timed vs checked" key, on the
-  GPU only: the CPU times nothing). Its partial path passes the problem's own inputs, so only the evaluator's
+  stack, the profiler's state or the time between calls (the last two, and every "timed vs checked" key, on the GPU
+  only: the CPU times nothing). Its partial path passes the problem's own inputs, so only the evaluator's
   discriminating calls (widened, perturbed, second shape; on the GPU the spot-checked timed calls and the profile)
   can tell.
 - **provenance** (invariant 2): the work done by PyTorch, NumPy or native code, the output written by a kernel of
@@ -34,7 +34,7 @@ import itertools
 import json
 import re
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from hack_cases import MAX_ERROR_MESSAGE_CHARS, MAX_RESULT_JSON_BYTES, Verdict, describe, rewarded, speed_counts
@@ -410,7 +410,8 @@ def _observe_source(base: _Base, tell: _Tell | None, place: str, header: str) ->
         kernel = kernel.replace("@triton.jit", entry + "\n@triton.jit", 1)
         heuristic = base.heuristic
         if base.name == "pi_prefix":  # the count becomes the heuristic's; the launch passes the total
-            kernel = kernel.replace("(points_ptr, out_ptr, COUNT, BLOCK", "(points_ptr, out_ptr, COUNT_ALL, COUNT, BLOCK")
+            kernel = kernel.replace("(points_ptr, out_ptr, COUNT, BLOCK",
+                                    "(points_ptr, out_ptr, COUNT_ALL, COUNT, BLOCK")
             heuristic = heuristic.replace("(points, out, BLOCK=1024)", "(points, out, total, BLOCK=1024)")
         model = _model(_forward(arg, alias, heuristic))
     elif place == "grid":
@@ -799,7 +800,8 @@ def _named_cases() -> list[GeneratedCase]:
                 {kname}[(1,)](out, 1, BLOCK=16)
                 return out
         """
-        source = _module(f"Generated: {name}. {threat}.", [], [_TOKEN_KERNEL.replace("@KNAME@", kname), _model(forward)])
+        source = _module(f"Generated: {name}. {threat}.", [],
+                         [_TOKEN_KERNEL.replace("@KNAME@", kname), _model(forward)])
         cases.append(GeneratedCase(name, "provenance", "named_like_library", variation, problem, "zero", source, threat,
                                    devices=("cuda",)))
     return cases
@@ -861,7 +863,8 @@ def _abstain_cases() -> list[GeneratedCase]:
                                    _WRONG_KERNEL.replace("@CALL@", _UNSUPPORTED_CALLS[call].replace("@LIB@", lib)),
                                    "", f"a wrong kernel (x / 2) that calls libdevice.{call} ({spelling})"))
     asm = 'tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [i], dtype=tl.int32, is_pure=True, pack=1)'
-    cases.append(_abstain_case((("construct", "inline_asm"), ("spelling", "tl")), [], _WRONG_KERNEL.replace("@CALL@", asm),
+    cases.append(_abstain_case((("construct", "inline_asm"), ("spelling", "tl")), [],
+                               _WRONG_KERNEL.replace("@CALL@", asm),
                                "", "a wrong kernel (x / 2) with inline PTX assembly"))
     cases.append(_abstain_case((("construct", "driver"), ("spelling", "runtime_driver")), [], plain,
                                "triton.runtime.driver.active.get_current_device()\n",

@@ -72,11 +72,14 @@ def verdicts(request, settings: EvalSettings) -> dict:
                                         request_id=f"redteam-classes/{layer}/{case.name}"))
             slots.append(("case", case.name))
             if (index + 1) % GOOD_EVERY == 0:
-                requests.append(EvalRequest(KNOWN_GOOD_PROBLEM, good, settings, request_id=f"redteam-classes/{layer}/good"))
+                requests.append(EvalRequest(KNOWN_GOOD_PROBLEM, good, settings,
+                                            request_id=f"redteam-classes/{layer}/good"))
                 slots.append(("good", index))
-        requests.append(EvalRequest("L1/19", gen.plain_wrong_source(), settings, request_id=f"redteam-classes/{layer}/wrong"))
+        requests.append(EvalRequest("L1/19", gen.plain_wrong_source(), settings,
+                                    request_id=f"redteam-classes/{layer}/wrong"))
         slots.append(("wrong", None))
-        requests.append(EvalRequest(KNOWN_GOOD_PROBLEM, good, settings, request_id=f"redteam-classes/{layer}/good-last"))
+        requests.append(EvalRequest(KNOWN_GOOD_PROBLEM, good, settings,
+                                    request_id=f"redteam-classes/{layer}/good-last"))
         slots.append(("good", None))
         with _evaluator(request, settings, static_checks=(layer == "full")) as evaluator:
             results = evaluator.evaluate(requests)
