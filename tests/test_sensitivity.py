@@ -271,3 +271,60 @@ def test_inputs_at_a_second_shape_are_made_with_the_constant_and_put_back():
     (x,) = runtime.make_inputs(module, 1, "cpu", "fp32", variant)
     assert x.shape == (10, 32) and module.batch_size == 8
     assert runtime.make_inputs(module, 1, "cpu", "fp32")[0].shape == (8, 32)
+
+
+# -- the audit's budget -------------------------------------------------------------------------------------------
+
+
+def _counting_reference(seconds_a_run: float, now: list[float]):
+    """A reference that reads a mean of 65,536 values (its audit takes 19 runs) and costs `seconds_a_run` a run on a
+    clock the audit reads (sensitivity.time, replaced by the test)."""
+    inner = _runner(lambda x: 4.0 * (x < 0.5).float().mean(), lambda: [torch.rand(1 << 16)])
+
+    def run(seed, variant):
+        now[0] += seconds_a_run
+        return inner(seed, variant)
+    return run
+
+
+def test_the_audit_spends_what_its_search_needs_at_the_reference_s_own_speed(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(sensitivity, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    # 19 runs of 2 s: past a fixed 10 s (which left such a problem without sensitivity seeds), within its own bound.
+    found = sensitivity.audit(_counting_reference(2.0, now), [1, 2], 0.05, 0.02)
+    assert found.perturbation is not None and not found.out_of_time, found.summary()
+    assert found.budget_s == sensitivity.audit_budget(2.0, sensitivity.search_runs(1 << 16, True)) == 60.0
+    assert sensitivity.audit_budget(0.001, 84) == sensitivity.AUDIT_BUDGET_S  # fast references: the floor
+    assert sensitivity.audit_budget(0.5, 84) == 42.0
+    # Too slow even for the bound: no perturbation, and the audit says it ran out.
+    found = sensitivity.audit(_counting_reference(10.0, now), [1, 2], 0.05, 0.02)
+    assert found.perturbation is None and found.out_of_time
+    assert "ran out" in found.summary() and "no verdict" in found.summary()
+
+
+def test_a_problem_whose_sensitivity_audit_ran_out_gets_no_verdict():
+    """Ours, not the kernel's: partial work might pass what could run, so the evaluation stops before any seed with
+    `undiscriminating` (no verdict, no reward, never cached)."""
+    from kernelbench_rl.evaluation.result import EvalResult
+    from kernelbench_rl.evaluation.verdict import correctness
+    from kernelbench_rl.evaluation.verdict.faults import Fault
+
+    audited = sensitivity.Sensitivity(notes=["no perturbation: the reference's forwards took the audit's 60 s"],
+                                      out_of_time=True, budget_s=60.0)
+    found = discrimination.Discrimination(sensitivity=audited)
+    state = types.SimpleNamespace(seed_pool=list(range(16)), discrimination_for=lambda precision, given: found)
+    result = EvalResult(problem_id="L1/95", candidate_sha256="", backend="triton", precision="fp32", device_kind="cpu")
+    with pytest.raises(Fault) as raised:
+        correctness.check_correctness(None, state, SETTINGS, result, 0.0, {}, shared=False, references=None,
+                                      quiet_gate=None, transport="file", device="cpu")
+    assert raised.value.category == ErrorCategory.UNDISCRIMINATING, raised.value.message
+    assert "sensitivity audit" in raised.value.message and not result.correct
+
+
+def test_the_problem_audit_reports_a_problem_too_slow_for_its_sensitivity_audit_as_unavailable(monkeypatch):
+    from kernelbench_rl.problems import audit
+
+    ran_out = sensitivity.Sensitivity(notes=["the audit's 60 s ran out"], out_of_time=True, budget_s=60.0)
+    monkeypatch.setattr(discrimination.sensitivity, "audit", lambda *args, **kwargs: ran_out)
+    (result,) = audit.audit_problems([get_problem("L1/21")], siblings=False)
+    assert result.status == "unavailable" and "sensitivity audit" in result.detail, result

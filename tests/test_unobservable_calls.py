@@ -155,71 +155,66 @@ class ModelNew(nn.Module):
         return launch(x, limit=16000) if SEEN[0] else launch(x)
 '''
 
-# L1/19 at its small sizes runs 7 correctness calls: 2 widened seeds, a perturbed one, one at a second shape and 3 of
-# its own; the wrong kernel fails the 4 special ones and passes the 3 own ones. Called in the old order (specials
-# first), honesty for the first 4 calls, or until the second shape, passed every time. In a uniformly shuffled order,
-# honesty for the first k calls passes only where all 4 specials fall among them: C(k, 4) / C(7, 4) = 1/35 for k = 4,
-# 15/35 = 3/7 for k = 6; honesty until the second shape passes where it is the last special: 1/4. Over TRIALS
-# evaluations each, passing every time has probability at most (3/7)^12 < 4e-5.
-TRIALS = 12
-PLAN_CALLS, SPECIAL_CALLS = 7, 4
-
-
-def _passes(results) -> int:
-    return sum(1 for result in results if result.correct)
+# L1/19 at its small sizes runs 7 correctness calls: 2 widened seeds, a perturbed one, one at a second shape, 2 of its
+# own, all shuffled, and last the closing seed (every kind combined, in place of a third own seed). The wrong kernel
+# fails all but the own seeds. In the old order (specials first, then 3 own seeds) honesty for the first 4 calls, or
+# until the second shape, passed every time. Now the closing seed comes after any k < 7 calls and after the second
+# shape, and carries it: neither can pass, whatever the shuffle drew (so no evaluation here may pass).
+PLAN_CALLS = 7
+HONEST_CALLS = (1, 3, 4, 5, 6)
 
 
 def test_a_kernel_honest_only_for_its_first_calls_or_until_the_second_shape_is_not_paid(shared_evaluator):
-    attacks = {f"first {k} calls": [FIRST_CALLS.format(k=k, trial=t) for t in range(TRIALS)] for k in (4, 6)}
-    attacks["until the second shape"] = [UNTIL_SECOND_SHAPE.format(trial=t) for t in range(TRIALS)]
+    attacks = {f"first {k} calls": [FIRST_CALLS.format(k=k, trial=t) for t in range(2)] for k in HONEST_CALLS}
+    attacks["until the second shape"] = [UNTIL_SECOND_SHAPE.format(trial=t) for t in range(4)]
     requests = [EvalRequest("L1/19", source, SETTINGS, request_id=f"{name} #{i}")
                 for name, sources in attacks.items() for i, source in enumerate(sources)]
     with shared_evaluator(SETTINGS) as evaluator:
         results = evaluator.evaluate(requests)
-    by_attack: dict[str, list] = {name: [] for name in attacks}
     for request, result in zip(requests, results):
-        by_attack[request.request_id.split(" #")[0]].append(result)
+        assert not result.correct, (request.request_id, "paid: the order of its calls told it where to be honest")
+        assert result.error_category == ErrorCategory.MISMATCH, (request.request_id, result.error_category.value,
+                                                                 result.error_message)
         assert result.trials_total == PLAN_CALLS, (request.request_id, result.trials_total, result.versions)
-        assert result.correct or result.error_category == ErrorCategory.MISMATCH, (
-            request.request_id, result.error_category.value, result.error_message)
-    for name, judged in by_attack.items():
-        assert _passes(judged) < TRIALS, f"{name}: paid in every one of {TRIALS} evaluations (the order is predictable)"
-    # Never more than the shuffle allows (an order biased towards putting the specials first would show here): with
-    # k = 4 the chance is 1/35 an evaluation, so 4 or more passes in 12 has probability under 3e-4.
-    assert _passes(by_attack["first 4 calls"]) <= 3, _passes(by_attack["first 4 calls"])
+    # The honest kernel for the first 6 calls fails the 7th: the closing seed, and its message says what it combines.
+    last = [r for q, r in zip(requests, results) if q.request_id.startswith("first 6 calls")]
+    assert all(r.trials_passed == PLAN_CALLS - 1 and "combine every kind" in r.error_message for r in last), [
+        (r.trials_passed, r.error_message[:200]) for r in last]
 
 
-def test_the_correctness_plan_is_shuffled_afresh_with_the_specials_anywhere():
-    own, widened = [11, 12, 13], [21, 22]
+def test_the_correctness_plan_is_shuffled_afresh_and_the_closing_seed_comes_last():
+    own, widened = [11, 12], [21, 22]
     perturbed = {"name": sensitivity.PERTURBED, "perturb": {"sites": 32, "length": 1, "strength": 0.5}}
     shape = {"name": sensitivity.SECOND_SHAPE, "constants": {"batch_size": 20}}
     widening = {"name": "symmetric", "affine": [[0, 2.0, -1.0]]}
+    closing = (41, {"name": discrimination.CLOSING, "affine": widening["affine"], "perturb": perturbed["perturb"],
+                    "constants": shape["constants"]})
     specials = [(31, perturbed), (32, shape)]
+    shuffled = len(own) + len(widened) + len(specials)
     runs = 4000
     positions: dict[str, Counter] = {"own": Counter(), "widened": Counter(), perturbed["name"]: Counter(),
                                      shape["name"]: Counter()}
     orders = set()
     shape_last_special = 0
     for _ in range(runs):
-        plan = discrimination.correctness_plan(own, widened, widening, specials)
-        assert sorted(plan, key=repr) == sorted([(s, widening) for s in widened] + specials + [(s, None) for s in own],
-                                                key=repr)  # every call, once
+        plan = discrimination.correctness_plan(own, widened, widening, specials, closing)
+        assert plan[-1] == closing
+        assert sorted(plan[:-1], key=repr) == sorted(
+            [(s, widening) for s in widened] + specials + [(s, None) for s in own], key=repr)  # every call, once
         orders.add(tuple(seed for seed, _variant in plan))
-        kinds = ["own" if v is None else v["name"] if v is not widening else "widened" for _s, v in plan]
+        kinds = ["own" if v is None else "widened" if v is widening else v["name"] for _s, v in plan[:-1]]
         for index, kind in enumerate(kinds):
             positions[kind][index] += 1
-        special_kinds = [kind for kind in kinds if kind != "own"]
-        shape_last_special += special_kinds[-1] == shape["name"]
-    # Every kind lands in every position about as often as its share of the plan says (7 positions; a kind with c
-    # calls is expected c/7 of the runs there; 6 standard deviations of slack).
+        shape_last_special += [kind for kind in kinds if kind != "own"][-1] == shape["name"]
+    # Every kind lands in every shuffled position about as often as its share says (a kind with c of the 6 shuffled
+    # calls is expected c/6 of the runs there; 6 standard deviations of slack).
     for kind, counts in positions.items():
-        calls = {"own": 3, "widened": 2}.get(kind, 1)
-        expected = runs * calls / PLAN_CALLS
-        slack = 6 * math.sqrt(expected)
-        for index in range(PLAN_CALLS):
-            assert abs(counts[index] - expected) < slack, (kind, index, counts[index], expected)
-    assert abs(shape_last_special - runs / SPECIAL_CALLS) < 6 * math.sqrt(runs / SPECIAL_CALLS)
-    assert len(orders) > 1000  # 7! / (3! 2!) = 420 kinds-orders, times the seeds' own orders: drawn afresh each time
+        expected = runs * {"own": 2, "widened": 2}.get(kind, 1) / shuffled
+        for index in range(shuffled):
+            assert abs(counts[index] - expected) < 6 * math.sqrt(expected), (kind, index, counts[index], expected)
+    # The second shape alone is the last of the 4 shuffled specials a quarter of the time, not always.
+    assert abs(shape_last_special - runs / 4) < 6 * math.sqrt(runs / 4)
+    assert len(orders) > 500  # 6! / (2! 2!) = 180 orders of kinds, times the seeds' own orders: drawn afresh
     # The default source is the operating system's entropy: no seeded generator reproduces it.
     random.seed(0)
     first = discrimination.correctness_plan(own, widened, widening, specials)
@@ -227,13 +222,42 @@ def test_the_correctness_plan_is_shuffled_afresh_with_the_specials_anywhere():
     assert any(discrimination.correctness_plan(own, widened, widening, specials) != first for _ in range(20))
 
 
+def test_the_closing_seed_combines_every_kind_where_the_reference_takes_them():
+    problem = type(sys)("l1_19")
+    exec(compile(get_problem("L1/19").source_for("small"), "l1_19", "exec"), problem.__dict__)
+
+    def run(seed, variant):
+        inputs = runtime.make_inputs(problem, seed, "cpu", "fp32", variant)
+        return inputs, [torch.relu(inputs[0])]
+
+    found = discrimination.discriminate(run, [1, 2], 1e-4, 1e-4, module=problem,
+                                        source=get_problem("L1/19").source_for("small"))
+    assert found.variant is not None and len(found.sensitivity.variants()) == 2
+    closing = found.closing
+    assert closing["name"] == discrimination.CLOSING and {"affine", "perturb", "constants"} <= set(closing)
+    (x,) = runtime.make_inputs(problem, 3, "cpu", "fp32", closing)
+    assert x.shape == (20, 1000) and float(x.min()) < 0 and float(x.max()) > 1  # wider, perturbed, another size
+    assert "combine every kind" in sensitivity.failure_note(closing)
+    # One kind alone is the closing seed as it is; a reference that cannot take the kinds combined gets none.
+    only = discrimination.Discrimination(variant=found.variant)
+    assert discrimination.closing_variant(run, 1, only) == (found.variant, "")
+
+    def picky(seed, variant):
+        if variant and len(set(variant) & {"affine", "perturb", "constants"}) > 1:
+            raise ValueError("not both")
+        return run(seed, variant)
+    closing, note = discrimination.closing_variant(picky, 1, found)
+    assert closing is None and "raised ValueError" in note
+
+
 # -- 3. the stack -------------------------------------------------------------------------------------------------
 
-# Writes, for every forward, the stack above it (files, lines, functions) to its working directory.
+# Writes, for every forward, the stack above it to its working directory: each frame's file, line and function, and
+# the names and types of its locals (a command dict in a caller's frame told a checked call from a timed one).
 STACK_RECORDER = '''
 import json
 import os
-import traceback
+import sys
 
 import torch
 import torch.nn as nn
@@ -241,7 +265,11 @@ import torch.nn as nn
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        frames = [[f.filename, f.lineno, f.name] for f in traceback.extract_stack()[:-1]]
+        frames, frame = [], sys._getframe(1)
+        while frame is not None:
+            names = sorted((name, type(value).__name__) for name, value in frame.f_locals.items())
+            frames.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, names])
+            frame = frame.f_back
         with open(os.path.join(os.getcwd(), "stacks.jsonl"), "a") as handle:
             handle.write(json.dumps(frames) + "\\n")
         return x * 2.0
@@ -313,9 +341,9 @@ def test_every_forward_sees_the_same_stack_whatever_the_call_is_for(tmp_path):
     assert len(stacks) == len(expected), (len(stacks), expected)
     distinct = {json.dumps(stack) for stack in stacks}
     assert len(distinct) == 1, "\n\n".join(
-        f"{cmd}:\n" + "\n".join(f"  {name} ({Path(file).name}:{line})" for file, line, name in stack)
+        f"{cmd}:\n" + "\n".join(f"  {name} ({Path(file).name}:{line}) {local}" for file, line, name, local in stack)
         for cmd, stack in zip(expected, stacks))
-    names = [name for _file, _line, name in stacks[0]]
+    names = [name for _file, _line, name, _locals in stacks[0]]
     assert "_serve" in names and "drive" in names and not {"time_forward", "timed_calls", "_profile"} & set(names)
 
 

@@ -422,96 +422,85 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     def inputs_for_seed(seed: int, variant: dict[str, Any] | None = None) -> list[Any]:
         return runtime.make_inputs(problem, seed, device, precision, variant)  # (generators reseeded after: runtime.py)
 
-    # Each command that runs forwards is (calls, finish): `calls` yields the inputs of each forward it wants and is sent
-    # the output (timing.drive), `finish` answers the worker with what `calls` returned. Every forward is made by
-    # timing.drive from the one line below, so the stack a forward sees is the same whatever the call is for; what
-    # differs (inputs made, poisoning, the CPU's account, timing events, kept outputs) happens before or after it.
-    def warm(command: dict[str, Any]) -> tuple[timing.Calls, Any]:
+    # Each command that runs forwards is a generator: it yields the inputs of each forward it wants, is sent the output
+    # (timing.drive), answers the worker and returns what must stay alive until the worker has read its tensors. Every
+    # forward is made by timing.drive from the one line below, so the stack a forward sees is the same whatever the call
+    # is for: the same functions, files and lines, and frames holding the same kinds of object (one kind of generator;
+    # the command itself is not in them). What differs (inputs made, poisoning, the CPU's account, timing events, kept
+    # outputs) happens before or after that line, in the generators.
+    def warm(command: dict[str, Any]) -> timing.Calls:
         # Out of memory here is an error like any other: the worker runs such a candidate again with the device to
         # itself and only then blames the kernel.
         t = time.perf_counter()
+        (yield inputs_for_seed(int(command["seed"]))).pop()
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()  # hand the warm-up's buffers back while others compile
+        spans.add("warm", t)
+        wire.send_json(conn, {"event": "warmed", **spans.take()})
+        return []
 
-        def calls() -> timing.Calls:
-            (yield inputs_for_seed(int(command["seed"]))).pop()
-            if device == "cuda":
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()  # hand the warm-up's buffers back while others compile
-
-        def finish(_done: None) -> list[torch.Tensor]:
-            spans.add("warm", t)
-            wire.send_json(conn, {"event": "warmed", **spans.take()})
-            return []
-        return calls(), finish
-
-    def check(command: dict[str, Any]) -> tuple[timing.Calls, Any]:
-        def calls() -> timing.Calls:
-            begun = time.perf_counter()
-            inputs = inputs_for_seed(int(command["seed"]), command.get("variant"))
-            made = time.perf_counter()
-            if device == "cuda":
-                _poison_allocator(int(command.get("poison_bytes", 64 << 20)))
-            t = time.perf_counter()
-            # Where the round trip goes besides the forward (the worker times the rest).
-            host_s = {"inputs": round(made - begun, 5), "poison": round(t - made, 5)}
-            # On the CPU, an account of who computed the outputs (the GPU profiles instead): compute_account.py.
-            account = compute_account.forward(model, inputs, module) if launches is not None else None
-            with account or contextlib.nullcontext() as accounted:
-                output = (yield inputs).pop()
-                if accounted is not None:
-                    accounted.outputs_done(plain_outputs(output))
-            if device == "cuda":
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - t
-            spans.add("check_inputs", begun, made)
-            spans.add("check_poison", made, t)
-            spans.add("check_forward", t)
-            return inputs, output, seconds, host_s, accounted
-
-        def finish(done: tuple[Any, ...]) -> list[torch.Tensor]:
-            inputs, output, seconds, host_s, accounted = done
-            outputs = plain_outputs(output)  # the raw object first: nothing has read it yet
-            sharing = time.perf_counter()
-            keep = wire.send_tensors(
-                conn, "checked",
-                {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs) if command.get("return_inputs") else []},
-                use_ipc, {"seconds": seconds, "host_s": host_s,
-                          "launches": dict(launches) if launches is not None else None,
-                          "account": accounted.report() if accounted is not None else None,
-                          "numerics_changed": numerics.changed(settings_before),
-                          "aliases": input_aliases(outputs, inputs), **spans.take()}, spill_dir,
-            )
-            spans.add("check_share", sharing)  # (reported with the next answer)
-            return keep
-        return calls(), finish
-
-    def timed(command: dict[str, Any]) -> tuple[timing.Calls, Any]:
-        keep = {int(i) for i in command.get("verify", [])}
+    def check(command: dict[str, Any]) -> timing.Calls:
+        begun = time.perf_counter()
+        inputs = inputs_for_seed(int(command["seed"]), command.get("variant"))
+        made = time.perf_counter()
+        if device == "cuda":
+            _poison_allocator(int(command.get("poison_bytes", 64 << 20)))
         t = time.perf_counter()
-        calls = timing.timed_calls(inputs_for_seed, [int(s) for s in command["seeds"]], int(command.get("warmup", 3)),
-                                   device, clock, keep, fresh_buffers=bool(command.get("fresh_buffers", True)))
+        # Where the round trip goes besides the forward (the worker times the rest).
+        host_s = {"inputs": round(made - begun, 5), "poison": round(t - made, 5)}
+        # On the CPU, an account of who computed the outputs (the GPU profiles instead): compute_account.py.
+        account = compute_account.forward(model, inputs, module) if launches is not None else None
+        with account or contextlib.nullcontext() as accounted:
+            output = (yield inputs).pop()
+            if accounted is not None:
+                accounted.outputs_done(plain_outputs(output))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t
+        spans.add("check_inputs", begun, made)
+        spans.add("check_poison", made, t)
+        spans.add("check_forward", t)
+        outputs = plain_outputs(output)  # the raw object first: nothing has read it yet
+        sharing = time.perf_counter()
+        keep = wire.send_tensors(
+            conn, "checked",
+            {"outputs": outputs, "inputs": runtime.tensor_inputs(inputs) if command.get("return_inputs") else []},
+            use_ipc, {"seconds": seconds, "host_s": host_s,
+                      "launches": dict(launches) if launches is not None else None,
+                      "account": accounted.report() if accounted is not None else None,
+                      "numerics_changed": numerics.changed(settings_before),
+                      "aliases": input_aliases(outputs, inputs), **spans.take()}, spill_dir,
+        )
+        spans.add("check_share", sharing)  # (reported with the next answer)
+        return keep
 
-        def finish(record: timing.TimingRecord) -> list[torch.Tensor]:
-            tampered = clock.tampered()
-            spans.add("timed_calls", t)
-            indices = sorted(record.kept_outputs)
-            groups = {f"trial_{i}": record.kept_outputs[i] for i in indices}
-            return wire.send_tensors(conn, "timed", groups, use_ipc, {
-                "times_ms": record.times_ms, "tampered": tampered, "seconds": time.perf_counter() - t,
-                "numerics_changed": numerics.changed(settings_before), "diagnostics": record.diagnostics(),
-                "aliases": record.alias_patterns, **spans.take(),
-            }, spill_dir)
-        return calls, finish
+    def timed(command: dict[str, Any]) -> timing.Calls:
+        t = time.perf_counter()
+        record = yield from timing.timed_calls(
+            inputs_for_seed, [int(s) for s in command["seeds"]], int(command.get("warmup", 3)), device, clock,
+            {int(i) for i in command.get("verify", [])}, fresh_buffers=bool(command.get("fresh_buffers", True)))
+        tampered = clock.tampered()
+        spans.add("timed_calls", t)
+        indices = sorted(record.kept_outputs)
+        groups = {f"trial_{i}": record.kept_outputs[i] for i in indices}
+        return wire.send_tensors(conn, "timed", groups, use_ipc, {
+            "times_ms": record.times_ms, "tampered": tampered, "seconds": time.perf_counter() - t,
+            "numerics_changed": numerics.changed(settings_before), "diagnostics": record.diagnostics(),
+            "aliases": record.alias_patterns, **spans.take(),
+        }, spill_dir)
 
-    def host_timed(command: dict[str, Any]) -> tuple[timing.Calls, Any]:
-        calls = timing.host_timed_calls(inputs_for_seed, [int(s) for s in command["seeds"]], device, clock,
-                                        fresh_buffers=bool(command.get("fresh_buffers", True)))
-
-        def finish(ms: float) -> list[torch.Tensor]:
-            wire.send_json(conn, {"event": "host_timed", "median_ms": ms, "tampered": clock.tampered()})
-            return []
-        return calls, finish
+    def host_timed(command: dict[str, Any]) -> timing.Calls:
+        ms = yield from timing.host_timed_calls(inputs_for_seed, [int(s) for s in command["seeds"]], device, clock,
+                                                fresh_buffers=bool(command.get("fresh_buffers", True)))
+        wire.send_json(conn, {"event": "host_timed", "median_ms": ms, "tampered": clock.tampered()})
+        return []
 
     forwards = {"warm": warm, "check": check, "time": timed, "host_time": host_timed}
+
+    def forwards_of(command: dict[str, Any]) -> timing.Calls:
+        """A command's forwards, as the one kind of generator every command gives timing.drive."""
+        return (yield from forwards[command["cmd"]](command))
 
     while True:
         command = wire.recv_json(conn)
@@ -523,9 +512,10 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         cmd = command.get("cmd")
         try:
             if cmd in forwards:
-                calls, finish = forwards[cmd](command)
-                keep_alive = finish(timing.drive(model, calls))  # every forward made for the worker, from this line
-                del calls, finish
+                calls = forwards_of(command)
+                command = cmd = None  # this frame holds nothing that tells what the forward below is for
+                keep_alive = timing.drive(model, calls)  # every forward made for the worker, from this line
+                del calls
             elif cmd == "build":
                 t = time.perf_counter()
                 model = runtime.build_model(model_cls, problem, int(command["seed"]), device, precision)

@@ -178,6 +178,7 @@ def drive(model: Callable[..., Any], calls: Calls) -> Any:
     next inputs are made, as a loop calling the model itself would."""
     with torch.no_grad():
         try:
+            output: list[Any] = []  # (bound from the first forward on: every forward sees the same locals here)
             inputs = next(calls)
             while True:
                 try:

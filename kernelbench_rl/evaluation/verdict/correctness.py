@@ -44,6 +44,22 @@ def sensitivity_seeds(state: ProblemState, found: discrimination.Discrimination)
     return [(random.choice(pool), variant) for variant in audited.variants()], audited.summary()[:400]
 
 
+def closing_seed(state: ProblemState, settings: EvalSettings, found: discrimination.Discrimination,
+                 own: list[int]) -> tuple[tuple[int, dict] | None, str]:
+    """The closing seed (discrimination.closing_variant) of this candidate's plan, and what the verdict says of it.
+    It takes the place of one of the problem's own seeds where there are two or more (a call of the problem's own
+    inputs at least stays, and the count of calls is what it was), and runs only where every kind it combines runs
+    too (the sensitivity seeds on; widened seeds asked for where the problem has them)."""
+    if found.closing is None:
+        return None, found.closing_note or "none: the problem has no widened or sensitivity seeds"
+    if not sensitivity.enabled() or (found.variant is not None and settings.discriminating_trials <= 0):
+        return None, "none: not every kind it combines runs here"
+    if len(own) > 1:
+        own.pop()
+    seed = random.choice(state.seed_pool[:sensitivity.SENSITIVITY_SEEDS])  # (its outputs are cached like theirs)
+    return (seed, found.closing), f"last: {sensitivity.describe(found.closing)}"[:400]
+
+
 def check_correctness(child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult, deadline: float,
                       payload: dict[str, Any], *, shared: bool, references: ReferenceCache, quiet_gate: QuietGate,
                       transport: str, device: str) -> bool:
@@ -56,8 +72,10 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
     seeds = random.sample(state.seed_pool, min(own_seed_count(settings, found), len(state.seed_pool)))
     widened_seeds = random.sample(state.seed_pool, min(settings.discriminating_trials, len(state.seed_pool)))
     sensitive, result.versions["sensitivity"] = sensitivity_seeds(state, found)
-    # In a secret order (correctness_plan): the candidate cannot tell from a call's position what it is checked on.
-    plan = discrimination.correctness_plan(seeds, widened_seeds, found.variant, sensitive)
+    closing, result.versions["closing_seed"] = closing_seed(state, settings, found, seeds)
+    # In a secret order, the closing seed last (correctness_plan): no call's position tells the candidate what it is
+    # checked on, and whatever it would fail, the last call catches.
+    plan = discrimination.correctness_plan(seeds, widened_seeds, found.variant, sensitive, closing)
     result.trials_total = len(plan)
     result.versions["inputs"] = found.summary()[:400]
     if found.audited and not found.discriminating:

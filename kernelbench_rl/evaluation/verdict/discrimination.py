@@ -253,6 +253,10 @@ class Discrimination:
     own_seeds: int = 0  # the problem's own seeds a candidate is judged on at least (0: the settings' count)
     # The sensitivity seeds sound for the problem (sensitivity.py): None where they were not audited.
     sensitivity: sensitivity.Sensitivity | None = None
+    # The last call of every plan (closing_variant): every kind of hidden seed the problem has, combined; None where it
+    # has none, or the reference cannot take them combined (closing_note says why).
+    closing: Variant | None = None
+    closing_note: str = ""
 
     @property
     def needed(self) -> bool:
@@ -295,7 +299,33 @@ def discriminate(run: ReferenceFn, seeds: Sequence[int], atol: float, rtol: floa
     if found.discriminating:
         found.sensitivity = sensitivity.audit(run, seeds, atol, rtol, module=module, source=source,
                                               forward_s=forward_s)
+        if not found.sensitivity.out_of_time:
+            found.closing, found.closing_note = closing_variant(run, seeds[0], found)
     return found
+
+
+CLOSING = "closing"
+
+
+def closing_variant(run: ReferenceFn, seed: int, found: Discrimination) -> tuple[Variant | None, str]:
+    """The closing seed's inputs: every kind of hidden seed the problem has (widened, perturbed, second shape) at once,
+    so that whatever a partial or wrong kernel is caught by, the last call catches it. One kind alone is itself; two
+    or more are kept where the reference takes them combined and stays finite (where it is on its own inputs)."""
+    kinds = ([found.variant] if found.variant is not None else []) + (
+        found.sensitivity.variants() if found.sensitivity is not None else [])
+    if len(kinds) < 2:
+        return (kinds[0] if kinds else None), ""
+    combined: Variant = {"name": CLOSING}
+    for kind in kinds:
+        combined.update({part: kind[part] for part in sensitivity.PARTS if kind.get(part)})
+    try:
+        own_finite = finite(run(seed, None)[1])
+        usable = finite(run(seed, combined)[1]) or not own_finite
+    except Exception as exc:  # noqa: BLE001 - the reference cannot take them combined: each kind still runs alone
+        return None, f"no closing seed: the reference raised {type(exc).__name__} on the kinds combined"
+    if not usable:
+        return None, "no closing seed: the reference is not finite on the kinds combined"
+    return combined, ""
 
 
 def _discriminate(run: ReferenceFn, seeds: Sequence[int], atol: float, rtol: float,
@@ -366,15 +396,19 @@ _ORDER = secrets.SystemRandom()
 
 def correctness_plan(own_seeds: Sequence[int], widened_seeds: Sequence[int], variant: Variant | None,
                      sensitivity_seeds: Sequence[tuple[int, Variant]] = (),
+                     closing: tuple[int, Variant] | None = None,
                      order: random.Random | None = None) -> list[tuple[int, Variant | None]]:
-    """The (seed, variant) pairs correctness runs on, in an order drawn afresh for every evaluation from `order`
-    (SystemRandom by default): widened, perturbed and second-shape seeds fall anywhere among the problem's own, so no
-    call's position tells the candidate whether it is checked on special inputs (a kernel honest for its first calls
-    only, or until it meets the second shape, meets a special seed after it as often as chance allows)."""
+    """The (seed, variant) pairs correctness runs on. The widened, perturbed and second-shape seeds and the problem's
+    own are shuffled afresh for every evaluation by `order` (SystemRandom by default), so no call's position tells
+    the candidate what it is checked on; the `closing` seed, every kind combined, comes last. A kernel honest for its
+    first calls only then meets the closing seed after them, one honest until it meets the second shape meets it at
+    that size again, and one honest only off the size it saw first meets the other kinds at that size."""
     plan: list[tuple[int, Variant | None]] = []
     if variant is not None:
         plan += [(seed, variant) for seed in widened_seeds]
     plan += [(seed, chosen) for seed, chosen in sensitivity_seeds]
     plan += [(seed, None) for seed in own_seeds]
     (order or _ORDER).shuffle(plan)
+    if closing is not None:
+        plan.append(closing)
     return plan

@@ -77,9 +77,24 @@ def is_sensitivity(variant: Variant | None) -> bool:
 # -- what the verdict says ---------------------------------------------------------------------------------
 
 
+# The parts an input variant may combine: widened (discrimination.py), perturbed, at a second shape. The closing seed
+# (discrimination.closing_variant) combines all a problem has.
+PARTS = ("affine", "perturb", "constants")
+
+
+def _combined(variant: Variant | None) -> bool:
+    return bool(variant) and sum(1 for part in PARTS if variant.get(part)) > 1
+
+
 def describe(variant: Variant | None) -> str:
     if not variant:
         return "the problem's own inputs"
+    if _combined(variant):
+        return "; ".join(describe({part: variant[part]}) for part in PARTS if variant.get(part))
+    if variant.get("affine"):
+        return "widened (" + ", ".join(f"input {i}: x -> {scale:g}x" + (f" {'-' if shift < 0 else '+'} {abs(shift):g}"
+                                                                          if shift else "")
+                                       for i, scale, shift in variant["affine"]) + ")"
     spec = variant.get("perturb")
     if spec:
         if spec.get("strength") is None:
@@ -93,6 +108,9 @@ def describe(variant: Variant | None) -> str:
 
 def failure_note(variant: Variant | None) -> str:
     """The start of a verdict's message when a sensitivity seed fails: what it tells the kernel's author."""
+    if _combined(variant):
+        return (f"on inputs that combine every kind of hidden seed the problem has ({describe(variant)}): every input "
+                "element must count and the kernel must not assume the problem's sizes; ")
     if variant and variant.get("perturb"):
         return ("on inputs with a few elements changed (every input element must count: "
                 f"{describe(variant)}), ")
