@@ -15,6 +15,11 @@ GET /v1/models lists the model; with CHAT_SERVER_CONTEXT=N its entry says max_mo
 with CHAT_SERVER_NO_MODELS=1 the route answers 404 (a server without it). CHAT_SERVER_PLAIN=1 drops the 429 and
 the slow reply; CHAT_SERVER_WORK_S sets how long each reply takes; CHAT_SERVER_LENGTH=1 marks every answer as
 cut at its budget (finish_reason "length").
+
+Answers that are no chat completion, for the client's handling of a broken server: with CHAT_SERVER_MALFORMED=text
+(a 200 whose body is not JSON) or =nochoices (a 200 JSON body without `choices`), requests about the problems in
+CHAT_SERVER_MALFORMED_PROBLEMS (comma-separated ids, or "all") get that answer; CHAT_SERVER_MODELS_HTML=1 answers
+GET /v1/models with an HTML page.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import time
 from collections import Counter
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from kernelbench_rl.problems import load_problems
 from kernelbench_rl.problems.loaders import load_solution
@@ -39,6 +44,9 @@ PLAIN = os.environ.get("CHAT_SERVER_PLAIN") == "1"
 CONTEXT = int(os.environ.get("CHAT_SERVER_CONTEXT", "0")) or None
 NO_MODELS = os.environ.get("CHAT_SERVER_NO_MODELS") == "1"
 FINISH = "length" if os.environ.get("CHAT_SERVER_LENGTH") == "1" else "stop"
+MALFORMED = os.environ.get("CHAT_SERVER_MALFORMED", "")
+MALFORMED_PROBLEMS = set(filter(None, os.environ.get("CHAT_SERVER_MALFORMED_PROBLEMS", "").split(",")))
+MODELS_HTML = os.environ.get("CHAT_SERVER_MODELS_HTML") == "1"
 PROBLEMS = load_problems(levels=[1])
 WRONG_SOURCE = load_solution(next(p for p in PROBLEMS if p.id == "L1/21"))
 RELU_SOURCE = load_solution(next(p for p in PROBLEMS if p.id == "L1/19"))
@@ -70,6 +78,8 @@ def get_stats() -> dict:
 
 @app.get("/v1/models")
 def models() -> JSONResponse:
+    if MODELS_HTML:
+        return HTMLResponse("<!doctype html><html><body><h1>Welcome</h1></body></html>")
     if NO_MODELS:
         return JSONResponse({"error": {"message": "not found"}}, status_code=404)
     entry = {"id": "canned", "object": "model", "created": 0, "owned_by": "tests"}
@@ -93,6 +103,11 @@ async def chat(request: Request) -> JSONResponse:
     if "all" in FAILING or problem.id in FAILING:
         stats["failed"] += 1
         return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+    if MALFORMED and ("all" in MALFORMED_PROBLEMS or problem.id in MALFORMED_PROBLEMS):
+        stats["malformed"] += 1
+        if MALFORMED == "text":
+            return PlainTextResponse("upstream connect error or disconnect/reset before headers")
+        return JSONResponse({"id": f"chatcmpl-{number}", "object": "chat.completion", "model": body.get("model")})
     if number == 2 and not PLAIN:
         stats["slow"] += 1
         await asyncio.sleep(SLOW_S)  # the client has given up by now; this reply is never read

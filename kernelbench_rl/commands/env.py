@@ -26,6 +26,8 @@ def serve(
     preset: Annotated[Optional[str], typer.Option("--preset", help="Reward preset: format, compile, correctness, speed, kernrl or kernrl_server.")] = None,
     run_id: Annotated[str, typer.Option("--run-id", help="run_id of this server's rollouts/rewards rows.")] = "openenv",
     problems_root: ProblemsRootOption = None,
+    max_open_episodes: Annotated[int, typer.Option(
+        "--max-open-episodes", help="Episodes open at once; past it, a reset closes the one idle the longest.")] = 256,
 ) -> None:
     """Serve reset/step/state over HTTP (OpenEnv's contract); episodes share one evaluator pool."""
     from kernelbench_rl.config import load_config
@@ -39,6 +41,8 @@ def serve(
         raise UserError("--max-turns must be at least 1.")
     if not 0 < port < 65536:
         raise UserError(f"--port must be between 1 and 65535, not {port}.")
+    if max_open_episodes < 1:
+        raise UserError(f"--max-open-episodes must be at least 1, not {max_open_episodes}.")
     extra = list(overrides or [])
     if device is not None:
         extra.append(f"eval.device={device}")
@@ -48,8 +52,11 @@ def serve(
         extra.append(problems_root_override(problems_root))
     cfg = load_config(config, extra)
     from kernelbench_rl.commands.evaluate import require_config_gpu
+    from kernelbench_rl.writable import check_writable_file
 
     require_config_gpu(cfg)
+    # Every step writes its rows: a store it cannot write is refused now, not answered with a 500 per step.
+    check_writable_file(cfg.db_path, "the database")
     import uvicorn
 
     from kernelbench_rl.compose import build_service
@@ -59,13 +66,14 @@ def serve(
     store = Store(cfg.db_path)
     store.init()
     service = build_service(cfg, store=store, max_turns=max_turns, preset=preset, run_id=run_id)
+    service.max_open_episodes = max_open_episodes
     from kernelbench_rl.problems import describe_problems
 
     typer.echo(f"kernelbench-rl env: {describe_problems([*service.train.values(), *service.holdout.values()])}; "
                f"{len(service.train)} training + {len(service.holdout)} holdout, "
                f"{service.spec.turns} turn(s), preset {service.preset}, evaluator on {service.evaluator.settings.device}, "
                f"rows -> {cfg.db_path} (run_id {run_id}); idle episodes close after {service.idle_timeout_s:g} s "
-               f"(env.idle_timeout_s); http://{host}:{port}")
+               f"(env.idle_timeout_s), at most {max_open_episodes} open at once; http://{host}:{port}")
     from kernelbench_rl.commands.signals import stop_signals
 
     try:

@@ -53,8 +53,10 @@ def eval_model_command(
         extra.append(problems_root_override(problems_root))
     cfg = load_config(config, extra)
     from kernelbench_rl.commands.evaluate import require_config_gpu
+    from kernelbench_rl.writable import check_writable_file
 
     require_config_gpu(cfg)
+    check_writable_file(cfg.db_path, "the database")  # every answer is recorded as it arrives: before any is paid for
     from kernelbench_rl.store.files import check_free_space
 
     check_free_space(cfg.db_path, "before the evaluation")  # the floor every writer keeps (KBRL_MIN_FREE_MB)

@@ -33,6 +33,7 @@ def export_command(
     dataset with its card; `corpus ingest --source trajectories --path OUT` reads it back for `sft`."""
     from kernelbench_rl.store import Store
     from kernelbench_rl.trajectories import FORMATS, TrajectoryFilter, prepare_output, trajectory_rows, write_dataset
+    from kernelbench_rl.writable import check_writable_folder
 
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}.")
@@ -43,6 +44,7 @@ def export_command(
     wanted = TrajectoryFilter(run_ids=list(run_id or []), problems=list(problem or []), levels=list(level or []),
                               suite=suite, stage=stage, correct_only=correct_only, include_holdout=include_holdout,
                               limit=limit)
+    check_writable_folder(out, "the export folder")  # before the rows are read: a read-only --out is one sentence
     store = Store(db)
     root = str(problems_root) if problems_root is not None else None
     export = trajectory_rows(store, wanted, problems_root=root)

@@ -35,10 +35,16 @@ IndexOption = Annotated[
 ]
 
 
-def _store(db: Path | None):
+def _store(db: Path | None, *, writes: bool = True):
+    """The store; one a command writes is checked first (an unwritable place is one sentence, code 6)."""
     from kernelbench_rl.store import Store
 
-    return Store(db)
+    store = Store(db)
+    if writes:
+        from kernelbench_rl.writable import check_writable_file
+
+        check_writable_file(store.path, "the database")
+    return store
 
 
 @corpus_app.command("ingest")
@@ -128,6 +134,10 @@ def build(
     if kind not in ("auto", "flat", "hnsw", "ivf"):
         raise UserError(f"Unknown index kind {kind!r}; choose auto, flat, hnsw or ivf.")
     store = _store(db)
+    from kernelbench_rl.rag.build import default_index_dir
+    from kernelbench_rl.writable import check_writable_folder
+
+    check_writable_folder(index or default_index_dir(store), "the index folder")
     console = Console()
     with console.status("loading the embedding model ..."):
         embedder = Embedder(model, device=device)
@@ -164,7 +174,7 @@ def retrieve(
     if k < 1:
         raise UserError(f"--top-k must be at least 1, not {k}.")
     target = get_problem(problem, problems_root)
-    store = _store(db)
+    store = _store(db, writes=False)  # it only reads
     console = Console()
     with console.status("loading the model and the index ..."):
         embedder = Embedder(model)

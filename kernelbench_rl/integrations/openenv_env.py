@@ -33,7 +33,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,7 +45,7 @@ for _module in ("openenv.core", "openenv.core.env_server.http_server", "openenv.
 
 from openenv.core.env_server.interfaces import Environment  # noqa: E402
 from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
-from pydantic import Field  # noqa: E402
+from pydantic import Field, ValidationError  # noqa: E402
 
 from kernelbench_rl.envs.feedback import HINTS, Feedback, clean_error_line  # noqa: E402
 from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv  # noqa: E402
@@ -54,11 +54,15 @@ from kernelbench_rl.evaluation.source.candidate_class import candidate_class_nam
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
 from kernelbench_rl.errors import UserError  # noqa: E402
 from kernelbench_rl.problems import Problem, resolve_problem, unknown_problem_message  # noqa: E402
+from kernelbench_rl.problems.model import MAX_PROBLEM_ID_CHARS  # noqa: E402
 from kernelbench_rl.rewards.shaping import PRESETS, counts_as_correct, score  # noqa: E402
 
 MAX_CODE_BYTES = 1_000_000  # a kernel beyond this is not a kernel; refuse it before any work
 DEFAULT_RUN_ID = "openenv"
 DEFAULT_IDLE_TIMEOUT_S = 1800.0
+# Open episodes a server keeps at once (`env serve --max-open-episodes`): past it, a reset closes the one idle longest.
+DEFAULT_MAX_OPEN_EPISODES = 256
+MAX_EPISODE_ID_CHARS = 128  # ours are 32 hex digits; a client's own may be longer, never a megabyte
 # How to serve kernrl's problems, for a refused kernrl id.
 KERNRL_SERVE_HINT = "serve them with `kernelbench-rl env serve --problems-root <kernrl's problems folder>`."  # env.idle_timeout_s: long enough for a slow model's turn, short enough to free abandoned episodes
 
@@ -184,6 +188,86 @@ class EnvRequestError(Exception):
             self.status_code = status_code
 
 
+# -- the one validation of requests, over HTTP and the WebSocket alike ----------------------------
+RESET_FIELDS = ("problem_id", "seed", "split", "max_turns", "episode_id")
+
+
+def check_text(value: Any, field: str) -> None:
+    """A string that cannot be UTF-8 text (a lone surrogate, which JSON's \\u escapes allow) is refused up front."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise EnvRequestError(f"{field} holds a lone surrogate ({value[exc.start]!r} at character {exc.start}), "
+                                  "which is not Unicode text; send it as valid UTF-8.", 422) from None
+
+
+def validation_sentence(exc: ValidationError, prefix: str = "") -> str:
+    """The first validation error as one sentence, e.g. `Malformed request: action.code: Field required.`"""
+    errors = exc.errors()
+    if not errors:
+        return "The request is malformed."
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+    message = str(first.get("msg", "invalid value")).rstrip(".")
+    return f"Malformed request: {prefix}{where}: {message}." if where or prefix else f"Malformed request: {message}."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_episode_id(episode_id: Any) -> str | None:
+    check_text(episode_id, "episode_id")
+    if episode_id is not None and not isinstance(episode_id, str):
+        raise EnvRequestError("episode_id must be the string that /reset returned.", 422)
+    if episode_id is not None and len(episode_id) > MAX_EPISODE_ID_CHARS:
+        raise EnvRequestError(f"episode_id is {len(episode_id)} characters; the limit is {MAX_EPISODE_ID_CHARS}.", 422)
+    return episode_id
+
+
+def reset_arguments(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A reset's fields checked (names, types, text, lengths) before anything is done: the same refusals (4xx, one
+    sentence each) whether the reset came over HTTP or the WebSocket."""
+    unknown = sorted(set(data) - set(RESET_FIELDS), key=str)
+    if unknown:
+        raise EnvRequestError(f"Unknown reset field {unknown[0]!r}; reset takes problem_id, seed, split, max_turns "
+                              "and episode_id.", 422)
+    problem_id, split, max_turns, seed = (data.get("problem_id"), data.get("split", "train"), data.get("max_turns"),
+                                          data.get("seed"))
+    check_text(problem_id, "problem_id")
+    check_text(split, "split")
+    if problem_id is not None and not isinstance(problem_id, str):
+        raise EnvRequestError("problem_id must be a string such as 'L1/19'.", 422)
+    if problem_id is not None and len(problem_id) > MAX_PROBLEM_ID_CHARS:
+        raise EnvRequestError(f"problem_id is {len(problem_id)} characters; problem ids are at most "
+                              f"{MAX_PROBLEM_ID_CHARS} (e.g. L1/19 or L1_19_ReLU).", 422)
+    if not isinstance(split, str):
+        raise EnvRequestError("split must be 'train' or 'holdout'.", 422)
+    if max_turns is not None and not _is_int(max_turns):
+        raise EnvRequestError("max_turns must be an integer.", 422)
+    if seed is not None and not (_is_int(seed) and seed >= 0):
+        raise EnvRequestError("seed must be a whole number, 0 or more.", 422)
+    return {"problem_id": problem_id, "seed": seed, "split": split, "max_turns": max_turns,
+            "episode_id": check_episode_id(data.get("episode_id"))}
+
+
+def parse_action(data: Any) -> KernelAction:
+    """A step's action checked (its code text and size first, then its fields) before the turn is touched: the same
+    refusals over HTTP and the WebSocket, and a refused action never uses up a turn."""
+    if not isinstance(data, Mapping):
+        raise EnvRequestError('The action must be a JSON object such as {"code": "..."}.', 422)
+    code = data.get("code")
+    check_text(code, "action.code")
+    if isinstance(code, str) and len(code.encode("utf-8")) > MAX_CODE_BYTES:
+        raise EnvRequestError(f"The code is {len(code.encode('utf-8'))} bytes; the limit is {MAX_CODE_BYTES} bytes.",
+                              413)
+    try:
+        return KernelAction.model_validate(dict(data))
+    except ValidationError as exc:
+        raise EnvRequestError(validation_sentence(exc, "action."), 422) from None
+
+
 # -- the shared service ------------------------------------------------------------------------
 @dataclass
 class _Episode:
@@ -207,6 +291,10 @@ def _ended_detail(episode: _Episode, idle_timeout_s: float) -> str:
     if reason in ("disconnected", "replaced"):
         why = "its WebSocket session ended" if reason == "disconnected" else "its session started another episode"
         return f"Episode {episode.episode_id!r} was closed when {why}; call /reset to start a new one."
+    if reason == "evicted":
+        return (f"Episode {episode.episode_id!r} was closed to make room for a newer one (it had been idle the longest "
+                "when the server's limit of open episodes was reached: env serve --max-open-episodes); call /reset to "
+                "start a new one.")
     return "The episode is done; call /reset to start a new one."
 
 
@@ -218,11 +306,14 @@ class KernelEnvService:
     def __init__(self, evaluator: Any, train: Sequence[Problem], holdout: Sequence[Problem], *,
                  spec: EnvSpec, store: Any | None = None, preset: str = "correctness",
                  speedup_cap: float = 8.0, run_id: str = DEFAULT_RUN_ID, keep_done: int = 1024,
-                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+                 max_open_episodes: int = DEFAULT_MAX_OPEN_EPISODES) -> None:
         if preset not in PRESETS:
             raise ValueError(f"unknown reward preset {preset!r}; use one of {', '.join(PRESETS)}")
         if not idle_timeout_s > 0:
             raise ValueError(f"idle_timeout_s must be positive, not {idle_timeout_s}")
+        if max_open_episodes < 1:
+            raise ValueError(f"max_open_episodes must be at least 1, not {max_open_episodes}")
         self.evaluator = evaluator
         self.train = {p.id: p for p in train}
         self.holdout = {p.id: p for p in holdout}
@@ -233,6 +324,7 @@ class KernelEnvService:
         self.run_id = run_id
         self.keep_done = keep_done  # finished episodes kept for /state; older ones live on in the store only
         self.idle_timeout_s = idle_timeout_s  # an open episode with no request for this long is closed
+        self.max_open_episodes = max_open_episodes  # past it, a reset closes the open episode idle the longest
         self._episodes: dict[str, _Episode] = {}
         self._lock = threading.Lock()
         self._next_number = self._first_free_number()
@@ -313,6 +405,7 @@ class KernelEnvService:
             episode_id = episode_id or uuid.uuid4().hex
             if episode_id in self._episodes and not self._episodes[episode_id].env.done:
                 raise EnvRequestError(f"Episode {episode_id!r} is still open; reset with a new episode_id.", 409)
+            self._make_room()
             episode = _Episode(episode_id, self._next_number, KernelEnv(problem, spec), problem.id in self.holdout,
                                shown_id=shown_problem_id(problem))
             episode.description = messages_to_text(episode.env.next_messages())
@@ -328,6 +421,19 @@ class KernelEnvService:
             return str(identity()) if callable(identity) else ""
         except Exception:  # noqa: BLE001 - a pool that cannot start says so at the first step
             return ""
+
+    def _make_room(self) -> None:
+        """Under the service lock, before an episode opens: at the limit of open episodes, the one idle the longest
+        (none of them evaluating a step) is closed; with every one of them evaluating, the reset is refused (503)."""
+        open_ = [e for e in self._episodes.values() if not e.env.done]
+        if len(open_) < self.max_open_episodes:
+            return
+        idle = [e for e in open_ if not e.lock.locked()]
+        if len(open_) - len(idle) >= self.max_open_episodes or not idle:
+            raise EnvRequestError(f"All {len(open_)} open episodes (the server's limit) are evaluating a step; "
+                                  "reset again in a moment.", 503)
+        for episode in sorted(idle, key=lambda e: e.last_active)[: len(open_) - self.max_open_episodes + 1]:
+            episode.env.end("evicted")
 
     # -- step ----------------------------------------------------------------------------------
     def _forget_old_episodes(self) -> None:
@@ -357,9 +463,8 @@ class KernelEnvService:
             return self._episodes[episode_id]
 
     def step(self, action: KernelAction, episode_id: str | None = None) -> KernelObservation:
-        size = len(action.code.encode("utf-8", "replace"))
-        if size > MAX_CODE_BYTES:
-            raise EnvRequestError(f"The code is {size} bytes; the limit is {MAX_CODE_BYTES} bytes.", 413)
+        action = parse_action(action.model_dump())  # the transports' check, again for callers of the service itself
+        check_episode_id(episode_id)
         backend = self.spec.kernel_backend
         if action.backend is not None and action.backend != backend:
             raise EnvRequestError(f"This server evaluates {backend} kernels, not {action.backend}.")
@@ -372,19 +477,27 @@ class KernelEnvService:
                 raise EnvRequestError(_ended_detail(episode, self.idle_timeout_s), 409)
             messages = env.next_messages()
             completion = as_response(action.code)
+            taken = len(env.turns)
             env.add_completion(messages_to_text(messages), [], completion, [], [], "stop")
-            result = self.evaluator.evaluate_responses([env.problem.id], [completion])[0]
-            turn_score = score(result, self.preset, speedup_cap=self.speedup_cap)
-            if result.error_category == ErrorCategory.INFRA:
-                # Our failure (a lost worker), not a verdict: the row records it, and the turn is given back so
-                # that the same code sent again is judged as this turn (its row then replaces this one).
-                env.turns[-1].result, env.turns[-1].score = result, turn_score
+            try:
+                result = self.evaluator.evaluate_responses([env.problem.id], [completion])[0]
+                turn_score = score(result, self.preset, speedup_cap=self.speedup_cap)
+                if result.error_category == ErrorCategory.INFRA:
+                    # Our failure (a lost worker), not a verdict: the row records it, and the turn is given back so
+                    # that the same code sent again is judged as this turn (its row then replaces this one).
+                    env.turns[-1].result, env.turns[-1].score = result, turn_score
+                    self._record(episode)
+                    env.turns.pop()
+                    return self._observation(episode, result, None, action.request_feedback)
+                env.add_result(result)
+                env.turns[-1].score = turn_score
                 self._record(episode)
-                env.turns.pop()
-                return self._observation(episode, result, None, action.request_feedback)
-            env.add_result(result)
-            env.turns[-1].score = turn_score
-            self._record(episode)
+            except Exception as exc:  # noqa: BLE001 - ours (the store, the evaluator): the turn is given back
+                del env.turns[taken:]
+                env.end_reason = None  # it was open before this step
+                raise EnvRequestError(f"This step could not be judged and recorded on the server's side "
+                                      f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}), so the turn was "
+                                      "not used: send the same code again.", 503) from exc
             return self._observation(episode, result, turn_score.reward, action.request_feedback)
         finally:
             episode.last_active = time.monotonic()

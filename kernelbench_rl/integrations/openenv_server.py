@@ -1,27 +1,36 @@
 """The HTTP app of the KernelBench OpenEnv environment (see openenv_env.py for the contract).
 
-Our routes come first: POST /reset, POST /step, GET /state, GET /health, with OpenEnv's request
-and response shapes and episodes kept by id. OpenEnv's own server then adds /schema, /metadata and
-the /ws session endpoint (its /reset and /step are shadowed by ours). Every caller mistake is a
-4xx with one sentence in `detail`; evaluation runs in FastAPI's thread pool, so episodes of
-different clients are evaluated at once by the one shared evaluator pool.
+Our routes come first: POST /reset, POST /step, GET /state, GET /health and the /ws session
+endpoint, with OpenEnv's request, response and message shapes and episodes kept by id. OpenEnv's
+own server then adds /schema and /metadata (its /reset, /step and /ws are shadowed by ours). Both
+transports check a request with the same functions (`reset_arguments`, `parse_action`) and refuse it
+alike: every caller mistake is a 4xx with one sentence, in `detail` over HTTP and in an error frame
+(`data.message`, `data.status`, `data.code`) over the WebSocket, and a refused step never uses up a
+turn. Evaluation runs in worker threads, so episodes of different clients are evaluated at once by
+the one shared evaluator pool.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import threading
 from typing import Any
 
 import kernelbench_rl.integrations.openenv_env  # noqa: F401 - first: it imports openenv quietly
-from fastapi import Body, FastAPI, Request
+from fastapi import Body, FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import HTTPEnvServer
+from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.env_server.types import HealthResponse, ResetRequest, ResetResponse, StepRequest, StepResponse
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from kernelbench_rl.integrations.openenv_env import (
     MAX_CODE_BYTES, EnvRequestError, KernelAction, KernelEnvironment, KernelEnvService, KernelObservation, KernelState,
+    check_episode_id, parse_action, reset_arguments, validation_sentence,
 )
 
 # A body beyond this is refused before it is parsed (the code limit plus room for JSON escaping).
@@ -102,25 +111,51 @@ class BoundedRequests:
         return text_only
 
 
-def _check_text(value: Any, field: str) -> None:
-    """A string that cannot be UTF-8 text (a lone surrogate, which JSON's \\u escapes allow) is refused up front."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise EnvRequestError(f"{field} holds a lone surrogate ({value[exc.start]!r} at character {exc.start}), "
-                                  "which is not Unicode text; send it as valid UTF-8.", 422) from None
+# WebSocket sessions served at once (OpenEnv's own endpoint had the same bound); each holds at most one open episode.
+MAX_WS_SESSIONS = 64
+# An error frame's `code` for each status a refusal can have (the HTTP path's status is in `status`).
+WS_ERROR_CODES = {400: "BAD_REQUEST", 403: "FORBIDDEN", 404: "NOT_FOUND", 409: "CONFLICT", 413: "TOO_LARGE",
+                  422: "INVALID_REQUEST", 500: "EXECUTION_ERROR", 503: "UNAVAILABLE"}
 
 
 def _sentence(exc: ValidationError | RequestValidationError, prefix: str = "") -> str:
-    """The first validation error as one sentence, e.g. `action.code: Field required.`"""
-    errors = exc.errors()
-    if not errors:
-        return "The request is malformed."
-    first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
-    message = str(first.get("msg", "invalid value")).rstrip(".")
-    return f"Malformed request: {prefix}{where}: {message}." if where or prefix else f"Malformed request: {message}."
+    return validation_sentence(exc, prefix)  # type: ignore[arg-type]
+
+
+def _ws_error(message: str, status: int) -> str:
+    return json.dumps({"type": "error", "data": {"message": message, "code": WS_ERROR_CODES.get(status, "ERROR"),
+                                                 "status": status}})
+
+
+def ws_answer(session: KernelEnvironment, raw: str) -> str | None:
+    """The answer frame to one WebSocket message (None: the client closed the session). The checks are the HTTP
+    routes' own, so a request is refused with the same status and sentence either way."""
+    try:
+        message = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return _ws_error(f"The message is not JSON ({exc.msg} at character {exc.pos}); send one JSON object per "
+                         "text frame.", 400)
+    if not isinstance(message, dict):
+        return _ws_error('A message is a JSON object such as {"type": "reset", "data": {}}.', 422)
+    kind, data = message.get("type"), message.get("data", {})
+    try:
+        if kind == "close":
+            return None
+        if kind == "state":
+            return json.dumps({"type": "state", "data": session.state.model_dump()})
+        if kind not in ("reset", "step"):
+            raise EnvRequestError(f"Unknown message type {str(kind)[:40]!r}; send reset, step, state or close.", 400)
+        if not isinstance(data, dict):
+            raise EnvRequestError(f"The {kind} message's data must be a JSON object.", 422)
+        if kind == "reset":
+            arguments = reset_arguments(data)
+            arguments.pop("episode_id")  # a session names its own episodes
+            observation = session.reset(**arguments)
+        else:
+            observation = session.step(parse_action(data))
+        return json.dumps({"type": "observation", "data": serialize_observation(observation)})
+    except EnvRequestError as exc:
+        return _ws_error(str(exc), exc.status_code)
 
 
 def _observation_payload(observation: KernelObservation) -> dict[str, Any]:
@@ -129,6 +164,12 @@ def _observation_payload(observation: KernelObservation) -> dict[str, Any]:
 
 
 def create_app(service: KernelEnvService) -> FastAPI:
+    """The app serving `service`; a store it could not write is refused here (UnwritableError, one sentence), not
+    answered with a failed step per request."""
+    if service.store is not None:
+        from kernelbench_rl.writable import check_writable_file
+
+        check_writable_file(service.store.path, "the database")
     app = FastAPI(title="kernelbench-rl OpenEnv environment",
                   description="KernelBench problems judged by kernelbench-rl's evaluator, over OpenEnv's HTTP contract.")
     app.state.service = service
@@ -145,54 +186,60 @@ def create_app(service: KernelEnvService) -> FastAPI:
 
     @app.post("/reset", response_model=ResetResponse, tags=["Environment Control"])
     def reset(request: ResetRequest = Body(default_factory=ResetRequest)) -> dict[str, Any]:
-        extra = request.model_extra or {}
-        unknown = sorted(set(extra) - {"problem_id", "split", "max_turns"})
-        if unknown:
-            raise EnvRequestError(f"Unknown reset field {unknown[0]!r}; reset takes problem_id, seed, split, "
-                                  "max_turns and episode_id.", 422)
-        problem_id, split, max_turns = extra.get("problem_id"), extra.get("split", "train"), extra.get("max_turns")
-        _check_text(problem_id, "problem_id")
-        _check_text(split, "split")
-        if problem_id is not None and not isinstance(problem_id, str):
-            raise EnvRequestError("problem_id must be a string such as 'L1/19'.", 422)
-        if not isinstance(split, str):
-            raise EnvRequestError("split must be 'train' or 'holdout'.", 422)
-        if max_turns is not None and (not isinstance(max_turns, int) or isinstance(max_turns, bool)):
-            raise EnvRequestError("max_turns must be an integer.", 422)
-        observation = service.reset(problem_id=problem_id, seed=request.seed, split=split,
-                                    episode_id=request.episode_id, max_turns=max_turns)
-        return _observation_payload(observation)
+        declared = {"seed": request.seed, "episode_id": request.episode_id}
+        arguments = reset_arguments({**{k: v for k, v in declared.items() if v is not None}, **(request.model_extra or {})})
+        return _observation_payload(service.reset(**arguments))
 
     @app.post("/step", response_model=StepResponse, tags=["Environment Control"])
     def step(request: StepRequest) -> dict[str, Any]:
         extra = request.model_extra or {}
-        unknown = sorted(set(extra) - {"episode_id"})
+        unknown = sorted(set(extra) - {"episode_id"}, key=str)
         if unknown:
             raise EnvRequestError(f"Unknown step field {unknown[0]!r}; step takes action and episode_id.", 422)
-        code = request.action.get("code")
-        _check_text(code, "action.code")
-        _check_text(extra.get("episode_id"), "episode_id")
-        if isinstance(code, str) and len(code.encode("utf-8", "replace")) > MAX_CODE_BYTES:
-            raise EnvRequestError(f"The code is {len(code.encode('utf-8', 'replace'))} bytes; "
-                                  f"the limit is {MAX_CODE_BYTES} bytes.", 413)
-        try:
-            action = KernelAction.model_validate(request.action)
-        except ValidationError as exc:
-            raise EnvRequestError(_sentence(exc, "action."), 422) from None
-        episode_id = extra.get("episode_id")
-        if episode_id is not None and not isinstance(episode_id, str):
-            raise EnvRequestError("episode_id must be the string that /reset returned.", 422)
-        return _observation_payload(service.step(action, episode_id))
+        action = parse_action(request.action)
+        return _observation_payload(service.step(action, check_episode_id(extra.get("episode_id"))))
 
     @app.get("/state", response_model=KernelState, tags=["State Management"])
     def state(episode_id: str | None = None) -> KernelState:
-        return service.state(episode_id)
+        return service.state(check_episode_id(episode_id))
 
     @app.get("/health", response_model=HealthResponse, tags=["Health"])
     def health() -> HealthResponse:
         return HealthResponse(status="healthy")
 
-    # OpenEnv's server for /schema, /metadata and /ws (one KernelEnvironment per WebSocket session).
+    sessions = threading.BoundedSemaphore(MAX_WS_SESSIONS)
+
+    @app.websocket("/ws")
+    async def ws(websocket: WebSocket) -> None:
+        """OpenEnv's session protocol (reset, step, state, close; one episode at a time per session), each message
+        checked as the HTTP routes check it. The session's episode ends when the session does."""
+        await websocket.accept()
+        if not sessions.acquire(blocking=False):
+            await websocket.send_text(json.dumps({"type": "error", "data": {
+                "message": f"The server holds {MAX_WS_SESSIONS} WebSocket sessions, its limit; connect again later.",
+                "code": "CAPACITY_REACHED", "status": 503}}))
+            await websocket.close()
+            return
+        session = KernelEnvironment(service)
+        try:
+            while True:
+                raw = await websocket.receive_text()
+                try:
+                    answer = await run_in_threadpool(ws_answer, session, raw)
+                except Exception as exc:  # noqa: BLE001 - ours, not the client's: one sentence, the session goes on
+                    answer = _ws_error(f"The server failed on its side ({type(exc).__name__}); send it again.", 500)
+                if answer is None:
+                    break
+                await websocket.send_text(answer)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            await asyncio.to_thread(session.close)
+            sessions.release()
+            with contextlib.suppress(RuntimeError):
+                await websocket.close()
+
+    # OpenEnv's server for /schema and /metadata (its /ws is shadowed by ours above).
     HTTPEnvServer(lambda: KernelEnvironment(service), KernelAction, KernelObservation,
-                  max_concurrent_envs=64).register_routes(app)
+                  max_concurrent_envs=MAX_WS_SESSIONS).register_routes(app)
     return app

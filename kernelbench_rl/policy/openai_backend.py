@@ -9,7 +9,9 @@ requests are in flight; 429s, 5xx replies, timeouts and dropped connections are 
 exponential backoff (a server's Retry-After is honoured, capped); a request still failing after
 the retries is an InfraError (ours, not the model's), and once the server stops answering
 altogether the requests left are not sent at all. A reply without a kernel is just a completion
-that fails extraction: a format failure, as in training.
+that fails extraction: a format failure, as in training. A reply that is not a chat completion at all
+(a body that is not JSON, a JSON answer without `choices` or without a message) is the server's failure,
+never the model's: it is retried as a 5xx is, and still malformed after the retries, it is an InfraError.
 
 The answer budget is the served model's, never the training config's base model: `probe()` asks the
 server (GET /models, before any request is paid for) for the model's context window, and each request
@@ -46,6 +48,40 @@ TEMPLATE_TOKENS = 64
 TEMPLATE_TOKENS_PER_MESSAGE = 16
 # Less room than this left by the bound above: the bound is too loose to be useful, so the server decides.
 MIN_ROOM_TOKENS = 256
+
+
+class MalformedAnswer(Exception):
+    """The server answered 200 with something that is not what was asked for (not JSON, or not a chat completion or
+    model listing): the server's failure, retried as a 5xx is."""
+
+
+def _body(http: Any) -> str:
+    """What an HTTP answer held, for a message: its content type and its first characters."""
+    kind = str(http.headers.get("content-type") or "no content type").split(";")[0].strip()
+    text = " ".join(http.text.split())
+    return f"{kind}, {text[:60]!r}{'...' if len(text) > 60 else ''}"
+
+
+def _json_object(http: Any) -> dict[str, Any]:
+    try:
+        body = http.json()
+    except ValueError:
+        raise MalformedAnswer(f"a body that is not JSON ({_body(http)})") from None
+    if not isinstance(body, dict):
+        raise MalformedAnswer(f"a JSON body that is not an object ({_body(http)})")
+    return body
+
+
+def check_completion(http: Any) -> None:
+    """MalformedAnswer unless the answer is a chat completion with a first choice holding a message."""
+    body = _json_object(http)
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedAnswer(f"a JSON body without choices ({_body(http)})")
+    first = choices[0]
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict) or not isinstance(message.get("content"), (str, type(None))):
+        raise MalformedAnswer(f"a choice without a message text ({_body(http)})")
 
 
 def is_openai_policy(policy: str | None) -> bool:
@@ -178,14 +214,23 @@ class OpenAIChatPolicy:
         return self.spec.base_url or "api.openai.com"
 
     def probe(self) -> ServerInfo:
-        """One quick GET /models before anything is paid for: a server that does not answer is an InfraError now,
-        not after every request's retries; its listing gives the model's context window when it has one."""
+        """One quick GET /models before anything is paid for: a server that does not answer, or answers with
+        something that is not a model listing (an HTML page: often a --base-url that is not the API's), is an
+        InfraError now, not after every request's retries; its listing gives the model's context window when it
+        has one."""
         errors = self._openai
         flag = ServerInfo(self.spec.context_tokens, "--context-tokens")
         try:
-            listing = self.client.with_options(timeout=min(PROBE_TIMEOUT_S, self.spec.timeout_s),
-                                               max_retries=0).models.list()
-            entries = list(listing.data)
+            raw = self.client.with_options(timeout=min(PROBE_TIMEOUT_S, self.spec.timeout_s),
+                                           max_retries=0).models.with_raw_response.list()
+            body = _json_object(raw.http_response)
+            if not isinstance(body.get("data"), list) or not all(isinstance(e, dict) for e in body["data"]):
+                raise MalformedAnswer(f"a JSON body without a list of models ({_body(raw.http_response)})")
+            entries = list(raw.parse().data)
+        except MalformedAnswer as exc:
+            raise InfraError(f"The model server at {self.where} answered GET /models with {exc}, not a model "
+                             "listing; nothing was sent. Check --base-url (the server's OpenAI-compatible API, e.g. "
+                             "http://127.0.0.1:8001/v1).") from None
         except (errors.APIConnectionError, errors.APITimeoutError) as exc:
             raise InfraError(f"The model server at {self.where} does not answer ({type(exc).__name__}: "
                              f"{str(exc)[:120]}); nothing was sent. Start it, or check --base-url.") from None
@@ -236,7 +281,7 @@ class OpenAIChatPolicy:
         retries is an InfraError; one that gave up on a server that no longer answers (connection refused or
         dropped) marks the server gone, and the requests after it fail at once, unsent."""
         errors = self._openai
-        retryable = (errors.RateLimitError, errors.InternalServerError, errors.APIConnectionError)
+        retryable = (errors.RateLimitError, errors.InternalServerError, errors.APIConnectionError, MalformedAnswer)
         budget = {} if max_tokens is None else {"max_tokens": max_tokens}
         last: Exception | None = None
         for attempt in range(self.spec.max_retries + 1):
@@ -245,9 +290,11 @@ class OpenAIChatPolicy:
                 raise InfraError(f"Not sent: {self.gone}")
             try:
                 with self._slots:
-                    reply = self.client.chat.completions.create(
+                    raw = self.client.chat.completions.with_raw_response.create(
                         model=self.spec.model, messages=messages,  # type: ignore[arg-type]
                         temperature=temperature, top_p=top_p, **budget)
+                check_completion(raw.http_response)
+                reply = raw.parse()
             except retryable as exc:
                 last = exc
                 if attempt == self.spec.max_retries:
@@ -264,7 +311,8 @@ class OpenAIChatPolicy:
             answer.max_tokens = max_tokens
             return answer
         status = getattr(last, "status_code", None)
-        what = f"HTTP {status}" if status else type(last).__name__
+        what = (f"HTTP {status}" if status else f"a malformed answer: {last}" if isinstance(last, MalformedAnswer)
+                else type(last).__name__)
         message = f"The model server at {self.where} still failed after {self.spec.max_retries} retries ({what})."
         if isinstance(last, errors.APIConnectionError) and not isinstance(last, errors.APITimeoutError):
             with self._lock:
@@ -277,11 +325,11 @@ class OpenAIChatPolicy:
             self.usage.unanswered += 1
 
     def _answer(self, reply: Any) -> ChatAnswer:
-        choice = reply.choices[0] if reply.choices else None
-        text = (choice.message.content or "") if choice is not None and choice.message is not None else ""
+        choice = reply.choices[0]  # check_completion made sure there is one, with a message
+        text = choice.message.content or ""
         usage = getattr(reply, "usage", None)
-        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        prompt_tokens, completion_tokens = (_count(getattr(usage, "prompt_tokens", 0)),
+                                            _count(getattr(usage, "completion_tokens", 0)))
         finish_reason = str(getattr(choice, "finish_reason", "") or "")
         with self._lock:
             self.usage.requests += 1
@@ -289,6 +337,14 @@ class OpenAIChatPolicy:
             self.usage.completion_tokens += completion_tokens
             self.usage.truncated += finish_reason == "length"
         return ChatAnswer(text, finish_reason, prompt_tokens, completion_tokens)
+
+
+def _count(value: Any) -> int:
+    """A token count as the server reported it; 0 where it reported none or nonsense (only the usage figures)."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def request_failed(env: KernelEnv, error: str) -> EvalResult:

@@ -22,13 +22,30 @@ _KERNRL_ID_RE = re.compile(r"^L(\d+)_(\d+)(?:_.*)?$")
 _KERNRL_NUMBER_RE = re.compile(r"^L(\d+)_(\d+)$")
 # Anything written kernrl's way, prefixes included (L10, L1_, L1_2).
 _KERNRL_HEAD_RE = re.compile(r"^L\d+(?:_.*)?$")
+# No id is longer (kernrl's longest is under 60): a bound checked before any digits are read as a number, which
+# Python refuses past 4,300 digits.
+MAX_PROBLEM_ID_CHARS = 100
+
+
+class ProblemIdTooLongError(UserError, ValueError):
+    """A problem id past MAX_PROBLEM_ID_CHARS: bad input (a ValueError too, for callers that parse ids)."""
+
+
+def bounded_problem_id(problem_id: str) -> str:
+    """The id stripped, or ProblemIdTooLongError (one sentence) for one longer than any problem id."""
+    text = problem_id.strip()
+    if len(text) > MAX_PROBLEM_ID_CHARS:
+        raise ProblemIdTooLongError(f"Problem id {text[:16]!r}... is {len(text)} characters long; problem ids are at "
+                                    f"most {MAX_PROBLEM_ID_CHARS} (e.g. L1/19 or L1_19_ReLU).")
+    return text
 
 
 def parse_problem_id(problem_id: str) -> tuple[int, int]:
-    """'L1/19', 'L1_19' or 'L1_19_ReLU' -> (1, 19). Raises ValueError on anything else.
+    """'L1/19', 'L1_19' or 'L1_19_ReLU' -> (1, 19). Raises ValueError on anything else (ProblemIdTooLongError, also
+    a UserError, past MAX_PROBLEM_ID_CHARS).
 
     Syntax only: whether the name part fits the problem is `resolve_problem`'s to say."""
-    text = problem_id.strip()
+    text = bounded_problem_id(problem_id)
     match = _ID_RE.match(text) or _KERNRL_ID_RE.match(text)
     if not match:
         raise ValueError(f"problem id {problem_id!r} is not of the form L<level>/<number> (e.g. L1/19) "
@@ -49,9 +66,10 @@ def resolve_problem(problem_id: str, problems: Iterable[Problem]) -> Problem | N
     Accepted: ours, `L1/23` (a problem of any suite); kernrl's, `L1_23_Softmax`; `L1_23` (level and number); and a
     unique prefix of a kernrl id (`L1_23_Soft`, `L10_1`). An id in kernrl's form names kernrl's problems only: it
     never resolves to KernelBench's problem of the same level and number, which is another problem (other sizes,
-    inputs and tolerance). A prefix that fits several problems is one sentence naming them (UserError).
+    inputs and tolerance). A prefix that fits several problems is one sentence naming them (UserError), and so is an
+    id longer than any (ProblemIdTooLongError).
     """
-    text = problem_id.strip()
+    text = bounded_problem_id(problem_id)
     pool = list(problems)
     ours = _ID_RE.match(text)
     if ours:
@@ -108,7 +126,7 @@ def describe_problems(problems: Iterable[Problem]) -> str:
 def unknown_problem_message(problem_id: str, problems: Iterable[Problem], kernrl_hint: str) -> str:
     """One sentence for an id that names none of `problems`: what is loaded, and for a kernrl id where kernrl's own
     problems are not, `kernrl_hint` (how to load them: the option, or the command that serves them)."""
-    text = problem_id.strip()
+    text = bounded_problem_id(problem_id)
     pool = list(problems)
     loaded = describe_problems(pool)
     if not is_kernrl_form(text):
