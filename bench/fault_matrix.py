@@ -651,6 +651,183 @@ def _damages() -> list[Damage]:
     return cells
 
 
+# -- run endings: a run killed outright, a database gone read-only, a Ctrl-C while starting, refused inputs ---------
+
+def all_flow_run_states(prefect_db: Path) -> list[tuple[str, str]]:
+    """(flow name, state type) of every flow run in the temporary API's SQLite database, oldest first."""
+    if not prefect_db.exists():
+        return []
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{prefect_db}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT flow.name, flow_run.state_type FROM flow_run JOIN flow ON flow.id = "
+                              "flow_run.flow_id ORDER BY flow_run.created").fetchall()
+    except sqlite3.Error:
+        return []
+
+
+def _run_row(cell: Cell, db: Path, run_id: str) -> dict[str, Any]:
+    """The run's row as the next command (`sql`, a process of its own) reads it; fills the cell's exit code, message
+    lines and processes left from that command."""
+    out, _ = run_command(cell, _cli("sql", "--db", str(db), f"SELECT * FROM runs WHERE run_id = '{run_id}'", "--json"))
+    try:
+        return (json.loads("".join(out)) or [{}])[0]
+    except ValueError:
+        cell.checks.append("sql printed no JSON")
+        return {}
+
+
+def killed_cell(stage: str, work: Path) -> Cell:
+    """SIGKILL to `train` or `pipeline` mid-training (the OOM killer's way): the next command (`sql`) finds the run
+    crashed, saying when and how; the same command then resumes it, every step stored once; for the pipeline, the
+    killed attempt's flow runs (on Prefect's temporary API, gone with it) end Crashed once the rerun's API is up. The
+    cell's exit code and message are `sql`'s; its processes left, the killed command's and `sql`'s."""
+    cell = Cell(f"SIGKILL x {stage}, then sql and the same {stage}", ExitCode.OK)
+    work.mkdir(parents=True)
+    db, logs, run_id = work / "kb.duckdb", work / "logs", "k"
+    pipeline = stage == "pipeline"
+    if pipeline:
+        args = _cli("pipeline", "--run-id", run_id, "--db-path", str(db), "--log-dir", str(logs), "--no-index",
+                    "--train-steps", "30", "sft.enabled=false", "sampling.max_tokens=16")
+    else:
+        args = _cli("train", "--no-progress", f"run_id={run_id}", f"db_path={db}", f"log_dir={logs}", *SHORT,
+                    "training.steps=40")
+    stored: set[int] = set()
+
+    def ready(_run: Running) -> bool:
+        stored.update(_steps(db, "train_steps", read_only=True))
+        return len(stored) >= (1 if pipeline else 2)
+
+    run, _ = interrupted(cell, args, ready, lambda r: r.proc.send_signal(signal.SIGKILL), "SIGKILL",
+                         work if pipeline else REPO, _prefect_env(work) if pipeline else ENV, merge=pipeline)
+    killed_left = run.watch.left()
+    stored |= _steps(db, "train_steps")
+    row = _run_row(cell, db, run_id)
+    cell.processes_left = (cell.processes_left or 0) + killed_left
+    if row.get("status") != "crashed" or not row.get("ended_at") or "found by `kernelbench-rl sql`" not in str(
+            row.get("end_reason")):
+        cell.checks.append(f"run row after the kill: {row.get('status')}, {row.get('end_reason')!r}")
+    again = ([*args[:-3], str(max(stored, default=0) + 2), "sft.enabled=false", "sampling.max_tokens=16",
+              "--eval-samples", "1", "--eval-max-problems", "1"] if pipeline else [*args, "--stop-after", "1"])
+    done = subprocess.run(again, cwd=work if pipeline else REPO, env=_prefect_env(work) if pipeline else ENV,
+                          capture_output=True, text=True, timeout=HANG_S)
+    if done.returncode != 0:
+        cell.checks.append(f"the same {stage} again: exit {done.returncode}: {done.stderr[-300:]!r}")
+    after = _steps(db, "train_steps")
+    cell.rows_lost = len(stored - after) + len(set(range(max(after, default=-1) + 1)) - after)
+    if pipeline:
+        # Oldest first: the killed attempt's pipeline and curriculum runs, then the rerun's.
+        ours = [run for run in all_flow_run_states(work / "prefect" / "prefect.db")
+                if run[0] in ("pipeline", "curriculum")]
+        if ours[:2] != [("pipeline", "CRASHED"), ("curriculum", "CRASHED")] or ("pipeline", "COMPLETED") not in ours:
+            cell.checks.append(f"flow runs after the rerun: {ours}")
+    return cell
+
+
+def read_only_mid_run(work: Path) -> Cell:
+    """The database's folder made read-only while `train` runs: one sentence, code 6, the steps stored stay; the
+    run's last word, which the database could not take, is written into its row by the next command once the folder
+    is writable again (failed, exit code 6)."""
+    cell = Cell("read-only x runs/, mid-run (train)", ExitCode.UNWRITABLE)
+    folder = work / "runs"
+    folder.mkdir(parents=True)
+    db = folder / "kb.duckdb"
+    stored: set[int] = set()
+    held = contextlib.ExitStack()
+
+    def ready(_run: Running) -> bool:
+        stored.update(_steps(db, "train_steps", read_only=True))
+        return bool(stored)
+
+    try:
+        run, message = interrupted(
+            cell, _cli("train", "--no-progress", "run_id=ro", f"db_path={db}", f"log_dir={work / 'logs'}", *SHORT,
+                       "training.steps=40"), ready, lambda _run: held.enter_context(_immutable(folder)),
+            "the folder made read-only")
+        _settle(cell, run, message)
+    finally:
+        held.close()
+    cell.rows_lost = len(stored - _steps(db, "train_steps"))
+    said, exit_code, lines, left = cell.message, cell.exit, cell.lines, cell.processes_left
+    row = _run_row(Cell("sql", 0), db, "ro")
+    cell.exit, cell.lines, cell.message, cell.processes_left = exit_code, lines, said, left
+    if (row.get("status"), row.get("exit_code")) != ("failed", ExitCode.UNWRITABLE) or \
+            said.removeprefix("error: ") not in str(row.get("end_reason")):
+        cell.checks.append(f"run row once writable: {row.get('status')}, {row.get('exit_code')}, "
+                           f"{row.get('end_reason')!r}")
+    return cell
+
+
+LONG_QUERY = "SELECT count(*) FROM range(200000000) a, range(50) b WHERE a.range % 7 = b.range"
+
+
+def _maps(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return ""
+
+
+def startup_sigint(command: str, work: Path) -> Cell:
+    """A terminal's Ctrl-C while the command starts: `sql` as DuckDB's library loads, `pipeline` as the interpreter it
+    exec'd into imports Prefect. 130 and one line, nothing left running, nothing made."""
+    cell = Cell(f"SIGINT x start ({command})", ExitCode.STOPPED)
+    work.mkdir(parents=True)
+    db = work / "kb.duckdb"
+    Store(db).init()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    sql = command == "sql"
+    marker = "_duckdb" if sql else "flows.pipeline"
+
+    def ready(run: Running) -> bool:  # spins (the moment lasts a fraction of a second for `sql`)
+        deadline = time.monotonic() + 120
+        while run.proc.poll() is None and time.monotonic() < deadline:
+            if marker in (_maps(run.proc.pid) if sql else _cmdline(run.proc.pid)):
+                time.sleep(0 if sql else 0.3)
+                return True
+            time.sleep(0.005)
+        return False
+
+    args = _cli("sql", "--db", str(db), LONG_QUERY) if sql else _pipeline(work)
+    run, message = interrupted(cell, args, ready, lambda r: os.killpg(r.proc.pid, signal.SIGINT), "SIGINT",
+                               REPO if sql else work, ENV if sql else _prefect_env(work), merge=True)
+    _settle(cell, run, message)
+    if "Traceback" in "".join(message):
+        cell.checks.append("a traceback")
+    cell.rows_lost = int(hashlib.sha256(db.read_bytes()).hexdigest() != before)
+    return cell
+
+
+def _nothing_of_prefect(cell: Cell, folder: Path, *_: Any) -> None:
+    if (folder / "prefect" / "prefect.db").exists() or (folder / "kb.duckdb").exists():
+        cell.checks.append("Prefect's database or the DuckDB file was made: refused too late")
+
+
+def _ending_damages() -> list[Damage]:
+    def eval_model(folder: Path) -> list[str]:
+        return _cli("eval-model", "--policy", "openai:m", "--base-url", "http://127.0.0.1:9/v1", "--db",
+                    str(folder / "kb.duckdb"), "eval.device=cpu")
+
+    return [
+        Damage("no problems x --levels 11 (pipeline)", ExitCode.BAD_INPUT, lambda f: _pipeline(f, "--levels", "11"),
+               says=lambda f: ("Level 11", "--levels"), launch=lambda f: {"cwd": f, "env": _prefect_env(f)},
+               check=_nothing_of_prefect),
+        Damage("unparsable KBRL_MIN_FREE_MB x eval-model", ExitCode.BAD_INPUT, eval_model,
+               says=lambda f: ("KBRL_MIN_FREE_MB",), launch=lambda f: {"env": {**ENV, "KBRL_MIN_FREE_MB": "lots"}}),
+        Damage("free space < KBRL_MIN_FREE_MB x eval-model", ExitCode.DISK_FULL, eval_model,
+               says=lambda f: ("KBRL_MIN_FREE_MB",), launch=lambda f: {"env": {**ENV, "KBRL_MIN_FREE_MB": str(2**40)}}),
+    ]
+
+
+def ending_cells() -> list[tuple[str, Callable[[Fixtures, Path], Cell]]]:
+    cells: list[tuple[str, Callable[[Fixtures, Path], Cell]]] = [
+        (f"SIGKILL x {stage}, then sql and the same {stage}", lambda f, w, s=stage: killed_cell(s, w))
+        for stage in ("train", "pipeline")]
+    cells.append(("read-only x runs/, mid-run (train)", lambda f, w: read_only_mid_run(w)))
+    cells += [(f"SIGINT x start ({command})", lambda f, w, c=command: startup_sigint(c, w))
+              for command in ("sql", "pipeline")]
+    return cells + [(spec.name, lambda f, w, s=spec: damage_cell(s, f, w)) for spec in _ending_damages()]
+
+
 # -- the matrix ---------------------------------------------------------------------------------------------------
 
 def matrix() -> list[tuple[str, Callable[[Fixtures, Path], Cell]]]:
@@ -660,6 +837,7 @@ def matrix() -> list[tuple[str, Callable[[Fixtures, Path], Cell]]]:
         for stage in ("sft", "train", "pipeline") for signum in (signal.SIGINT, signal.SIGTERM)]
     cells += [(spec.name, lambda f, w, s=spec: damage_cell(s, f, w)) for spec in _damages()]
     cells.insert(-1, ("file-size limit x prefect.db, mid-run (pipeline)", lambda f, w: prefect_limit_mid_run(w)))
+    cells += ending_cells()
     return cells
 
 

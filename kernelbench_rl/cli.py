@@ -66,6 +66,11 @@ COMMAND_EXITS: dict[str, tuple[ExitCode, ...]] = {
 for _name, _codes in COMMAND_EXITS.items():
     if _BUSY in _codes and _name != "serve":  # `serve`'s busy is its port
         COMMAND_EXITS[_name] = tuple(sorted({*_codes, ExitCode.DAMAGED, ExitCode.UNWRITABLE, ExitCode.DISK_FULL}))
+# A Ctrl-C at any moment of a command (its start included) ends it with 130 and one line; `serve` takes Ctrl-C as
+# its way to stop the server and worker it started (0).
+for _name, _codes in COMMAND_EXITS.items():
+    if _name != "serve":
+        COMMAND_EXITS[_name] = tuple(sorted({*_codes, _STOPPED}))
 
 
 def exit_codes_epilog(codes: tuple[ExitCode, ...]) -> str:
@@ -152,15 +157,19 @@ def main() -> None:
         code, reason = int(exc.exit_code), str(exc)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else int(ExitCode.OK) if exc.code is None else int(ExitCode.FAILED)
-    except KeyboardInterrupt:
+    except BaseException:
+        # After a Ctrl-C, whatever it surfaced as (KeyboardInterrupt, or a library's own words for it: DuckDB's
+        # "Query interrupted") is the stop; anything else is a failure of ours, with its traceback.
+        if signals.stop_requested() is None and not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            raise
         code = int(ExitCode.STOPPED)
     finally:
         if code == ExitCode.STOPPED:
             signal_name = signals.signal_name(signals.stop_requested() or signal.SIGINT)
-            reason = reason or f"stopped by {signal_name}"
-            if not signals.stop_was_said():
+            if signals.stop_line_said() is None:
                 typer.echo(f"kernelbench-rl {command_name(sys.argv[1:])}: stopped by {signal_name} before it "
                            "finished; run it again to go on.", err=True)
+            reason = reason or signals.stop_line_said() or f"stopped by {signal_name}"
         run_status.settle_at_exit(code, reason)
     sys.exit(code)
 

@@ -147,10 +147,15 @@ def _report_to_prefect(ended: list[dict[str, Any]]) -> None:
 
 
 def sweep_on_open(db_path: str | os.PathLike[str]) -> None:
-    """A store's first opening in this process: the quick pass of `find_ended_runs`, never raising (the command's
-    own opening says what is wrong with the file)."""
+    """A store's first opening in this process: the quick pass of `find_ended_runs`, then the Prefect marks waiting
+    in this project's Prefect home, applied if a `serve` is up (a file's size looked at when none waits); never
+    raising (the command's own opening says what is wrong with the file)."""
     try:
         find_ended_runs(_store(db_path))
+        from kernelbench_rl import prefect_marks
+        from kernelbench_rl.prefect_home import prefect_home
+
+        prefect_marks.apply_waiting_marks({str(prefect_home())})
     except Exception:  # noqa: BLE001 - best effort
         pass
 

@@ -59,9 +59,9 @@ def hold_sigint_for_exec() -> None:
         os.environ[SIGINT_HELD_ENV] = "1"
 
 
-def stop_was_said() -> bool:
-    """Whether this process made its stop line (stopped_line) before exiting 130."""
-    return bool(_said)
+def stop_line_said() -> str | None:
+    """The stop line this process made (stopped_line) before exiting 130, if it made one."""
+    return _said[-1] if _said else None
 
 
 def stop_requested() -> int | None:
