@@ -828,6 +828,199 @@ def ending_cells() -> list[tuple[str, Callable[[Fixtures, Path], Cell]]]:
     return cells + [(spec.name, lambda f, w, s=spec: damage_cell(s, f, w)) for spec in _ending_damages()]
 
 
+# -- clean results: content checksums, read-only outputs, the env server's requests, a model server's answers -------
+
+def _garble_in_place(file: Path, start: int) -> None:
+    """Bytes from `start` to 16 before the end replaced: the file's size and head are as they were."""
+    data = bytearray(file.read_bytes())
+    data[start:-16] = os.urandom(len(data) - 16 - start)
+    file.write_bytes(bytes(data))
+
+
+def _garble_sampler_weights(folder: Path) -> tuple[bool, list[Path]]:
+    """The newest checkpoint's sampler adapter garbled past its header: safetensors still loads it."""
+    paths = dict(_rows(folder / "kb.duckdb", "SELECT step, sampler_path FROM checkpoints") or [])
+    target = folder / "logs" / "r" / paths[max(paths)] / "adapter_model.safetensors"
+    _garble_in_place(target, 8 + int.from_bytes(target.read_bytes()[:8], "little"))
+    return False, [target]
+
+
+def _read_only_place(folder: Path, move: str | None = None) -> None:
+    """`ro/` made (the cell's `around` makes it immutable), with the fixture's `move` file moved into it."""
+    (folder / "ro").mkdir()
+    if move:
+        shutil.move(str(folder / move), str(folder / "ro" / move))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _result_damages() -> list[Damage]:
+    index = lambda f: f / "rag_index" / "index.faiss"  # noqa: E731
+    return [
+        Damage("garbled in place x index.faiss (retrieve)", ExitCode.DAMAGED,
+               lambda f: _cli("retrieve", "--problem", "L1/19", "--db", str(f / "kb.duckdb"), "--index",
+                              str(f / "rag_index"), "--no-code"),
+               "index", lambda f: _garble_in_place(index(f), 200), _index_rows,
+               says=lambda f: (str(index(f)), "checksum")),
+        Damage("garbled in place x index.faiss (index build)", ExitCode.OK,
+               lambda f: _cli("index", "build", "--db", str(f / "kb.duckdb"), "--index", str(f / "rag_index")),
+               "index", lambda f: _garble_in_place(index(f), 200), _index_rows, check=_rebuilt),
+        Damage("garbled in place x newest checkpoint's sampler weights (train)", ExitCode.OK, lambda f: _train(f, 3),
+               "trained_run", _garble_sampler_weights, _train_steps, max_lines=3, check=_resumed),
+        Damage("unwritable x export --out (export)", ExitCode.UNWRITABLE,
+               lambda f: _cli("export", "--db", str(f / "kb.duckdb"), "--out", str(f / "ro" / "out")), "trained_run",
+               _read_only_place, _train_steps, says=lambda f: (str(f / "ro" / "out"), "writable"),
+               around=lambda f: _immutable(f / "ro")),
+        Damage("unwritable x the database (env serve)", ExitCode.UNWRITABLE,
+               lambda f: _cli("env", "serve", "--device", "cpu", "--db", str(f / "ro" / "kb.duckdb"), "--port",
+                              str(_free_port()), "problems.levels=[1]"),
+               "database", lambda f: _read_only_place(f, "kb.duckdb"), lambda f: _database_rows(f / "ro"),
+               says=lambda f: (str(f / "ro" / "kb.duckdb"),), around=lambda f: _immutable(f / "ro")),
+    ]
+
+
+@contextlib.contextmanager
+def _chat_server(log: Path, port: int, **settings: str) -> Iterator[str]:
+    """tests/chat_server.py (a fake OpenAI-compatible server) in a process of its own; its URL."""
+    import httpx
+
+    env = {**ENV, "CHAT_SERVER_PLAIN": "1", "CHAT_SERVER_ONLY_PROSE": "1",
+           **{f"CHAT_SERVER_{k}": v for k, v in settings.items()}}
+    with log.open("a") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", str(REPO / "tests"), "chat_server:app",
+                                 "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                httpx.get(f"{url}/stats", timeout=2)
+                break
+            except httpx.HTTPError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the chat server did not start: {log.read_text()[-1000:]}") from None
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def bad_answers_cell(kind: str, work: Path) -> Cell:
+    """A model server answering 200s that are no chat completion: for `choices`, L1/1's answers lack `choices`, and
+    eval-model ends partial (code 3), L1/1 without a verdict and the rows it got kept; the same command on a server
+    that answers then sends only L1/1's requests. For `models`, GET /models answers an HTML page: code 3 at once,
+    nothing sent."""
+    import httpx
+
+    choices = kind == "choices"
+    cell = Cell(f"{'no choices in 200s' if choices else 'HTML for GET /models'} x eval-model", ExitCode.BUSY,
+                max_lines=2 if choices else 1)  # partial: the unjudged samples' line and the error's
+    work.mkdir(parents=True)
+    db, port = work / "kb.duckdb", _free_port()
+    command = _cli("eval-model", "--policy", "openai:canned", "--base-url", f"http://127.0.0.1:{port}/v1", "--samples",
+                   "2", "--split", "train", "--max-problems", "2", "--db", str(db), "--run-id", "api", "--timeout", "5",
+                   "--retries", "1", "problems.levels=[1]", "eval.device=cpu", "eval.correctness_trials=1")
+    env = {k: v for k, v in ENV.items() if k != "OPENAI_API_KEY"}
+    bad = {"MALFORMED": "nochoices", "MALFORMED_PROBLEMS": "L1/1"} if choices else {"MODELS_HTML": "1"}
+    with _chat_server(work / "chat.log", port, **bad) as url:
+        run_command(cell, command, env=env)
+        sent = httpx.get(f"{url}/stats").json().get("requests", 0)
+    answered = {r for r in _rows(db, "SELECT problem_id, sample_index FROM model_answers") or []}
+    if not choices:
+        cell.rows_lost = 0
+        if sent:
+            cell.checks.append(f"{sent} request(s) sent after GET /models answered HTML")
+        if "not a model listing" not in cell.message:
+            cell.checks.append("the message does not say GET /models answered no model listing")
+        return cell
+    if "the report above is partial" not in cell.message:
+        cell.checks.append("the message does not say the report is partial")
+    if len(answered) != 2 or "L1/1" in {p for p, _ in answered}:
+        cell.checks.append(f"answers stored: {sorted(answered)}, expected the two of the problem that got answers")
+    with _chat_server(work / "chat.log", port) as url:
+        again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_S)
+        served = httpx.get(f"{url}/stats").json().get("served", {})
+    if again.returncode != 0 or served != {"L1/1": 2}:
+        cell.checks.append(f"the rerun: exit {again.returncode}, sent {served} (expected L1/1's two only)")
+    cell.rows_lost = len(answered - {r for r in _rows(db, "SELECT problem_id, sample_index FROM model_answers") or []})
+    return cell
+
+
+def env_requests_cell(work: Path) -> Cell:
+    """`env serve --max-open-episodes 4` given bad requests over HTTP and its WebSocket (kernrl's transport): four
+    steps whose code holds a lone surrogate get the HTTP path's 422 in an error frame and leave every turn; a
+    5,000-digit problem id is a 422, not a 500; a fifth reset closes the episode idle the longest. SIGTERM then ends
+    the server (code 0); the row of the step it judged is there."""
+    import httpx
+    from websockets.sync.client import connect
+
+    cell = Cell("bad requests x env serve (HTTP and WebSocket)", ExitCode.OK)
+    work.mkdir(parents=True)
+    db, port = work / "env.duckdb", _free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = _cli("env", "serve", "--device", "cpu", "--db", str(db), "--port", str(port), "--max-turns", "3",
+                "--max-open-episodes", "4", "problems.levels=[1]", "eval.correctness_trials=1")
+    with launched(args) as run:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                httpx.get(f"{url}/health", timeout=2)
+                break
+            except httpx.HTTPError:
+                if run.proc.poll() is not None or time.monotonic() > deadline:
+                    cell.checks.append("the server did not start")
+                    break
+                time.sleep(0.3)
+        if not cell.checks:
+            first = httpx.post(f"{url}/reset", json={"problem_id": "L1/19"}, timeout=60).json()["observation"]
+            judged = httpx.post(f"{url}/step", json={"action": {"code": "No kernel today."},
+                                                     "episode_id": first["episode_id"]}, timeout=300)
+            long_id = httpx.post(f"{url}/reset", json={"problem_id": "L1/" + "9" * 5000}, timeout=60)
+            if judged.status_code != 200 or long_id.status_code != 422:
+                cell.checks.append(f"HTTP: a step {judged.status_code}, a 5,000-digit id {long_id.status_code}")
+            with connect(f"ws://127.0.0.1:{port}/ws", open_timeout=60) as ws:
+                ws.send(json.dumps({"type": "reset", "data": {"problem_id": "L1/19"}}))
+                ws.recv(timeout=60)
+                statuses = []
+                for _ in range(4):
+                    ws.send('{"type": "step", "data": {"code": "import torch\\ud800"}}')
+                    statuses.append(json.loads(ws.recv(timeout=60)).get("data", {}).get("status"))
+                ws.send(json.dumps({"type": "state"}))
+                turns = json.loads(ws.recv(timeout=60))["data"]["step_count"]
+            if statuses != [422] * 4 or turns != 0:
+                cell.checks.append(f"WebSocket: surrogate steps answered {statuses}, {turns} turn(s) used")
+            for _ in range(4):
+                httpx.post(f"{url}/reset", json={}, timeout=60)
+            state = httpx.get(f"{url}/state", params={"episode_id": first["episode_id"]}, timeout=60).json()
+            if state.get("end_reason") != "evicted":
+                cell.checks.append(f"the episode idle the longest: {state.get('end_reason')}, not evicted")
+        stored = {r for r in _rows(db, "SELECT step, turn FROM rollouts", read_only=True) or []}
+        run.proc.send_signal(signal.SIGTERM)
+        _wait(cell, run.proc, "SIGTERM")
+    _settle(cell, run, run.err.done())
+    cell.rows_lost = len(stored - {r for r in _rows(db, "SELECT step, turn FROM rollouts") or []})
+    if not stored:
+        cell.checks.append("no row of the judged step")
+    return cell
+
+
+def result_cells() -> list[tuple[str, Callable[[Fixtures, Path], Cell]]]:
+    cells: list[tuple[str, Callable[[Fixtures, Path], Cell]]] = [
+        (spec.name, lambda f, w, s=spec: damage_cell(s, f, w)) for spec in _result_damages()]
+    cells.append(("bad requests x env serve (HTTP and WebSocket)", lambda f, w: env_requests_cell(w)))
+    cells += [(f"{'no choices in 200s' if kind == 'choices' else 'HTML for GET /models'} x eval-model",
+               lambda f, w, k=kind: bad_answers_cell(k, w)) for kind in ("choices", "models")]
+    return cells
+
+
 # -- the matrix ---------------------------------------------------------------------------------------------------
 
 def matrix() -> list[tuple[str, Callable[[Fixtures, Path], Cell]]]:
@@ -838,6 +1031,7 @@ def matrix() -> list[tuple[str, Callable[[Fixtures, Path], Cell]]]:
     cells += [(spec.name, lambda f, w, s=spec: damage_cell(s, f, w)) for spec in _damages()]
     cells.insert(-1, ("file-size limit x prefect.db, mid-run (pipeline)", lambda f, w: prefect_limit_mid_run(w)))
     cells += ending_cells()
+    cells += result_cells()
     return cells
 
 

@@ -221,6 +221,7 @@ def create_app(service: KernelEnvService) -> FastAPI:
             await websocket.close()
             return
         session = KernelEnvironment(service)
+        closing = False  # the client asked to close (else it went away, and there is nothing to close)
         try:
             while True:
                 raw = await websocket.receive_text()
@@ -229,6 +230,7 @@ def create_app(service: KernelEnvService) -> FastAPI:
                 except Exception as exc:  # noqa: BLE001 - ours, not the client's: one sentence, the session goes on
                     answer = _ws_error(f"The server failed on its side ({type(exc).__name__}); send it again.", 500)
                 if answer is None:
+                    closing = True
                     break
                 await websocket.send_text(answer)
         except WebSocketDisconnect:
@@ -236,8 +238,9 @@ def create_app(service: KernelEnvService) -> FastAPI:
         finally:
             await asyncio.to_thread(session.close)
             sessions.release()
-            with contextlib.suppress(RuntimeError):
-                await websocket.close()
+            if closing:
+                with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                    await websocket.close()
 
     # OpenEnv's server for /schema and /metadata (its /ws is shadowed by ours above).
     HTTPEnvServer(lambda: KernelEnvironment(service), KernelAction, KernelObservation,
