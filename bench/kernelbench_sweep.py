@@ -49,7 +49,8 @@ KB_NO_RESULT = {"compiled": False, "correctness": False, "runtime_ms": None, "re
 # timed (overlap, pairing, allocator and launch diagnostics), and what the profile saw.
 _KEPT_VERSIONS = ("transport", "sandbox", "timing_overlap", "profile_error", "timing", "timing_pairing_failed",
                   "timing_diagnostics", "profiler_warmup", "top_kernels", "baseline_timed_in", "baseline_refreshed",
-                  "baseline_child_failed", "device_free_gb", "free_wait_released_gb", "gpu", "baseline_gpu", "cores")
+                  "baseline_child_failed", "device_free_gb", "free_wait_released_gb", "gpu", "baseline_gpu", "cores",
+                  "kernel_credit", "profile_vs_timed", "closing_seed")
 
 
 def select_problems(args: argparse.Namespace, root: Path, default_ids: str | None = None) -> tuple[list[Any], dict[str, Any]]:

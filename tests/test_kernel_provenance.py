@@ -125,3 +125,29 @@ def test_the_child_counts_launches_of_the_candidates_own_triton_functions_only(t
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_profile_with_more_gpu_work_than_the_timed_calls_disagrees():
+    """A kernel that does its own work only when profiled (the profiler's state is readable in its process) and
+    something faster otherwise reads more GPU time profiled than timed; an honest one reads about the same or less
+    (its timed calls flush L2 first)."""
+    from kernelbench_rl.evaluation.timing.device_timing import profile_agrees_with_timing
+
+    assert profile_agrees_with_timing(3.0, 1.0)[0]  # the profile saw 3 ms of work, the timed calls took 1 ms
+    assert not profile_agrees_with_timing(1.1, 1.0)[0]
+    assert not profile_agrees_with_timing(0.9, 1.0)[0]
+    assert not profile_agrees_with_timing(0.04, 0.01)[0]  # tiny kernels: within the slack
+    assert not profile_agrees_with_timing(5.0, None)[0]  # nothing timed: nothing to compare
+    disagrees, text = profile_agrees_with_timing(2.0, 1.0)
+    assert disagrees and "2.00x" in text
+
+
+def test_share_flags_and_how_many_forwards_are_profiled():
+    from kernelbench_rl.evaluation.result import Flag
+    from kernelbench_rl.evaluation.timing.device_timing import profile_count, share_flags
+
+    assert share_flags(0, 0.0) == [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
+    assert share_flags(3, 0.05) == [Flag.LOW_KERNEL_SHARE.value, Flag.HACK.value]
+    assert share_flags(3, 0.3) == [Flag.LOW_KERNEL_SHARE.value]
+    assert share_flags(3, 0.9) == []
+    assert profile_count(0.001) == 2 and profile_count(1.0) == 1 and profile_count(None) == 1

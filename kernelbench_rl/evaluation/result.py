@@ -101,6 +101,9 @@ class Flag(str, Enum):
     # The times the candidate's process reported disagree with the worker's own clock over the same calls
     # (device_timing.host_clock_check): the timing was faked; a hack.
     CLOCK_DISAGREES = "clock_disagrees"
+    # The profiled forwards did more GPU work than the timed calls took (device_timing.profile_agrees_with_timing): what
+    # was timed is not what the work share was read from.
+    PROFILE_DISAGREES = "profile_disagrees"
 
 
 # Flags that say the work or the time of a correct verdict cannot be trusted. A verdict carrying any of them earns no
@@ -110,7 +113,7 @@ class Flag(str, Enum):
 # every flag is either here or named as harmless there).
 DOUBT_FLAGS: frozenset[str] = frozenset({
     Flag.LOW_KERNEL_SHARE.value, Flag.BELOW_SPEED_OF_LIGHT.value, Flag.CLOCK_DISAGREES.value,
-    Flag.BACKEND_NOT_USED.value, Flag.INPUT_MUTATED.value,
+    Flag.BACKEND_NOT_USED.value, Flag.INPUT_MUTATED.value, Flag.PROFILE_DISAGREES.value,
 })
 
 

@@ -70,6 +70,7 @@ FLAG_MEANING: dict[str, str] = {
     Flag.NO_SPEEDUP_ON_CPU.value: "judged on the CPU: nothing timed",
     Flag.BELOW_SPEED_OF_LIGHT.value: "timed faster than the problem's physical floor allows",
     Flag.CLOCK_DISAGREES.value: "the reported times disagree with the worker's own clock (set with hack)",
+    Flag.PROFILE_DISAGREES.value: "the profiled forwards did more GPU work than the timed calls took",
 }
 
 # The flags a verdict carries together (the evaluator never sets the first without the others).

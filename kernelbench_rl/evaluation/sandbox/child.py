@@ -496,7 +496,22 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         wire.send_json(conn, {"event": "host_timed", "median_ms": ms, "tampered": clock.tampered()})
         return []
 
-    forwards = {"warm": warm, "check": check, "time": timed, "host_time": host_timed}
+    def profiled(command: dict[str, Any]) -> timing.Calls:
+        # A checked call under the profiler: its outputs go back and are compared like any seed's, so the forward the
+        # work share is read from must itself be right (sandbox/launch_record.py counts the candidate's launches).
+        t = time.perf_counter()
+        inputs = inputs_for_seed(int(command["seed"]))
+        if device == "cuda":
+            _poison_allocator(int(command.get("poison_bytes", 64 << 20)))
+        rows, output, problem_text = yield from profiled_calls(inputs)
+        spans.add("profile", t)
+        outputs = plain_outputs(output)
+        return wire.send_tensors(conn, "profiled", {"outputs": outputs}, use_ipc, {
+            "kernels": rows, "error": problem_text, "launches": launch_record.snapshot(),
+            "numerics_changed": numerics.changed(settings_before), "aliases": input_aliases(outputs, inputs),
+            **spans.take()}, spill_dir)
+
+    forwards = {"warm": warm, "check": check, "time": timed, "host_time": host_timed, "profile": profiled}
 
     def forwards_of(command: dict[str, Any]) -> timing.Calls:
         """A command's forwards, as the one kind of generator every command gives timing.drive."""
@@ -525,16 +540,6 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
                 wire.send_json(conn, {"event": "built", "seconds": time.perf_counter() - t, **spans.take()})
                 if launches is not None:
                     launches.clear()  # count only what forward launches
-            elif cmd == "profile":
-                t = time.perf_counter()
-                inputs = inputs_for_seed(int(command["seed"]))
-                try:
-                    kernels, problem_text = _profile(model, inputs), ""
-                except Exception as exc:  # noqa: BLE001 - the profiler itself failing is not the kernel's fault
-                    kernels, problem_text = None, short_error(exc)
-                spans.add("profile", t)
-                wire.send_json(conn, {"event": "profiled", "kernels": kernels, "error": problem_text,
-                                      "launches": launch_record.snapshot(), **spans.take()})
             elif cmd == "exit":
                 return
             else:
@@ -599,48 +604,76 @@ def _poison_allocator(nbytes: int) -> None:
         torch.cuda.empty_cache()
 
 
-def _profile(model: Any, inputs: list[Any]) -> list[list[Any]]:
-    """[name, launches, device microseconds] for every GPU activity of one forward.
+def profiled_calls(inputs: list[Any]) -> timing.Calls:
+    """One profiled forward on `inputs`, as a generator timing.drive runs (the forward is made from the same line as
+    every other, so its stack tells nothing); returns ([name, launches, device microseconds, each launch's
+    microseconds] for every GPU activity, its output, the profiler's own failure or "").
 
-    Runs after the timing trials, so the model is warm. The raw Kineto API is tried first: it skips
-    building torch.profiler's Python event tree, most of the profiler's cost for a one-forward trace.
-    If that API is missing or records no GPU activity at all (a false "no kernel launched" would flag a
-    hack), the full torch.profiler path decides.
-    """
+    Runs after the timing trials, so the model is warm. The raw Kineto API is tried first: it skips building
+    torch.profiler's Python event tree, most of the profiler's cost for a one-forward trace. If that API is missing or
+    records no GPU activity at all (a false "no kernel launched" would flag a hack), the full torch.profiler path
+    decides. A forward that raises is the kernel's fault like any other (it reaches the caller after the profiler is
+    stopped); only the profiler failing is not."""
+    session = None
     try:
-        rows = _profile_raw(model, inputs)
-        if rows:
-            return rows
+        session = _RawProfile()
     except Exception:  # noqa: BLE001 - private API: fall back to the public one
-        pass
-    return _profile_full(model, inputs)
+        session = None
+    if session is not None:
+        try:
+            output = (yield inputs).pop()
+            torch.cuda.synchronize()
+        finally:
+            rows = session.stop()
+        if rows:
+            return rows, output, ""
+        del output
+    from torch.profiler import ProfilerActivity, profile
 
-
-def _profile_raw(model: Any, inputs: list[Any]) -> list[list[Any]]:
-    from torch._C._profiler import _ExperimentalConfig
-    from torch.autograd import (
-        DeviceType, ProfilerActivity, ProfilerConfig, ProfilerState, _disable_profiler, _enable_profiler,
-        _prepare_profiler,
-    )
-
-    config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
-    activities = {ProfilerActivity.CUDA}
-    _prepare_profiler(config, activities)
+    (yield inputs).pop()  # warm: keep compilation out of the profile
     torch.cuda.synchronize()
-    launch_record.reset()
-    _enable_profiler(config, activities)
     try:
-        with torch.no_grad():
-            model(*inputs)
+        prof = profile(activities=[ProfilerActivity.CUDA])
+        prof.__enter__()
+    except Exception as exc:  # noqa: BLE001 - the profiler itself failing is not the kernel's fault
+        output = (yield inputs).pop()
+        return None, output, short_error(exc)
+    launch_record.reset()
+    try:
+        output = (yield inputs).pop()
         torch.cuda.synchronize()
     finally:
-        result = _disable_profiler()
-    durations: dict[str, list[float]] = {}
-    for event in result.events():
-        if event.device_type() != DeviceType.CUDA:
-            continue
-        durations.setdefault(event.name(), []).append(event.duration_ns() / 1000.0)
-    return _profile_rows(durations)
+        prof.__exit__(None, None, None)
+    return _full_rows(prof), output, ""
+
+
+class _RawProfile:
+    """The raw Kineto API around one forward: started on construction, `stop()` gives the rows (None if it failed)."""
+
+    def __init__(self) -> None:
+        from torch._C._profiler import _ExperimentalConfig
+        from torch.autograd import ProfilerActivity, ProfilerConfig, ProfilerState, _enable_profiler, _prepare_profiler
+
+        config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
+        activities = {ProfilerActivity.CUDA}
+        _prepare_profiler(config, activities)
+        torch.cuda.synchronize()
+        launch_record.reset()
+        _enable_profiler(config, activities)
+
+    def stop(self) -> list[list[Any]] | None:
+        try:
+            from torch.autograd import DeviceType, _disable_profiler
+
+            result = _disable_profiler()
+            durations: dict[str, list[float]] = {}
+            for event in result.events():
+                if event.device_type() != DeviceType.CUDA:
+                    continue
+                durations.setdefault(event.name(), []).append(event.duration_ns() / 1000.0)
+            return _profile_rows(durations)
+        except Exception:  # noqa: BLE001 - the full profiler decides
+            return None
 
 
 def _profile_rows(durations: dict[str, list[float]]) -> list[list[Any]]:
@@ -652,17 +685,9 @@ def _profile_rows(durations: dict[str, list[float]]) -> list[list[Any]]:
 PROFILE_EVENTS = 4096
 
 
-def _profile_full(model: Any, inputs: list[Any]) -> list[list[Any]]:
+def _full_rows(prof: Any) -> list[list[Any]]:
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
 
-    with torch.no_grad():
-        model(*inputs)  # warm: keep compilation out of the profile
-        torch.cuda.synchronize()
-        launch_record.reset()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            model(*inputs)
-            torch.cuda.synchronize()
     durations: dict[str, list[float]] = {}
     for event in prof.events():
         if event.device_type != DeviceType.CUDA:
