@@ -82,9 +82,10 @@ def test_the_script_exits_1_on_a_failed_cell_and_2_on_an_only_naming_none(tmp_pa
 def test_only_picks_cells_by_part_of_their_names() -> None:
     names = [name for name, _ in matrix.select(["SIGTERM", "index.faiss"])]
     assert names == ["SIGTERM x sft", "SIGTERM x train", "SIGTERM x pipeline", "garbled x index.faiss (retrieve)",
-                     "garbled x index.faiss (index build)"]
+                     "garbled x index.faiss (index build)", "garbled in place x index.faiss (retrieve)",
+                     "garbled in place x index.faiss (index build)"]
     everything = [name for name, _ in matrix.select([])]
-    assert len(everything) == len(set(everything)) == 25
+    assert len(everything) == len(set(everything)) == 41
     listed = subprocess.run([sys.executable, str(SCRIPT), "--list", "--only", "kb.duckdb"], capture_output=True,
                             text=True, timeout=300)
     assert listed.returncode == 0 and listed.stdout.split("\n")[0] == "truncated x kb.duckdb (sql)"
