@@ -6,6 +6,8 @@ a problem id longer than any is a 4xx, never a 500."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -112,6 +114,13 @@ def test_problem_ids_past_the_bound_are_one_sentence_wherever_they_are_parsed():
             parse_problem_id(long_id)
         with pytest.raises(UserError):
             resolve_problem(long_id, [named("L1/19")])
+
+    relu = Path(__file__).resolve().parents[1] / "KernelBench" / "solutions" / "level1" / "19_ReLU.py"
+    for command in (["problems", "show", LONG_ID], ["eval", "--problem", LONG_ID, "--kernel", str(relu)]):
+        done = subprocess.run([sys.executable, "-m", "kernelbench_rl.cli", *command], capture_output=True, text=True,
+                              timeout=300, cwd=relu.parents[3])
+        (line,) = done.stderr.strip().splitlines()
+        assert done.returncode == ExitCode.BAD_INPUT and f"at most {MAX_PROBLEM_ID_CHARS}" in line, done.stderr[-2000:]
 
 
 @pytest.fixture()
