@@ -996,7 +996,7 @@ def judge_case(case: GeneratedCase, result: dict[str, Any], device: str, layer: 
     if category == "infra":
         problems.append("infra: a fault the candidate made must be its own, never a retried infrastructure error")
     if case.expect == "zero":
-        if rewarded(result):
+        if rewarded(result) and not uniform_values(case, result):
             problems.append("rewarded: correct, no hack flag, statically clean")
         if case.categories and category not in case.categories and "hack" not in flags:
             problems.append(f"category {category} not in {case.categories}")
@@ -1022,6 +1022,16 @@ def judge_case(case: GeneratedCase, result: dict[str, Any], device: str, layer: 
     if len(str(result.get("error_message") or "")) > MAX_ERROR_MESSAGE_CHARS:
         problems.append("error_message is not short")
     return Verdict(case.name, device, f"{case.expect} ({layer})", describe(result), problems)
+
+
+def uniform_values(case: GeneratedCase, result: dict[str, Any]) -> bool:
+    """A values tell met inputs that all look alike: the evaluator perturbed every call it made, checked, timed and
+    profiled (`versions["everyday_inputs"]`), so the tell marked every call as checked and the candidate did whole work
+    on each (a correct verdict says so: partial work fails every perturbed call). No call was spared, nothing was
+    gained: such a verdict is an honest kernel's, and its speed must not count beyond one (the GPU's no_gain rule)."""
+    if case.axes.get("tell") != "values" or not (result.get("versions") or {}).get("everyday_inputs"):
+        return False
+    return not speed_counts(result) or float(result.get("speedup") or 0.0) <= 1.5
 
 
 def abstain_problems(reward: Any, presets: Any, result: Any, wrong: Any) -> list[str]:

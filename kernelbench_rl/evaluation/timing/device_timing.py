@@ -22,7 +22,7 @@ from kernelbench_rl.evaluation import trace
 from kernelbench_rl.evaluation.sandbox import wire
 from kernelbench_rl.evaluation.source import kernels
 from kernelbench_rl.evaluation.timing import timing
-from kernelbench_rl.evaluation.verdict import faults
+from kernelbench_rl.evaluation.verdict import faults, sensitivity
 from kernelbench_rl.evaluation.worker import children
 from kernelbench_rl.evaluation.timing import floor as floors
 from kernelbench_rl.evaluation.worker.children import Child, stopped
@@ -422,6 +422,9 @@ class CandidateTiming:
         reference_ms = float(base["eager_ms"] or 0.0)
         deadline = max(deadline, time.monotonic() + timing_window_s(calls, settings.warmup_trials, reference_ms, 0.0))
         seeds = [secrets.randbits(31) for _ in range(calls)]
+        # Every call the candidate makes carries the problem's perturbation where it has one, timed, re-timed and
+        # profiled calls as well as checked ones (sensitivity.everyday_variant): no value of an input tells them apart.
+        everyday = sensitivity.everyday_variant(state.discrimination_for(precision, payload.get("input_variant")))
         verify_trials = (state.plan.verify_trials if state.plan is not None else 2) if VERIFY_TIMED_OUTPUTS else 0
         verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
         paired_ms: list[float] = []
@@ -435,7 +438,7 @@ class CandidateTiming:
             solo_walls = BlockWall()
             times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
                                      diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None,
-                                     walls=solo_walls)
+                                     walls=solo_walls, variant=everyday)
         solo = timing.TimingRecord(times_ms=times)
         kernel_walls, reference_walls = solo_walls, state.reference_walls.get(precision)
         # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
@@ -463,7 +466,8 @@ class CandidateTiming:
                                 block_seeds = [secrets.randbits(31) for _ in indices]
                                 block_times = self._time_block(child, state, settings, result, block_seeds,
                                                                [0] if number == 0 and VERIFY_TIMED_OUTPUTS else [], warmup, deadline, indices,
-                                                               diagnostics=kernel_diagnostics, walls=paired_kernel_walls)
+                                                               diagnostics=kernel_diagnostics, walls=paired_kernel_walls,
+                                                               variant=everyday)
                                 by_index.update(zip(indices, block_times))
                                 continue
                             try:
@@ -520,7 +524,7 @@ class CandidateTiming:
             if not retimed:
                 # The solo trials' kept outputs are checked before the child's next command.
                 self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))
-                retimed.append(self._host_speedup(child, state, settings, calls, deadline))
+                retimed.append(self._host_speedup(child, state, settings, calls, deadline, everyday))
                 result.host_speedup = retimed[0]
             return retimed[0]
 
@@ -542,7 +546,7 @@ class CandidateTiming:
         with untimed:
             self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))
             t = time.perf_counter()
-            profiles = [self._profile_once(child, state, settings, result, deadline)
+            profiles = [self._profile_once(child, state, settings, result, deadline, everyday)
                         for _ in range(profile_count(state.forward_s))]
             trace.record(trace.who_of(child), "profile", t)
             result.phase_seconds["profile"] = time.perf_counter() - t
@@ -580,20 +584,22 @@ class CandidateTiming:
         return None
 
     def _profile_once(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
-                      deadline: float) -> dict[str, Any]:
+                      deadline: float, variant: dict | None = None) -> dict[str, Any]:
         """One profiled forward on a fresh hidden seed; its outputs are checked like a timed call's (wrong ones are a
         hack: the forward the work share is read from must itself be right). The child's header."""
         seed = secrets.randbits(31)
         with state.lock:
-            reference = self.references.reference_outputs(state, settings.precision, seed, cache=False)
+            reference = self.references.reference_outputs(state, settings.precision, seed, cache=False,
+                                                          variant=variant)
         poison = (state.plan.poison_bytes if state.plan is not None
                   else 2 * sum(r.numel() * r.element_size() for r in reference) + (32 << 20))
-        children.send(child, {"cmd": "profile", "seed": seed, "poison_bytes": poison}, "profiling")
+        children.send(child, {"cmd": "profile", "seed": seed, "poison_bytes": poison, "variant": variant}, "profiling")
         header = children.expect(child, {"profiled"}, deadline - time.monotonic(), "profiling")
         faults.numerics_unchanged(header, result)
         faults.aliasing_allowed([header.get("aliases")], state.output_aliases)
         received = children.receive(child, header, reference, state.input_bytes, self.transport)
-        outcome = self.references.compare(state, settings.precision, seed, None, reference, received.get("outputs", []))
+        outcome = self.references.compare(state, settings.precision, seed, variant, reference,
+                                          received.get("outputs", []))
         del received, reference
         if not outcome.ok:
             result.flags.append(Flag.HACK.value)
@@ -601,13 +607,13 @@ class CandidateTiming:
         return header
 
     def _host_speedup(self, child: Child, state: ProblemState, settings: EvalSettings, calls: int,
-                      deadline: float) -> float | None:
+                      deadline: float, variant: dict | None = None) -> float | None:
         """The reference's time over the candidate's, both timed on the host clock around each forward (`host_time`);
         None when the candidate's reads nothing or its clock functions were replaced."""
         host_seeds = [secrets.randbits(31) for _ in range(host_calls(calls))]
         with self.quiet_gate.quiet():
-            children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": state.fresh_buffers()},
-                          "re-timing on the host clock")
+            children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": state.fresh_buffers(),
+                                  "variant": variant}, "re-timing on the host clock")
             host = children.expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
             candidate_host = float(host.get("median_ms") or 0.0)
             # As for the first baseline: a thread of the candidate's own must not load the device meanwhile.
@@ -687,14 +693,15 @@ class CandidateTiming:
     def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                     seeds: list[int], verify: list[int], warmup: int, deadline: float,
                     indices: list[int] | None = None, diagnostics: list[dict] | None = None,
-                    kept_out: dict[str, Any] | None = None, walls: BlockWall | None = None) -> list[float]:
+                    kept_out: dict[str, Any] | None = None, walls: BlockWall | None = None,
+                    variant: dict | None = None) -> list[float]:
         """The candidate's timed trials on `seeds` (added to `walls` as the worker's clock saw them); the outputs of the trials at positions `verify` are checked
         against the reference, or, with `kept_out`, left there for `_verify_kept` (before the child's next
         command). `indices` number the trials in messages (default: their positions); the child's timing
         diagnostics are appended to `diagnostics`."""
         mark = time.perf_counter()
         children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
-                           "fresh_buffers": state.fresh_buffers()}, "timing")
+                              "fresh_buffers": state.fresh_buffers(), "variant": variant}, "timing")
         header = children.expect(child, {"timed"}, deadline - time.monotonic(), "timing")
         wall = time.perf_counter() - mark  # the worker's clock: out of the candidate's reach
         trace.record(trace.who_of(child), "time_block", mark)
@@ -721,7 +728,7 @@ class CandidateTiming:
                     add_seconds(result, f"timing_child_{part}", float(seconds))
             if diagnostics is not None:
                 diagnostics.append(header["diagnostics"])
-        pending = {"verify": list(verify), "indices": indices, "outputs": kept}
+        pending = {"verify": list(verify), "indices": indices, "outputs": kept, "variant": variant}
         if kept_out is not None:
             kept_out.update(pending)
         else:
@@ -734,12 +741,14 @@ class CandidateTiming:
         """Checks the timed outputs `_time_block` kept (once: `pending` is emptied) against the reference's on the
         same seeds; wrong values while timed are a hack."""
         verify, indices, kept = pending.pop("verify", []), pending.pop("indices", None), pending.pop("outputs", {})
+        variant = pending.pop("variant", None)
         mark = time.perf_counter()
         for position in verify:
             with state.lock:
-                reference = self.references.reference_outputs(state, settings.precision, seeds[position], cache=False)  # one-off seeds
-            outcome = self.references.compare(state, settings.precision, seeds[position], None, reference,
-                                    kept.get(f"trial_{position}", []))
+                reference = self.references.reference_outputs(state, settings.precision, seeds[position], cache=False,
+                                                              variant=variant)  # one-off seeds
+            outcome = self.references.compare(state, settings.precision, seeds[position], variant, reference,
+                                              kept.get(f"trial_{position}", []))
             if not outcome.ok:
                 trial = indices[position] if indices else position
                 result.flags.append(Flag.HACK.value)

@@ -143,6 +143,17 @@ class Sensitivity:
         return f"{text} ({'; '.join(self.notes)})" if self.notes else text
 
 
+def everyday_variant(found: Any) -> Variant | None:
+    """The perturbation every call of a candidate carries, checked or timed (None where the problem has none, or the
+    sensitivity seeds are off). A perturbed seed told apart from the problem's own inputs by its values (runs set
+    above the input's range) let a kernel do whole work there and part of it everywhere else; with every call
+    perturbed alike, no value tells a checked call from a timed one, and partial work fails wherever it is checked."""
+    audited = getattr(found, "sensitivity", None)
+    if audited is None or audited.perturbation is None or not enabled():
+        return None
+    return audited.perturbation
+
+
 def seeds_in(summary: str) -> int:
     """How many sensitivity seeds a verdict's `versions["sensitivity"]` says ran (0 when off or not audited)."""
     head = summary.split(" ", 1)[0]
