@@ -17,6 +17,8 @@
 #   node [IDS]              <= 560 s on 4 or 8 GPUs: identity on all GPUs and on GPU 0, eval_scaling.py on 1, 2, 4 GPUs,
 #                           bench/node_summary.py (.kb; NODE_* variables)
 #   verify                  <= 585 s on 2+ GPUs: red team and the warm batch per VERIFY_AB on GPU 0, identity on the rest
+#   invariants              <= INV_BUDGET (240) s: bundled Triton solutions at real size (honest work credited, profiles
+#                           agreeing, every call perturbed), then the GPU-only red-team classes (.kb); one archive
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
@@ -24,7 +26,7 @@ mkdir -p "$OUT"
 MODE=${1:-}
 ARG2=${2:-}
 case "$MODE" in
-  redteam|same-mix|eval-scaling|rl-step|gpu-tests|kb-identity|kb-solutions|kb-harness|kr-identity|grpo-batch|grpo-ab|node|verify) ;;
+  redteam|same-mix|eval-scaling|rl-step|gpu-tests|kb-identity|kb-solutions|kb-harness|kr-identity|grpo-batch|grpo-ab|node|verify|invariants) ;;
   *) echo "device_suite.sh: no mode ${MODE:-given}; one of:"; grep '^#   ' "$0" | cut -c3-; exit 2 ;;
 esac
 SUITE_START=$(date +%s)
@@ -235,6 +237,27 @@ print(','.join(map(str, a)), ','.join(map(str, b)))" "$GPUS")
     [ -d /tmp/qwen1.5b-random ] && [ $LEFT -gt 60 ] && timeout $LEFT python3 bench/batched_sampling.py \
       --base-model /tmp/qwen1.5b-random --device cuda --tokens ${SAMPLING_TOKENS:-256} --repeats 1 \
       --out "$OUT/batched_sampling.json" 2>&1 | tee "$OUT/batched_sampling.log" ;;
+  invariants)
+    # What the reward's invariants change on a GPU, in one short call: honest Triton kernels at KernelBench's sizes must
+    # stay correct and unflagged (credited by launch record, profiled forwards checked and agreeing with the timed
+    # calls), then the red-team classes that only a GPU can run (timed-call tells, library-named kernels, hand-made
+    # out-of-memory errors).
+    if [ ! -d .kb/KernelBench ]; then echo "invariants needs .kb/ carried along" | tee "$OUT/invariants.log"; exit 2; fi
+    I=/tmp/invariants; rm -rf "$I" && mkdir -p "$I"
+    BUDGET=${INV_BUDGET:-240}
+    timeout $(( BUDGET * 55 / 100 )) python3 bench/kernelbench_sweep.py solutions --kernelbench-root .kb \
+      --budget-s $(( BUDGET * 45 / 100 )) --out "$I/kb_solutions.json" > "$I/kb_solutions.log" 2>&1
+    echo "solutions rc $? at $(( $(date +%s) - SUITE_START )) s" | tee -a "$I/parts.log"
+    LEFT=$(( BUDGET - ( $(date +%s) - SUITE_START ) ))
+    set -f  # the case patterns are fnmatch patterns for the script, not the shell's
+    CASES=(${INV_CASES:-observe-cheat_when_timed-* provenance-named_like_library-* abstain-own_out_of_memory-*})
+    set +f
+    timeout $LEFT python3 bench/gpu_redteam.py --generated all --no-hand-written --budget-s $(( LEFT - 30 )) \
+      --only "${CASES[@]}" --out "$I/redteam_gpu.json" > "$I/redteam.log" 2>&1
+    echo "redteam rc $? at $(( $(date +%s) - SUITE_START )) s" | tee -a "$I/parts.log"
+    grep -v "^ours  \[" "$I/kb_solutions.log" | tail -12 | tee -a "$OUT/invariants.log"
+    tail -25 "$I/redteam.log" | tee -a "$OUT/invariants.log"
+    tar -czf "$OUT/invariants.tar.gz" -C "$I" . ;;
   redteam)
     # The generated classes (tests/hacks/generated.py) after the hand-written cases; no batch starts in the last 45 s,
     # so the report lists what the budget left out. The whole product over several calls:
