@@ -422,9 +422,14 @@ class CandidateTiming:
         reference_ms = float(base["eager_ms"] or 0.0)
         deadline = max(deadline, time.monotonic() + timing_window_s(calls, settings.warmup_trials, reference_ms, 0.0))
         seeds = [secrets.randbits(31) for _ in range(calls)]
-        # Every call the candidate makes carries the problem's perturbation where it has one, timed, re-timed and
-        # profiled calls as well as checked ones (sensitivity.everyday_variant): no value of an input tells them apart.
+        # The profiled forwards carry the problem's perturbation where it has one, as the checked calls do
+        # (sensitivity.everyday_variant). The timed calls do not: the worker's clock check compares the kernel's loop
+        # with the reference's, and perturbing one side's inputs only made its loop slower by the perturbation's own
+        # cost (an H200, 2026-11-28: 9 of 10 honest solutions flagged clock_disagrees). A kernel that does whole work
+        # on perturbed inputs and part of it on plain ones then reads more GPU work profiled than timed
+        # (profile_disagrees). Timing both sides on perturbed inputs is the way to close it (`timed_variant`).
         everyday = sensitivity.everyday_variant(state.discrimination_for(precision, payload.get("input_variant")))
+        timed_variant = None
         verify_trials = (state.plan.verify_trials if state.plan is not None else 2) if VERIFY_TIMED_OUTPUTS else 0
         verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
         paired_ms: list[float] = []
@@ -438,7 +443,7 @@ class CandidateTiming:
             solo_walls = BlockWall()
             times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
                                      diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None,
-                                     walls=solo_walls, variant=everyday)
+                                     walls=solo_walls, variant=timed_variant)
         solo = timing.TimingRecord(times_ms=times)
         kernel_walls, reference_walls = solo_walls, state.reference_walls.get(precision)
         # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
@@ -467,7 +472,7 @@ class CandidateTiming:
                                 block_times = self._time_block(child, state, settings, result, block_seeds,
                                                                [0] if number == 0 and VERIFY_TIMED_OUTPUTS else [], warmup, deadline, indices,
                                                                diagnostics=kernel_diagnostics, walls=paired_kernel_walls,
-                                                               variant=everyday)
+                                                               variant=timed_variant)
                                 by_index.update(zip(indices, block_times))
                                 continue
                             try:
@@ -524,7 +529,7 @@ class CandidateTiming:
             if not retimed:
                 # The solo trials' kept outputs are checked before the child's next command.
                 self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))
-                retimed.append(self._host_speedup(child, state, settings, calls, deadline, everyday))
+                retimed.append(self._host_speedup(child, state, settings, calls, deadline, timed_variant))
                 result.host_speedup = retimed[0]
             return retimed[0]
 
