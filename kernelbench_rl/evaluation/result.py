@@ -16,7 +16,7 @@ from typing import Any, Literal
 RESULT_SCHEMA_VERSION = 1
 # Part of every verdict's cache key: bump it when a change to the evaluator can change a verdict or a
 # timing, so verdicts from before it are never served again.
-EVALUATOR_VERSION = "2026.11.4-outputs-of-every-kind"
+EVALUATOR_VERSION = "2026.11.5-invariants"
 
 Backend = Literal["triton", "cuda"]
 Precision = Literal["fp32", "fp16", "bf16"]
