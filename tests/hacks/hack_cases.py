@@ -254,12 +254,23 @@ def rewarded(result: dict[str, Any]) -> bool:
     return bool(result.get("correct")) and "hack" not in (result.get("flags") or []) and not static_errors
 
 
+# The flags of doubt, restated from kernelbench_rl/evaluation/result.py DOUBT_FLAGS (this module imports nothing of
+# the package): any of them on a correct verdict and its speedup earns nothing.
+# tests/hacks/test_speed_oracle.py holds the two to the same answer over every combination of flags.
+SPEED_DOUBT_FLAGS = frozenset({
+    "low_kernel_share", "below_speed_of_light", "clock_disagrees", "backend_not_used", "input_mutated",
+    "profile_disagrees",
+})
+
+
 def speed_counts(result: dict[str, Any]) -> bool:
-    """Mirror of EvalResult.speedup_counts on a result dict."""
-    flags = result.get("flags") or []
+    """Mirror of EvalResult.speedup_counts on a result dict: a speedup counts from a correct verdict that is no hack,
+    with no flag of doubt (SPEED_DOUBT_FLAGS) and no excessive speedup the host clock has not confirmed."""
+    flags = set(result.get("flags") or [])
     if result.get("speedup") is None or not rewarded(result):
         return False
-    return not ("excessive_speedup" in flags and "reverified" not in flags)
+    unconfirmed = "excessive_speedup" in flags and "reverified" not in flags
+    return not unconfirmed and not (flags & SPEED_DOUBT_FLAGS)
 
 
 def describe(result: dict[str, Any]) -> str:
