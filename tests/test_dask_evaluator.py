@@ -247,13 +247,24 @@ def test_an_evaluation_worker_whose_orchestrator_died_during_start_exits(tmp_pat
 
     from kernelbench_rl.evaluation.front.pool import PACKAGE_PARENT
 
+    from proc_tree import descendants, still_alive_after
+
     log = open(tmp_path / "worker.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "kernelbench_rl.evaluation.worker.worker_process", "--device", "cpu"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=PACKAGE_PARENT,
                             env={**os.environ, "PYTHONPATH": PACKAGE_PARENT}, start_new_session=True)
     proc.stdout.close()  # the orchestrator is gone before the worker says it is ready
+    started: set[int] = set()  # what the worker started meanwhile (its zygote, warm children), seen while it ran
     try:
-        assert proc.wait(timeout=60) is not None
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            started |= descendants(proc.pid)
+            time.sleep(0.05)
+        assert proc.poll() is not None, "the worker still runs 60 s after its orchestrator went away"
+        # An orderly stop (main returned after the failed ready), not a crash or a signal
+        assert proc.returncode == 0, (proc.returncode, (tmp_path / "worker.log").read_text(errors="replace")[-2000:])
+        assert started, "the worker started no zygote: the test no longer stops it mid-start"
+        assert still_alive_after(started, 30) == [], "the worker's processes outlived it"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
