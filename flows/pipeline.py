@@ -34,7 +34,8 @@ from kernelbench_rl.commands.signals import (
 )
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.training.checkpoints import check_run_files
-from kernelbench_rl import ownership, run_status
+from kernelbench_rl import ownership
+from kernelbench_rl.store import endings
 from flows.ingest import ingest_corpus
 from tasks._stops import cancelled_on_stop, is_stop
 from tasks.training import publish_training_curves, sft_warm_start
@@ -93,7 +94,7 @@ def pipeline(
     overrides = selection.overrides
     with ownership.owning(db_path, run_id):  # the whole pipeline owns the run: a second one stops here
         print(selection.line)
-        previous = run_status.previous_attempt(db_path, run_id)
+        previous = endings.previous_attempt(db_path, run_id)
         if previous:
             print(f"run {run_id}: {previous}")
         _record_start(db_path, run_id)
@@ -101,9 +102,9 @@ def pipeline(
             result = _stages(run_id, config, overrides, db_path, log_dir, corpus_sources, build_rag_index,
                              train_steps, levels, num_problems, eval_samples, eval_max_problems, rebuild_index)
         except BaseException as exc:
-            run_status.pipeline_ended(db_path, run_id, stopped=is_stop(exc), error=exc)
+            endings.pipeline_ended(db_path, run_id, stopped=is_stop(exc), error=exc)
             raise
-        run_status.pipeline_ended(db_path, run_id)
+        endings.pipeline_ended(db_path, run_id)
         return result
 
 
@@ -118,7 +119,7 @@ def _record_start(db_path: str, run_id: str) -> None:
 
     api_url = prefect.settings.PREFECT_API_URL.value() or None
     home = str(prefect.settings.get_current_settings().home)
-    run_status.pipeline_started(db_path, run_id, flow_run_id=flow_run.get_id(), prefect_api_url=api_url,
+    endings.pipeline_started(db_path, run_id, flow_run_id=flow_run.get_id(), prefect_api_url=api_url,
                                 prefect_home=home)
     prefect_marks.apply_pending(home, api_url)
 
@@ -152,7 +153,7 @@ def _stages(run_id: str, config: str, overrides: list[str], db_path: str, log_di
     warm_start = sft_warm_start(cfg) if cfg.sft.enabled else None
     trained = curriculum(run_id=run_id, config=config, overrides=overrides, db_path=db_path, log_dir=log_dir,
                          train_steps=train_steps, levels=levels, num_problems=num_problems)
-    run_status.pipeline_started(db_path, run_id)  # training finished; the pipeline runs on (its evaluation)
+    endings.pipeline_started(db_path, run_id)  # training finished; the pipeline runs on (its evaluation)
     table = evaluate_checkpoint(run_id=run_id, checkpoint="latest", compare_base=True, config=config,
                                 overrides=overrides, db_path=db_path, log_dir=log_dir,
                                 samples_per_problem=eval_samples, split="holdout", max_problems=eval_max_problems,
@@ -173,7 +174,7 @@ def main() -> None:
     # the flow run Cancelled, one line is said and the exit code is 130; Prefect's logs of the stop are quieted.
     install_stop_handlers()
     quiet_logs_after_stop()
-    run_status.FOUND_BY = "`kernelbench-rl pipeline`"
+    endings.FOUND_BY = "`kernelbench-rl pipeline`"
     parser = pipeline_arg_parser(description=__doc__)
     args = parser.parse_args()
     code, reason = 1, None
@@ -194,7 +195,7 @@ def main() -> None:
     finally:
         # However it ended, the run's row says so (its exit code and sentence; a row the stages left running is
         # stopped or failed), or the run's lock file does where the database cannot take it.
-        run_status.settle_at_exit(code, reason)
+        endings.settle_at_exit(code, reason)
 
 
 def _run_flow(args, overrides: list[str]) -> dict:

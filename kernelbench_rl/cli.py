@@ -126,7 +126,7 @@ def _root(
 
 
 def command_name(argv: list[str]) -> str:
-    """The command a command line runs ("sql", "problems list"), for the records it leaves (run_status)."""
+    """The command a command line runs ("sql", "problems list"), for the records it leaves (store/endings.py)."""
     words = [word for word in argv if not word.startswith("-")][:2]
     for count in (2, 1):
         if " ".join(words[:count]) in COMMAND_EXITS:
@@ -139,14 +139,15 @@ def main() -> None:
 
     Click runs in standalone mode, so usage errors print usage and exit with ExitCode.BAD_INPUT (2) as usual. A Ctrl-C
     at any moment is exit 130 with one line (while the command starts: install_startup_stop, above). However the
-    command ends, every run it owned gets its ending in the store (status, exit code, its sentence; run_status).
+    command ends, every run it owned gets its ending in the store (status, exit code, its sentence:
+    store/endings.py).
     """
     import signal
 
-    from kernelbench_rl import run_status
     from kernelbench_rl.commands import signals
+    from kernelbench_rl.store import endings
 
-    run_status.FOUND_BY = f"`kernelbench-rl {command_name(sys.argv[1:])}`"
+    endings.FOUND_BY = f"`kernelbench-rl {command_name(sys.argv[1:])}`"
     signals.command_started()
     code, reason = int(ExitCode.FAILED), None
     try:
@@ -170,7 +171,7 @@ def main() -> None:
                 typer.echo(f"kernelbench-rl {command_name(sys.argv[1:])}: stopped by {signal_name} before it "
                            "finished; run it again to go on.", err=True)
             reason = reason or signals.stop_line_said() or f"stopped by {signal_name}"
-        run_status.settle_at_exit(code, reason)
+        endings.settle_at_exit(code, reason)
     sys.exit(code)
 
 

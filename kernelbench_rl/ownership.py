@@ -5,7 +5,7 @@ however it dies (SIGKILL included): a lock left by a dead process is never in th
 holds the owner's pid, host and start time, so a second process can say who holds the run.
 Within one process the lock is re-entrant (the pipeline holds it around its curriculum flow).
 
-The file is also the run's record of how its owner let go (kernelbench_rl.run_status reads it): the owner's record
+The file is also the run's record of how its owner let go (kernelbench_rl/store/endings.py reads it): the owner's record
 while it owns the run, `released` once it let go, and `ended` (status, exit code, sentence) where the command's last
 word could not reach the database (a full disk, a folder made read-only, the file held by another process). A free
 lock whose record names an owner that never let go is an owner that died without a word. The record is written over
@@ -42,6 +42,7 @@ class RunBusyError(UserError):
 _HELD: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth) held by this process
 _HELD_LOCK = threading.Lock()
 _OWNED: dict[str, tuple[str, str]] = {}  # lock path -> (db path, run id): every run this process has owned
+_NEW_OWNER_HOOKS: list[Callable[[str | os.PathLike[str], str, dict[str, Any]], None]] = []
 RESERVED_BYTES = 1024  # each lock file's record is padded to this size (blocks a later record overwrites in place)
 ACQUIRE_WAIT_S = 1.0  # a lock held for a moment by another process's look at it (is_owned, a sweep) is waited for
 
@@ -130,12 +131,11 @@ def acquire(db_path: str | os.PathLike[str], run_id: str) -> Path:
             raise
         _HELD[key] = (fd, 1)
     try:
-        from kernelbench_rl import run_status
-
         # An earlier owner that died without a word, or whose last word is here: its ending goes to the run's row
         # first (outside the lock above: the database's first opening in this process looks at the run locks);
-        # then this attempt starts with no ending.
-        run_status.new_attempt(db_path, run_id, previous)
+        # then this attempt starts with no ending (store/endings.py's hook).
+        for hook in list(_NEW_OWNER_HOOKS):
+            hook(db_path, run_id, previous)
         _write_fd(fd, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "run_id": run_id})
     except BaseException:
         with _HELD_LOCK:
@@ -287,9 +287,14 @@ def is_owned(db_path: str | os.PathLike[str], run_id: str) -> bool:
         os.close(fd)  # also lets go of the probe's lock
 
 
+def on_new_owner(hook: Callable[[str | os.PathLike[str], str, dict[str, Any]], None]) -> None:
+    """Call `hook(db_path, run_id, previous record)` whenever this process takes a run, before it names itself in the
+    lock file (store/endings.py: the earlier attempt's ending, then a clean row for this one). Once per hook."""
+    if hook not in _NEW_OWNER_HOOKS:
+        _NEW_OWNER_HOOKS.append(hook)
+
+
 def mark_interrupted_runs(store: Any) -> list[dict[str, Any]]:
     """Runs recorded as running whose owner is gone get their ending: `crashed` (or the last word the owner left
-    beside the database); returns them (run_id, last_step, owner). kernelbench_rl.run_status.find_ended_runs."""
-    from kernelbench_rl import run_status
-
-    return run_status.find_ended_runs(store, every_running_row=True)
+    beside the database); returns them (run_id, last_step, owner). Store.find_ended_runs (store/endings.py)."""
+    return store.find_ended_runs(every_running_row=True)

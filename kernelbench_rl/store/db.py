@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import duckdb
 
 from kernelbench_rl.errors import StoreBusyError, UserError
+from kernelbench_rl.store import endings
 from kernelbench_rl.store.files import DamagedFileError, check_free_space, write_error
 from kernelbench_rl.evaluation.result import categories_without_verdict
 from kernelbench_rl.store.schema import MIGRATIONS
@@ -92,7 +93,7 @@ def sha256_text(text: str) -> str:
 _REGISTRY_LOCK = threading.Lock()
 _PATH_LOCKS: dict[str, threading.RLock] = {}
 _OPEN = threading.local()  # .connections: dict[path key, (connection, read_only)] held by this thread
-_SWEPT: set[str] = set()  # files this process has looked at for runs whose owner died (run_status)
+_SWEPT: set[str] = set()  # files this process has looked at for runs whose owner died (endings.py)
 _SPACE_CHECKED: set[str] = set()  # files this process has checked the free-space floor for before writing
 
 
@@ -303,7 +304,7 @@ class Store:
             lock.release()
 
     def _first_opening(self, key: str, read_only: bool) -> None:
-        """Once per process and file: runs whose owner died without a word are found and marked (run_status), and
+        """Once per process and file: runs whose owner died without a word are found and marked (endings.py), and
         before the first write, the free-space floor (KBRL_MIN_FREE_MB) is checked: every writer reads it."""
         with _REGISTRY_LOCK:
             swept = key in _SWEPT
@@ -312,9 +313,7 @@ class Store:
             if not read_only:
                 _SPACE_CHECKED.add(key)
         if not swept and self.path.exists():
-            from kernelbench_rl.run_status import sweep_on_open
-
-            sweep_on_open(self.path)
+            endings.sweep_on_open(self.path)
         if not checked:
             try:
                 check_free_space(self.path, "before writing to it")
@@ -406,6 +405,10 @@ class Store:
                 raise
             self._tables = None
         self._migrated = True
+
+    def find_ended_runs(self, *, every_running_row: bool = False) -> list[dict[str, Any]]:
+        """Runs whose owner is gone get their ending (`crashed`, or the last word left beside the file): endings.py."""
+        return endings.find_ended_runs(self, every_running_row=every_running_row)
 
     def init(self) -> None:
         """Create the file if needed and bring its schema up to date."""
@@ -721,8 +724,13 @@ class Store:
         import polars as pl
 
         with self.connect(read_only=read_only, locked_down=locked_down) as con:
-            relation = con.sql(sql, params=_params(params))
-            return relation.pl() if relation is not None else pl.DataFrame()
+            def run(on: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+                relation = on.sql(sql, params=_params(params))
+                return relation.pl() if relation is not None else pl.DataFrame()
+
+            # A user's query may run for minutes inside DuckDB, where a Ctrl-C is not seen until it ends: it runs on
+            # a helper thread while this one waits, so the Ctrl-C interrupts it at once.
+            return _interruptible(con, run) if locked_down else run(con)
 
     def dicts(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, read_only: bool = False
@@ -755,6 +763,39 @@ class Store:
     @staticmethod
     def _read_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
         return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+
+
+def _interruptible(con: duckdb.DuckDBPyConnection, work: Any) -> Any:
+    """`work(cursor)` (a query on a cursor of `con`) on a helper thread while the main thread waits in Python: a
+    signal's exception (KeyboardInterrupt) is raised here at once, the query is interrupted, and the exception goes
+    on. Elsewhere than the main thread, `work(con)` as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        return work(con)
+    done: list[Any] = []
+    failed: list[BaseException] = []
+    finished = threading.Event()  # (not Thread.join: a join cut short by a signal may not wait again)
+    with closing(con.cursor()) as cursor:  # the connection the helper keeps busy, and the one to interrupt
+
+        def run() -> None:
+            try:
+                done.append(work(cursor))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                failed.append(exc)
+            finally:
+                finished.set()
+
+        threading.Thread(target=run, name="kbrl-user-query", daemon=True).start()
+        try:
+            while not finished.wait(0.05):
+                pass
+        except BaseException:
+            cursor.interrupt()
+            while not finished.wait(0.05):
+                pass
+            raise
+    if failed:
+        raise failed[0]
+    return done[0]
 
 
 def _rollback_quietly(con: duckdb.DuckDBPyConnection) -> None:
@@ -797,3 +838,6 @@ def _arrow_table(con: duckdb.DuckDBPyConnection, info: _TableInfo, names: tuple[
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         return None  # let executemany's casts (e.g. ISO strings into TIMESTAMP) handle it
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+endings.install(Store)  # run endings open files with this class; a new owner of a run clears its last ending

@@ -12,6 +12,9 @@ the store when the run's owner died without a word.
   opens the store (`Store.connect`, once per database and process), and whenever a run starts (`new_attempt`), such a
   row becomes `crashed`, with `ended_at` (when it was found) and `end_reason` (whose process, last written when, found
   by which command). A pipeline's Prefect flow runs are set to Crashed too (kernelbench_rl.prefect_marks).
+
+`store/db.py` installs this module (`install`): the Store class it opens files with, and the hook that
+`ownership.acquire` calls when a process takes a run. (So neither imports the other back.)
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelbench_rl import ownership
+from kernelbench_rl.store import runs
 
 FOUND_BY: str | None = None  # the command this process runs ("`kernelbench-rl sql`"), set by the CLI's entry point
 SWEEP_BUSY_TIMEOUT_S = 2.0  # a command that finds the file busy leaves the sweep to the next one
@@ -63,18 +67,24 @@ def crash_reason(row: dict[str, Any], record: dict[str, Any], finder: str | None
             f"found by {finder}, which saw the run's lock free.")
 
 
-def _store(db_path: str | os.PathLike[str]) -> Any:
-    from kernelbench_rl.store import Store
+_STORE_CLASS: Any = None  # kernelbench_rl.store.db.Store, installed by that module
 
-    return Store(db_path, busy_timeout_s=SWEEP_BUSY_TIMEOUT_S)
+
+def install(store_class: Any) -> None:
+    """Called once by store/db.py: the class that opens a database, and the hook a new owner of a run calls."""
+    global _STORE_CLASS
+    _STORE_CLASS = store_class
+    ownership.on_new_owner(new_attempt)
+
+
+def _store(db_path: str | os.PathLike[str], busy_timeout_s: float = SWEEP_BUSY_TIMEOUT_S) -> Any:
+    return _STORE_CLASS(db_path, busy_timeout_s=busy_timeout_s)
 
 
 def _end_from_record(store: Any, run_id: str, row: dict[str, Any] | None, record: dict[str, Any],
                      finder: str | None) -> dict[str, Any] | None:
     """Put a free lock's record into the run's row: the owner's last word (`ended`), else, for a row still `running`,
     `crashed`. Returns the ending written (None: nothing to write)."""
-    from kernelbench_rl.store import runs
-
     ended = record.get("ended")
     if isinstance(ended, dict) and record.get("pid"):
         reason = ended.get("reason")
@@ -97,8 +107,6 @@ def find_ended_runs(store: Any, *, every_running_row: bool = False, finder: str 
     `status` and `end_reason` added. Quick by default (what a store's first opening does): only the runs whose lock
     beside the database is free and still names an owner, so most calls read no row at all. `every_running_row`:
     every row that says `running` and that no live process owns (rows older than the lock records included)."""
-    from kernelbench_rl.store import runs
-
     records = ownership.free_records(store.path)
     if not store.exists() or not (records or every_running_row):
         return []
@@ -134,10 +142,8 @@ def _report_to_prefect(ended: list[dict[str, Any]]) -> None:
     """Crashed pipelines' flow runs set to Crashed in Prefect (or kept in their Prefect home until an API is up)."""
     from kernelbench_rl import prefect_marks
 
-    homes = set()
     for row in ended:
         if row.get("status") == "crashed" and row.get("flow_run_id"):
-            homes.add(row.get("prefect_home") or "")
             try:
                 prefect_marks.report_crash(
                     str(row["flow_run_id"]), f"Crashed: {row['end_reason']}", api_url=row.get("prefect_api_url"),
@@ -166,8 +172,6 @@ def new_attempt(db_path: str | os.PathLike[str], run_id: str, previous: dict[str
     Never raises but a stop; a database that does not exist yet is not created."""
     if not Path(db_path).exists():
         return
-    from kernelbench_rl.store import runs
-
     ended: list[dict[str, Any]] = []
     try:
         store = _store(db_path)
@@ -206,8 +210,6 @@ def settle_at_exit(exit_code: int, reason: str | None) -> None:
         return record.get("pid") == pid and record.get("host") == host
 
     for db_path, run_id in ownership.owned_runs():
-        from kernelbench_rl.store import runs
-
         told = False
         try:
             if Path(db_path).exists():
@@ -230,9 +232,7 @@ def pipeline_started(db_path: str | os.PathLike[str], run_id: str, *, flow_run_i
                      prefect_api_url: str | None = None, prefect_home: str | None = None) -> None:
     """The pipeline runs (again, after its training stage): its row says `running`, owned by this process, with its
     Prefect flow run and API where given, so that a crash found later is marked in Prefect too."""
-    from kernelbench_rl.store import Store, runs
-
-    runs.pipeline_running(Store(db_path), run_id, owner_pid=os.getpid(), owner_host=socket.gethostname(),
+    runs.pipeline_running(_store(db_path, 30.0), run_id, owner_pid=os.getpid(), owner_host=socket.gethostname(),
                           flow_run_id=flow_run_id, prefect_api_url=prefect_api_url, prefect_home=prefect_home)
 
 
@@ -241,7 +241,6 @@ def pipeline_ended(db_path: str | os.PathLike[str], run_id: str, *, stopped: boo
     """The pipeline's ending in its row: finished, stopped (a stop) or failed (`error`, its sentence). A failure to
     write it is left to the exit (`settle_at_exit`), which keeps it beside the database if it must."""
     from kernelbench_rl.errors import UserError
-    from kernelbench_rl.store import Store, runs
 
     if stopped:
         status, reason, code = "stopped", None, 130
@@ -252,7 +251,7 @@ def pipeline_ended(db_path: str | os.PathLike[str], run_id: str, *, stopped: boo
     else:
         status, reason, code = "finished", None, 0
     try:
-        runs.pipeline_ended(Store(db_path, busy_timeout_s=SWEEP_BUSY_TIMEOUT_S), run_id, owner_pid=os.getpid(),
+        runs.pipeline_ended(_store(db_path), run_id, owner_pid=os.getpid(),
                             status=status, reason=reason, exit_code=code)
     except Exception:  # noqa: BLE001 - said at the exit, or beside the database
         pass

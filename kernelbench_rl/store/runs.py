@@ -1,5 +1,5 @@
 """The `runs` table's status: a run's ending written once it is known (by the command that ran it, or by the next
-command that finds its owner gone), and the pipeline's own row. The decisions are `kernelbench_rl.run_status`'s;
+command that finds its owner gone), and the pipeline's own row. The decisions are store/endings.py's;
 the SQL is here.
 
 Statuses: `running`, then `finished`, `stopped` (Ctrl-C, SIGTERM, --stop-after: resumable), `failed` (an error, with
@@ -10,9 +10,10 @@ by the next command that opened the store). Older files may also hold `interrupt
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kernelbench_rl.store.db import Store
+if TYPE_CHECKING:  # store/db.py imports this module's user (store/endings.py): no import back at run time
+    from kernelbench_rl.store.db import Store
 
 ENDED = ("finished", "stopped", "failed", "crashed", "interrupted")
 
