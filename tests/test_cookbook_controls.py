@@ -287,3 +287,66 @@ def test_the_loop_keeps_each_step_within_its_kl_budget(tmp_path: Path) -> None:
     assert all(m["optim/lr"] <= 0.05 for m in guarded)
     assert max(m["optim/kl_pre_post_v1"] for m in unguarded) > 0.1
     assert max(m["optim/kl_pre_post_v1"] for m in guarded[1:]) < 0.05
+
+
+def test_the_local_loss_scores_tokens_under_the_tempered_distribution_sampled(tmp_path: Path) -> None:
+    """Sampled at temperature 0.3, the trainer's logprobs of the model's own distribution are far from the sampler's
+    (importance ratios up to 45 on the tiny policy, a sample/train KL of 0.03-0.05 a token on-policy). Scored under
+    the tempered distribution (the local backend's `sampling_temperature`), they are the sampler's: the ratio is 1
+    on-policy and the policy trained is the policy sampled."""
+    from kernelbench_rl.policy.local import TEMPERATURE_KEY
+    from kernelbench_rl.training.grpo import SampleTurn, sample_to_datum
+
+    service = _service(tmp_path)
+    try:
+        client = service.create_lora_training_client(base_model="local:tiny", rank=4).result()
+        sampler = client.save_weights_and_get_sampling_client().result()
+        prompt = sampler.get_tokenizer().encode(PROMPT_TEXT, add_special_tokens=False)
+        params = types.SamplingParams(max_tokens=16, temperature=0.3, seed=4, stop=[])
+        sequence = sampler.sample(prompt=types.ModelInput.from_ints(prompt), num_samples=1,
+                                  sampling_params=params).result().sequences[0]
+        datum = sample_to_datum(SampleTurn(problem_id="L1/19", level=1, sample_index=0, turn=0, prompt_tokens=prompt,
+                                           completion_tokens=list(sequence.tokens), logprobs=list(sequence.logprobs),
+                                           reward=1.0, advantage=1.0, trainable=True))
+        untempered = client.forward([datum], "importance_sampling").result().loss_fn_outputs[0]["logprobs"].to_torch()
+        tempered = client.forward([datum], "importance_sampling", {TEMPERATURE_KEY: 0.3}).result() \
+            .loss_fn_outputs[0]["logprobs"].to_torch()
+        scored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + list(sequence.tokens)),
+                                          temperature=0.3).result()[len(prompt):]
+    finally:
+        service.close("success")
+    completion = slice(len(prompt) - 1, None)
+    assert tempered[completion].tolist() == pytest.approx(list(sequence.logprobs), abs=1e-4)
+    assert scored == pytest.approx(list(sequence.logprobs), abs=1e-4)
+    assert float((untempered[completion] - torch.tensor(sequence.logprobs)).abs().max()) > 0.1
+
+
+def test_the_loop_trains_the_policy_it_samples_at_a_temperature(tmp_path: Path) -> None:
+    """Local backend, sampling at 0.3, synchronous (every step on-policy): the sample/train KL is ~0, where scoring
+    the model's own distribution read the temperature's gap as a KL of several hundredths a token."""
+    from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
+    from kernelbench_rl.store import Store
+    from kernelbench_rl.training import run_training
+
+    def judge(problem_ids, responses):
+        return [EvalResult(problem_id=pid, candidate_sha256="x", backend="triton", precision="fp32", device_kind="cpu",
+                           format_ok=len(r) % 2 == 0, error_category=ErrorCategory.FORMAT)
+                for pid, r in zip(problem_ids, responses)]
+
+    base = [f"db_path={tmp_path / 'kb.duckdb'}", f"log_dir={tmp_path / 'logs'}", "policy.backend=local",
+            "policy.base_model=local:tiny", "policy.lora_rank=4", "training.steps=2", "training.batch_problems=2",
+            "sampling.group_size=4", "sampling.max_tokens=12", "sampling.temperature=0.3", "problems.ids=L1/19,L1/20",
+            "problems.levels=[1]", "problems.holdout_fraction=0", "rewards.truncated=keep", "curriculum.enabled=false",
+            "sft.enabled=false", "training.max_steps_off_policy=0"]
+    for run_id, extra in (("tempered", []), ("model", ["training.tempered_logprobs=false"])):
+        run_training(build_run_parts(load_config("default", base + [f"run_id={run_id}", *extra]), policy_beside=True),
+                     progress=False, evaluate_fn=judge)
+    store = Store(tmp_path / "kb.duckdb")
+
+    def kls(run_id: str) -> list[float]:
+        return [json.loads(r[0])["optim/kl_sample_train_v2"] for r in store.fetchall(
+            "SELECT metrics_json FROM train_steps WHERE run_id = ? AND num_trained > 0 ORDER BY step", [run_id])]
+
+    tempered, model = kls("tempered"), kls("model")
+    assert tempered and model
+    assert max(tempered) < 1e-6 and min(model) > 1e-3

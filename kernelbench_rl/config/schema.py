@@ -56,7 +56,9 @@ class TrainingConfig:
     steps: Annotated[int, Ge(0)] = 100
     batch_problems: Annotated[int, Ge(1)] = 8
     learning_rate: Annotated[float, Gt(0)] = 1e-5
-    loss_fn: str = "importance_sampling"  # importance_sampling | ppo (both weigh by the sampler's logprobs)
+    # auto (importance_sampling where the loss scores the distribution sampled, else cispo) | importance_sampling | ppo
+    # | cispo (all weigh by the sampler's logprobs)
+    loss_fn: str = "auto"
     # Minibatches per step, each its own optim_step (PPO's clip acts from the second one on)
     num_substeps: Annotated[int, Ge(1)] = 1
     adam_beta1: Annotated[float, Ge(0), Lt(1)] = 0.9
@@ -76,6 +78,10 @@ class TrainingConfig:
     # step (compute_post_kl: one more forward pass over the batch), and PPO's clip range (loss_fn=ppo only).
     kl_penalty_coef: Annotated[float, Ge(0)] = 0.0
     kl_discount_factor: Annotated[float, Ge(0), Le(1)] = 0.0
+    # Score each sampled token under the distribution it was drawn from (the logits over sampling.temperature), so the
+    # policy trained is the policy sampled: null (auto) on the local backend when sampling is tempered; Tinker's
+    # losses score the model's own distribution (false there)
+    tempered_logprobs: bool | None = None
     # Each step's learning rate is scaled down (never up) to keep its post-update KL (optim/kl_pre_post_v1, nats per
     # completion token) near this; the first trained step runs at a tenth of the learning rate (null: off)
     max_step_kl: Annotated[float, Gt(0)] | None = 0.01
@@ -257,6 +263,8 @@ class TrainConfig:
             payload["eval"].pop("precision_policy")  # the default: runs configured before the key keep their id
         if payload["eval"].get("reference_timeout_s") is None:
             payload["eval"].pop("reference_timeout_s", None)  # the default, as above
+        if payload["training"].get("loss_fn") == "auto":  # the default now; it was importance_sampling
+            payload["training"]["loss_fn"] = "importance_sampling"
         # Keys added later, at their defaults: runs configured before them keep their id.
         for section, key, default in NEW_KEY_DEFAULTS:
             if payload[section].get(key) == default:
@@ -289,7 +297,7 @@ class TrainConfig:
 # (section, key, default) of keys added after runs were first configured: left out of the run id at their default.
 NEW_KEY_DEFAULTS: tuple[tuple[str, str, Any], ...] = (
     ("training", "cispo_clip_low", 0.0), ("training", "cispo_clip_high", 4.0), ("training", "kl_reference", "auto"),
-    ("curriculum", "demotion_backoff", 30), ("training", "max_step_kl", 0.01),
+    ("curriculum", "demotion_backoff", 30), ("training", "max_step_kl", 0.01), ("training", "tempered_logprobs", None),
 )
 
 
@@ -338,7 +346,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "rewards.baseline": ("loo", "group_mean"),
     "env.mode": ("single", "kevin"),
     "env.kernel_backend": ("triton", "cuda"),
-    "training.loss_fn": ("importance_sampling", "ppo", "cispo"),
+    "training.loss_fn": ("auto", "importance_sampling", "ppo", "cispo"),
     "rewards.truncated": ("clamp", "reward", "drop", "zero_advantage", "keep"),
     "policy.device": ("auto", "cpu", "cuda"),
     "eval.device": ("auto", "cpu", "cuda"),

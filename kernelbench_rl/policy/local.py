@@ -75,6 +75,8 @@ PPO_CLIP_LOW = 0.8
 PPO_CLIP_HIGH = 1.2
 # CISPO's clip of the (detached) importance weight when no loss_fn_config names one: Tinker's defaults, a cap and
 # no floor (truncated importance sampling).
+# loss_fn_config key of the local backend only: the sampling temperature the loss scores tokens at.
+TEMPERATURE_KEY = "sampling_temperature"
 CISPO_CLIP_LOW = 0.0
 CISPO_CLIP_HIGH = 4.0
 
@@ -453,14 +455,16 @@ class LocalSamplingClient:
         return self._service._submit_sample(self, prompt_tokens, num_samples, sampling_params, include_prompt_logprobs)
 
     def compute_logprobs(
-        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None, *, temperature: float = 1.0
     ) -> APIFuture[list[float | None]]:
+        """Each token's logprob under the model (Tinker's call); `temperature`, the local backend's own, scores it
+        under the tempered distribution the sampler draws from at that temperature (logits / temperature)."""
         tokens = prompt.to_ints()
 
         def work() -> list[float | None]:
             engine = self._service._engine(self._base_model, self._base_seed)
             with torch.no_grad(), engine.model_for(self._snapshot) as model:
-                scored = _prompt_logprobs(model, tokens, self._service.device)
+                scored = _prompt_logprobs(model, tokens, self._service.device, temperature)
             if prompt_logprobs_last_n is not None:
                 cut = len(scored) - prompt_logprobs_last_n
                 scored = [None] * cut + scored[cut:]
@@ -498,12 +502,13 @@ class LocalSamplingClient:
         return response(job, lambda: f"local-{id(self):x}-{next(self._sequence_ids)}")
 
 
-def _prompt_logprobs(model: Any, tokens: list[int], device: torch.device) -> list[float | None]:
+def _prompt_logprobs(model: Any, tokens: list[int], device: torch.device,
+                     temperature: float = 1.0) -> list[float | None]:
     if len(tokens) < 2:
         return [None] * len(tokens)
     input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
     logits = model(input_ids=input_ids).logits[0, :-1].float()
-    return [None, *logprobs_of(logits, input_ids[0, 1:])]
+    return [None, *logprobs_of(logits / temperature, input_ids[0, 1:])]
 
 
 class LocalTrainingClient:
@@ -591,6 +596,12 @@ class LocalTrainingClient:
     ) -> types.ForwardBackwardOutput:
         device = self._service.device
         config = dict(loss_fn_config or {})
+        # The local backend's own key: score the tokens under the tempered distribution the sampler drew them from
+        # (logits / temperature), so that the policy trained is the policy sampled and the importance ratio is 1
+        # on-policy. Tinker's service has no such key; its losses score the model's own distribution.
+        temperature = float(config.pop(TEMPERATURE_KEY, 1.0))
+        if temperature <= 0:
+            raise ValueError(f"loss_fn_config[{TEMPERATURE_KEY!r}] must be above 0, got {temperature}.")
         outputs: list[dict[str, types.TensorData]] = []
         total = 0.0
         context = contextlib.nullcontext() if backward else torch.no_grad()
@@ -606,6 +617,8 @@ class LocalTrainingClient:
                     )
                 input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
                 logits = self._model(input_ids=input_ids).logits[0].float()
+                if temperature != 1.0:
+                    logits = logits / temperature
                 logp = -F.cross_entropy(logits, targets, reduction="none")
                 loss = _token_loss_sum(loss_fn, logp, inputs, config, device)
                 if backward:

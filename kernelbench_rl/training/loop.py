@@ -44,7 +44,7 @@ from kernelbench_rl import ownership
 from kernelbench_rl.training.curriculum import Curriculum, CurriculumEvent
 from kernelbench_rl.training.grpo import SampleTurn, build_datums, score_group
 from kernelbench_rl.training.metrics import TensorBoardLogger, step_metrics
-from kernelbench_rl.training.optim import StepSizeGuard, post_update_kl, result_of, train_step
+from kernelbench_rl.training.optim import StepSizeGuard, post_update_kl, resolve_loss_fn, result_of, train_step
 from kernelbench_rl.training.prefetch import Prefetcher
 from kernelbench_rl.training.rollouts import (
     EvaluateFn,
@@ -159,6 +159,8 @@ class TrainingRun:
         self._lag: LagSamplers | None = None  # every step's sampler weights, for an exact asynchronous resume
         self._resume_plan: dict[int, int] = {}  # resumed steps queued by older weights -> the step of those weights
         self.step_size = StepSizeGuard(parts.training.max_step_kl)  # training.max_step_kl
+        self.loss_temperature: float | None = None  # the temperature the loss scores tokens at (local backend)
+        self.loss_fn = parts.training.loss_fn  # training.loss_fn, `auto` resolved when the run starts
 
     # -- set-up and resume ----------------------------------------------------------------------
     @property
@@ -227,6 +229,9 @@ class TrainingRun:
             # c-N..c-1; they are queued the same way here (`_take_prepared`), not with the checkpoint's.
             for ahead in range(1, lag + 1):
                 self._resume_plan[self.resumed_from_step + ahead] = self.resumed_from_step + ahead - 1 - lag
+        self.loss_temperature = self._loss_temperature()
+        self.loss_fn = resolve_loss_fn(self.training.loss_fn, tempered=self.loss_temperature is not None,
+                                       temperature=parts.sampling.temperature, top_p=parts.sampling.top_p)
         self.renderer = PromptRenderer.for_model(self.training_client.get_tokenizer(), parts.base_model,
                                                  parts.sampling.renderer, parts.sampling.thinking)
         if self._evaluate_fn is None:
@@ -266,6 +271,19 @@ class TrainingRun:
             [self.run_id, up_to_step])
         curriculum.replay(events, [(r["step"], json.loads(r["metrics_json"] or "{}")) for r in steps])
         return curriculum
+
+    def _loss_temperature(self) -> float | None:
+        """training.tempered_logprobs: the local backend scores each sampled token under the distribution it was
+        drawn from (the logits over sampling.temperature) when sampling is tempered; Tinker's losses cannot."""
+        choice, temperature = self.training.tempered_logprobs, self.parts.sampling.temperature
+        if choice is False or temperature == 1.0:
+            return None
+        if self.policy_backend != "local":
+            if choice is True:
+                raise UserError("training.tempered_logprobs=true needs the local backend (Tinker's losses score the "
+                                "model's own distribution); leave it unset or sample at sampling.temperature=1.")
+            return None
+        return float(temperature)
 
     def _new_sampler(self, step: int | None) -> Any:
         """A sampling client of the training client's weights, those after `step` (None: the starting weights).
@@ -422,7 +440,7 @@ class TrainingRun:
             learning_rate = self.step_size.learning_rate(training.learning_rate)
             outcome = train_step(self.training_client, datums, prompt_lengths, training,
                                  base_sampler=self._base_sampler() if training.kl_penalty_coef > 0 else None,
-                                 learning_rate=learning_rate)
+                                 learning_rate=learning_rate, temperature=self.loss_temperature, loss_fn=self.loss_fn)
             loss = outcome.loss
             metrics.update(outcome.metrics)
             update_s = time.perf_counter() - train_start
@@ -430,7 +448,7 @@ class TrainingRun:
                 self.sampling_client = self._new_sampler(step)
                 if training.compute_post_kl or self.step_size.enabled:
                     metrics.update(post_update_kl(datums, prompt_lengths, self.sampling_client,
-                                                  outcome.training_logprobs))
+                                                  outcome.training_logprobs, self.loss_temperature))
                     self.step_size.observe(learning_rate, metrics.get("optim/kl_pre_post_v1"))
             elif self._lag is not None:
                 # Untrained, the weights are unchanged: the sampler of the step before is this step's too.

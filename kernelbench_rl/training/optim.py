@@ -49,13 +49,27 @@ def adam_params(learning_rate: float, training: Any) -> tinker.AdamParams:
                              eps=training.adam_eps)
 
 
-def loss_config(training: Any) -> dict[str, Any] | None:
-    """Tinker's loss_fn_config for the configured loss: PPO's clip range; nothing for importance sampling."""
-    if training.loss_fn == "ppo":
+def loss_config(training: Any, loss_fn: str | None = None) -> dict[str, Any] | None:
+    """Tinker's loss_fn_config for the loss (`loss_fn`, else training.loss_fn): PPO's or CISPO's clip range; nothing
+    for importance sampling."""
+    loss_fn = loss_fn or training.loss_fn
+    if loss_fn == "ppo":
         return {"clip_low_threshold": float(training.ppo_clip_low), "clip_high_threshold": float(training.ppo_clip_high)}
-    if training.loss_fn == "cispo":
+    if loss_fn == "cispo":
         return {"clip_low_threshold": float(training.cispo_clip_low), "clip_high_threshold": float(training.cispo_clip_high)}
     return None
+
+
+def resolve_loss_fn(loss_fn: str, *, tempered: bool, temperature: float, top_p: float) -> str:
+    """training.loss_fn=auto: importance sampling where the loss scores the distribution sampled (temperature 1 and
+    no top-p, or the local backend's tempered scoring); elsewhere CISPO, importance sampling with each token's ratio
+    capped (training.cispo_clip_high), since the ratio then also holds the temperature's gap (up to 45 on the tiny
+    policy at 0.3, for the tokens the tempered sampler rarely picks). Any other value is kept."""
+    if loss_fn != "auto":
+        return loss_fn
+    if tempered or (temperature == 1.0 and top_p == 1.0):
+        return "importance_sampling"
+    return "cispo"
 
 
 class StepSizeGuard:
@@ -107,11 +121,13 @@ class StepSizeGuard:
 
 def train_step(training_client: Any, datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], training: Any,
                *, loss_fn_config: dict[str, Any] | None = None, base_sampler: Any | None = None,
-               learning_rate: float | None = None) -> TrainOutcome:
+               learning_rate: float | None = None, temperature: float | None = None,
+               loss_fn: str | None = None) -> TrainOutcome:
     """Train on `datums` (prompt_lengths: prompt tokens of each, to find its completion positions).
 
-    With `training.kl_penalty_coef` > 0, `base_sampler` (a sampling client of the base model) scores the
-    batch first and the cookbook's KL penalty is added to each datum's advantages."""
+    With `training.kl_penalty_coef` > 0, `base_sampler` (a sampling client of the reference policy) scores the
+    batch first and the cookbook's KL penalty is added to each datum's advantages. `temperature` (the local
+    backend only): the loss, and the reference, score tokens under the distribution sampled at that temperature."""
     from tinker_cookbook.utils.misc_utils import split_list
 
     if not datums:
@@ -121,15 +137,22 @@ def train_step(training_client: Any, datums: Sequence[tinker.Datum], prompt_leng
         if base_sampler is None:
             raise ValueError("training.kl_penalty_coef > 0 needs a sampling client of the base model")
         penalty_metrics = kl_penalty(datums, prompt_lengths, base_sampler, training.kl_penalty_coef,
-                                     training.kl_discount_factor)
+                                     training.kl_discount_factor, temperature)
+    loss_fn = loss_fn or training.loss_fn
+    if loss_fn == "auto":  # called without a resolved loss: the model's own distribution is scored
+        loss_fn = resolve_loss_fn(loss_fn, tempered=temperature is not None, temperature=1.0, top_p=1.0)
     if loss_fn_config is None:
-        loss_fn_config = loss_config(training)
+        loss_fn_config = loss_config(training, loss_fn)
+    if temperature is not None:
+        from kernelbench_rl.policy.local import TEMPERATURE_KEY
+
+        loss_fn_config = {**(loss_fn_config or {}), TEMPERATURE_KEY: float(temperature)}
     params = adam_params(training.learning_rate if learning_rate is None else learning_rate, training)
     order = list(range(len(datums)))
     batches = split_list(order, min(training.num_substeps, len(order)))
     futures = []
     for batch in batches:  # submit all: the service runs them in order, the next one already queued
-        fwd_bwd = training_client.forward_backward([datums[i] for i in batch], loss_fn=training.loss_fn,
+        fwd_bwd = training_client.forward_backward([datums[i] for i in batch], loss_fn=loss_fn,
                                                    loss_fn_config=loss_fn_config)
         futures.append((batch, fwd_bwd, training_client.optim_step(params)))
     loss_sum, have_loss = 0.0, False
@@ -168,16 +191,20 @@ class _Logprobs:
     """A sampling client as the cookbook's async helpers call it (`compute_logprobs_async`), for clients that
     have only Tinker's future-returning `compute_logprobs` (the local backend)."""
 
-    def __init__(self, client: Any, cache: bool = False) -> None:
+    def __init__(self, client: Any, cache: bool = False, temperature: float | None = None) -> None:
         self.client = client
         self._cache: dict[tuple[int, ...], list[float | None]] | None = {} if cache else None
+        self.temperature = temperature  # the local backend's tempered scoring (compute_logprobs(temperature=...))
 
     async def compute_logprobs_async(self, model_input: tinker.ModelInput) -> list[float | None]:
         key = tuple(model_input.to_ints()) if self._cache is not None else None
         if key is not None and key in self._cache:
             return self._cache[key]
         native = getattr(self.client, "compute_logprobs_async", None)
-        if native is not None:
+        if self.temperature is not None:
+            logprobs = await asyncio.to_thread(
+                result_of, self.client.compute_logprobs(model_input, temperature=float(self.temperature)))
+        elif native is not None:
             logprobs = await native(model_input)
         else:
             logprobs = await asyncio.to_thread(result_of, self.client.compute_logprobs(model_input))
@@ -187,7 +214,7 @@ class _Logprobs:
 
 
 def kl_penalty(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], base_sampler: Any, coef: float,
-               discount: float) -> dict[str, float]:
+               discount: float, temperature: float | None = None) -> dict[str, float]:
     """tinker-cookbook's incorporate_kl_penalty: each completion token's advantage gains
     coef * (mean log-ratio - its own log-ratio of sampler to the reference policy), in place. Returns
     kl_policy_base. With `discount` > 0 the cookbook sums each token's penalty with the discounted ones after it,
@@ -197,7 +224,8 @@ def kl_penalty(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], ba
 
     masked = _with_masks(datums, prompt_lengths)
     before = [datum.loss_fn_inputs["advantages"].to_torch().float() for datum in datums]
-    metrics = asyncio.run(incorporate_kl_penalty(masked, _Logprobs(base_sampler), coef, discount))
+    metrics = asyncio.run(incorporate_kl_penalty(masked, _Logprobs(base_sampler, temperature=temperature), coef,
+                                                 discount))
     for datum, penalised, advantages, masked_datum in zip(datums, masked, before, masked, strict=True):
         mask = masked_datum.loss_fn_inputs["mask"].to_torch().float()
         added = penalised.loss_fn_inputs["advantages"].to_torch().float() - advantages
@@ -206,7 +234,8 @@ def kl_penalty(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], ba
 
 
 def post_update_kl(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int], sampler: Any,
-                   training_logprobs: Sequence[torch.Tensor] | None = None) -> dict[str, float]:
+                   training_logprobs: Sequence[torch.Tensor] | None = None,
+                   temperature: float | None = None) -> dict[str, float]:
     """tinker-cookbook's compute_post_kl, twice. `optim/kl_pre_post_v1/_v2`: how far the step moved the policy on
     its own batch, the updated weights' logprobs against the trainer's own before the update (`training_logprobs`,
     from the loss's forward pass: same temperature, no lag). `optim/kl_sample_post_v1/_v2`: the cookbook's own,
@@ -216,7 +245,7 @@ def post_update_kl(datums: Sequence[tinker.Datum], prompt_lengths: Sequence[int]
     if not datums:
         return {}
     masked = _with_masks(datums, prompt_lengths)
-    updated = _Logprobs(sampler, cache=True)  # one forward pass of the updated weights serves both
+    updated = _Logprobs(sampler, cache=True, temperature=temperature)  # one forward pass of the updated weights serves both
     sample_post = asyncio.run(compute_post_kl(masked, updated))
     metrics = {f"optim/{key.replace('pre_post', 'sample_post')}": float(value) for key, value in sample_post.items()}
     if training_logprobs is not None:
