@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test mutation serve bench-gpu clean
+.PHONY: install run test test-fast mutation serve bench-gpu clean
 
 # torch first, pinned, so no resolver pulls the multi-GB CUDA build onto a CPU machine.
 $(STAMP): pyproject.toml
@@ -30,6 +30,13 @@ test: $(STAMP)
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" || status=$$?; \
 	$(PY) -m pytest -q -ra -p no:xdist -m alone $(or $(ALONE_FILES),tests) || status=$$?; \
 	exit $$status
+
+# The fast tier, for everyday work (docs/testing.md): every test not marked `heavy` (tests/conftest.py marks those that
+# start an evaluator pool, a server or a Python subprocess, or run long in-process), on both cores;
+# tests/fast_tier.py fails any test of it that starts an interpreter, a pool or a server all the same.
+# `make test` still runs everything.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist load -p tests.fast_tier -m "not heavy"
 
 # Mutation testing of the verdict, reward, GRPO and resume code (bench/mutation.py; tens of minutes on 2 cores).
 mutation: $(STAMP)
