@@ -9,8 +9,8 @@ While a test of the fast tier runs (its setup, call and teardown), starting any 
   and the sandbox children it forks, a Dask worker, a process pool). A plain fork copies this interpreter and
   stays allowed.
 
-A test that needs one of these belongs to the heavy tier: it uses a fixture listed in `HEAVY_FIXTURES`, or its
-file is listed in `HEAVY_FILES` (tests/conftest.py), and `make test-fast` leaves it out. Subprocesses that are
+A test that needs one of these belongs to the heavy tier: it uses a fixture listed in `HEAVY_FIXTURES`, or
+`HEAVY` names its file or itself (tests/conftest.py), and `make test-fast` leaves it out. Subprocesses that are
 no Python (git, a compiler) stay allowed.
 
 `FAST_TIER_RECORD=PATH` records instead of raising: each start is appended to PATH as one line
@@ -69,8 +69,9 @@ class _Guard:
             with open(self.record_path, "a", encoding="utf-8") as out:
                 out.write(f"{self.nodeid}\t{what}\n")
             return
-        raise HeavyStart(f"the fast tier starts no {what} (make the test heavy: tests/conftest.py HEAVY_FIXTURES "
-                         "or HEAVY_FILES, docs/testing.md)")
+        raise HeavyStart(f"the fast tier starts no interpreter, pool or server, and this test started {what} (a "
+                         "heavy test uses a fixture of HEAVY_FIXTURES or has an entry in HEAVY: tests/conftest.py, "
+                         "docs/testing.md)")
 
 
 @contextmanager
