@@ -120,7 +120,7 @@ def _record_start(db_path: str, run_id: str) -> None:
     api_url = prefect.settings.PREFECT_API_URL.value() or None
     home = str(prefect.settings.get_current_settings().home)
     endings.pipeline_started(db_path, run_id, flow_run_id=flow_run.get_id(), prefect_api_url=api_url,
-                                prefect_home=home)
+                             prefect_home=home)
     prefect_marks.apply_pending(home, api_url)
 
 

@@ -200,9 +200,8 @@ def release(db_path: str | os.PathLike[str], run_id: str) -> None:
 def release_all() -> None:
     """Let go of every run this process still holds (at its exit)."""
     with _HELD_LOCK:
-        held = [(key, depth) for key, (_, depth) in _HELD.items()]
-    for key, depth in held:
-        db_path, run_id = _OWNED[key]
+        held = [(_OWNED[key], depth) for key, (_, depth) in _HELD.items() if key in _OWNED]
+    for (db_path, run_id), depth in held:
         for _ in range(depth):
             release(db_path, run_id)
 

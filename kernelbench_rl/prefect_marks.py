@@ -1,6 +1,7 @@
 """Crashed runs in Prefect's records: a pipeline that died without a word (SIGKILL, the OOM killer, a lost machine)
-leaves its flow runs `Running` on the Prefect server; once the store has found the crash (kernelbench_rl/store/endings.py),
-they are set to Crashed, with a message saying how it was found, through Prefect's REST API.
+leaves its flow runs `Running` on the Prefect server; once the store has found the crash
+(kernelbench_rl/store/endings.py), they are set to Crashed, with a message saying how it was found, through Prefect's
+REST API.
 
 The library never imports Prefect: this module speaks the API's HTTP routes (`/flow_runs/{id}`, `/flow_runs/filter`,
 `/task_runs/filter`, `.../set_state`) with urllib, as `prefect_home.running_serve_api` does for its health check,

@@ -74,7 +74,8 @@ def check_pipeline_inputs(
     if not levels:
         raise UserError("--levels names no level; pass e.g. --levels 1 or --levels 1,2.")
     cfg = load_config(config, [*overrides, f"run_id={run_id}", f"db_path={db_path}", f"log_dir={log_dir}",
-                               f"training.steps={train_steps}", f"problems.levels=[{','.join(str(lv) for lv in levels)}]"])
+                               f"training.steps={train_steps}",
+                               f"problems.levels=[{','.join(str(lv) for lv in levels)}]"])
     return select_problems(cfg, overrides, levels=levels, num_problems=num_problems)
 
 

@@ -31,7 +31,7 @@ from kernelbench_rl.store import runs
 
 FOUND_BY: str | None = None  # the command this process runs ("`kernelbench-rl sql`"), set by the CLI's entry point
 SWEEP_BUSY_TIMEOUT_S = 2.0  # a command that finds the file busy leaves the sweep to the next one
-_PREVIOUS: dict[tuple[str, str], str] = {}  # (db path, run id) -> how the attempt before this process's ended
+_PREVIOUS: dict[tuple[str, str], str] = {}  # (db real path, run id) -> how the attempt before this process's ended
 
 
 def found_by() -> str:
@@ -180,7 +180,7 @@ def new_attempt(db_path: str | os.PathLike[str], run_id: str, previous: dict[str
                 row = next(iter(runs.running_rows(store, [run_id])), None)
                 ending = _end_from_record(store, run_id, row, previous, None)
                 if ending is not None:
-                    _PREVIOUS[(str(db_path), run_id)] = (
+                    _PREVIOUS[(os.path.realpath(db_path), run_id)] = (
                         f"its previous attempt ended {ending['status']}"
                         + (f": {ending['reason']}" if ending.get("reason") else ""))
                     if row is not None:
@@ -193,7 +193,7 @@ def new_attempt(db_path: str | os.PathLike[str], run_id: str, previous: dict[str
 
 def previous_attempt(db_path: str | os.PathLike[str], run_id: str) -> str | None:
     """How the attempt before this process's ended, where this process found it on taking the run (else None)."""
-    return _PREVIOUS.get((str(db_path), run_id))
+    return _PREVIOUS.get((os.path.realpath(db_path), run_id))
 
 
 def settle_at_exit(exit_code: int, reason: str | None) -> None:
