@@ -25,6 +25,7 @@ from typing import Any, Literal
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.evaluation.result import EVALUATOR_VERSION, EvalResult
 from kernelbench_rl.problems import Problem, holdout_ids, load_problems, resolve_problem
+from kernelbench_rl.rewards.shaping import counts_as_correct
 from kernelbench_rl.store import Store
 
 Format = Literal["datasets", "parquet"]
@@ -184,10 +185,13 @@ def trajectory_rows(store: Store, wanted: TrajectoryFilter, problems_root: str |
         if holdout and not wanted.include_holdout:
             export.left_out["holdout"] += 1
             continue
+        exported = _row(row, problem, suite, holdout)
+        if wanted.correct_only and not exported["correct"]:  # judged correct, yet a hack or an unconfirmed speedup
+            continue
         if wanted.limit is not None and len(export.rows) >= wanted.limit:
             export.left_out["over_limit"] += 1
             continue
-        export.rows.append(_row(row, problem, suite, holdout))
+        export.rows.append(exported)
     return export
 
 
@@ -210,9 +214,14 @@ def _json(text: str | None) -> dict[str, Any]:
 
 def _row(row: dict[str, Any], problem: Problem | None, suite: str | None, holdout: bool) -> dict[str, Any]:
     result = _json(row["result_json"])
-    # Only a speedup that counts is published as one: a hack's, or a flagged one never confirmed, is none.
+    # Only a speedup that counts is published as one: a hack's, or a flagged one never confirmed, is none; and only a
+    # kernel that counts as correct everywhere else (rewards.shaping.counts_as_correct) is published as correct.
+    correct = row["correct"]
     try:
-        counted = row["speedup"] if result and EvalResult.from_dict(result).speedup_counts else None
+        verdict = EvalResult.from_dict(result) if result else None
+        counted = row["speedup"] if verdict is not None and verdict.speedup_counts else None
+        if verdict is not None and correct:
+            correct = counts_as_correct(verdict)
     except (TypeError, ValueError):
         counted = None
     versions = dict(result.get("versions") or {})
@@ -228,7 +237,7 @@ def _row(row: dict[str, Any], problem: Problem | None, suite: str | None, holdou
         "prompt": row["prompt"], "completion": row["completion"], "kernel": row["kernel"],
         "backend": row["backend"] or result.get("backend"), "stop_reason": row["stop_reason"],
         "format_ok": row["format_ok"], "verdict": row["error_category"], "error_message": row["error_message"],
-        "compiled": row["compiled"], "correct": row["correct"], "speedup": counted,
+        "compiled": row["compiled"], "correct": correct, "speedup": counted,
         "reward": row["reward"], "return": row["return_value"], "hardware": row["hardware"],
         "versions": json.dumps(versions, sort_keys=True), "holdout": holdout,
     }

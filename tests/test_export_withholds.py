@@ -89,13 +89,10 @@ def test_every_flag_alone_withholds_the_speedup_exactly_when_it_is_doubt_a_hack_
 
 
 # -- correctness -----------------------------------------------------------------------------------------
-# A defect these two tests found: the export's `correct` is the evaluator's raw `correct`, which a verdict flagged as a
-# hack (or an unconfirmed excessive speedup) keeps; strict, so a fix shows as a failure until the marks go.
-KNOWN_DEFECT = pytest.mark.xfail(strict=True, reason="export publishes a hack's or an unconfirmed speedup's raw "
-                                 "`correct` (trajectories.py reads evaluations.correct, not counts_as_correct)")
+# The export's `correct` is the one kernelbench-rl counts everywhere (rewards.shaping.counts_as_correct): a verdict
+# flagged as a hack, or an unconfirmed excessive speedup, keeps the evaluator's raw `correct` but is published as wrong.
 
 
-@KNOWN_DEFECT
 def test_a_hack_or_an_unconfirmed_speedup_is_never_exported_as_correct(store):
     """A detected hack is no right kernel wherever kernelbench-rl counts one (rewards.shaping.counts_as_correct: the
     metrics, the checkpoint reports, the environment): the dataset must not hand it to others as one."""
@@ -105,7 +102,6 @@ def test_a_hack_or_an_unconfirmed_speedup_is_never_exported_as_correct(store):
     assert got == {name: counts_as_correct(r) for name, r in zip(VERDICTS, results, strict=True)}
 
 
-@KNOWN_DEFECT
 def test_correct_only_leaves_out_hacks_and_unconfirmed_speedups(store):
     rows = exported(store, "named", correct_only=True)
     names = {row["sample_index"] for row in rows}
