@@ -141,3 +141,24 @@ def test_a_checkpoint_garbled_in_place_falls_back_to_the_one_before_it(tmp_path:
 
     state, sampler = _checkpoint_folders(folder, 1)  # step 1 redone: its new folders are whole and sealed
     assert damage(str(state), optimizer=True) is None and damage(str(sampler), optimizer=False) is None
+
+
+def test_a_checkpoint_whose_sampler_is_garbled_is_not_evaluated(tmp_path: Path, two_steps: Path) -> None:
+    """Checkpoint evaluation loads the sampler weights, so it checks them first, checksum included: one sentence naming
+    the file (code 5), not an evaluation of garbled weights."""
+    shutil.copytree(two_steps, tmp_path / "run")
+    folder = tmp_path / "run"
+    _state, sampler = _checkpoint_folders(folder, 1)
+    target = sampler / "adapter_model.safetensors"
+    _garble_in_place(target, 8 + int.from_bytes(target.read_bytes()[:8], "little"))
+    from kernelbench_rl.config import load_config
+    from kernelbench_rl.training.checkpoint_eval import CheckpointSampler
+    from kernelbench_rl.training.checkpoints import CheckpointDamagedError
+
+    cfg = load_config("default", TINY)
+    row_name = Store(folder / "kb.duckdb").fetchall("SELECT name FROM checkpoints WHERE step = 1")[0][0]
+    sampler_of = CheckpointSampler("r", folder / "logs" / "r", cfg.policy.base_model, cfg.policy, cfg.sampling,
+                                   row_name)
+    with pytest.raises(CheckpointDamagedError, match="does not match its checksum") as raised:
+        sampler_of.settle(Store(folder / "kb.duckdb"), "eval-1")
+    assert str(target) in str(raised.value) and raised.value.exit_code == ExitCode.DAMAGED

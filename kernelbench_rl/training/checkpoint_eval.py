@@ -27,7 +27,7 @@ from kernelbench_rl.policy.config import PolicyConfig
 from kernelbench_rl.problems import Problem
 from kernelbench_rl.store import Store
 from kernelbench_rl.store.checkpoints import BASE, newest_per_run, resolve_checkpoint
-from kernelbench_rl.training.checkpoints import resolved_path
+from kernelbench_rl.training.checkpoints import CheckpointDamagedError, damage, resolved_path
 from kernelbench_rl.training.rollouts import EvaluateFn, PromptRenderer, RolloutRunner
 
 
@@ -238,12 +238,19 @@ class CheckpointSampler:
         from kernelbench_rl.policy import make_service_client
 
         row = resolve_checkpoint(store, self.run_id, self.checkpoint)
+        # A stored relative sampler path is under the run's folder (a copied runs/ included). Its weights are checked
+        # before anything is made of them, their content checksum too: garbled in place is damaged.
+        sampler_path = resolved_path(row.sampler_path, self.run_dir) if row is not None else None
+        wrong = damage(sampler_path, optimizer=False) if sampler_path is not None else None
+        if row is not None and wrong is not None:
+            raise CheckpointDamagedError(
+                f"The checkpoint {row.name} of run {self.run_id} is damaged ({wrong}): evaluate another of its "
+                "checkpoints, or train on to write a new one.")
         self.label = BASE if row is None else row.name
         self.tensorboard = (self.run_dir, 0 if row is None else row.step)
         service = self.service_client or make_service_client(self.policy)
-        # A stored relative sampler path is under the run's folder (a copied runs/ included).
         client = (service.create_sampling_client(base_model=self.base_model) if row is None
-                  else service.create_sampling_client(model_path=resolved_path(row.sampler_path, self.run_dir)))
+                  else service.create_sampling_client(model_path=sampler_path))
         # Client-creation methods return futures (as in the Tinker SDK); resolve them before use.
         self.sampler = client.result() if callable(getattr(client, "result", None)) else client
         return eval_id

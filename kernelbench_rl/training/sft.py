@@ -506,6 +506,8 @@ def warm_start_checkpoint(store: Store, run_id: str, run_dir: Path, sft_steps: i
     checkpoint = {**checkpoint, "state_path": resolved_path(checkpoint["state_path"], run_dir),
                   "sampler_path": resolved_path(checkpoint["sampler_path"], run_dir)}
     wrong = damage(checkpoint["state_path"], optimizer=False)
+    if wrong is None and checkpoint["sampler_path"]:  # RL samples from these weights first: checked alike
+        wrong = damage(checkpoint["sampler_path"], optimizer=False)
     if wrong is not None:
         from kernelbench_rl.training.checkpoints import CheckpointDamagedError
 
