@@ -455,10 +455,16 @@ class LocalSamplingClient:
         return self._service._submit_sample(self, prompt_tokens, num_samples, sampling_params, include_prompt_logprobs)
 
     def compute_logprobs(
-        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None, *, temperature: float = 1.0
+        self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
     ) -> APIFuture[list[float | None]]:
-        """Each token's logprob under the model (Tinker's call); `temperature`, the local backend's own, scores it
-        under the tempered distribution the sampler draws from at that temperature (logits / temperature)."""
+        """Each token's logprob under the model (Tinker's call, its signature)."""
+        return self.compute_tempered_logprobs(prompt, 1.0, prompt_logprobs_last_n)
+
+    def compute_tempered_logprobs(
+        self, prompt: types.ModelInput, temperature: float, prompt_logprobs_last_n: int | None = None
+    ) -> APIFuture[list[float | None]]:
+        """The local backend's own: each token's logprob under the tempered distribution the sampler draws from at
+        `temperature` (logits / temperature)."""
         tokens = prompt.to_ints()
 
         def work() -> list[float | None]:

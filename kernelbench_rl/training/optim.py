@@ -194,7 +194,7 @@ class _Logprobs:
     def __init__(self, client: Any, cache: bool = False, temperature: float | None = None) -> None:
         self.client = client
         self._cache: dict[tuple[int, ...], list[float | None]] | None = {} if cache else None
-        self.temperature = temperature  # the local backend's tempered scoring (compute_logprobs(temperature=...))
+        self.temperature = temperature  # the local backend's tempered scoring (compute_tempered_logprobs)
 
     async def compute_logprobs_async(self, model_input: tinker.ModelInput) -> list[float | None]:
         key = tuple(model_input.to_ints()) if self._cache is not None else None
@@ -203,7 +203,7 @@ class _Logprobs:
         native = getattr(self.client, "compute_logprobs_async", None)
         if self.temperature is not None:
             logprobs = await asyncio.to_thread(
-                result_of, self.client.compute_logprobs(model_input, temperature=float(self.temperature)))
+                result_of, self.client.compute_tempered_logprobs(model_input, float(self.temperature)))
         elif native is not None:
             logprobs = await native(model_input)
         else:
