@@ -127,7 +127,9 @@ def _overrides(tmp_path: Path, steps: int) -> list[str]:
 def test_loop_trains_when_rewards_differ(tmp_path: Path) -> None:
     """The policy and store are real; the random tiny model never writes a kernel, so a stand-in
     judge (honouring Evaluator.evaluate_responses) rewards completions by a token pattern instead."""
-    cfg = load_config("default", _overrides(tmp_path, 2) + ["curriculum.enabled=false"])
+    # Four samples a group: sampling is seeded per request (a resumed run samples what the live one did), so which
+    # groups mix is fixed by the seeds; with two a group, every group of both steps came out constant.
+    cfg = load_config("default", _overrides(tmp_path, 2) + ["curriculum.enabled=false", "sampling.group_size=4"])
 
     def judge(problem_ids, responses):
         # even-length responses count as "well formed": a property the tiny model varies on
@@ -142,7 +144,7 @@ def test_loop_trains_when_rewards_differ(tmp_path: Path) -> None:
     assert trained, "expected at least one step with differing rewards over 8 samples"
     assert all(s["loss"] is not None for s in trained)
     rewards = store.query("SELECT reward, advantage, components_json FROM rewards").to_dicts()
-    assert len(rewards) == 2 * 2 * 2 and {r["reward"] for r in rewards} <= {0.0, 1.0}
+    assert len(rewards) == 2 * 2 * 4 and {r["reward"] for r in rewards} <= {0.0, 1.0}
     # 8 tokens cut every completion: each rollout says so, and so do the step rows, TensorBoard and the summary
     assert store.fetchall("SELECT DISTINCT stop_reason FROM rollouts") == [("length",)]
     assert [r[0] for r in store.fetchall("SELECT truncated_rate FROM train_steps ORDER BY step")] == [1.0, 1.0]
