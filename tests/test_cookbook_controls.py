@@ -311,8 +311,8 @@ def test_the_local_loss_scores_tokens_under_the_tempered_distribution_sampled(tm
         untempered = client.forward([datum], "importance_sampling").result().loss_fn_outputs[0]["logprobs"].to_torch()
         tempered = client.forward([datum], "importance_sampling", {TEMPERATURE_KEY: 0.3}).result() \
             .loss_fn_outputs[0]["logprobs"].to_torch()
-        scored = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + list(sequence.tokens)),
-                                          temperature=0.3).result()[len(prompt):]
+        scored = sampler.compute_tempered_logprobs(types.ModelInput.from_ints(prompt + list(sequence.tokens)),
+                                                   0.3).result()[len(prompt):]
     finally:
         service.close("success")
     completion = slice(len(prompt) - 1, None)

@@ -260,12 +260,15 @@ class TrainingRun:
             [self.run_id])
         return newest_intact(rows, self.log_dir, what="checkpoint", run_id=self.run_id)
 
-    def _replay_curriculum(self, up_to_step: int, curriculum: Curriculum | None = None) -> Curriculum:
-        """Replay the stored events and step rates up to `up_to_step` into `curriculum` (the run's by default)."""
+    def _replay_curriculum(self, up_to_step: int, curriculum: Curriculum | None = None,
+                           manual_up_to: int | None = None) -> Curriculum:
+        """Replay the stored events and step rates up to `up_to_step` into `curriculum` (the run's by default);
+        `manual_up_to`: forced-stage events (made when a step is queued) up to that step instead."""
         curriculum = self.curriculum if curriculum is None else curriculum
+        manual_up_to = up_to_step if manual_up_to is None else manual_up_to
         events = self.store.dicts(
-            "SELECT step, kind, from_value, to_value FROM curriculum_events WHERE run_id = ? AND step <= ? ORDER BY step",
-            [self.run_id, up_to_step])
+            "SELECT step, kind, from_value, to_value FROM curriculum_events WHERE run_id = ? AND "
+            "(step <= ? OR (kind = 'manual' AND step <= ?)) ORDER BY step", [self.run_id, up_to_step, manual_up_to])
         steps = self.store.dicts(
             "SELECT step, metrics_json FROM train_steps WHERE run_id = ? AND step <= ? ORDER BY step",
             [self.run_id, up_to_step])
@@ -307,8 +310,8 @@ class TrainingRun:
         live = self.curriculum
         self.curriculum = Curriculum.from_config(self.parts.curriculum, [p.level for p in self.problems])
         try:
-            if source >= 0:
-                self._replay_curriculum(source)
+            # The curriculum after step `source`, and the forced stages of the steps queued before this one.
+            self._replay_curriculum(source, manual_up_to=step - 1)
             batch = self._prepare(step)
         finally:
             self.curriculum = live
