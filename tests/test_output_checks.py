@@ -295,4 +295,6 @@ def test_what_the_interpreter_cannot_run_is_no_verdict(verdicts):
                                    "under the interpreter"
     assert result.error_category.is_ours and not result.error_category.is_kernel_fault
     assert not cached
-    assert score(result, "correctness").reward is None
+    # No verdict, yet abstaining never pays: training scores it as a wrong answer that compiled, never leaves it out.
+    scored = score(result, "correctness")
+    assert scored.abstained and scored.reward is not None and scored.reward == pytest.approx(0.2)
