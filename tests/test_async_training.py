@@ -169,8 +169,9 @@ def test_a_stopped_invocation_prefetches_nothing_it_will_not_train(tmp_path, mon
     second = run_training(build_run_parts(cfg, policy_beside=True), progress=False, evaluate_fn=Judge(service), service_client=service)
     assert second.resumed_from_step == 1 and second.finished
     rows = _step_rows(store)
-    # The resumed run's first step is sampled by its checkpoint's weights, the next ones one step behind.
-    assert [r["staleness"] for r in rows] == [0, 1, 0, 1, 1]
+    # The resumed run samples each step with the weights the live run had queued it with (lag_samplers.json), so its
+    # steps are one behind as an uninterrupted run's are (it once sampled its first step with the checkpoint's: 0).
+    assert [r["staleness"] for r in rows] == [0, 1, 1, 1, 1]
     assert store.fetchall("SELECT count(*), count(DISTINCT (step, sample_index)) FROM rollouts")[0] == (
         STEPS * GROUP, STEPS * GROUP)
 
