@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -29,6 +28,7 @@ import duckdb
 from kernelbench_rl.errors import StoreBusyError, UserError
 from kernelbench_rl.store import endings
 from kernelbench_rl.store.files import DamagedFileError, check_free_space, write_error
+from kernelbench_rl.store.turns import FileGate, is_lock_conflict, lock_holder
 from kernelbench_rl.evaluation.result import categories_without_verdict
 from kernelbench_rl.store.schema import MIGRATIONS
 
@@ -36,11 +36,6 @@ if TYPE_CHECKING:
     import polars as pl
 
     from kernelbench_rl.evaluation.result import EvalResult
-
-try:  # POSIX only; elsewhere we fall back to DuckDB's own lock plus retries.
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
 
 DEFAULT_DB_PATH = Path(os.environ.get("KBRL_DB", "runs/kernelbench_rl.duckdb"))
 
@@ -106,85 +101,6 @@ def _open_connections() -> dict[str, tuple[duckdb.DuckDBPyConnection, bool]]:
     if not hasattr(_OPEN, "connections"):
         _OPEN.connections = {}
     return _OPEN.connections
-
-
-def _lock_holder(exc: Exception) -> str | None:
-    """'PID 1234' out of DuckDB's 'Conflicting lock is held in ... (PID 1234)', when present."""
-    match = re.search(r"\(PID (\d+)\)", str(exc))
-    return f"process {match.group(1)}" if match else None
-
-
-def _is_lock_conflict(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return "lock" in text and ("conflict" in text or "could not set lock" in text)
-
-
-# -- cross-process turn-taking ------------------------------------------------------------------
-class _FileGate:
-    """Two flock()ed sidecar files around the DuckDB file.
-
-    To take a turn a process holds `<db>.lock.intent` exclusively, then takes `<db>.lock` (shared for
-    readers, exclusive for writers) and lets the intent go. A writer that just finished a batch must
-    take the intent lock before its next one, and the waiter holding it is next in line: no starving.
-    """
-
-    def __init__(self, db_path: Path, exclusive: bool) -> None:
-        self.main_path = db_path.with_name(db_path.name + ".lock")
-        self.intent_path = db_path.with_name(db_path.name + ".lock.intent")
-        self.exclusive = exclusive
-        self._main_fd: int | None = None
-
-    def acquire(self, deadline: float) -> bool:
-        """True once the turn is ours; False at the deadline; True as well where flock is unavailable."""
-        if fcntl is None:
-            return True
-        try:
-            intent_fd = _open_lock_file(self.intent_path)
-        except OSError:
-            return True  # read-only directory: rely on DuckDB's own lock and the retries
-        try:
-            main_fd = _open_lock_file(self.main_path)
-        except OSError:
-            os.close(intent_fd)
-            return True
-        try:
-            if not _flock_until(intent_fd, fcntl.LOCK_EX, deadline):
-                os.close(main_fd)
-                return False
-            mode = fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH
-            if not _flock_until(main_fd, mode, deadline):
-                os.close(main_fd)
-                return False
-            self._main_fd = main_fd
-            return True
-        finally:
-            os.close(intent_fd)  # closing releases the intent lock
-
-    def release(self) -> None:
-        if self._main_fd is not None:
-            os.close(self._main_fd)
-            self._main_fd = None
-
-
-def _open_lock_file(path: Path) -> int:
-    """flock() needs only a descriptor: read-only will do where another user created the file."""
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:
-        return os.open(path, os.O_RDONLY)
-
-
-def _flock_until(fd: int, mode: int, deadline: float) -> bool:
-    delay = 0.001
-    while True:
-        try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
 
 
 # -- table metadata -----------------------------------------------------------------------------
@@ -283,7 +199,7 @@ class Store:
         if not lock.acquire(timeout=max(self.busy_timeout_s, 0.001)):
             raise self._busy("another thread of this process")
         try:
-            gate = _FileGate(self.path, exclusive=not read_only)
+            gate = FileGate(self.path, exclusive=not read_only)
             if not gate.acquire(deadline):
                 raise self._busy("another process")
             try:
@@ -363,10 +279,10 @@ class Store:
             try:
                 return duckdb.connect(str(self.path), read_only=read_only, config=dict(config or {}))
             except duckdb.Error as exc:
-                if not _is_lock_conflict(exc):
+                if not is_lock_conflict(exc):
                     raise
                 if time.monotonic() >= deadline:
-                    raise self._busy(_lock_holder(exc) or "another process") from exc
+                    raise self._busy(lock_holder(exc) or "another process") from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
 

@@ -10,10 +10,20 @@ by the next command that opened the store). Older files may also hold `interrupt
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # store/db.py imports this module's user (store/endings.py): no import back at run time
-    from kernelbench_rl.store.db import Store
+
+class Store(Protocol):
+    """What these statements need of a store (store/db.py's Store): this module sits below it and imports nothing
+    back."""
+
+    def dicts(self, sql: str, params: Any = None, read_only: bool = False) -> list[dict[str, Any]]: ...
+
+    def fetchall(self, sql: str, params: Any = None, read_only: bool = False) -> list[tuple[Any, ...]]: ...
+
+    def connect(self, read_only: bool = False, locked_down: bool = False) -> Any: ...
+
+    def upsert(self, table: str, rows: Any, on_conflict: Any = "replace") -> int: ...
 
 ENDED = ("finished", "stopped", "failed", "crashed", "interrupted")
 
