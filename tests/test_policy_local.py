@@ -416,7 +416,7 @@ def _record_prefills(monkeypatch: pytest.MonkeyPatch, hide_reorder: bool = False
     lacks reorder_cache."""
     from types import SimpleNamespace
 
-    from kernelbench_rl.policy import local
+    from kernelbench_rl.policy import local_sampling_client as local  # where the sampling client calls decode
 
     class Opaque:  # a cache the decoder cannot expand
         def __init__(self, cache):
