@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kernelbench_rl.evaluation.worker import memory as footprints
+from kernelbench_rl.evaluation.verdict import memory_figures as footprints
 from kernelbench_rl.evaluation.sandbox import outputs
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, Flag
 

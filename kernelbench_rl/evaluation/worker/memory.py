@@ -19,15 +19,12 @@ Pure arithmetic: no torch, so the rules are tested on any machine.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
-GIB = 1 << 30
-MIB = 1 << 20
+from kernelbench_rl.evaluation.verdict.memory_figures import (  # noqa: F401 - importable from here as before
+    CANDIDATE_MEMORY_FACTOR, GIB, MIB, gib, over_budget, requested_bytes,
+)
 
-# A candidate may hold this many times the reference's peak (parameters + inputs + one forward) on the
-# device, beyond the buffers the harness itself keeps in its process. Documented in the README.
-CANDIDATE_MEMORY_FACTOR = 4
 # Inputs up to this size get a fresh set per timed call (new addresses); larger ones are refreshed
 # in place (one set alive), the same for baseline and candidate.
 FRESH_INPUTS_MAX_BYTES = 512 * MIB
@@ -113,26 +110,7 @@ def enforced_cap_bytes(memory_plan: MemoryPlan, total: int) -> int:
     return min(max(memory_plan.candidate_cap_bytes, int(CAP_FLOOR_FRACTION * total)), total)
 
 
-def gib(nbytes: float) -> str:
-    return f"{nbytes / GIB:.1f} GiB"
-
-
 def too_large_message(memory_plan: MemoryPlan, capacity: int, total: int) -> str:
     return (f"this problem needs about {gib(memory_plan.needed_bytes)} of device memory for one evaluation "
             f"(the candidate's process {gib(memory_plan.child_bytes)}, the evaluator's own {gib(memory_plan.worker_bytes)}), "
             f"but only {gib(capacity)} of this device's {gib(total)} is available to evaluations")
-
-
-_REQUESTED = re.compile(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB|TiB)")
-_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": MIB, "GiB": GIB, "TiB": 1 << 40}
-
-
-def requested_bytes(message: str) -> int:
-    """The size of the allocation that failed, from PyTorch's out-of-memory message (0 if absent)."""
-    match = _REQUESTED.search(message)
-    return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else 0
-
-
-def over_budget(reserved: int, requested: int, cap: int) -> bool:
-    """Did the child's own allocations pass its budget? (Then an out-of-memory is the candidate's.)"""
-    return cap > 0 and reserved + requested > cap
