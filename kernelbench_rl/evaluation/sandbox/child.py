@@ -422,10 +422,6 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     def inputs_for_seed(seed: int, variant: dict[str, Any] | None = None) -> list[Any]:
         return runtime.make_inputs(problem, seed, device, precision, variant)  # (generators reseeded after: runtime.py)
 
-    def varied(variant: dict[str, Any] | None) -> Any:
-        """inputs_for_seed with the variant every call of this evaluation carries (sensitivity.everyday_variant)."""
-        return lambda seed: inputs_for_seed(seed, variant)
-
     # Each command that runs forwards is a generator: it yields the inputs of each forward it wants, is sent the output
     # (timing.drive), answers the worker and returns what must stay alive until the worker has read its tensors. Every
     # forward is made by timing.drive from the one line below, so the stack a forward sees is the same whatever the call
@@ -482,7 +478,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
     def timed(command: dict[str, Any]) -> timing.Calls:
         t = time.perf_counter()
         record = yield from timing.timed_calls(
-            varied(command.get("variant")), [int(s) for s in command["seeds"]], int(command.get("warmup", 3)), device, clock,
+            inputs_for_seed, [int(s) for s in command["seeds"]], int(command.get("warmup", 3)), device, clock,
             {int(i) for i in command.get("verify", [])}, fresh_buffers=bool(command.get("fresh_buffers", True)))
         tampered = clock.tampered()
         spans.add("timed_calls", t)
@@ -495,8 +491,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         }, spill_dir)
 
     def host_timed(command: dict[str, Any]) -> timing.Calls:
-        ms = yield from timing.host_timed_calls(varied(command.get("variant")), [int(s) for s in command["seeds"]],
-                                                device, clock,
+        ms = yield from timing.host_timed_calls(inputs_for_seed, [int(s) for s in command["seeds"]], device, clock,
                                                 fresh_buffers=bool(command.get("fresh_buffers", True)))
         wire.send_json(conn, {"event": "host_timed", "median_ms": ms, "tampered": clock.tampered()})
         return []

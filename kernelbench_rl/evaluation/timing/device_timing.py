@@ -427,9 +427,8 @@ class CandidateTiming:
         # with the reference's, and perturbing one side's inputs only made its loop slower by the perturbation's own
         # cost (an H200, 2026-11-28: 9 of 10 honest solutions flagged clock_disagrees). A kernel that does whole work
         # on perturbed inputs and part of it on plain ones then reads more GPU work profiled than timed
-        # (profile_disagrees). Timing both sides on perturbed inputs is the way to close it (`timed_variant`).
+        # (profile_disagrees). Timing both sides on perturbed inputs is the way to close it.
         everyday = sensitivity.everyday_variant(state.discrimination_for(precision, payload.get("input_variant")))
-        timed_variant = None
         verify_trials = (state.plan.verify_trials if state.plan is not None else 2) if VERIFY_TIMED_OUTPUTS else 0
         verify = sorted(random.sample(range(len(seeds)), min(verify_trials, len(seeds))))
         paired_ms: list[float] = []
@@ -443,7 +442,7 @@ class CandidateTiming:
             solo_walls = BlockWall()
             times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
                                      diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None,
-                                     walls=solo_walls, variant=timed_variant)
+                                     walls=solo_walls)
         solo = timing.TimingRecord(times_ms=times)
         kernel_walls, reference_walls = solo_walls, state.reference_walls.get(precision)
         # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
@@ -471,8 +470,7 @@ class CandidateTiming:
                                 block_seeds = [secrets.randbits(31) for _ in indices]
                                 block_times = self._time_block(child, state, settings, result, block_seeds,
                                                                [0] if number == 0 and VERIFY_TIMED_OUTPUTS else [], warmup, deadline, indices,
-                                                               diagnostics=kernel_diagnostics, walls=paired_kernel_walls,
-                                                               variant=timed_variant)
+                                                               diagnostics=kernel_diagnostics, walls=paired_kernel_walls)
                                 by_index.update(zip(indices, block_times))
                                 continue
                             try:
@@ -529,7 +527,7 @@ class CandidateTiming:
             if not retimed:
                 # The solo trials' kept outputs are checked before the child's next command.
                 self._verify_kept(state, settings, result, seeds, kept, trace.who_of(child))
-                retimed.append(self._host_speedup(child, state, settings, calls, deadline, timed_variant))
+                retimed.append(self._host_speedup(child, state, settings, calls, deadline))
                 result.host_speedup = retimed[0]
             return retimed[0]
 
@@ -612,13 +610,13 @@ class CandidateTiming:
         return header
 
     def _host_speedup(self, child: Child, state: ProblemState, settings: EvalSettings, calls: int,
-                      deadline: float, variant: dict | None = None) -> float | None:
+                      deadline: float) -> float | None:
         """The reference's time over the candidate's, both timed on the host clock around each forward (`host_time`);
         None when the candidate's reads nothing or its clock functions were replaced."""
         host_seeds = [secrets.randbits(31) for _ in range(host_calls(calls))]
         with self.quiet_gate.quiet():
-            children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": state.fresh_buffers(),
-                                  "variant": variant}, "re-timing on the host clock")
+            children.send(child, {"cmd": "host_time", "seeds": host_seeds, "fresh_buffers": state.fresh_buffers()},
+                          "re-timing on the host clock")
             host = children.expect(child, {"host_timed"}, deadline - time.monotonic(), "re-timing on the host clock")
             candidate_host = float(host.get("median_ms") or 0.0)
             # As for the first baseline: a thread of the candidate's own must not load the device meanwhile.
@@ -698,15 +696,14 @@ class CandidateTiming:
     def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                     seeds: list[int], verify: list[int], warmup: int, deadline: float,
                     indices: list[int] | None = None, diagnostics: list[dict] | None = None,
-                    kept_out: dict[str, Any] | None = None, walls: BlockWall | None = None,
-                    variant: dict | None = None) -> list[float]:
+                    kept_out: dict[str, Any] | None = None, walls: BlockWall | None = None) -> list[float]:
         """The candidate's timed trials on `seeds` (added to `walls` as the worker's clock saw them); the outputs of the trials at positions `verify` are checked
         against the reference, or, with `kept_out`, left there for `_verify_kept` (before the child's next
         command). `indices` number the trials in messages (default: their positions); the child's timing
         diagnostics are appended to `diagnostics`."""
         mark = time.perf_counter()
         children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
-                              "fresh_buffers": state.fresh_buffers(), "variant": variant}, "timing")
+                              "fresh_buffers": state.fresh_buffers()}, "timing")
         header = children.expect(child, {"timed"}, deadline - time.monotonic(), "timing")
         wall = time.perf_counter() - mark  # the worker's clock: out of the candidate's reach
         trace.record(trace.who_of(child), "time_block", mark)
@@ -733,7 +730,7 @@ class CandidateTiming:
                     add_seconds(result, f"timing_child_{part}", float(seconds))
             if diagnostics is not None:
                 diagnostics.append(header["diagnostics"])
-        pending = {"verify": list(verify), "indices": indices, "outputs": kept, "variant": variant}
+        pending = {"verify": list(verify), "indices": indices, "outputs": kept}
         if kept_out is not None:
             kept_out.update(pending)
         else:
@@ -746,13 +743,12 @@ class CandidateTiming:
         """Checks the timed outputs `_time_block` kept (once: `pending` is emptied) against the reference's on the
         same seeds; wrong values while timed are a hack."""
         verify, indices, kept = pending.pop("verify", []), pending.pop("indices", None), pending.pop("outputs", {})
-        variant = pending.pop("variant", None)
         mark = time.perf_counter()
         for position in verify:
             with state.lock:
-                reference = self.references.reference_outputs(state, settings.precision, seeds[position], cache=False,
-                                                              variant=variant)  # one-off seeds
-            outcome = self.references.compare(state, settings.precision, seeds[position], variant, reference,
+                reference = self.references.reference_outputs(state, settings.precision, seeds[position],
+                                                              cache=False)  # one-off seeds
+            outcome = self.references.compare(state, settings.precision, seeds[position], None, reference,
                                               kept.get(f"trial_{position}", []))
             if not outcome.ok:
                 trial = indices[position] if indices else position
