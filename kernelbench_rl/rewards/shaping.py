@@ -20,8 +20,8 @@ Rules that hold for every preset (tests/test_reward_rules.py checks them over al
   where `slow` takes back part of the credit), and kernrl's "faster than the baseline" bonus ramps
   in from 1x to FASTER_FULL_AT instead of jumping, so timing noise on identical code (the
   [0.95, 1.05] band) moves a reward by a few hundredths, never by a step;
-- an infrastructure failure (ours, decided by facts the worker holds) is not a score at all: `Score.reward` is None and the sample is
-  retried or left out of training (never a zero that would teach the model a wrong lesson).
+- an infrastructure failure (ours, decided by facts the worker holds) is not a score at all: `Score.reward` is None
+  and the sample is retried or left out of training (never a zero that would teach the model a wrong lesson).
 """
 
 from __future__ import annotations

@@ -76,12 +76,12 @@ def check_correctness(child: Child, state: ProblemState, settings: EvalSettings,
     # In a secret order, the closing seed last (correctness_plan): no call's position tells the candidate what it is
     # checked on, and whatever it would fail, the last call catches.
     plan = discrimination.correctness_plan(seeds, widened_seeds, found.variant, sensitive, closing)
-    # The problem's own seeds carry its perturbation too, as every timed and profiled call does: no value of an input
-    # tells a checked call from another (sensitivity.everyday_variant).
+    # The problem's own seeds carry its perturbation too, as the profiled calls do: no value of an input tells one
+    # checked call from another (sensitivity.everyday_variant; the timed calls keep the problem's own inputs).
     everyday = sensitivity.everyday_variant(found)
     if everyday is not None:
         plan = [(seed, everyday if variant is None else variant) for seed, variant in plan]
-        result.versions["everyday_inputs"] = "every call perturbed: " + sensitivity.describe(everyday)[:200]
+        result.versions["everyday_inputs"] = "every checked and profiled call perturbed: " + sensitivity.describe(everyday)[:200]
     result.trials_total = len(plan)
     result.versions["inputs"] = found.summary()[:400]
     if found.audited and not found.discriminating:

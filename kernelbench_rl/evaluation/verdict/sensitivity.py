@@ -144,10 +144,12 @@ class Sensitivity:
 
 
 def everyday_variant(found: Any) -> Variant | None:
-    """The perturbation every call of a candidate carries, checked or timed (None where the problem has none, or the
-    sensitivity seeds are off). A perturbed seed told apart from the problem's own inputs by its values (runs set
-    above the input's range) let a kernel do whole work there and part of it everywhere else; with every call
-    perturbed alike, no value tells a checked call from a timed one, and partial work fails wherever it is checked."""
+    """The perturbation every checked and profiled call of a candidate carries (None where the problem has none, or
+    the sensitivity seeds are off). A perturbed seed told apart from the problem's own inputs by its values (runs set
+    above the input's range) let a kernel do whole work there and part of it on the own seeds; with every checked call
+    perturbed alike, no value tells one from another, and partial work fails wherever it is checked. The timed calls
+    keep the problem's own inputs (the worker's clock compares both sides' loops); sparing work there reads as
+    `profile_disagrees` (timing/device_timing.py)."""
     audited = getattr(found, "sensitivity", None)
     if audited is None or audited.perturbation is None or not enabled():
         return None
