@@ -24,8 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelbench_rl.evaluation.front import tempdirs
-from kernelbench_rl.evaluation.worker import reference_budget, startup
+from kernelbench_rl.evaluation.worker import reference_budget, startup, tempdirs
 from kernelbench_rl.evaluation import host_share
 from kernelbench_rl.evaluation.sandbox.sandbox import scrubbed_env
 

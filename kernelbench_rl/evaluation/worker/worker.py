@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernelbench_rl.evaluation.front import tempdirs
+from kernelbench_rl.evaluation.worker import tempdirs
 from kernelbench_rl.evaluation.sandbox import numerics, runtime, sandbox
 from kernelbench_rl.evaluation.source import candidate_class
 from kernelbench_rl.evaluation.timing import timing

@@ -4,7 +4,8 @@ A pool's home (`kbrl-eval-home-HOST-PID-…`, PID the orchestrator's) and each w
 (`kbrl-eval-worker-HOST-PID-…`, PID the worker's, holding its candidates' directories) are removed by
 their owner when it stops normally. A process killed outright (SIGKILL, OOM, a lost machine) cannot, so
 every pool sweeps, when it starts and when it replaces a dead worker, the folders of this user and host
-whose owner is no longer running. Naming is stdlib-only: the worker side uses it too.
+whose owner is no longer running. Stdlib-only, in the worker's room: the worker names its root here, and the
+pool (front/pool.py) sweeps with it.
 """
 
 from __future__ import annotations
