@@ -95,6 +95,25 @@ def test_pipeline_rebuilds_the_command_line_its_flow_reads(monkeypatch):
         "r1", 2, True, False, ["eval.device=cpu"])
 
 
+
+def test_pipeline_refuses_temperature_zero_before_any_stage_and_only_when_it_trains(monkeypatch):
+    """Greedy sampling trains nothing (every answer of a group alike): the pipeline refuses it at its door, before the
+    SFT warm start is spent, with one sentence and the bad-input exit; with no RL steps it is only evaluation."""
+    from kernelbench_rl.commands import pipeline
+
+    launched = []
+    monkeypatch.setattr(pipeline, "_launch", lambda module, args: launched.append((module, args)))
+    monkeypatch.setattr("kernelbench_rl.ownership.check_free", lambda *a: None)
+    refused = runner.invoke(app, ["pipeline", "--run-id", "r1", "--levels", "1", "--no-index", "--train-steps", "2",
+                                  "eval.device=cpu", "sampling.temperature=0"])
+    # The command raises the UserError that cli.main turns into one line and the bad-input exit
+    assert isinstance(refused.exception, errors.UserError) and not launched
+    assert refused.exception.exit_code == ExitCode.BAD_INPUT and "sampling.temperature=0" in str(refused.exception)
+    untrained = runner.invoke(app, ["pipeline", "--run-id", "r1", "--levels", "1", "--no-index", "--train-steps", "0",
+                                    "eval.device=cpu", "sampling.temperature=0"])
+    assert untrained.exit_code == 0, untrained.output
+    assert len(launched) == 1
+
 def test_version():
     from importlib.metadata import version
 

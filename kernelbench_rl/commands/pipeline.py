@@ -62,6 +62,7 @@ def check_pipeline_inputs(
     and the problems it takes (`select_problems`)."""
     from kernelbench_rl.commands.options import check_max_problems
     from kernelbench_rl.config import load_config
+    from kernelbench_rl.config.schema import refuse_untrainable_sampling
     from kernelbench_rl.errors import UserError
 
     if not run_id or not run_id.strip():
@@ -76,6 +77,8 @@ def check_pipeline_inputs(
     cfg = load_config(config, [*overrides, f"run_id={run_id}", f"db_path={db_path}", f"log_dir={log_dir}",
                                f"training.steps={train_steps}",
                                f"problems.levels=[{','.join(str(lv) for lv in levels)}]"])
+    if train_steps > 0:
+        refuse_untrainable_sampling(cfg.sampling.temperature)
     return select_problems(cfg, overrides, levels=levels, num_problems=num_problems)
 
 

@@ -51,6 +51,15 @@ class SamplingConfig:
     thinking: bool = False  # reasoning before the answer, for hybrid models (Qwen3); off for single-turn kernels
 
 
+
+def refuse_untrainable_sampling(temperature: float) -> None:
+    """Greedy sampling (temperature 0) gives every answer of a group the same text, so no group's rewards differ and
+    nothing trains. Legal for evaluation; refused with one sentence (UserError) for training, by the RL loop and by
+    the pipeline before its first stage (so an SFT warm start is not spent on a run that cannot train)."""
+    if temperature <= 0:
+        raise UserError("sampling.temperature=0 samples every answer of a group alike, so no group has rewards "
+                        "that differ and nothing trains; set it above 0 for training (1.0 is the default).")
+
 @dataclass
 class TrainingConfig:
     steps: Annotated[int, Ge(0)] = 100

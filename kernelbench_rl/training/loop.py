@@ -32,6 +32,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelbench_rl.config.schema import refuse_untrainable_sampling
 from kernelbench_rl.envs.kernel_env import Retriever, make_group_builders
 from kernelbench_rl.errors import UserError
 from kernelbench_rl.parts import RunParts
@@ -113,6 +114,7 @@ class TrainSummary:
     truncated_rate: float | None = None  # share of the run's sampled turns cut at max_tokens (all steps so far)
 
 
+
 class TrainingRun:
     """One training run: builds its heavy parts on `start()`, then advances one `step()` at a time.
 
@@ -176,9 +178,7 @@ class TrainingRun:
 
     def _start(self) -> None:
         parts = self.parts
-        if parts.sampling.temperature <= 0:
-            raise UserError("sampling.temperature=0 samples every answer of a group alike, so no group has rewards "
-                            "that differ and nothing trains; set it above 0 for training (1.0 is the default).")
+        refuse_untrainable_sampling(parts.sampling.temperature)
         # Runs left "running" by an owner that died (SIGKILL, a lost machine) are marked interrupted.
         self.interrupted = {row["run_id"]: row for row in ownership.mark_interrupted_runs(self.store)}
         self.problems = parts.split.training_problems(parts.audits)
