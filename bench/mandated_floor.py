@@ -67,7 +67,7 @@ def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any],
     import torch
 
     from kernelbench_rl.evaluation.sandbox import runtime
-    from kernelbench_rl.evaluation.timing import timing
+    from kernelbench_rl.evaluation.sandbox import timer
     from kernelbench_rl.evaluation.verdict import checks
     from kernelbench_rl.evaluation.worker import memory
     from kernelbench_rl.evaluation.sandbox.outputs import plain_outputs
@@ -78,7 +78,7 @@ def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any],
     module = runtime.load_module_from_file(path, f"bare_{problem.id.replace('/', '_')}", register=False)
     precision = "fp32"
     atol, rtol = tolerance_for("kernelbench", precision)
-    clock = timing.Clock.capture() if device == "cuda" else None
+    clock = timer.Clock.capture() if device == "cuda" else None
     init_seed = secrets.randbits(31)
 
     def make(seed: int) -> list[Any]:
@@ -109,7 +109,7 @@ def run_problem(problem: Any, size: str, samples: int, settings: dict[str, Any],
                 for seed in seeds[:2]:
                     model(*make(seed))
             return []
-        return timing.time_forward(model, make, seeds, warm, device, clock, fresh_buffers=fresh).times_ms
+        return timer.time_forward(model, make, seeds, warm, device, clock, fresh_buffers=fresh).times_ms
 
     with part("baseline"):
         reference = runtime.build_model(module.Model, module, init_seed, device, precision)

@@ -1,10 +1,10 @@
-"""A timing Clock on the host's perf_counter, for running timing.time_forward without a GPU."""
+"""A timing Clock on the host's perf_counter, for running timer.time_forward without a GPU."""
 
 from __future__ import annotations
 
 import time
 
-from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.sandbox import timer
 
 
 class HostEvent:
@@ -21,6 +21,6 @@ class HostEvent:
         pass
 
 
-HOST_CLOCK = timing.Clock(synchronize=lambda: None, event_cls=HostEvent, record=HostEvent.record,
+HOST_CLOCK = timer.Clock(synchronize=lambda: None, event_cls=HostEvent, record=HostEvent.record,
                           elapsed_time=HostEvent.elapsed_time, event_synchronize=HostEvent.synchronize,
                           perf_counter=time.perf_counter)

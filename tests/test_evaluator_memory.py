@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.sandbox import timer
 from kernelbench_rl.evaluation.verdict import checks
 from kernelbench_rl.evaluation.worker import children, memory
 from kernelbench_rl.evaluation.worker.memory import GIB, MIB, Footprint
@@ -233,7 +233,7 @@ def test_too_large_is_no_verdict_on_the_kernel():
 # -- one buffer plan for baseline and candidate ------------------------------------------------------------
 @pytest.mark.parametrize("fresh, most_alive", [(True, 2), (False, 1)])
 def test_the_buffer_plan_decides_how_many_input_sets_live_at_once(monkeypatch, fresh, most_alive):
-    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.empty(16))
+    monkeypatch.setattr(timer, "l2_flush_buffer", lambda device: torch.empty(16))
     alive: list[weakref.ref] = []
     peak = [0]
 
@@ -246,7 +246,7 @@ def test_the_buffer_plan_decides_how_many_input_sets_live_at_once(monkeypatch, f
         return [x]
 
     seen: list[float] = []
-    record = timing.time_forward(lambda x: seen.append(float(x[0])) or x * 2, inputs_for_seed, [1, 2, 3, 4], 0, "cpu",
+    record = timer.time_forward(lambda x: seen.append(float(x[0])) or x * 2, inputs_for_seed, [1, 2, 3, 4], 0, "cpu",
                                  HOST_CLOCK, keep={2}, fresh_buffers=fresh)
     assert seen == [1.0, 2.0, 3.0, 4.0]  # new values every call, either way
     assert peak[0] == most_alive

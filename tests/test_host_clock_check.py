@@ -1,13 +1,13 @@
 """The worker's clock against the times a candidate's process reports (device_timing.host_clock_check), with the
 figures an H200 recorded at KernelBench's real size for L1/19 (ReLU over 6 GiB of inputs a call), and the allocator
-counts (timing.time_forward) that decide whether the check grants the loop's overhead any slack."""
+counts (timer.time_forward) that decide whether the check grants the loop's overhead any slack."""
 
 from __future__ import annotations
 
 import pytest
 
 from host_clock import HOST_CLOCK
-from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.sandbox import timer
 from kernelbench_rl.evaluation.timing.device_timing import (HOST_CLOCK_OVERHEAD_SHARE, HOST_CLOCK_RATIO,
                                                             HOST_CLOCK_SLACK_MS, BlockWall, host_clock_check,
                                                             host_retiming_confirms)
@@ -135,10 +135,10 @@ def test_time_forward_tells_the_inputs_reaching_cudamalloc_from_the_calls(monkey
         return x + 1
 
     forward.calls = 0
-    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.empty(16))
-    monkeypatch.setattr(timing, "_allocator_counts", lambda device: lambda: (mallocs[0], 0))
-    record = timing.time_forward(forward, inputs_for_seed, [1, 2, 3, 4, 5, 7], 0, "cpu", HOST_CLOCK)
+    monkeypatch.setattr(timer, "l2_flush_buffer", lambda device: torch.empty(16))
+    monkeypatch.setattr(timer, "_allocator_counts", lambda device: lambda: (mallocs[0], 0))
+    record = timer.time_forward(forward, inputs_for_seed, [1, 2, 3, 4, 5, 7], 0, "cpu", HOST_CLOCK)
     diag = record.diagnostics()
     assert diag["inputs_reaching_malloc"] == 4  # seeds 1, 3, 5, 7
     assert diag["calls_reaching_malloc"] == 2  # calls 0 and 3
-    assert "4 calls' inputs did" in timing.describe_diagnostics({"kernel": diag})
+    assert "4 calls' inputs did" in timer.describe_diagnostics({"kernel": diag})

@@ -168,8 +168,8 @@ def test_every_allowed_cycle_still_exists():
 
 def test_the_childs_code_imports_nothing_of_the_worker_the_verdict_the_front_or_the_cluster():
     """evaluation/sandbox/ is the only code that runs in the untrusted child; what it imports runs there too, so it
-    reaches no further than the contract (result), the timeline, the host share, the candidate's text (source/) and
-    the timing loop (timing/)."""
+    reaches no further than the contract (result), the timeline, the host share, the candidate's text (source/ and
+    static_policy/); its timing loop is its own (sandbox/timer.py)."""
     graph = import_graph()
     forbidden = tuple(f"{PACKAGE}.evaluation.{part}" for part in ("worker", "verdict", "front", "cluster"))
     reaches = {(module, target) for module, targets in graph.items()

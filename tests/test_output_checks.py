@@ -2,7 +2,7 @@
 never an input or a view of one where the reference returns a new tensor; and what Triton's CPU interpreter
 cannot run is no verdict on the kernel.
 
-The unit tests call evaluation/sandbox/outputs.py and timing.time_forward directly (a host clock stands in for
+The unit tests call evaluation/sandbox/outputs.py and timer.time_forward directly (a host clock stands in for
 CUDA events); the rest run real candidates through one Evaluator on the CPU (Triton's interpreter), all
 in one batch.
 """
@@ -21,7 +21,7 @@ from host_clock import HOST_CLOCK  # noqa: E402
 from test_evaluator import candidate as relu_candidate  # noqa: E402 - its HEAD: a ReLU kernel and relu_into(x, out)
 
 from kernelbench_rl.evaluation.sandbox import outputs  # noqa: E402
-from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.sandbox import timer
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, Flag  # noqa: E402
 from kernelbench_rl.problems import Problem  # noqa: E402
 from kernelbench_rl.rewards.shaping import score  # noqa: E402
@@ -132,19 +132,19 @@ def _inputs(seed: int) -> list[torch.Tensor]:
 def test_a_lazy_output_on_a_timed_call_stops_the_timing():
     model = HonestThenLazy(honest_calls=2)  # the warm-up call and the first timed call behave
     with pytest.raises(outputs.ForeignOutput, match="torch.Tensor subclass"):
-        timing.time_forward(model, _inputs, [1, 2, 3], 1, "cpu", HOST_CLOCK, keep={0, 1, 2})
+        timer.time_forward(model, _inputs, [1, 2, 3], 1, "cpu", HOST_CLOCK, keep={0, 1, 2})
     assert model.calls == 3 and Lazy.touched == 0
 
 
 def test_host_timing_checks_every_call_too():
     with pytest.raises(outputs.ForeignOutput):
-        timing.host_time_forward(HonestThenLazy(honest_calls=1), _inputs, [1, 2], "cpu", HOST_CLOCK)
+        timer.host_time_forward(HonestThenLazy(honest_calls=1), _inputs, [1, 2], "cpu", HOST_CLOCK)
 
 
 def test_timing_records_the_aliasing_of_its_calls():
-    record = timing.time_forward(lambda x: x, _inputs, [1, 2], 0, "cpu", HOST_CLOCK)
+    record = timer.time_forward(lambda x: x, _inputs, [1, 2], 0, "cpu", HOST_CLOCK)
     assert record.alias_patterns == [[0]]
-    record = timing.time_forward(torch.relu, _inputs, [1, 2], 0, "cpu", HOST_CLOCK)
+    record = timer.time_forward(torch.relu, _inputs, [1, 2], 0, "cpu", HOST_CLOCK)
     assert record.alias_patterns == [[None]]
 
 

@@ -22,7 +22,7 @@ from kernelbench_rl.evaluation.timing.device_timing import (AGREEMENT, CLOSE_CAL
                                                     TIMING_ALLOWANCE, BASELINE_IN_CHILD, BASELINE_IN_WORKER,
                                                     REFRESH_LIMIT, PreparedChild, baseline_home, paired_blocks,
                                                     refreshed_baseline, timing_window_s, usable_baseline)
-from kernelbench_rl.evaluation.timing.timing import TimingRecord
+from kernelbench_rl.evaluation.sandbox.timer import TimingRecord
 from kernelbench_rl.evaluation.worker.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
 
 SMALL = 64 << 20
@@ -271,10 +271,10 @@ def _sleepy(ms: float):
 def test_launch_cpu_time_tells_host_work_from_waiting(monkeypatch, forward, cpu_bound):
     import torch
 
-    from kernelbench_rl.evaluation.timing import timing
+    from kernelbench_rl.evaluation.sandbox import timer
 
-    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.empty(16))
-    record = timing.time_forward(forward, lambda seed: [torch.zeros(4)], [1, 2, 3, 4, 5], 1, "cpu", HOST_CLOCK)
+    monkeypatch.setattr(timer, "l2_flush_buffer", lambda device: torch.empty(16))
+    record = timer.time_forward(forward, lambda seed: [torch.zeros(4)], [1, 2, 3, 4, 5], 1, "cpu", HOST_CLOCK)
     diag = record.diagnostics()
     assert diag["timed_calls"] == 5 and len(record.launch_cpu_ms) == 5
     assert all(t >= 19.0 for t in record.times_ms)  # both take 20 ms of wall time
@@ -288,18 +288,18 @@ def test_launch_cpu_time_tells_host_work_from_waiting(monkeypatch, forward, cpu_
 
 
 def test_diagnostics_merge_blocks_and_read_as_one_line():
-    from kernelbench_rl.evaluation.timing import timing
+    from kernelbench_rl.evaluation.sandbox import timer
 
     blocks = [{"timed_calls": 20, "calls_reaching_malloc": 3, "allocator_retries": 1, "launch_cpu_median_ms": 0.4,
                "inputs_reaching_malloc": 2},
               {"timed_calls": 20, "calls_reaching_malloc": 0, "allocator_retries": 0, "launch_cpu_median_ms": 0.6},
               {"timed_calls": 20, "calls_reaching_malloc": 5, "allocator_retries": 2, "launch_cpu_median_ms": 0.5,
                "inputs_reaching_malloc": 4}]
-    merged = timing.merge_diagnostics(blocks)
+    merged = timer.merge_diagnostics(blocks)
     assert merged == {"timed_calls": 60, "calls_reaching_malloc": 8, "allocator_retries": 3,
                       "inputs_reaching_malloc": 6, "launch_cpu_median_ms": 0.5}
-    line = timing.describe_diagnostics({"kernel": merged, "reference": None})
+    line = timer.describe_diagnostics({"kernel": merged, "reference": None})
     assert line == ("kernel: 8/60 timed calls reached cudaMalloc (3 allocator retries), 6 calls' inputs did, "
                     "launch CPU 0.500 ms; reference: cached")
-    cpu_only = timing.merge_diagnostics([{"timed_calls": 5, "calls_reaching_malloc": None, "launch_cpu_median_ms": 2.0}])
-    assert timing.describe_diagnostics({"kernel": cpu_only}) == "kernel: launch CPU 2.000 ms"
+    cpu_only = timer.merge_diagnostics([{"timed_calls": 5, "calls_reaching_malloc": None, "launch_cpu_median_ms": 2.0}])
+    assert timer.describe_diagnostics({"kernel": cpu_only}) == "kernel: launch CPU 2.000 ms"

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from kernelbench_rl.evaluation.sandbox import compute_account, interpreter, launch_record, numerics, runtime, sandbox, wire
-from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.sandbox import timer
 from kernelbench_rl.evaluation.sandbox.outputs import ForeignOutput, input_aliases, plain_outputs
 from kernelbench_rl.evaluation.trace import ChildSpans
 
@@ -353,8 +353,8 @@ def _start(job: dict[str, Any]) -> tuple[sandbox.Confinement, Any, Any, int]:
     return confinement, problem, _clock(device), cap
 
 
-def _clock(device: str) -> timing.Clock | None:
-    return timing.Clock.capture() if device == "cuda" else None
+def _clock(device: str) -> timer.Clock | None:
+    return timer.Clock.capture() if device == "cuda" else None
 
 
 def _device_oom(exc: BaseException, device: str, cap: int) -> dict[str, int] | None:
@@ -423,12 +423,12 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         return runtime.make_inputs(problem, seed, device, precision, variant)  # (generators reseeded after: runtime.py)
 
     # Each command that runs forwards is a generator: it yields the inputs of each forward it wants, is sent the output
-    # (timing.drive), answers the worker and returns what must stay alive until the worker has read its tensors. Every
-    # forward is made by timing.drive from the one line below, so the stack a forward sees is the same whatever the call
+    # (timer.drive), answers the worker and returns what must stay alive until the worker has read its tensors. Every
+    # forward is made by timer.drive from the one line below, so the stack a forward sees is the same whatever the call
     # is for: the same functions, files and lines, and frames holding the same kinds of object (one kind of generator;
     # the command itself is not in them). What differs (inputs made, poisoning, the CPU's account, timing events, kept
     # outputs) happens before or after that line, in the generators.
-    def warm(command: dict[str, Any]) -> timing.Calls:
+    def warm(command: dict[str, Any]) -> timer.Calls:
         # Out of memory here is an error like any other: the worker runs such a candidate again with the device to
         # itself and only then blames the kernel.
         t = time.perf_counter()
@@ -440,7 +440,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         wire.send_json(conn, {"event": "warmed", **spans.take()})
         return []
 
-    def check(command: dict[str, Any]) -> timing.Calls:
+    def check(command: dict[str, Any]) -> timer.Calls:
         begun = time.perf_counter()
         inputs = inputs_for_seed(int(command["seed"]), command.get("variant"))
         made = time.perf_counter()
@@ -475,9 +475,9 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
         spans.add("check_share", sharing)  # (reported with the next answer)
         return keep
 
-    def timed(command: dict[str, Any]) -> timing.Calls:
+    def timed(command: dict[str, Any]) -> timer.Calls:
         t = time.perf_counter()
-        record = yield from timing.timed_calls(
+        record = yield from timer.timed_calls(
             inputs_for_seed, [int(s) for s in command["seeds"]], int(command.get("warmup", 3)), device, clock,
             {int(i) for i in command.get("verify", [])}, fresh_buffers=bool(command.get("fresh_buffers", True)))
         tampered = clock.tampered()
@@ -490,13 +490,13 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
             "aliases": record.alias_patterns, **spans.take(),
         }, spill_dir)
 
-    def host_timed(command: dict[str, Any]) -> timing.Calls:
-        ms = yield from timing.host_timed_calls(inputs_for_seed, [int(s) for s in command["seeds"]], device, clock,
+    def host_timed(command: dict[str, Any]) -> timer.Calls:
+        ms = yield from timer.host_timed_calls(inputs_for_seed, [int(s) for s in command["seeds"]], device, clock,
                                                 fresh_buffers=bool(command.get("fresh_buffers", True)))
         wire.send_json(conn, {"event": "host_timed", "median_ms": ms, "tampered": clock.tampered()})
         return []
 
-    def profiled(command: dict[str, Any]) -> timing.Calls:
+    def profiled(command: dict[str, Any]) -> timer.Calls:
         # A checked call under the profiler: its outputs go back and are compared like any seed's, so the forward the
         # work share is read from must itself be right (sandbox/launch_record.py counts the candidate's launches).
         t = time.perf_counter()
@@ -513,8 +513,8 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
 
     forwards = {"warm": warm, "check": check, "time": timed, "host_time": host_timed, "profile": profiled}
 
-    def forwards_of(command: dict[str, Any]) -> timing.Calls:
-        """A command's forwards, as the one kind of generator every command gives timing.drive."""
+    def forwards_of(command: dict[str, Any]) -> timer.Calls:
+        """A command's forwards, as the one kind of generator every command gives timer.drive."""
         return (yield from forwards[command["cmd"]](command))
 
     while True:
@@ -529,7 +529,7 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
             if cmd in forwards:
                 calls = forwards_of(command)
                 command = cmd = None  # this frame holds nothing that tells what the forward below is for
-                keep_alive = timing.drive(model, calls)  # every forward made for the worker, from this line
+                keep_alive = timer.drive(model, calls)  # every forward made for the worker, from this line
                 del calls
             elif cmd == "build":
                 t = time.perf_counter()
@@ -604,8 +604,8 @@ def _poison_allocator(nbytes: int) -> None:
         torch.cuda.empty_cache()
 
 
-def profiled_calls(inputs: list[Any]) -> timing.Calls:
-    """One profiled forward on `inputs`, as a generator timing.drive runs (the forward is made from the same line as
+def profiled_calls(inputs: list[Any]) -> timer.Calls:
+    """One profiled forward on `inputs`, as a generator timer.drive runs (the forward is made from the same line as
     every other, so its stack tells nothing); returns ([name, launches, device microseconds, each launch's
     microseconds] for every GPU activity, its output, the profiler's own failure or "").
 

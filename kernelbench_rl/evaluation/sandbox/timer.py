@@ -1,5 +1,8 @@
 """GPU timing shared by the child (candidate) and the worker (baseline), so both are timed alike.
 
+It runs in the child, so it lives in the sandbox and imports nothing of the worker, the verdict or timing/ (which
+decides from the numbers it measures); the worker imports it from here for its baselines.
+
 Every timed call gets new inputs made on the device from a new seed outside the timed region, an L2
 flush before it, a start event, the forward, a full-device synchronise (work on side streams or
 threads counts), an end event. The timer functions are captured before the candidate is imported

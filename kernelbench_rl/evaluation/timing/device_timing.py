@@ -21,7 +21,7 @@ from typing import Any, Callable
 from kernelbench_rl.evaluation import trace
 from kernelbench_rl.evaluation.sandbox import wire
 from kernelbench_rl.evaluation.source import kernels
-from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.sandbox import timer
 from kernelbench_rl.evaluation.verdict import faults, sensitivity
 from kernelbench_rl.evaluation.worker import children
 from kernelbench_rl.evaluation.timing import floor as floors
@@ -220,7 +220,7 @@ def baseline_gpu(base: dict[str, Any]) -> str:
 REFRESH_LIMIT = 0.10
 
 
-def refreshed_baseline(base: dict[str, Any], paired: timing.TimingRecord) -> dict[str, Any] | None:
+def refreshed_baseline(base: dict[str, Any], paired: timer.TimingRecord) -> dict[str, Any] | None:
     """The baseline later candidates compare against after a side-by-side timing whose reference side is `paired`;
     None to keep `base`."""
     old_ms = float(base.get("eager_ms") or 0.0)
@@ -443,7 +443,7 @@ class CandidateTiming:
             times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
                                      diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None,
                                      walls=solo_walls)
-        solo = timing.TimingRecord(times_ms=times)
+        solo = timer.TimingRecord(times_ms=times)
         kernel_walls, reference_walls = solo_walls, state.reference_walls.get(precision)
         # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
         # trials took most of its timeout must not time out for being timed twice).
@@ -490,12 +490,12 @@ class CandidateTiming:
             state.reference_walls[precision] = paired_reference_walls
         if not calm:
             result.versions["timing_overlap"] = "timed beside another child's warm-up (it ran past the quiet gate's wait)"
-        record = timing.TimingRecord(times_ms=times)
-        result.versions["timing_diagnostics"] = timing.describe_diagnostics({
+        record = timer.TimingRecord(times_ms=times)
+        result.versions["timing_diagnostics"] = timer.describe_diagnostics({
             "kernel": kernel_diagnostics[0] if kernel_diagnostics else None,
             "reference": base.get("diagnostics"),
-            **({"kernel paired": timing.merge_diagnostics(kernel_diagnostics[1:]),
-                "reference paired": timing.merge_diagnostics(reference_diagnostics)} if paired_ms else {}),
+            **({"kernel paired": timer.merge_diagnostics(kernel_diagnostics[1:]),
+                "reference paired": timer.merge_diagnostics(reference_diagnostics)} if paired_ms else {}),
         })[:500]
         # The floor's share of timing: the solo trials, and both sides of a side-by-side run.
         result.phase_seconds["timing_trials_gpu"] = (sum(solo.times_ms) + sum(paired_ms)
@@ -503,7 +503,7 @@ class CandidateTiming:
         result.runtime_ms = record.median_ms
         result.runtime_spread_ms = record.iqr_ms
         if paired_ms:
-            paired = timing.TimingRecord(times_ms=paired_ms)
+            paired = timer.TimingRecord(times_ms=paired_ms)
             result.versions["timing"] = (f"paired: the reference timed beside the kernel, {len(paired_ms)} calls each in "
                                          f"{len(blocks)} alternating blocks; solo, the reference read {result.baseline_ms:.3f} ms (spread "
                                          f"{base.get('eager_spread_ms') or 0.0:.3f}), the kernel {solo.median_ms:.3f} ms "
@@ -655,7 +655,7 @@ class CandidateTiming:
             return None
         finally:
             self.give_back(reference_child, healthy, state, settings, payload)
-        record = timing.TimingRecord(times_ms=times)
+        record = timer.TimingRecord(times_ms=times)
         entry = self.references.record_baseline(state, settings.precision, settings, record, BASELINE_IN_CHILD)
         if diagnostics:
             entry["diagnostics"] = diagnostics[0]

@@ -23,7 +23,7 @@ import torch
 
 from kernelbench_rl.evaluation import trace
 from kernelbench_rl.evaluation.sandbox import outputs, runtime, wire
-from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.sandbox import timer
 from kernelbench_rl.evaluation.verdict import checks, discrimination
 from kernelbench_rl.evaluation.worker import reference_budget
 from kernelbench_rl.evaluation.worker import memory as footprints
@@ -117,7 +117,7 @@ class ProblemState:
 class ReferenceCache:
     """The worker's problems (by id, suite and source) and their references, resident within `ref_cache_bytes`."""
 
-    def __init__(self, device: str, root: str, ref_cache_bytes: int, clock: timing.Clock | None) -> None:
+    def __init__(self, device: str, root: str, ref_cache_bytes: int, clock: timer.Clock | None) -> None:
         self.device = device
         self.root = root  # where the problems' sources are written to be imported
         self.ref_cache_bytes = ref_cache_bytes
@@ -217,7 +217,7 @@ class ReferenceCache:
         if precision not in state.baselines:
             seeds = [secrets.randbits(31) for _ in range(state.timed_calls(settings)[0])]
             with reference_budget.phase("baseline"):
-                record = timing.time_forward(
+                record = timer.time_forward(
                     self.reference_model(state, precision), lambda s: self.inputs(state, s, precision), seeds,
                     settings.warmup_trials, self.device, self.clock, fresh_buffers=state.fresh_buffers(),
                 )
@@ -231,7 +231,7 @@ class ReferenceCache:
         seeds = [secrets.randbits(31) for _ in range(WALL_CALLS)]
         with reference_budget.phase("baseline"):
             mark = time.perf_counter()
-            record = timing.time_forward(
+            record = timer.time_forward(
                 self.reference_model(state, precision), lambda s: self.inputs(state, s, precision), seeds,
                 1, self.device, self.clock, fresh_buffers=state.fresh_buffers(),
             )
@@ -239,7 +239,7 @@ class ReferenceCache:
         return wall, len(seeds) + 1, list(record.times_ms)
 
     def record_baseline(self, state: ProblemState, precision: str, settings: EvalSettings,
-                        record: timing.TimingRecord, timed_in: str) -> dict[str, Any]:
+                        record: timer.TimingRecord, timed_in: str) -> dict[str, Any]:
         """The problem's baseline from its timed calls (`timed_in`: the worker, or a child running the reference),
         with the compiled reference's time when the settings ask for it."""
         entry: dict[str, Any] = {"eager_ms": record.median_ms, "eager_spread_ms": record.iqr_ms, "compile_ms": None,
@@ -254,7 +254,7 @@ class ReferenceCache:
         try:
             compiled = torch.compile(self.reference_model(state, precision))
             seeds = [secrets.randbits(31) for _ in range(settings.timing_trials)]
-            record = timing.time_forward(
+            record = timer.time_forward(
                 compiled, lambda s: self.inputs(state, s, precision), seeds,
                 max(settings.warmup_trials, 3), self.device, self.clock, fresh_buffers=state.fresh_buffers(),
             )
@@ -266,7 +266,7 @@ class ReferenceCache:
         if precision not in state.host_baselines:
             seeds = [secrets.randbits(31) for _ in range(host_calls(state.timed_calls(settings)[0]))]
             with reference_budget.phase("baseline"):
-                state.host_baselines[precision] = timing.host_time_forward(
+                state.host_baselines[precision] = timer.host_time_forward(
                     self.reference_model(state, precision), lambda s: self.inputs(state, s, precision),
                     seeds, self.device, self.clock, fresh_buffers=state.fresh_buffers(),
                 )

@@ -37,7 +37,7 @@ import torch
 from kernelbench_rl.evaluation.worker import tempdirs
 from kernelbench_rl.evaluation.sandbox import numerics, runtime, sandbox
 from kernelbench_rl.evaluation.source import candidate_class
-from kernelbench_rl.evaluation.timing import timing
+from kernelbench_rl.evaluation.sandbox import timer
 from kernelbench_rl.evaluation.verdict import checks
 from kernelbench_rl.evaluation.timing import floor as floors
 from kernelbench_rl.evaluation.worker import memory as footprints
@@ -116,7 +116,7 @@ class Worker:
         # compile slot, so the CPU keeps compiling and a hang starts its timeout early instead of after
         # everything submitted before it.
         self.compile_slots = threading.Semaphore(max(1, config.parallel))
-        self.clock = timing.Clock.capture() if self.device == "cuda" else None
+        self.clock = timer.Clock.capture() if self.device == "cuda" else None
         self.references = ReferenceCache(self.device, self.root, config.ref_cache_bytes, self.clock)
         self.arch = ""
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -700,7 +700,7 @@ class Worker:
                                  device=self.device)
 
     def _reference_child(self, state: ProblemState, settings: EvalSettings, payload: dict[str, Any],
-                         base: dict[str, Any], solo: timing.TimingRecord, result: EvalResult,
+                         base: dict[str, Any], solo: timer.TimingRecord, result: EvalResult,
                          deadline: float) -> Child | None:
         """A second child running the reference itself (no candidate code in it), built and warm, when this
         problem's timing needs the pairing (see pairing_wanted); None otherwise or when it cannot start, which
