@@ -405,10 +405,10 @@ def problems_by_id(root: Path, text: str) -> tuple[list[Any], dict[str, Any]]:
 
 def rename_model_class(source: str) -> str:
     """The reference's source as its own candidate: its class `Model` renamed `ModelNew` wherever the module names it,
-    as the evaluator reads a candidate that defines `Model` (evaluation/source/candidate_class.py: names inside
+    as the evaluator reads a candidate that defines `Model` (evaluation/static_policy/candidate_class.py: names inside
     strings and comments and attributes such as `x.Model` stay); a source that is not valid Python, defines no
     top-level class `Model` or defines `ModelNew` already is refused (ValueError)."""
-    from kernelbench_rl.evaluation.source.candidate_class import as_model_new, candidate_class_name
+    from kernelbench_rl.evaluation.static_policy.candidate_class import as_model_new, candidate_class_name
 
     try:
         found = candidate_class_name(ast.parse(source))

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from kernelbench_rl.evaluation.sandbox import outputs, wire
-from kernelbench_rl.evaluation.source import candidate_class, extract
+from kernelbench_rl.evaluation.source import extract
+from kernelbench_rl.evaluation.static_policy import candidate_class
 from kernelbench_rl.evaluation.verdict import checks, discrimination
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalSettings, tolerance_for
 from kernelbench_rl.evaluation.static_policy import check_static

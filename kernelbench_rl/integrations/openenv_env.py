@@ -50,7 +50,7 @@ from pydantic import Field, ValidationError  # noqa: E402
 from kernelbench_rl.envs.feedback import HINTS, Feedback, clean_error_line  # noqa: E402
 from kernelbench_rl.envs.kernel_env import EnvSpec, KernelEnv  # noqa: E402
 from kernelbench_rl.envs.text import messages_to_text  # noqa: E402
-from kernelbench_rl.evaluation.source.candidate_class import candidate_class_name  # noqa: E402
+from kernelbench_rl.evaluation.static_policy.candidate_class import candidate_class_name  # noqa: E402
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult  # noqa: E402
 from kernelbench_rl.errors import UserError  # noqa: E402
 from kernelbench_rl.problems import Problem, resolve_problem, unknown_problem_message  # noqa: E402

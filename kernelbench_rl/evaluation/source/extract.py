@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 
 from kernelbench_rl.errors import UserError
-from kernelbench_rl.evaluation.source import candidate_class
+from kernelbench_rl.evaluation import static_policy
+from kernelbench_rl.evaluation.static_policy import candidate_class
 
 BACKENDS = ("triton", "cuda")
 
@@ -116,9 +117,8 @@ def _find_code(answer: str) -> tuple[str | None, str]:
 
 def _check_backend(tree: ast.Module, backend: str) -> str | None:
     """Why the code does not use the backend, or None when it does (format level only)."""
-    # Imported lazily: the static policy owns the import/alias resolution shared with this check.
-    from kernelbench_rl.evaluation import static_policy
-
+    # The static policy owns the import/alias resolution shared with this check (source/ imports static_policy/,
+    # never the other way).
     imports = static_policy.collect_imports(tree)
     if backend == "triton":
         if not any(name == "triton" or name.startswith("triton.") for name in imports.imported_names()):

@@ -14,7 +14,9 @@ analysis. Regexes are used only inside CUDA/C++ source strings.
 Layout: vocabulary.py (which library paths do what), names.py (imports and name resolution),
 function_scan.py and analysis.py (the analysis; scan_context.py says what a function's scan asks of
 it, so the scan never imports the analysis), rule.py (what a rule is), rules/ (one module per family
-of rules, registered in rules/__init__.py) and check.py (the driver, `check_static`).
+of rules, registered in rules/__init__.py), check.py (the driver, `check_static`) and candidate_class.py (which
+class is the candidate, shared with extraction and the worker). It imports nothing of source/ (source/extract.py
+imports it for its backend check).
 """
 
 from kernelbench_rl.evaluation.static_policy.analysis import Analysis

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernelbench_rl.evaluation.source import candidate_class
+from kernelbench_rl.evaluation.static_policy import candidate_class
 from kernelbench_rl.evaluation.result import PRECISION_POLICIES, StaticReport
 from kernelbench_rl.evaluation.static_policy.analysis import Analysis
 from kernelbench_rl.evaluation.static_policy.rules import HACK_RULES, RULES

@@ -36,7 +36,7 @@ import torch
 
 from kernelbench_rl.evaluation.worker import tempdirs
 from kernelbench_rl.evaluation.sandbox import numerics, runtime, sandbox
-from kernelbench_rl.evaluation.source import candidate_class
+from kernelbench_rl.evaluation.static_policy import candidate_class
 from kernelbench_rl.evaluation.sandbox import timer
 from kernelbench_rl.evaluation.verdict import checks
 from kernelbench_rl.evaluation.timing import floor as floors
