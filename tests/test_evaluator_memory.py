@@ -23,7 +23,7 @@ from kernelbench_rl.evaluation.sandbox import timer
 from kernelbench_rl.evaluation.verdict import checks
 from kernelbench_rl.evaluation.worker import children, memory
 from kernelbench_rl.evaluation.worker.memory import GIB, MIB, Footprint
-from kernelbench_rl.evaluation.timing.paired_reference import ResidentReference
+from kernelbench_rl.evaluation.worker.paired_reference import ResidentReference
 from kernelbench_rl.evaluation.result import ErrorCategory, EvalRequest, EvalResult, EvalSettings, Flag
 from kernelbench_rl.evaluation.source import kernels
 from host_clock import HOST_CLOCK

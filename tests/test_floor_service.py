@@ -11,7 +11,7 @@ import pytest
 from kernelbench_rl.evaluation.timing import floor as floors
 from kernelbench_rl.evaluation.sandbox import runtime
 from kernelbench_rl.evaluation.worker import floor_service
-from kernelbench_rl.evaluation.timing.device_timing import CandidateTiming
+from kernelbench_rl.evaluation.worker.candidate_timing import CandidateTiming
 
 GPU = "NVIDIA H100 80GB HBM3"
 

@@ -1,4 +1,4 @@
-"""The worker's clock against the times a candidate's process reports (device_timing.host_clock_check), with the
+"""The worker's clock against the times a candidate's process reports (decisions.host_clock_check), with the
 figures an H200 recorded at KernelBench's real size for L1/19 (ReLU over 6 GiB of inputs a call), and the allocator
 counts (timer.time_forward) that decide whether the check grants the loop's overhead any slack."""
 
@@ -8,9 +8,9 @@ import pytest
 
 from host_clock import HOST_CLOCK
 from kernelbench_rl.evaluation.sandbox import timer
-from kernelbench_rl.evaluation.timing.device_timing import (HOST_CLOCK_OVERHEAD_SHARE, HOST_CLOCK_RATIO,
-                                                            HOST_CLOCK_SLACK_MS, BlockWall, host_clock_check,
-                                                            host_retiming_confirms)
+from kernelbench_rl.evaluation.timing.decisions import (HOST_CLOCK_OVERHEAD_SHARE, HOST_CLOCK_RATIO,
+                                                        HOST_CLOCK_SLACK_MS, BlockWall, host_clock_check,
+                                                        host_retiming_confirms)
 
 CALLS, WARMUP = 50, 3
 

@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from kernelbench_rl.evaluation.source import kernels
-from kernelbench_rl.evaluation.timing.device_timing import LOW_KERNEL_SHARE, TOKEN_KERNEL_SHARE
+from kernelbench_rl.evaluation.timing.decisions import LOW_KERNEL_SHARE, TOKEN_KERNEL_SHARE
 
 # Kernel names PyTorch's and cuBLAS's own kernels carry in a profile (H100/H200, torch 2.x), in the spellings a
 # candidate can give a `@triton.jit` function: the bare identifier a profiler shows inside a decorated name.
@@ -131,7 +131,7 @@ def test_a_profile_with_more_gpu_work_than_the_timed_calls_disagrees():
     """A kernel that does its own work only when profiled (the profiler's state is readable in its process) and
     something faster otherwise reads more GPU time profiled than timed; an honest one reads about the same or less
     (its timed calls flush L2 first)."""
-    from kernelbench_rl.evaluation.timing.device_timing import profile_agrees_with_timing
+    from kernelbench_rl.evaluation.timing.decisions import profile_agrees_with_timing
 
     assert profile_agrees_with_timing(3.0, 1.0)[0]  # the profile saw 3 ms of work, the timed calls took 1 ms
     assert not profile_agrees_with_timing(1.1, 1.0)[0]
@@ -144,7 +144,7 @@ def test_a_profile_with_more_gpu_work_than_the_timed_calls_disagrees():
 
 def test_share_flags_and_how_many_forwards_are_profiled():
     from kernelbench_rl.evaluation.result import Flag
-    from kernelbench_rl.evaluation.timing.device_timing import profile_count, share_flags
+    from kernelbench_rl.evaluation.timing.decisions import profile_count, share_flags
 
     assert share_flags(0, 0.0) == [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
     assert share_flags(3, 0.05) == [Flag.LOW_KERNEL_SHARE.value, Flag.HACK.value]

@@ -10,11 +10,12 @@ from __future__ import annotations
 import types
 
 from kernelbench_rl.evaluation import host_share
-from kernelbench_rl.evaluation.timing import device_timing
+from kernelbench_rl.evaluation.timing import decisions
 from kernelbench_rl.evaluation.front.api import Evaluator
-from kernelbench_rl.evaluation.timing.device_timing import BASELINE_IN_CHILD, CandidateTiming, usable_baseline
+from kernelbench_rl.evaluation.timing.decisions import BASELINE_IN_CHILD, same_gpu, usable_baseline
+from kernelbench_rl.evaluation.worker.candidate_timing import CandidateTiming
 from kernelbench_rl.evaluation.result import EvalRequest, EvalSettings
-from kernelbench_rl.evaluation.worker.scheduling import QuietGate, same_gpu
+from kernelbench_rl.evaluation.worker.scheduling import QuietGate
 from kernelbench_rl.problems.loaders import get_problem
 from kernelbench_rl.store.db import Store
 
@@ -68,8 +69,8 @@ def test_a_worker_told_it_shares_its_host_is_not_alone(monkeypatch):
 
 
 def test_the_verdict_names_the_card_of_its_baseline():
-    assert device_timing.baseline_gpu({"eager_ms": 1.0, "gpu": CARD_B}) == CARD_B
-    assert device_timing.baseline_gpu({"eager_ms": 1.0}).startswith("not recorded")
+    assert decisions.baseline_gpu({"eager_ms": 1.0, "gpu": CARD_B}) == CARD_B
+    assert decisions.baseline_gpu({"eager_ms": 1.0}).startswith("not recorded")
 
 
 def test_the_store_keeps_a_baseline_per_gpu_model_and_the_card_in_memory_only(tmp_path):

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from kernelbench_rl.evaluation.worker.children import ChildPool
-from kernelbench_rl.evaluation.timing.paired_reference import ResidentReference
+from kernelbench_rl.evaluation.worker.paired_reference import ResidentReference
 
 
 def _dead_soon(child, timeout_s: float = 20.0) -> bool:

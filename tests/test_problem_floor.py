@@ -248,7 +248,7 @@ def test_the_warm_up_leaves_later_floors_unchanged_and_says_why_it_failed():
 def test_a_problems_floor_is_worked_out_once_and_kept_on_its_state():
     import types
 
-    from kernelbench_rl.evaluation.timing.device_timing import CandidateTiming
+    from kernelbench_rl.evaluation.worker.candidate_timing import CandidateTiming
 
     calls = []
     timing = CandidateTiming.__new__(CandidateTiming)  # floor_for needs only the hardware's name

@@ -178,7 +178,7 @@ def test_the_process_count_of_a_uid_includes_threads_as_the_kernel_counts_them()
 
 def test_the_worker_clock_check_flags_reported_times_its_own_clock_cannot_explain() -> None:
     """The check behind every GPU speedup: the worker's wall over a block of timed calls against the reference's."""
-    from kernelbench_rl.evaluation.timing.device_timing import BlockWall, host_clock_check
+    from kernelbench_rl.evaluation.timing.decisions import BlockWall, host_clock_check
 
     # 60 calls each; the loop's own overhead (inputs, flush, synchronise) is 0.8 ms a call on both sides.
     reference = BlockWall(60 * (0.8 + 1.0) / 1000.0, 60, [1.0] * 50)

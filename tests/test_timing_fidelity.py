@@ -17,13 +17,15 @@ import pytest
 
 from host_clock import HOST_CLOCK
 from kernelbench_rl.evaluation.sandbox import child
-from kernelbench_rl.evaluation.timing.device_timing import (AGREEMENT, CLOSE_CALL, PAIRED_BLOCKS, PAIRED_MAX_CALLS,
-                                                    PAIRED_BLOCK_CALLS, PAIRED_MAX_SIDE_MS, PAIRED_MIN_SIDE_MS,
-                                                    TIMING_ALLOWANCE, BASELINE_IN_CHILD, BASELINE_IN_WORKER,
-                                                    REFRESH_LIMIT, PreparedChild, baseline_home, paired_blocks,
-                                                    refreshed_baseline, timing_window_s, usable_baseline)
+from kernelbench_rl.evaluation.timing.decisions import (AGREEMENT, CLOSE_CALL, PAIRED_BLOCKS, PAIRED_MAX_CALLS,
+                                                        PAIRED_BLOCK_CALLS, PAIRED_MAX_BYTES, PAIRED_MAX_SIDE_MS,
+                                                        PAIRED_MIN_SIDE_MS, PAIRED_SPREAD, TIMING_ALLOWANCE,
+                                                        BASELINE_IN_CHILD, BASELINE_IN_WORKER, REFRESH_LIMIT,
+                                                        baseline_home, paired_blocks, pairing_wanted,
+                                                        refreshed_baseline, timing_window_s, usable_baseline)
 from kernelbench_rl.evaluation.sandbox.timer import TimingRecord
-from kernelbench_rl.evaluation.worker.worker import PAIRED_MAX_BYTES, PAIRED_SPREAD, _process_state, pairing_wanted, stopped
+from kernelbench_rl.evaluation.worker.candidate_timing import PreparedChild
+from kernelbench_rl.evaluation.worker.worker import _process_state, stopped
 
 SMALL = 64 << 20
 

@@ -99,9 +99,9 @@ class Flag(str, Enum):
     # Timed faster than the problem's physical floor allows (evaluation/timing/floor.py): work was skipped; no speed reward.
     BELOW_SPEED_OF_LIGHT = "below_speed_of_light"
     # The times the candidate's process reported disagree with the worker's own clock over the same calls
-    # (device_timing.host_clock_check): the timing was faked; a hack.
+    # (timing/decisions.py: host_clock_check): the timing was faked; a hack.
     CLOCK_DISAGREES = "clock_disagrees"
-    # The profiled forwards did more GPU work than the timed calls took (device_timing.profile_agrees_with_timing): what
+    # The profiled forwards did more GPU work than the timed calls took (decisions.profile_agrees_with_timing): what
     # was timed is not what the work share was read from.
     PROFILE_DISAGREES = "profile_disagrees"
 
@@ -230,7 +230,7 @@ class EvalResult:
     cached: bool = False  # served from the evaluation cache
     kernel_share: float | None = None  # GPU: share of the forward's GPU time in the candidate's own kernels
     # GPU: the host-clock re-timing of an excessive speedup, or of one the worker's clock agrees with only by the
-    # allocator's slack (timing/device_timing.py: host_clock_check)
+    # allocator's slack (timing/decisions.py: host_clock_check)
     host_speedup: float | None = None
     # GPU: the problem's floor and how close the candidate and the reference came (evaluation/timing/floor.py speed_of_light)
     speed_of_light: dict[str, Any] | None = None
@@ -297,3 +297,8 @@ class EvalResult:
             settings_hash=request.verdict_hash,
             **extra,
         )
+
+
+def add_seconds(result: EvalResult, phase: str, seconds: float) -> None:
+    """Adds to a phase (`phase_seconds`) that several steps of one evaluation contribute to."""
+    result.phase_seconds[phase] = result.phase_seconds.get(phase, 0.0) + seconds

@@ -6,7 +6,7 @@
 An identical (problem, candidate sha256, settings) never runs twice: verdicts are cached in DuckDB
 (`evaluations`), and eager baselines in `baselines` per (problem, source sha256, precision,
 hardware, size) are handed to the workers so a known baseline is never re-timed on the card that timed it
-(device_timing.usable_baseline: a worker never uses another card's; on a host of several GPUs, each times its own once).
+(timing/decisions.usable_baseline: a worker never uses another card's; on a host of several GPUs, each times its own once).
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class TimingRecord:
     calls_reaching_malloc: int | None = None
     allocator_retries: int | None = None
     # Calls whose fresh inputs, made outside the events, reached cudaMalloc: time the worker's clock sees and the
-    # events do not (device_timing.host_clock_check grants it slack only where the kernel's calls did this more).
+    # events do not (timing/decisions.host_clock_check grants it slack only where the kernel's calls did this more).
     inputs_reaching_malloc: int | None = None
     # Host seconds the timed calls spent around the events, by part (inputs, flush, allocator, outputs, keep):
     # where a candidate's timing phase goes beyond its GPU time.

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernelbench_rl.evaluation.result import Flag
 from kernelbench_rl.evaluation.sandbox import runtime, wire
 
 TB = 1e12
@@ -217,6 +218,21 @@ def speed_of_light(floor: Floor, runtime_ms: float | None, reference_ms: float |
             "achieved_flops_per_s": candidate["flops_per_s"], "reference_sol_fraction": reference["sol_fraction"],
             "reference_bytes_per_s": reference["bytes_per_s"], "reference_flops_per_s": reference["flops_per_s"],
             "below_floor": below}
+
+
+def floor_verdict(floor: Floor | str, runtime_ms: float | None,
+                  reference_ms: float | None) -> tuple[dict[str, Any] | None, list[str], str | None]:
+    """A timed result against the problem's floor (a Floor, or why there is none): (speed_of_light's figures or None,
+    the flags, what the verdict records or None). A time under the floor (speed_of_light's `below_floor`) means work
+    was skipped: `below_speed_of_light`."""
+    if isinstance(floor, str):
+        return None, [], f"no floor: {floor}"
+    figures = speed_of_light(floor, runtime_ms, reference_ms)
+    if not figures["below_floor"]:
+        return figures, [], None
+    return figures, [Flag.BELOW_SPEED_OF_LIGHT.value], (
+        f"timed at {runtime_ms:.4g} ms, under the floor of {floor.floor_ms:.4g} ms on {floor.gpu} "
+        f"({floor.bound}-bound: {floor.dram_bytes:.4g} bytes, {floor.flops:.4g} FLOPs): work was skipped")
 
 
 _WARM_UP_SOURCE = '''

@@ -19,10 +19,10 @@ from kernelbench_rl.evaluation.verdict import checks, discrimination, faults, se
 from kernelbench_rl.evaluation.worker import children
 from kernelbench_rl.evaluation.worker.children import Child
 from kernelbench_rl.evaluation.sandbox.compute_account import flag_result as flag_cpu_account
-from kernelbench_rl.evaluation.timing.device_timing import LOW_KERNEL_SHARE, TOKEN_KERNEL_SHARE, add_seconds, call_allowance_s
+from kernelbench_rl.evaluation.timing.decisions import LOW_KERNEL_SHARE, TOKEN_KERNEL_SHARE, call_allowance_s
 from kernelbench_rl.evaluation.verdict.faults import Fault
 from kernelbench_rl.evaluation.worker.reference_cache import ProblemState, ReferenceCache
-from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag
+from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult, EvalSettings, Flag, add_seconds
 from kernelbench_rl.evaluation.worker.scheduling import QuietGate
 
 

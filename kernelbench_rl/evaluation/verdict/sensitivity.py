@@ -149,7 +149,7 @@ def everyday_variant(found: Any) -> Variant | None:
     above the input's range) let a kernel do whole work there and part of it on the own seeds; with every checked call
     perturbed alike, no value tells one from another, and partial work fails wherever it is checked. The timed calls
     keep the problem's own inputs (the worker's clock compares both sides' loops); sparing work there reads as
-    `profile_disagrees` (timing/device_timing.py)."""
+    `profile_disagrees` (timing/decisions.py: profile_verdict)."""
     audited = getattr(found, "sensitivity", None)
     if audited is None or audited.perturbation is None or not enabled():
         return None

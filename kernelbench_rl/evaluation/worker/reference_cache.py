@@ -66,7 +66,7 @@ class ProblemState:
     discriminations: dict[tuple[str, str], discrimination.Discrimination] = field(default_factory=dict)
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_baselines: dict[str, float] = field(default_factory=dict)
-    # precision -> the reference's timed calls as this worker's clock saw them (device_timing.BlockWall): what the
+    # precision -> the reference's timed calls as this worker's clock saw them (timing/decisions.BlockWall): what the
     # host clock check compares a candidate's own against
     reference_walls: dict[str, Any] = field(default_factory=dict)
     mutates_inputs: bool = False

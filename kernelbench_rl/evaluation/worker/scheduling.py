@@ -401,12 +401,6 @@ def gpu_identity() -> str:
     return f"{visible[0] if visible else '0'} {uuid}".strip()
 
 
-def same_gpu(a: str, b: str) -> bool:
-    """Whether two gpu_identity strings name one card (by its UUID, the last word; the index may differ between
-    processes that number the host's GPUs differently)."""
-    return bool(a.strip()) and bool(b.strip()) and a.split()[-1] == b.split()[-1]
-
-
 # Whether the worker's own threads, other than a device section's holder, keep off the quiet cores too
 # (KBRL_EVAL_QUIET_CORES): "strict", or "shared" (the default: on every core, where the children that compile are
 # not). A timed call's end event follows the host's return from a synchronise, so a descheduled timing thread reads

@@ -13,7 +13,8 @@ Imports only torch, triton, numpy and the standard library.
 This module holds the evaluation's phases; their parts live beside it: worker_process.py (the process: its
 start, the request loop, its stop), children.py (the candidate processes and the conversation with one), scheduling.py (who may use the
 device, when, with how many bytes), reference_cache.py (each problem's reference, baselines, sizing),
-correctness.py (the correctness step), device_timing.py (the timing step), faults.py (verdicts and whose fault they are), build_cache.py
+verdict/correctness.py (the correctness step), candidate_timing.py (the timing step; timing/decisions.py decides from its
+numbers), paired_reference.py (the reference's sibling child), faults.py (verdicts and whose fault they are), build_cache.py
 (CUDA builds kept across candidates) and same_uid.py (the worker as its children's unprivileged uid).
 """
 
@@ -48,10 +49,10 @@ from kernelbench_rl.evaluation.worker import children, leftovers, reference_budg
 from kernelbench_rl.evaluation.worker.build_cache import BuildCache
 from kernelbench_rl.evaluation.verdict.correctness import check_correctness
 from kernelbench_rl.evaluation.worker.worker_config import WorkerConfig, argument_parser, config_from_args  # noqa: F401
-from kernelbench_rl.evaluation.timing.paired_reference import ResidentReference, paired_key, start_reference_child
-from kernelbench_rl.evaluation.timing.device_timing import (  # noqa: F401 - importable from here as before
-    BASELINE_IN_CHILD, BASELINE_IN_WORKER, PAIRED_BLOCKS, PAIRED_MAX_BYTES, PAIRED_SPREAD, VERIFY_TIMED_OUTPUTS,
-    CandidateTiming, PreparedChild, add_seconds, baseline_home, call_allowance_s, pairing_wanted,
+from kernelbench_rl.evaluation.worker.paired_reference import ResidentReference, paired_key, start_reference_child
+from kernelbench_rl.evaluation.worker.candidate_timing import CandidateTiming, PreparedChild
+from kernelbench_rl.evaluation.timing.decisions import (
+    BASELINE_IN_CHILD, BASELINE_IN_WORKER, baseline_home, call_allowance_s, pairing_wanted,
 )
 from kernelbench_rl.evaluation.worker.same_uid import (  # noqa: F401 - importable from here as before
     SAME_UID_NPROC, SAME_UID_PROBE_TIMEOUT_S, become_same_uid_worker, same_uid_possible, same_uid_probe,
@@ -714,7 +715,7 @@ class Worker:
         return self._resident_or_new_reference(state, settings, payload, result, deadline)
 
     def _baseline_home(self, state: ProblemState) -> str:
-        """Where this problem's baseline is timed (device_timing.baseline_home)."""
+        """Where this problem's baseline is timed (decisions.baseline_home)."""
         if self.device != "cuda":
             return BASELINE_IN_WORKER
         return baseline_home(os.environ.get("KBRL_EVAL_BASELINE", BASELINE_IN_CHILD),

@@ -1,9 +1,9 @@
-"""The sibling child that runs a problem's reference beside the candidate when timings spread (device_timing.py).
+"""The sibling child that runs a problem's reference beside the candidate when timings spread (candidate_timing.py).
 
 Starting one (a sandbox, the problem's import, the model's construction) took about a second inside the
 exclusive device section, and a problem whose timings spread pairs every candidate of it. So the last one
 started stays resident for the next candidate of the same problem: one at a time (it holds up to
-device_timing.PAIRED_MAX_BYTES beside the evaluations' budget), dropped when another problem pairs, when it
+timing/decisions.PAIRED_MAX_BYTES beside the evaluations' budget), dropped when another problem pairs, when it
 failed, or when a big evaluation needs the room.
 """
 
