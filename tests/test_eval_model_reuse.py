@@ -1,6 +1,7 @@
 """eval-model reuses an earlier answer only for the very same request. An evaluation whose server stopped answering
-is resumed by the same command (only the requests left are sent); a rerun whose temperature, top_p or prompt
-changed asks every request again, with its own settings, and none of the earlier answers is taken.
+is resumed by the same command (only the requests left are sent); a rerun whose temperature, top_p, answer budget
+(max_tokens), model or prompt changed asks every request again, with its own settings, and none of the earlier
+answers is taken.
 
 In this process: a chat server on a thread of the test (the standard library's HTTP server), the real client
 (`OpenAIChatPolicy`), `evaluate_model` with its real answer log in DuckDB, and a judge of plain verdicts instead of
@@ -108,22 +109,23 @@ def judge(problem_ids: list[str], responses: list[str]) -> list[EvalResult]:
                        error_message="no code block") for pid in problem_ids]
 
 
-def evaluate(tmp_path: Path, root: Path, server: ChatServer, *overrides: str):
+def evaluate(tmp_path: Path, root: Path, server: ChatServer, *overrides: str, model: str = MODEL,
+             context_tokens: int | None = None):
     cfg = load_config("default", [
         f"db_path={tmp_path / 'kb.duckdb'}", f"log_dir={tmp_path / 'logs'}", f"run_id={RUN_ID}",
         f"problems.root={root}", "problems.levels=[1]", "problems.holdout_fraction=0", "problems.audit=false",
         "eval.device=cpu", *overrides])
-    return evaluate_model(build_run_parts(cfg, policy_beside=True), f"openai:{MODEL}", base_url=server.url,
+    return evaluate_model(build_run_parts(cfg, policy_beside=True), f"openai:{model}", base_url=server.url,
                           samples_per_problem=SAMPLES, split="all", ks=(1,), evaluate_fn=judge, concurrency=1,
-                          max_retries=0, timeout_s=30)
+                          max_retries=0, timeout_s=30, context_tokens=context_tokens)
 
 
-def interrupted(tmp_path: Path, root: Path, server: ChatServer, *overrides: str, answered: int = REQUESTS // 2
-                ) -> list[dict]:
+def interrupted(tmp_path: Path, root: Path, server: ChatServer, *overrides: str, answered: int = REQUESTS // 2,
+                context_tokens: int | None = None) -> list[dict]:
     """A first run that got answers to its first `answered` requests before the server stopped answering."""
     server.answer_first = answered
     with pytest.raises(UnansweredRequests):
-        evaluate(tmp_path, root, server, *overrides)
+        evaluate(tmp_path, root, server, *overrides, context_tokens=context_tokens)
     first = server.sent()
     assert len(first) == REQUESTS  # every request was asked once, the second half refused
     server.answer_first = None
@@ -160,6 +162,50 @@ def test_a_rerun_with_other_sampling_settings_reuses_no_answer(tmp_path, root, s
     assert not recorded & {digest(body) for body in first}
 
 
+def test_a_rerun_with_another_answer_budget_reuses_no_answer(tmp_path, root, server):
+    """An answer cut at 512 tokens is no answer to a request that allows 2048: sampling.max_tokens changed, every
+    request is asked again with the new budget."""
+    first = interrupted(tmp_path, root, server, "sampling.max_tokens=512")
+    assert {body["max_tokens"] for body in first} == {512}
+    report = evaluate(tmp_path, root, server, "sampling.max_tokens=2048")
+    again = server.sent()
+    assert len(again) == REQUESTS, "an answer to a request of another budget was reused"
+    assert {body["max_tokens"] for body in again} == {2048}
+    assert report.usage["reused"] == 0
+    assert {row["request_sha256"] for row in answers(tmp_path)} == {digest(body) for body in again}
+
+
+def test_a_rerun_whose_context_window_changes_the_budget_reuses_no_answer(tmp_path, root, server):
+    """With no cap, a request's budget is what the model's context leaves after its prompt: another context window
+    (--context-tokens) is another budget, so another request."""
+    first = interrupted(tmp_path, root, server, context_tokens=20_000)
+    assert all(body.get("max_tokens") for body in first)
+    report = evaluate(tmp_path, root, server, context_tokens=30_000)
+    again = server.sent()
+    assert len(again) == REQUESTS and report.usage["reused"] == 0
+    assert {body["max_tokens"] - 10_000 for body in again} == {body["max_tokens"] for body in first}
+
+
+def test_the_same_budget_is_the_same_request(tmp_path, root, server):
+    interrupted(tmp_path, root, server, "sampling.max_tokens=512")
+    report = evaluate(tmp_path, root, server, "sampling.max_tokens=512")
+    assert len(server.sent()) == REQUESTS - REQUESTS // 2
+    assert report.usage["reused"] == REQUESTS // 2
+
+
+def test_another_model_reuses_no_answer_of_the_first(tmp_path, root, server):
+    """Another model behind the same server is another evaluation: nothing of the first model's is resumed."""
+    first = interrupted(tmp_path, root, server)
+    report = evaluate(tmp_path, root, server, model="another-model")
+    again = server.sent()
+    assert len(again) == REQUESTS and report.usage["reused"] == 0
+    assert {body["model"] for body in first} == {MODEL} and {body["model"] for body in again} == {"another-model"}
+    by_eval = {}
+    for row in answers(tmp_path):
+        by_eval.setdefault(row["eval_id"], set()).add(row["request_sha256"])
+    assert len(by_eval) == 2  # the first model's unfinished evaluation is left as it was
+
+
 def test_a_rerun_whose_prompt_changed_reuses_no_answer_to_that_prompt(tmp_path, root, server):
     """The reference of one problem changed between the runs (its prompt with it): its answered requests are asked
     again; the other problem's answered request, its prompt unchanged, is reused."""
@@ -182,7 +228,7 @@ def _problem_of(body: dict) -> str:
 
 def digest(body: dict) -> str:
     """The request digest of what the server received."""
-    return request_sha256(body["model"], body["messages"], body["temperature"], body["top_p"])
+    return request_sha256(body["model"], body["messages"], body["temperature"], body["top_p"], body.get("max_tokens"))
 
 
 def test_a_requests_digest_changes_with_each_part_of_the_request_and_only_with_them():

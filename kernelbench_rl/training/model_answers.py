@@ -4,7 +4,8 @@ also gets its sample's eval_samples row at once, `pending` until the evaluation'
 
 An evaluation is resumed when it is the newest of its run, model and split and it is unfinished (no report yet,
 or a report with requests that never got an answer). An earlier answer is reused only for the very same request:
-the same model, prompt messages and sampling settings (a changed prompt or temperature is a new request).
+the same model, prompt messages, sampling settings and answer budget (a changed prompt, temperature or max_tokens is
+a new request: an answer cut at 512 tokens is no answer to a request that allows 2048).
 """
 
 from __future__ import annotations
@@ -38,9 +39,14 @@ class UnansweredRequests(InfraError):
         self.report = report
 
 
-def request_sha256(model: str, messages: Sequence[dict[str, str]], temperature: float, top_p: float) -> str:
-    body = json.dumps({"model": model, "messages": list(messages), "temperature": temperature, "top_p": top_p},
-                      sort_keys=True, ensure_ascii=False)
+def request_sha256(model: str, messages: Sequence[dict[str, str]], temperature: float, top_p: float,
+                   max_tokens: int | None = None) -> str:
+    """The digest of one request as it is sent: its max_tokens only when it carries one (a request without a budget
+    digests as it did before budgets were part of it)."""
+    request: dict[str, Any] = {"model": model, "messages": list(messages), "temperature": temperature, "top_p": top_p}
+    if max_tokens is not None:
+        request["max_tokens"] = max_tokens
+    body = json.dumps(request, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -48,9 +54,10 @@ class AnswerLog:
     """The answers of one evaluation of a served model: those of an unfinished earlier run, and each new one."""
 
     def __init__(self, store: Store, run_id: str, label: str, split: str, model: str, *, temperature: float,
-                 top_p: float) -> None:
+                 top_p: float, budget: Callable[[Sequence[dict[str, str]]], int | None] | None = None) -> None:
         self.store, self.run_id, self.label, self.split, self.model = store, run_id, label, split, model
         self.temperature, self.top_p = temperature, top_p
+        self.budget = budget  # a request's max_tokens, from its messages (the policy's request_max_tokens)
         self.eval_id: str | None = None
         self._earlier: dict[tuple[str, int, int], tuple[str, ChatAnswer]] = {}
         self._requests: dict[tuple[str, int, int], str] = {}  # each request's sha256, as it is asked
@@ -86,7 +93,8 @@ class AnswerLog:
     def earlier(self, env: KernelEnv, sample_index: int, messages: list[dict[str, str]]) -> ChatAnswer | None:
         """The answer an earlier run got to this very request, if any (asked before each request is sent)."""
         key = (env.problem.id, sample_index, len(env.turns))
-        request = self._requests[key] = request_sha256(self.model, messages, self.temperature, self.top_p)
+        max_tokens = self.budget(messages) if self.budget is not None else None
+        request = self._requests[key] = request_sha256(self.model, messages, self.temperature, self.top_p, max_tokens)
         found = self._earlier.get(key)
         return found[1] if found is not None and found[0] == request else None
 
@@ -168,7 +176,8 @@ class ServedModel:
         self.server = chat.probe()  # before the evaluator starts and anything is paid for
         self.say(f"{chat.label} at {chat.where}: {self.server.describe(chat.spec.max_tokens)}")
         self.answers = answers = AnswerLog(store, self.run_id, chat.label, self.split, chat.spec.model,
-                                           temperature=self.temperature, top_p=self.top_p)
+                                           temperature=self.temperature, top_p=self.top_p,
+                                           budget=chat.request_max_tokens)
         resumed = answers.resume()
         if resumed is not None:
             self.say(f"resuming evaluation {resumed}: {answers.earlier_answers} answer(s) already in {store.path}; "
