@@ -151,3 +151,15 @@ def test_share_flags_and_how_many_forwards_are_profiled():
     assert share_flags(3, 0.3) == [Flag.LOW_KERNEL_SHARE.value]
     assert share_flags(3, 0.9) == []
     assert profile_count(0.001) == 2 and profile_count(1.0) == 1 and profile_count(None) == 1
+
+
+def test_on_the_cpu_a_candidate_whose_own_triton_kernels_never_ran_is_a_hack():
+    """verdict/correctness.py: cpu_backend_flags, from the launches the child counted in the checked calls."""
+    from kernelbench_rl.evaluation.result import Flag
+    from kernelbench_rl.evaluation.verdict.correctness import cpu_backend_flags
+
+    unused = [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
+    assert cpu_backend_flags({"relu_kernel": 3}, {"relu_kernel"}) == []
+    assert cpu_backend_flags({"relu_kernel": 0, "torch_add": 2}, {"relu_kernel"}) == unused  # defined, never launched
+    assert cpu_backend_flags({}, {"relu_kernel"}) == unused
+    assert cpu_backend_flags({"relu_kernel": 1}, set()) == unused  # no kernel of its own at all

@@ -307,6 +307,7 @@ def test_a_problem_whose_sensitivity_audit_ran_out_gets_no_verdict():
     `undiscriminating` (no verdict, no reward, never cached)."""
     from kernelbench_rl.evaluation.result import EvalResult
     from kernelbench_rl.evaluation.verdict import correctness
+    from kernelbench_rl.evaluation.worker import checked_calls
     from kernelbench_rl.evaluation.verdict.faults import Fault
 
     audited = sensitivity.Sensitivity(notes=["no perturbation: the reference's forwards took the audit's 60 s"],
@@ -315,10 +316,13 @@ def test_a_problem_whose_sensitivity_audit_ran_out_gets_no_verdict():
     state = types.SimpleNamespace(seed_pool=list(range(16)), discrimination_for=lambda precision, given: found)
     result = EvalResult(problem_id="L1/95", candidate_sha256="", backend="triton", precision="fp32", device_kind="cpu")
     with pytest.raises(Fault) as raised:
-        correctness.check_correctness(None, state, SETTINGS, result, 0.0, {}, shared=False, references=None,
-                                      quiet_gate=None, transport="file", device="cpu")
+        checked_calls.check_correctness(None, state, SETTINGS, result, 0.0, {}, shared=False, references=None,
+                                        quiet_gate=None, transport="file", device="cpu")
     assert raised.value.category == ErrorCategory.UNDISCRIMINATING, raised.value.message
     assert "sensitivity audit" in raised.value.message and not result.correct
+    # The decision is plain data (verdict/correctness.py: refusal): the same audit, no child.
+    assert correctness.refusal(found).message == raised.value.message
+    assert correctness.refusal(discrimination.Discrimination()) is None  # not audited: judged as it is
 
 
 def test_the_problem_audit_reports_a_problem_too_slow_for_its_sensitivity_audit_as_unavailable(monkeypatch):

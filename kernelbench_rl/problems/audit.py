@@ -147,7 +147,7 @@ def audit_problems(problems: Sequence[Problem], *, size: SizeMode = "small", dev
         status = "ok" if not found.trivial else "widened" if found.variant is not None else "fails"
         detail = found.reason
         if status != "fails" and found.sensitivity is not None and found.sensitivity.out_of_time:
-            # The evaluator gives such a problem no verdict here (verdict/correctness.py): as if it could not run.
+            # The evaluator gives such a problem no verdict here (verdict/correctness.py: refusal): as if it could not run.
             status, detail = "unavailable", ("the reference is too slow here for the sensitivity audit to settle "
                                              f"its seeds in {found.sensitivity.budget_s:.0f} s")
         else:

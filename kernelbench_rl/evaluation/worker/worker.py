@@ -13,9 +13,10 @@ Imports only torch, triton, numpy and the standard library.
 This module holds the evaluation's phases; their parts live beside it: worker_process.py (the process: its
 start, the request loop, its stop), children.py (the candidate processes and the conversation with one), scheduling.py (who may use the
 device, when, with how many bytes), reference_cache.py (each problem's reference, baselines, sizing),
-verdict/correctness.py (the correctness step), candidate_timing.py (the timing step; timing/decisions.py decides from its
-numbers), paired_reference.py (the reference's sibling child), faults.py (verdicts and whose fault they are), build_cache.py
-(CUDA builds kept across candidates) and same_uid.py (the worker as its children's unprivileged uid).
+checked_calls.py (the correctness step; verdict/correctness.py decides from its data), candidate_timing.py (the
+timing step; timing/decisions.py decides from its numbers), paired_reference.py (the reference's sibling child),
+verdict/faults.py (verdicts and whose fault they are), build_cache.py (CUDA builds kept across candidates) and
+same_uid.py (the worker as its children's unprivileged uid).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from kernelbench_rl.evaluation import trace
 from kernelbench_rl.evaluation.verdict import faults
 from kernelbench_rl.evaluation.worker import children, leftovers, reference_budget, scheduling, startup
 from kernelbench_rl.evaluation.worker.build_cache import BuildCache
-from kernelbench_rl.evaluation.verdict.correctness import check_correctness
+from kernelbench_rl.evaluation.worker.checked_calls import check_correctness
 from kernelbench_rl.evaluation.worker.worker_config import WorkerConfig, argument_parser, config_from_args  # noqa: F401
 from kernelbench_rl.evaluation.worker.paired_reference import ResidentReference, paired_key, start_reference_child
 from kernelbench_rl.evaluation.worker.candidate_timing import CandidateTiming, PreparedChild
@@ -695,7 +696,7 @@ class Worker:
 
     def _correctness(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                      deadline: float, payload: dict[str, Any], shared: bool) -> bool:
-        """correctness.check_correctness with this worker's references, quiet gate, transport and device."""
+        """checked_calls.check_correctness with this worker's references, quiet gate, transport and device."""
         return check_correctness(child, state, settings, result, deadline, payload, shared=shared,
                                  references=self.references, quiet_gate=self.quiet_gate, transport=self.transport,
                                  device=self.device)
