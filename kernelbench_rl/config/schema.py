@@ -107,7 +107,9 @@ class TrainingConfig:
 
 @dataclass
 class RewardsConfig:
-    preset: str = "curriculum"  # curriculum (follow the stage) | format | compile | correctness | speed | kernrl | kernrl_server
+    # curriculum (follow the stage) | format | compile | correctness | speed | speed_of_light (speed's, capped by
+    # the problem's floor) | kernrl | kernrl_server
+    preset: str = "curriculum"
     gamma: Annotated[float, Ge(0), Le(1)] = 0.4  # discount over later turns (Kevin mode)
     baseline: str = "loo"  # loo (leave-one-out) | group_mean
     speedup_cap: Annotated[float, Gt(0)] = 8.0  # the speed term saturates at this speedup
@@ -351,7 +353,8 @@ def model_context_tokens(base_model: str) -> int | None:
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "policy.backend": ("auto", "tinker", "local"),
-    "rewards.preset": ("curriculum", "format", "compile", "correctness", "speed", "kernrl", "kernrl_server"),
+    "rewards.preset": ("curriculum", "format", "compile", "correctness", "speed", "speed_of_light", "kernrl",
+                       "kernrl_server"),
     "rewards.baseline": ("loo", "group_mean"),
     "env.mode": ("single", "kevin"),
     "env.kernel_backend": ("triton", "cuda"),

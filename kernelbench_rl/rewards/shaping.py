@@ -57,6 +57,10 @@ class RewardPreset:
     incorrect: float = 0.0
     gain_cap: float = 0.0  # above 1x: min(speedup - 1, gain_cap)
     slow_slope: float = 0.0  # below 1x: slow_slope * (speedup - 1), a penalty
+    # The speed term's cap is the problem's own headroom (the reference's time over its physical floor), within
+    # [SOL_MIN_CAP, rewards.speedup_cap], with a dead zone of SOL_DEAD_ZONE above 1x; the shared curve where the
+    # floor is missing or doubtful (speed_term below)
+    floor_capped: bool = False
 
 
 PRESETS: dict[str, RewardPreset] = {
@@ -73,6 +77,10 @@ PRESETS: dict[str, RewardPreset] = {
     # kernrl's server as shipped (server/kernrl_environment.py): -0.5 when it does not compile, -0.25 when wrong,
     # and when right (speedup - 1) * 0.5 below 1x, min(speedup - 1, 2) above; 0 where nothing was timed (CPU).
     "kernrl_server": RewardPreset("kernrl_server", not_compiled=-0.5, incorrect=-0.25, gain_cap=2.0, slow_slope=0.5),
+    # `speed`'s weights, with the speed term paid in full at the speedup the problem's floor allows: a reference
+    # already near its floor (a copy at 80% of the bandwidth) leaves 1.25x to win, and 8x would never be reached.
+    "speed_of_light": RewardPreset("speed_of_light", format=0.05, compile=0.05, correct=0.3, speed=0.6, slow=0.15,
+                                   floor_capped=True),
 }
 
 # kernrl's "faster than the baseline" bonus is paid in full from this speedup on, along log2(speedup) from 1x.
@@ -81,6 +89,12 @@ FASTER_FULL_AT = 2.0
 # The speedup a correct verdict in doubt is scored at: none at all, below every honest correct kernel's (each preset's
 # speed terms are bounded below, so this is the slowest honest correct kernel's reward).
 DOUBT_SPEEDUP = 0.0
+
+# rewards.preset=speed_of_light: the speed term's cap is never under SOL_MIN_CAP (a headroom within timing noise
+# would pay a whole speed term for noise), and speedups up to 1 + SOL_DEAD_ZONE earn no speed (identical code times
+# 0.95-1.05x of itself).
+SOL_MIN_CAP = 1.5
+SOL_DEAD_ZONE = 0.05
 
 # The stage whose rate the curriculum watches for each stage preset.
 STAGE_RATE_METRIC: dict[str, str] = {
@@ -115,6 +129,28 @@ def bounded_log_slowdown(speedup: float, cap: float) -> float:
     if speedup <= 0:
         return 1.0
     return bounded_log_speedup(1.0 / speedup, cap)
+
+
+def floor_headroom(result: EvalResult) -> float | None:
+    """How many times faster than the reference the problem's physical floor lets a kernel be: the reference's time
+    over the floor (1 / its speed-of-light fraction). None where there is no floor (the CPU, a problem whose work
+    could not be counted) or it is doubtful: the reference timed at or under its own floor."""
+    fraction = (result.speed_of_light or {}).get("reference_sol_fraction")
+    if fraction is None or not math.isfinite(fraction) or fraction <= 0 or fraction >= 1:
+        return None
+    return 1.0 / fraction
+
+
+def speed_term(speedup: float, result: EvalResult, spec: RewardPreset, speedup_cap: float) -> float:
+    """The speed term's share (0 to 1) of a counted speedup: bounded_log_speedup up to `speedup_cap`; for a
+    floor-capped preset, up to the problem's headroom (within [SOL_MIN_CAP, speedup_cap]) from 1 + SOL_DEAD_ZONE on,
+    where the problem has a floor that is not in doubt (floor_headroom), and the shared curve elsewhere."""
+    headroom = floor_headroom(result) if spec.floor_capped else None
+    if headroom is None:
+        return bounded_log_speedup(speedup, speedup_cap)
+    cap = min(max(headroom, SOL_MIN_CAP), speedup_cap)
+    start = 1.0 + SOL_DEAD_ZONE
+    return bounded_log_speedup(speedup / start, cap / start)
 
 
 def reward_floor(preset: str | RewardPreset) -> float:
@@ -171,7 +207,7 @@ def score(result: EvalResult, preset: str | RewardPreset, *, speedup_cap: float 
         "compile": spec.compile * float(bool(result.compiled)),
         "correct": spec.correct * float(correct),
         "faster": spec.faster * (bounded_log_speedup(counted_speedup, FASTER_FULL_AT) if counted_speedup else 0.0),
-        "speed": spec.speed * (bounded_log_speedup(counted_speedup, speedup_cap) if counted_speedup else 0.0),
+        "speed": spec.speed * (speed_term(counted_speedup, result, spec, speedup_cap) if counted_speedup else 0.0),
         "slowdown": -spec.slow * (bounded_log_slowdown(counted_speedup, speedup_cap)
                                   if counted_speedup is not None else 0.0),
     }

@@ -4,7 +4,9 @@
 
 Rows: an answer that does not compile, a wrong one, a flagged hack, an `unsupported` one (the CPU interpreter
 lacks what it used), a truncated answer (graded correct at 2x, then clamped by rewards.truncated=clamp), a correct
-one in doubt (timed 2x but flagged below the speed of light), and correct kernels at 0.5x, 1x, 1.01x, 2x and 8x.
+one in doubt (timed 2x but flagged below the speed of light), correct kernels at 0.5x, 1x, 1.01x, 2x and 8x, and
+correct kernels of problems whose floor leaves a known headroom over the reference ("1.4x, floor 1.5x": the
+reference runs at two thirds of the speed of light; `speed_of_light` caps the speed term there).
 
     python -m kernelbench_rl.rewards.table --flags
 
@@ -20,6 +22,8 @@ from kernelbench_rl.evaluation.result import DOUBT_FLAGS, ErrorCategory, EvalRes
 from kernelbench_rl.rewards.shaping import PRESETS, clamp_truncated, score
 
 SPEEDUPS = (0.5, 1.0, 1.01, 2.0, 8.0)
+# (speedup, the headroom the problem's floor leaves over its reference): what the floor-capped preset changes
+FLOOR_CASES = ((1.4, 1.5), (2.0, 4.0))
 
 
 def _result(**kw) -> EvalResult:
@@ -45,6 +49,10 @@ def rows(cap: float = 8.0) -> dict[str, dict[str, float]]:
         for s in SPEEDUPS:
             row[f"correct {s:g}x"] = score(_result(format_ok=True, compiled=True, correct=True, speedup=s), preset,
                                           speedup_cap=cap).reward
+        for s, headroom in FLOOR_CASES:  # a problem whose reference runs at 1/headroom of its physical floor
+            near_floor = _result(format_ok=True, compiled=True, correct=True, speedup=s,
+                                 speed_of_light={"reference_sol_fraction": 1.0 / headroom})
+            row[f"{s:g}x, floor {headroom:g}x"] = score(near_floor, preset, speedup_cap=cap).reward
         table[preset] = row
     return table
 
