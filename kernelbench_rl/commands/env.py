@@ -23,7 +23,7 @@ def serve(
     config: Annotated[str, typer.Option("--config", "-c", help="YAML file, or a packaged config: default, raicl, kevin.")] = "default",
     overrides: Annotated[Optional[list[str]], typer.Argument(help="key=value overrides, e.g. eval.correctness_trials=1 problems.levels=[1]")] = None,
     max_turns: Annotated[Optional[int], typer.Option("--max-turns", help="Turns per episode (default: env.turns of the config).")] = None,
-    preset: Annotated[Optional[str], typer.Option("--preset", help="Reward preset: format, compile, correctness, speed, kernrl or kernrl_server.")] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", help="Reward preset: format, compile, correctness, speed, speed_of_light, kernrl or kernrl_server.")] = None,
     run_id: Annotated[str, typer.Option("--run-id", help="run_id of this server's rollouts/rewards rows.")] = "openenv",
     problems_root: ProblemsRootOption = None,
     max_open_episodes: Annotated[int, typer.Option(
