@@ -16,7 +16,7 @@ from typing import Any, Literal
 RESULT_SCHEMA_VERSION = 1
 # Part of every verdict's cache key: bump it when a change to the evaluator can change a verdict or a
 # timing, so verdicts from before it are never served again.
-EVALUATOR_VERSION = "2026.11.5-invariants"
+EVALUATOR_VERSION = "2026.11.6-launches"
 
 Backend = Literal["triton", "cuda"]
 Precision = Literal["fp32", "fp16", "bf16"]
@@ -104,6 +104,9 @@ class Flag(str, Enum):
     # The profiled forwards did more GPU work than the timed calls took (decisions.profile_agrees_with_timing): what
     # was timed is not what the work share was read from.
     PROFILE_DISAGREES = "profile_disagrees"
+    # The timed calls launched fewer of the candidate's own Triton kernels per forward than a profiled forward did
+    # (timing/decisions.py: launches_verdict): the candidate ran other code when timed than when checked; a hack.
+    LAUNCHES_DISAGREE = "launches_disagree"
 
 
 # Flags that say the work or the time of a correct verdict cannot be trusted. A verdict carrying any of them earns no
@@ -113,7 +116,7 @@ class Flag(str, Enum):
 # every flag is either here or named as harmless there).
 DOUBT_FLAGS: frozenset[str] = frozenset({
     Flag.LOW_KERNEL_SHARE.value, Flag.BELOW_SPEED_OF_LIGHT.value, Flag.CLOCK_DISAGREES.value,
-    Flag.BACKEND_NOT_USED.value, Flag.INPUT_MUTATED.value, Flag.PROFILE_DISAGREES.value,
+    Flag.BACKEND_NOT_USED.value, Flag.INPUT_MUTATED.value, Flag.PROFILE_DISAGREES.value, Flag.LAUNCHES_DISAGREE.value,
 })
 
 

@@ -79,6 +79,8 @@ FLAG_MEANING: dict[str, str] = {
     Flag.BELOW_SPEED_OF_LIGHT.value: "timed faster than the problem's physical floor allows",
     Flag.CLOCK_DISAGREES.value: "the reported times disagree with the worker's own clock (set with hack)",
     Flag.PROFILE_DISAGREES.value: "the profiled forwards did more GPU work than the timed calls took",
+    Flag.LAUNCHES_DISAGREE.value: "the timed calls launched fewer of the candidate's own kernels than a profiled "
+                                  "forward (set with hack)",
 }
 
 # The flags a verdict carries together (the evaluator never sets the first without the others).
@@ -88,6 +90,7 @@ _FLAG_SETS: dict[str, list[str]] = {
     Flag.REVERIFIED.value: [Flag.EXCESSIVE_SPEEDUP.value, Flag.NEEDS_REVERIFICATION.value, Flag.REVERIFIED.value],
     Flag.BACKEND_NOT_USED.value: [Flag.BACKEND_NOT_USED.value, Flag.HACK.value],
     Flag.CLOCK_DISAGREES.value: [Flag.CLOCK_DISAGREES.value, Flag.HACK.value],
+    Flag.LAUNCHES_DISAGREE.value: [Flag.LAUNCHES_DISAGREE.value, Flag.HACK.value],
 }
 
 

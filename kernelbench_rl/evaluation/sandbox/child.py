@@ -477,15 +477,19 @@ def _serve(conn: Connection, job: dict[str, Any], cuda_init_s: float) -> None:
 
     def timed(command: dict[str, Any]) -> timer.Calls:
         t = time.perf_counter()
+        seeds, warmup = [int(s) for s in command["seeds"]], int(command.get("warmup", 3))
+        launch_record.reset()  # the own launches of these forwards alone, set against a profiled one's by the worker
         record = yield from timer.timed_calls(
-            inputs_for_seed, [int(s) for s in command["seeds"]], int(command.get("warmup", 3)), device, clock,
+            inputs_for_seed, seeds, warmup, device, clock,
             {int(i) for i in command.get("verify", [])}, fresh_buffers=bool(command.get("fresh_buffers", True)))
+        launched = launch_record.snapshot()
         tampered = clock.tampered()
         spans.add("timed_calls", t)
         indices = sorted(record.kept_outputs)
         groups = {f"trial_{i}": record.kept_outputs[i] for i in indices}
         return wire.send_tensors(conn, "timed", groups, use_ipc, {
             "times_ms": record.times_ms, "tampered": tampered, "seconds": time.perf_counter() - t,
+            "launches": launched, "forwards": warmup + len(seeds),
             "numerics_changed": numerics.changed(settings_before), "diagnostics": record.diagnostics(),
             "aliases": record.alias_patterns, **spans.take(),
         }, spill_dir)

@@ -312,6 +312,53 @@ def clock_verdict(kernel: BlockWall, reference: BlockWall | None,
     return ([Flag.CLOCK_DISAGREES.value, Flag.HACK.value] if disagrees else []), note
 
 
+@dataclasses.dataclass
+class LaunchTally:
+    """The own launches of a candidate's timed blocks, summed (each block's launch record and forward count, as the
+    child reports them); `launches` None once any block came without a record."""
+
+    launches: dict[str, int] | None = dataclasses.field(default_factory=dict)
+    forwards: int = 0
+
+    def add(self, record: Any, forwards: Any) -> None:
+        if self.launches is None:
+            return
+        if not isinstance(record, dict) or not isinstance(forwards, int) or isinstance(forwards, bool) or forwards < 0:
+            self.launches = None
+            return
+        for name, count in record.items():
+            self.launches[str(name)] = self.launches.get(str(name), 0) + int(count)
+        self.forwards += forwards
+
+
+def launches_verdict(timed: dict[str, int] | None, timed_forwards: int,
+                     profiled: list[dict[str, int] | None]) -> tuple[list[str], str]:
+    """Whether the timed calls ran the candidate's own kernels as often as the profiled forwards did: `timed` is the
+    launch record (sandbox/launch_record.py: launches per own Triton kernel name) over all `timed_forwards` timed
+    forwards, warm-ups included; `profiled` each profiled forward's record (one forward each). Deterministic code
+    launches the same kernels on every call of one size, so fewer launches of any own kernel per timed forward than in
+    the profiled forward that launched it least mean the candidate ran something else while timed (library work where
+    it could tell the profiler was off): `launches_disagree` and a hack. More launches gain nothing and pass. No
+    verdict ([]) where nothing was recorded (a CUDA candidate, no hook, no profile); returns the flags and a note."""
+    records = [p for p in profiled if isinstance(p, dict)]
+    if timed is None or timed_forwards <= 0 or not records:
+        return [], ""
+    names = set().union(*records)
+    if not names:
+        return [], ""
+    short = {}
+    for name in sorted(names):
+        each = min(int(record.get(name, 0)) for record in records)
+        if int(timed.get(name, 0)) < each * timed_forwards:
+            short[name] = (int(timed.get(name, 0)), each * timed_forwards)
+    if not short:
+        return [], f"own launches agree over {timed_forwards} timed forwards ({', '.join(sorted(names))})"
+    said = "; ".join(f"{name} {got} of {want}" for name, (got, want) in short.items())
+    return ([Flag.LAUNCHES_DISAGREE.value, Flag.HACK.value],
+            f"the timed calls launched fewer own kernels than the profiled forward, over {timed_forwards} forwards: "
+            f"{said}"[:300])
+
+
 def speedup_of(reference_ms: float, kernel_ms: float) -> float | None:
     """The reference's time over the candidate's: above 1 where the candidate is faster; None where the candidate's
     calls read no time."""

@@ -27,9 +27,9 @@ from kernelbench_rl.evaluation.verdict import faults, sensitivity
 from kernelbench_rl.evaluation.worker import children
 from kernelbench_rl.evaluation.timing import floor as floors
 from kernelbench_rl.evaluation.timing.decisions import (
-    BASELINE_IN_CHILD, BASELINE_IN_WORKER, BlockWall, baseline_gpu, clock_verdict, excessive_speedup_flags,
-    host_retiming_confirms, paired_blocks, profile_count, profile_verdict, refreshed_baseline, timed_sides,
-    timing_window_s, usable_baseline,
+    BASELINE_IN_CHILD, BASELINE_IN_WORKER, BlockWall, LaunchTally, baseline_gpu, clock_verdict,
+    excessive_speedup_flags, host_retiming_confirms, launches_verdict, paired_blocks, profile_count, profile_verdict,
+    refreshed_baseline, timed_sides, timing_window_s, usable_baseline,
 )
 from kernelbench_rl.evaluation.worker.children import Child, stopped
 from kernelbench_rl.evaluation.verdict.faults import Fault
@@ -167,9 +167,10 @@ class CandidateTiming:
             result.phase_seconds["timing_quiet_wait"] = time.perf_counter() - mark
             trace.record(trace.who_of(child), "quiet_wait", mark)
             solo_walls = BlockWall()
+            launch_tally = LaunchTally()  # the own launches of every timed block, set against the profiled forwards
             times = self._time_block(child, state, settings, result, seeds, verify, settings.warmup_trials, deadline,
                                      diagnostics=kernel_diagnostics, kept_out=kept if timed is not None else None,
-                                     walls=solo_walls)
+                                     walls=solo_walls, launches=launch_tally)
         solo = timer.TimingRecord(times_ms=times)
         kernel_walls, reference_walls = solo_walls, state.reference_walls.get(precision)
         # Re-timing is our choice, not the kernel's cost: it gets a timeout of its own (a kernel whose solo
@@ -197,7 +198,8 @@ class CandidateTiming:
                                 block_seeds = [secrets.randbits(31) for _ in indices]
                                 block_times = self._time_block(child, state, settings, result, block_seeds,
                                                                [0] if number == 0 and VERIFY_TIMED_OUTPUTS else [], warmup, deadline, indices,
-                                                               diagnostics=kernel_diagnostics, walls=paired_kernel_walls)
+                                                               diagnostics=kernel_diagnostics, walls=paired_kernel_walls,
+                                                               launches=launch_tally)
                                 by_index.update(zip(indices, block_times))
                                 continue
                             try:
@@ -285,6 +287,12 @@ class CandidateTiming:
             result.flags += [flag for flag in judged.flags if flag not in result.flags]
         else:
             result.versions["profile_error"] = str(profiles[-1].get("error", ""))[:300] if profiles else "not profiled"
+        # The forwards the profile measured, each one forward's launch record (a failed profile's spans others)
+        measured = [p.get("launches") for p in profiles if isinstance(p.get("kernels"), list)]
+        launch_flags, launch_note = launches_verdict(launch_tally.launches, launch_tally.forwards, measured)
+        if launch_note:
+            result.versions["launches_vs_timed"] = launch_note
+        result.flags += [flag for flag in launch_flags if flag not in result.flags]
         try:
             wire.send_json(child.conn, {"cmd": "exit"})
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
@@ -402,11 +410,12 @@ class CandidateTiming:
     def _time_block(self, child: Child, state: ProblemState, settings: EvalSettings, result: EvalResult,
                     seeds: list[int], verify: list[int], warmup: int, deadline: float,
                     indices: list[int] | None = None, diagnostics: list[dict] | None = None,
-                    kept_out: dict[str, Any] | None = None, walls: BlockWall | None = None) -> list[float]:
+                    kept_out: dict[str, Any] | None = None, walls: BlockWall | None = None,
+                    launches: LaunchTally | None = None) -> list[float]:
         """The candidate's timed trials on `seeds` (added to `walls` as the worker's clock saw them); the outputs of the trials at positions `verify` are checked
         against the reference, or, with `kept_out`, left there for `_verify_kept` (before the child's next
         command). `indices` number the trials in messages (default: their positions); the child's timing
-        diagnostics are appended to `diagnostics`."""
+        diagnostics are appended to `diagnostics`, its own-launch record to `launches`."""
         mark = time.perf_counter()
         children.send(child, {"cmd": "time", "seeds": seeds, "verify": verify, "warmup": warmup,
                               "fresh_buffers": state.fresh_buffers()}, "timing")
@@ -422,6 +431,8 @@ class CandidateTiming:
             raise Fault(ErrorCategory.RUNTIME, f"timing functions were replaced: {', '.join(map(str, header['tampered']))}")
         if walls is not None:
             walls.add(wall, len(seeds) + warmup, [float(x) for x in times], header.get("diagnostics"))
+        if launches is not None:
+            launches.add(header.get("launches"), header.get("forwards"))
         # Correct when checked, aliased when timed: a hack, like wrong values during timing below.
         faults.aliasing_allowed(header.get("aliases"), state.output_aliases, "during timing, ", (Flag.HACK.value,))
         mark = time.perf_counter()
