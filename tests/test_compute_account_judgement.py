@@ -1,0 +1,230 @@
+"""The CPU compute account (evaluation/sandbox/compute_account.py) in this process, without Triton: a launch is
+played by hand through the account's own hooks (`launching`, then `kernel_memory` for its loads and stores, as the
+interpreter's hooks call them), so each case runs in milliseconds. What is checked: a forward that leaves the
+account's dispatch mode (replaces it, or steps out of it to compute) is flagged, however honest its share reads; the
+worker's judgement over the reports (`judge`) and the flags it sets (`flag_result`), at and around its thresholds.
+tests/test_compute_account.py runs real candidates under the interpreter in a subprocess."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _pop_mode_temporarily, _push_mode
+
+from kernelbench_rl.evaluation.result import EvalResult, Flag
+from kernelbench_rl.evaluation.sandbox import compute_account
+
+LOW, TOKEN = 0.5, 0.1
+OWN = {"relu_kernel"}
+
+
+def _addresses(t: torch.Tensor) -> np.ndarray:
+    return np.int64(t.data_ptr()) + np.arange(t.numel(), dtype=np.int64) * t.element_size()
+
+
+def fake_relu(account: compute_account.Account, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """A launch of relu_kernel as the interpreter reports it: every element of x loaded, every one of out stored
+    (the values written in NumPy, as the interpreter's store writes them)."""
+    with account.launching("relu_kernel", (x, out, x.numel()), {}):
+        account.kernel_memory(_addresses(x), None, x.element_size(), load=True, store=False)
+        with account.exempt():
+            np.asarray(out)[...] = np.maximum(np.asarray(x), 0)
+        account.kernel_memory(_addresses(out), None, out.element_size(), load=False, store=True)
+    return out
+
+
+class _Other(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _forward(body) -> dict:
+    """One forward of `body(account, x)` under the account, the outputs it returns judged; the report."""
+    torch.manual_seed(0)
+    x = torch.randn(256)
+    with torch.no_grad(), compute_account.forward(torch.nn.Identity(), [x]) as account:
+        outputs = body(account, x)
+        account.outputs_done(outputs)
+    return account.report()
+
+
+def honest(account, x):
+    return [fake_relu(account, x, torch.empty_like(x))]
+
+
+def replaces_the_mode(account, x):
+    """Swaps the account for a mode of its own: its torch ops are then seen by nobody."""
+    out = fake_relu(account, x, torch.empty_like(x))
+    _pop_mode()
+    _push_mode(_Other())
+    torch.relu(x).sum()
+    return [out]
+
+
+def steps_out_to_compute(account, x):
+    """Leaves the mode for a moment and writes PyTorch's answer into a buffer made under the account."""
+    out = torch.empty_like(x)
+    with _pop_mode_temporarily():
+        torch.clamp(x, min=0.0, out=out)
+    return [out]
+
+
+def rewrites_after_the_kernel(account, x):
+    """The kernel's output rewritten by torch outside the mode, after the kernel stored it."""
+    out = fake_relu(account, x, torch.empty_like(x))
+    with _pop_mode_temporarily():
+        out.mul_(2.0)
+    return [out]
+
+
+def computes_outside_into_a_fresh_tensor(account, x):
+    with _pop_mode_temporarily():
+        out = torch.relu(x)
+    return [out]
+
+
+def test_an_honest_played_launch_is_its_own_work():
+    report = _forward(honest)
+    assert report["mode_lost"] is False and not report["foreign"], report
+    verdict = compute_account.judge([report], OWN)
+    assert verdict.share == 1.0 and verdict.foreign == 0, verdict.summary
+    result = EvalResult(problem_id="L1/19", candidate_sha256="", backend="triton", precision="fp32", device_kind="cpu")
+    compute_account.flag_result(result, [report], OWN, LOW, TOKEN)
+    assert result.flags == [] and result.kernel_share == 1.0
+
+
+@pytest.mark.parametrize("body", [replaces_the_mode, steps_out_to_compute, rewrites_after_the_kernel,
+                                  computes_outside_into_a_fresh_tensor])
+def test_a_forward_that_leaves_the_dispatch_mode_is_flagged(body):
+    """Whatever it did outside the mode, the verdict is a hack: the mode gone at the forward's end is itself
+    foreign, and bytes written outside it reach the output unaccounted for."""
+    report = _forward(body)
+    verdict = compute_account.judge([report], OWN)
+    assert verdict.foreign >= 1, (body.__name__, verdict.summary)
+    result = EvalResult(problem_id="L1/19", candidate_sha256="", backend="triton", precision="fp32", device_kind="cpu")
+    compute_account.flag_result(result, [report], OWN, LOW, TOKEN)
+    assert Flag.HACK.value in result.flags and Flag.LOW_KERNEL_SHARE.value in result.flags, body.__name__
+
+
+def test_a_replaced_mode_is_reported_as_lost_and_named():
+    report = _forward(replaces_the_mode)
+    assert report["mode_lost"] is True
+    assert not report["foreign"]  # its bytes are the kernel's: only the lost mode tells
+    verdict = compute_account.judge([report], OWN)
+    assert verdict.share == 1.0 and verdict.foreign == 1
+    assert "left the compute account's dispatch mode" in verdict.summary
+    assert compute_account.still_active(compute_account.Account()) is False
+
+
+def test_what_ran_outside_the_mode_never_counts_as_torch_work_but_what_ran_inside_does():
+    def inside(account, x):
+        out = fake_relu(account, x, torch.empty_like(x))
+        torch.sigmoid(x)  # work that reaches no output: it lowers the share
+        return [out]
+
+    report = _forward(inside)
+    assert report["torch"] == {"sigmoid": 2 * 256} and report["kernels"] == {"relu_kernel": 2 * 256}
+    assert compute_account.judge([report], OWN).share == pytest.approx(0.5)
+
+
+# -- the worker's judgement, from the reports alone ---------------------------------------------------------------
+
+
+def _report(own: int = 0, other: int = 0, torch_work: int = 0, foreign: int = 0, mode_lost: bool = False) -> dict:
+    kernels = {"relu_kernel": own} if own else {}
+    if other:
+        kernels["library_gemm"] = other
+    return {"kernels": kernels, "torch": {"add": torch_work} if torch_work else {},
+            "foreign": {"output": foreign} if foreign else {}, "notes": ["output 0 holds bytes"] if foreign else [],
+            "mode_lost": mode_lost}
+
+
+def _flags(reports, low=LOW, token=TOKEN, flags=()):
+    result = EvalResult(problem_id="L1/19", candidate_sha256="", backend="triton", precision="fp32", device_kind="cpu")
+    result.flags = list(flags)
+    compute_account.flag_result(result, reports, OWN, low, token)
+    return result
+
+
+@pytest.mark.parametrize("own", [0, 1, 5, 9, 10, 11, 30, 49, 50, 51, 70, 99, 100])
+@pytest.mark.parametrize("where", ["torch", "another kernel"])
+def test_the_share_sets_doubt_below_the_low_bound_and_a_hack_below_the_token_bound(own, where):
+    """Out of 100 units of work, `own` in the candidate's kernels and the rest in PyTorch or in a kernel not its
+    own: doubt strictly below LOW, a hack strictly below TOKEN, nothing at or above them."""
+    rest = {"torch_work": 100 - own} if where == "torch" else {"other": 100 - own}
+    result = _flags([_report(own=own, **rest)])
+    share = own / 100
+    assert result.kernel_share == pytest.approx(share)
+    expected = ([Flag.LOW_KERNEL_SHARE.value] if share < LOW else []) + ([Flag.HACK.value] if share < TOKEN else [])
+    assert result.flags == expected, (own, where, result.versions["compute_account"])
+    assert result.versions["compute_account"].startswith(f"CPU work share of own kernels {share:.3f}")
+
+
+@pytest.mark.parametrize(("low", "token"), [(0.5, 0.1), (0.8, 0.3), (0.2, 0.2), (0.0, 0.0)])
+def test_the_bounds_are_the_callers(low, token):
+    for own in range(0, 101, 5):
+        share = own / 100
+        flags = _flags([_report(own=own, torch_work=100 - own)], low, token).flags
+        assert (Flag.LOW_KERNEL_SHARE.value in flags) == (share < low), (low, token, own)
+        assert (Flag.HACK.value in flags) == (share < token), (low, token, own)
+
+
+def test_foreign_bytes_or_a_lost_mode_flag_whatever_the_share():
+    for report in (_report(own=100, foreign=1), _report(own=100, mode_lost=True)):
+        result = _flags([report])
+        assert result.kernel_share == 1.0
+        assert result.flags == [Flag.LOW_KERNEL_SHARE.value, Flag.HACK.value]
+    # in any one of several forwards
+    result = _flags([_report(own=100), _report(own=100, foreign=3), _report(own=100)])
+    assert result.flags == [Flag.LOW_KERNEL_SHARE.value, Flag.HACK.value]
+    assert "foreign: output 0 holds bytes" in result.versions["compute_account"]
+
+
+def test_the_share_is_over_every_forward_together():
+    # 90 own of 100, then 10 own of 100: 100 of 200 together, whichever came last
+    for reports in ([_report(own=90, torch_work=10), _report(own=10, torch_work=90)],
+                    [_report(own=10, torch_work=90), _report(own=90, torch_work=10)]):
+        verdict = compute_account.judge(reports, OWN)
+        assert verdict.share == pytest.approx(0.5) and verdict.foreign == 0
+        assert "(own 100, torch 100: add 100)" in verdict.summary
+    assert compute_account.judge([_report(own=40), "not a report", None], OWN).share == 1.0
+
+
+def test_no_report_leaves_the_result_as_it_was():
+    for reports in ([], [None, "garbage", 3]):
+        result = _flags(reports, flags=[Flag.EXCESSIVE_SPEEDUP.value])
+        assert result.flags == [Flag.EXCESSIVE_SPEEDUP.value]
+        assert result.kernel_share is None and "compute_account" not in result.versions
+    assert compute_account.judge([], OWN) is None
+
+
+def test_flags_already_set_are_not_repeated_and_others_are_kept():
+    result = _flags([_report(torch_work=100)], flags=[Flag.HACK.value, Flag.EXCESSIVE_SPEEDUP.value])
+    assert result.flags == [Flag.HACK.value, Flag.EXCESSIVE_SPEEDUP.value, Flag.LOW_KERNEL_SHARE.value]
+    assert result.kernel_share == 0.0
+
+
+def test_no_work_at_all_is_no_share():
+    result = _flags([_report()])
+    assert result.kernel_share == 0.0 and result.flags == [Flag.LOW_KERNEL_SHARE.value, Flag.HACK.value]
+
+
+def test_torch_compute_during_a_launch_is_foreign_and_the_interpreters_own_steps_are_not():
+    """A torch compute op between a launch's start and end is the candidate's hook, grid function or kernel body
+    computing in PyTorch; the interpreter's own steps (exempt) are not."""
+    def grid_computes(account, x):
+        out = torch.empty_like(x)
+        with account.launching("relu_kernel", (x, out), {}):
+            torch.relu(x).numel()  # e.g. a grid function that computes
+            account.kernel_memory(_addresses(x), None, 4, load=True, store=False)
+            with account.exempt():
+                np.asarray(out)[...] = np.maximum(np.asarray(x), 0)
+            account.kernel_memory(_addresses(out), None, 4, load=False, store=True)
+        return [out]
+
+    report = _forward(grid_computes)
+    assert report["foreign"].get("in_launch", 0) >= 1, report
+    assert any("ran during the launch of relu_kernel" in note for note in report["notes"])
+    assert _flags([report]).flags == [Flag.LOW_KERNEL_SHARE.value, Flag.HACK.value]
+    assert "in_launch" not in _forward(honest)["foreign"]

@@ -1,0 +1,225 @@
+"""The leftover sweep (evaluation/worker/leftovers.py) on real processes, in this process: it plays the worker (a
+child subreaper for the test's length) and forks a stand-in for a candidate's child (a session of its own, the
+seccomp filter every child carries), which makes processes that try to get away. Each must be found and killed by
+`sweep`, and counted as the candidate's own or as an orphan as its verdict needs. Forks only: no interpreter starts,
+the whole file takes about a second.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from kernelbench_rl.evaluation.sandbox import sandbox
+from kernelbench_rl.evaluation.worker import leftovers
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers and /proc are Linux's")
+
+
+@pytest.fixture
+def subreaper():
+    """This process adopts orphans below it for the test's length (as the worker does). Afterwards every process the
+    test left below it is killed and collected, whatever the sweep did (one stopped and never killed included), and
+    adopting stops."""
+    before = leftovers._below({os.getpid()}, leftovers._table())
+    assert leftovers.adopt_orphans()
+    try:
+        yield
+    finally:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = leftovers._below({os.getpid()}, leftovers._table()) - before
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, os.WNOHANG)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+            time.sleep(0.005)
+        ctypes.CDLL(None, use_errno=True).prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER off
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _child(plan: str, report: int) -> None:
+    """The candidate's child: a session of its own and the filter, then `plan`. Writes the pids that must die, one
+    line, and sleeps (a forked process of the test: it never returns into pytest)."""
+    try:
+        os.setsid()
+        assert sandbox.block_sockets()
+        me = os.getpid()
+        if plan == "grandchild setsid after its parent died":
+            ready_r, ready_w = os.pipe()
+            middle = os.fork()
+            if middle == 0:
+                if os.fork() == 0:  # the grandchild: waits to be orphaned (adopted by the worker), then leaves
+                    while os.getppid() == me or os.getppid() == middle:
+                        time.sleep(0.002)
+                    os.setsid()
+                    if os.fork() == 0:  # and makes one more in its new session
+                        time.sleep(60)
+                        os._exit(0)
+                    os.write(ready_w, f"{os.getpid()}\n".encode())
+                    time.sleep(60)
+                    os._exit(0)
+                os._exit(0)  # the middle process dies at once
+            os.waitpid(middle, 0)
+            grandchild = int(os.read(ready_r, 64).split()[0])
+            os.write(report, f"{grandchild}\n".encode())
+        elif plan == "descendants in the session":
+            pids = []
+            for _ in range(2):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                pids.append(pid)
+            os.write(report, (" ".join(map(str, pids)) + "\n").encode())
+        elif plan == "dies leaving descendants":
+            pids = []
+            for _ in range(2):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                pids.append(pid)
+            os.write(report, (" ".join(map(str, pids)) + "\n").encode())
+            os._exit(0)  # the child dies before its sweep: its processes are orphaned, adopted by the worker
+        time.sleep(60)
+    finally:
+        os._exit(0)
+
+
+def _start(plan: str) -> tuple[int, int, list[int]]:
+    """(the forkserver's stand-in, the child it forked, the pids the child reported). The child is not this
+    process's own, as in the worker, where the forkserver forks it."""
+    report_r, report_w = os.pipe()
+    server = os.fork()
+    if server == 0:
+        try:
+            os.close(report_r)
+            child = os.fork()
+            if child == 0:
+                _child(plan, report_w)
+            os.write(report_w, f"{child} ".encode())
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(report_w)
+    with os.fdopen(report_r) as reader:
+        child, *pids = (int(p) for p in reader.readline().split())
+    return server, child, pids
+
+
+def _settle(child: int, at_least: int) -> None:
+    """Until the worker sees `at_least` processes below it besides the child's own (the fork's last step)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(leftovers._below({os.getpid()}, leftovers._table())) < at_least:
+        time.sleep(0.005)
+
+
+def _finish(server: int, child: int) -> None:
+    """Kill the stand-ins; the child, orphaned when the server dies, comes to this process to be collected."""
+    for pid in (child, server):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.waitpid(server, 0)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(child, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            if not os.path.exists(f"/proc/{child}"):
+                return
+        time.sleep(0.005)
+
+
+def test_a_grandchild_that_calls_setsid_after_its_parent_died_is_swept(subreaper):
+    """fork, fork, the middle one exits, the grandchild (adopted by the worker) calls setsid() and forks once more:
+    it is no descendant of the child and in no session of its, but it carries the filter and the worker adopted
+    it, so the sweep stops and kills it with what it made, as orphans."""
+    server, child, (grandchild,) = _start("grandchild setsid after its parent died")
+    try:
+        _settle(child, 4)  # the server, the child, the grandchild and its own child
+        table = leftovers._table()
+        assert table[grandchild][0] == os.getpid() and table[grandchild][2] == grandchild  # adopted, own session
+        below = leftovers._below({grandchild}, table)
+        assert len(below) == 1
+        swept = leftovers.sweep(child)
+        assert not _alive(grandchild) and not any(_alive(pid) for pid in below)
+        assert grandchild in swept.pids and below <= swept.pids
+        assert (swept.descendants, swept.orphans) == (0, 2)
+        assert swept.survivors == [] and _alive(child)  # the child itself is not the sweep's
+    finally:
+        _finish(server, child)
+    assert leftovers.reap({grandchild, *below}) == set()
+
+
+def test_the_childs_own_descendants_are_counted_as_its_own(subreaper):
+    server, child, pids = _start("descendants in the session")
+    try:
+        _settle(child, 4)
+        swept = leftovers.sweep(child)
+        assert (swept.descendants, swept.orphans, swept.total) == (2, 0, 2)
+        assert set(pids) <= swept.pids and not any(_alive(pid) for pid in pids)
+        assert _alive(child) and _alive(server)
+    finally:
+        _finish(server, child)
+
+
+def test_what_a_child_made_before_it_died_stays_its_own(subreaper):
+    """The child dies before its sweep: its processes, orphaned and adopted by the worker, keep its session and the
+    filter, so they are counted as the candidate's own (its verdict says it left processes behind), not as orphans."""
+    server, child, pids = _start("dies leaving descendants")
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(leftovers._table().get(pid, (0,))[0] != os.getpid() for pid in pids):
+            time.sleep(0.005)
+        table = leftovers._table()
+        assert all(table[pid][0] == os.getpid() and table[pid][2] == child for pid in pids)
+        swept = leftovers.sweep(child)
+        assert (swept.descendants, swept.orphans) == (2, 0)
+        assert set(pids) <= swept.pids and not any(_alive(pid) for pid in pids)
+    finally:
+        _finish(server, child)
+
+
+def test_an_unmarked_process_the_worker_adopted_is_left_alone(subreaper):
+    """An orphan without the filter is the worker's own (a forkserver's helper): not swept."""
+    ready_r, ready_w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            if os.fork() == 0:
+                os.write(ready_w, f"{os.getpid()}\n".encode())
+                time.sleep(60)
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+    orphan = int(os.read(ready_r, 64).split()[0])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and leftovers._table().get(orphan, (0,))[0] != os.getpid():
+            time.sleep(0.005)
+        assert not leftovers.sandboxed(orphan)
+        swept = leftovers.sweep(None)
+        assert orphan not in swept.pids and _alive(orphan) and swept.total == 0
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+        os.waitpid(orphan, 0)
