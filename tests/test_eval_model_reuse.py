@@ -23,7 +23,7 @@ from kernelbench_rl.evaluation.result import ErrorCategory, EvalResult
 from kernelbench_rl.problems.loaders import BUNDLED_ROOT
 from kernelbench_rl.store import Store
 from kernelbench_rl.training.checkpoint_eval import evaluate_model
-from kernelbench_rl.training.model_answers import UnansweredRequests, request_sha256
+from kernelbench_rl.training.model_answers import ServedModel, UnansweredRequests, request_sha256
 
 PROBLEM_FILES = {"L1/19": "level1/19_ReLU.py", "L1/21": "level1/21_Sigmoid.py"}
 SAMPLES = 2
@@ -109,13 +109,17 @@ def judge(problem_ids: list[str], responses: list[str]) -> list[EvalResult]:
                        error_message="no code block") for pid in problem_ids]
 
 
-def evaluate(tmp_path: Path, root: Path, server: ChatServer, *overrides: str, model: str = MODEL,
-             context_tokens: int | None = None):
+def parts_of(tmp_path: Path, root: Path, *overrides: str):
     cfg = load_config("default", [
         f"db_path={tmp_path / 'kb.duckdb'}", f"log_dir={tmp_path / 'logs'}", f"run_id={RUN_ID}",
         f"problems.root={root}", "problems.levels=[1]", "problems.holdout_fraction=0", "problems.audit=false",
         "eval.device=cpu", *overrides])
-    return evaluate_model(build_run_parts(cfg, policy_beside=True), f"openai:{model}", base_url=server.url,
+    return build_run_parts(cfg, policy_beside=True)
+
+
+def evaluate(tmp_path: Path, root: Path, server: ChatServer, *overrides: str, model: str = MODEL,
+             context_tokens: int | None = None):
+    return evaluate_model(parts_of(tmp_path, root, *overrides), f"openai:{model}", base_url=server.url,
                           samples_per_problem=SAMPLES, split="all", ks=(1,), evaluate_fn=judge, concurrency=1,
                           max_retries=0, timeout_s=30, context_tokens=context_tokens)
 
@@ -204,6 +208,38 @@ def test_another_model_reuses_no_answer_of_the_first(tmp_path, root, server):
     for row in answers(tmp_path):
         by_eval.setdefault(row["eval_id"], set()).add(row["request_sha256"])
     assert len(by_eval) == 2  # the first model's unfinished evaluation is left as it was
+
+
+def test_a_finished_evaluation_is_not_resumed_the_same_command_starts_another(tmp_path, root, server):
+    evaluate(tmp_path, root, server)
+    assert len(server.sent()) == REQUESTS
+    report = evaluate(tmp_path, root, server)
+    assert len(server.sent()) == REQUESTS and report.usage["reused"] == 0
+    assert len({row["eval_id"] for row in answers(tmp_path)}) == 2
+
+
+def test_settling_probes_the_server_with_the_runs_settings_and_says_what_it_resumes(tmp_path, root, server):
+    parts = parts_of(tmp_path, root, "sampling.max_tokens=512", "sampling.temperature=0.3", "sampling.top_p=0.9")
+    store = Store(tmp_path / "kb.duckdb")
+    lines: list[str] = []
+    model = ServedModel.of(parts, f"openai:{MODEL}", server.url, "all", say=lines.append, concurrency=3,
+                           max_retries=1, timeout_s=12.0, context_tokens=50_000)
+    assert (model.run_id, model.split, model.temperature, model.top_p, model.max_tokens) == (RUN_ID, "all", 0.3, 0.9,
+                                                                                              512)
+    assert model.settle(store, "fresh") == "fresh"
+    spec = model.chat.spec
+    assert (spec.model, spec.base_url, spec.concurrency, spec.max_retries, spec.timeout_s, spec.max_tokens,
+            spec.context_tokens) == (MODEL, server.url, 3, 1, 12.0, 512, 50_000)
+    assert lines == [f"openai:{MODEL} at {server.url}: context 50000 tokens (--context-tokens); each answer gets at "
+                     "most 512 tokens (sampling.max_tokens) and what the context leaves after its prompt"]
+    interrupted(tmp_path, root, server, "sampling.max_tokens=512", "sampling.temperature=0.3", "sampling.top_p=0.9",
+                context_tokens=50_000)
+    [earlier] = {row["eval_id"] for row in answers(tmp_path)}
+    lines.clear()
+    again = ServedModel.of(parts, f"openai:{MODEL}", server.url, "all", say=lines.append, context_tokens=50_000)
+    assert again.settle(store, "another") == earlier
+    assert lines[1:] == [f"resuming evaluation {earlier}: {REQUESTS // 2} answer(s) already in {store.path}; only "
+                         "the requests without one are sent"]
 
 
 def test_a_rerun_whose_prompt_changed_reuses_no_answer_to_that_prompt(tmp_path, root, server):

@@ -1,0 +1,234 @@
+"""Which rows `kernelbench-rl export` selects and what each says, from rows written straight into a DuckDB file (no
+evaluator, no subprocess): every filter alone (run, level, stage, suite, problem in any id form, correct only), the
+holdout split (a row's own word, else its run's configured split, else the default one), a run that is not there,
+the columns a row takes from its problem when the rollout lacks them, and the command's refusals and summary line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelbench_rl.errors import UserError
+from kernelbench_rl.evaluation.result import EVALUATOR_VERSION, ErrorCategory, EvalResult
+from kernelbench_rl.problems import get_problem
+from kernelbench_rl.store import Store
+from kernelbench_rl.store.schema import MIGRATIONS
+from kernelbench_rl.trajectories import TrajectoryFilter, trajectory_rows
+
+# (run, step, problem_id, sample, level, suite, stage, correct); L1/24 and L10/5 are held out by the default split
+ROWS = [
+    ("a", 0, "L1/19", 0, 1, "kernelbench", "format", True),
+    ("a", 0, "L1/19", 1, 1, "kernelbench", "format", False),
+    ("a", 1, "L2/1", 0, 2, "kernelbench", "speed", True),
+    ("a", 1, "L5/1", 0, 5, "kernrl", "speed", False),
+    ("a", 2, "L1/24", 0, 1, "kernelbench", "speed", True),
+    ("b", 0, "L1/21", 0, 1, None, "compile", True),  # written before suites were recorded
+    ("b", 0, "L10/5", 0, 10, None, "compile", True),
+]
+
+
+def verdict(index: int, problem_id: str, correct: bool, **extra) -> EvalResult:
+    return EvalResult(problem_id, f"{index:064x}", "triton", "fp32", "cuda", format_ok=True, compiled=True,
+                      correct=correct, speedup=2.0 if correct else None, hardware="H200",
+                      error_category=ErrorCategory.OK if correct else ErrorCategory.MISMATCH, settings_hash="s",
+                      **extra)
+
+
+def write(store: Store, rows=ROWS, *, configs: dict[str, dict] | None = None, components: dict | None = None) -> None:
+    results = [verdict(i, row[2], row[7]) for i, row in enumerate(rows)]
+    keys = store.record_evaluations(results)
+    store.upsert("runs", [{"run_id": run, "kind": "train", "config_json": json.dumps(config)}
+                          for run, config in (configs or {}).items()])
+    store.upsert("rollouts", [
+        {"run_id": run, "step": step, "problem_id": pid, "sample_index": sample, "turn": 0, "level": level,
+         "suite": suite, "stage": stage, "eval_key": key, "format_ok": True, "error_category": "ok"}
+        for (run, step, pid, sample, level, suite, stage, _), key in zip(rows, keys)])
+    store.upsert("rewards", [
+        {"run_id": run, "step": step, "problem_id": pid, "sample_index": sample, "turn": 0, "stage": stage,
+         "reward": 1.0, "components_json": json.dumps((components or {}).get((run, pid), {}))}
+        for run, step, pid, sample, _, _, stage, _ in rows])
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Store:
+    store = Store(tmp_path_factory.mktemp("select") / "kb.duckdb")
+    write(store)
+    return store
+
+
+def picked(store: Store, **wanted) -> list[tuple[str, int, str, int]]:
+    rows = trajectory_rows(store, TrajectoryFilter(include_holdout=wanted.pop("include_holdout", True), **wanted)).rows
+    return [(row["run_id"], row["step"], row["problem_id"], row["sample_index"]) for row in rows]
+
+
+def keys(*indexes: int) -> list[tuple[str, int, str, int]]:
+    return [(ROWS[i][0], ROWS[i][1], ROWS[i][2], ROWS[i][3]) for i in indexes]
+
+
+# -- each filter alone -------------------------------------------------------------------------------------------
+def test_with_no_filter_every_row_comes_in_order(store):
+    assert picked(store) == keys(*range(len(ROWS)))
+
+
+@pytest.mark.parametrize("wanted, expected", [
+    ({"run_ids": ["b"]}, [5, 6]),
+    ({"run_ids": ["a", "b"]}, [0, 1, 2, 3, 4, 5, 6]),
+    ({"levels": [1]}, [0, 1, 4, 5]),
+    ({"levels": [2, 10]}, [2, 6]),
+    ({"stage": "speed"}, [2, 3, 4]),
+    ({"stage": "compile"}, [5, 6]),
+    ({"suite": "kernrl"}, [3, 6]),  # L10/5's suite from its problem, the row has none
+    ({"suite": "kernelbench"}, [0, 1, 2, 4, 5]),
+    ({"correct_only": True}, [0, 2, 4, 5, 6]),
+    ({"problems": ["L1/19"]}, [0, 1]),
+    ({"problems": ["L10_5_ChaCha20"]}, [6]),  # kernrl's form
+    ({"problems": ["L10_5", "L2/1"]}, [2, 6]),
+    ({"problems": ["L1_19"]}, []),  # kernrl's form names kernrl's problems only
+    ({"run_ids": ["a"], "levels": [1], "correct_only": True}, [0, 4]),
+])
+def test_each_filter_keeps_exactly_its_rows(store, wanted, expected):
+    assert picked(store, **wanted) == keys(*expected)
+
+
+def test_a_problem_filter_in_kernrls_form_never_takes_kernelbenchs_problem_of_that_number(tmp_path):
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, "L1/19", 0, 1, "kernelbench", "speed", True)])
+    assert picked(store, problems=["L1_19_ReLU"]) == [] and picked(store, problems=["L1_19"]) == []
+    assert picked(store, problems=["L1/19"]) == keys(0)
+
+
+# -- holdout ------------------------------------------------------------------------------------------------------
+def test_holdout_problems_are_left_out_and_counted_unless_asked_for(store):
+    export = trajectory_rows(store, TrajectoryFilter())
+    assert [(r["problem_id"], r["holdout"]) for r in export.rows] == [
+        ("L1/19", False), ("L1/19", False), ("L2/1", False), ("L5/1", False), ("L1/21", False)]
+    assert dict(export.left_out) == {"holdout": 2}
+    included = trajectory_rows(store, TrajectoryFilter(include_holdout=True)).rows
+    assert [r["holdout"] for r in included] == [False, False, False, False, True, False, True]
+
+
+def test_a_rows_own_word_on_holdout_comes_before_the_split(tmp_path):
+    store = Store(tmp_path / "kb.duckdb")
+    rows = [("a", 0, "L1/19", 0, 1, "kernelbench", "speed", True), ("a", 0, "L1/24", 0, 1, "kernelbench", "speed", True)]
+    write(store, rows, components={("a", "L1/19"): {"holdout": True}, ("a", "L1/24"): {"holdout": False}})
+    export = trajectory_rows(store, TrajectoryFilter())
+    assert [r["problem_id"] for r in export.rows] == ["L1/24"] and dict(export.left_out) == {"holdout": 1}
+
+
+def test_the_split_is_the_runs_configured_one(tmp_path):
+    """L1/20 is held out at a fraction of 0.5 (seed 0), L1/48 with seed 7 (fraction 0.2), L1/24 by the defaults."""
+    store = Store(tmp_path / "kb.duckdb")
+    rows = [(run, 0, pid, 0, 1, "kernelbench", "speed", True)
+            for run in ("half", "seven", "plain", "bad") for pid in ("L1/20", "L1/48", "L1/24")]
+    write(store, rows, configs={"half": {"problems": {"holdout_fraction": 0.5}},
+                                "seven": {"problems": {"split_seed": 7}},
+                                "plain": {"run_id": "plain"}})
+    store.upsert("runs", [{"run_id": "bad", "kind": "train", "config_json": "{not json"}])
+    held = {(r["run_id"], r["problem_id"]) for r in trajectory_rows(store, TrajectoryFilter(include_holdout=True)).rows
+            if r["holdout"]}
+    assert held == {("half", "L1/20"), ("half", "L1/24"), ("seven", "L1/48"), ("plain", "L1/24"), ("bad", "L1/24")}
+
+
+def test_a_runs_problem_source_missing_here_falls_back_to_the_one_given(tmp_path):
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, "L1/24", 0, 1, None, "speed", True)],
+          configs={"a": {"problems": {"root": str(tmp_path / "gone"), "holdout_fraction": 0.2}}})
+    [row] = trajectory_rows(store, TrajectoryFilter(include_holdout=True)).rows
+    assert row["holdout"] is True and row["suite"] == "kernelbench" and row["problem_name"] == "24_LogSoftmax"
+
+
+# -- runs that are not there ---------------------------------------------------------------------------------------
+def test_a_run_with_no_rollouts_is_a_user_error_naming_it_unless_other_filters_narrowed_it(store):
+    with pytest.raises(UserError, match=r"^No rollouts of run c in .*SELECT DISTINCT run_id FROM rollouts"):
+        trajectory_rows(store, TrajectoryFilter(run_ids=["a", "c"]))
+    for narrowed in ({"levels": [9]}, {"stage": "nothing"}, {"correct_only": True}):
+        assert trajectory_rows(store, TrajectoryFilter(run_ids=["c"], **narrowed)).rows == []
+
+
+def test_no_database_is_a_user_error_and_creates_none(tmp_path):
+    with pytest.raises(UserError, match="There is no database at"):
+        trajectory_rows(Store(tmp_path / "none.duckdb"), TrajectoryFilter())
+    assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_a_database_from_before_suites_is_migrated_and_exported(tmp_path):
+    path = tmp_path / "old.duckdb"
+    old = Store(path, migrations=[m for m in MIGRATIONS if m[0] < 14])
+    old.upsert("rollouts", [{"run_id": "a", "step": 0, "problem_id": "L10/5", "sample_index": 0, "turn": 0,
+                             "level": 10, "stage": "speed"}])
+    [row] = trajectory_rows(Store(path), TrajectoryFilter(include_holdout=True)).rows
+    assert (row["suite"], row["problem"]) == ("kernrl", "L10_5_ChaCha20")
+
+
+# -- a row's columns -----------------------------------------------------------------------------------------------
+def test_a_row_takes_its_problems_names_and_level_and_the_evaluators_record(tmp_path):
+    store = Store(tmp_path / "kb.duckdb")
+    result = verdict(0, "L10/5", True, versions={"suite": "kernrl", "torch": "9.9"})
+    [key] = store.record_evaluations([result])
+    store.upsert("rollouts", [{"run_id": "a", "step": 0, "problem_id": "L10/5", "sample_index": 0, "turn": 0,
+                               "level": None, "suite": "kernrl", "stage": "speed", "eval_key": key},
+                              {"run_id": "a", "step": 0, "problem_id": "L1/19", "sample_index": 0, "turn": 0,
+                               "level": None, "suite": None, "stage": "format", "eval_key": None}])
+    plain, kernrl = trajectory_rows(store, TrajectoryFilter(include_holdout=True)).rows  # in problem_id order
+    problem = get_problem("L10/5")
+    assert (kernrl["problem"], kernrl["problem_id"], kernrl["level"], kernrl["problem_name"]) == (
+        "L10_5_ChaCha20", "L10/5", 10, problem.name)
+    assert kernrl["reference"] == problem.source and kernrl["backend"] == "triton"
+    assert (kernrl["correct"], kernrl["speedup"], kernrl["hardware"]) == (True, 2.0, "H200")
+    assert json.loads(kernrl["versions"]) == {"suite": "kernrl", "torch": "9.9", "evaluator": EVALUATOR_VERSION}
+    # no evaluation at all (a format failure): nothing correct, no speedup, the evaluator's version still told
+    assert (plain["level"], plain["suite"], plain["correct"], plain["speedup"], plain["backend"]) == (
+        1, "kernelbench", None, None, None)
+    assert json.loads(plain["versions"]) == {"evaluator": EVALUATOR_VERSION}
+
+
+def test_a_verdict_the_evaluator_cannot_read_back_publishes_no_speedup(tmp_path):
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, "L1/19", 0, 1, "kernelbench", "speed", True)])
+    store.fetchall("UPDATE evaluations SET result_json = '{\"problem_id\": 3}'")
+    store.fetchall("UPDATE rewards SET components_json = '[1, 2]'")  # no object: read as none
+    [row] = trajectory_rows(store, TrajectoryFilter()).rows
+    assert row["speedup"] is None and row["correct"] is True and row["holdout"] is False
+
+
+# -- the command ---------------------------------------------------------------------------------------------------
+def _cli(*args: str):
+    from kernelbench_rl.cli import app
+
+    return CliRunner().invoke(app, ["export", *args])
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--format", "csv"], "--format must be one of datasets, parquet, not 'csv'."),
+    (["--suite", "other"], "--suite must be kernelbench or kernrl, not 'other'."),
+])
+def test_a_bad_format_or_suite_is_refused_before_anything_is_read(store, tmp_path, args, said):
+    done = _cli("--db", str(tmp_path / "none.duckdb"), "--out", str(tmp_path / "out"), *args)
+    assert isinstance(done.exception, UserError) and str(done.exception) == said
+    assert not (tmp_path / "out").exists()
+
+
+def test_nothing_to_export_names_the_filter_and_what_was_left_out(store, tmp_path):
+    done = _cli("--db", str(store.path), "--out", str(tmp_path / "out"), "--level", "10")
+    assert isinstance(done.exception, UserError)
+    assert str(done.exception) == (f"No rollouts in {store.path} match (every run; levels 10; holdout problems left "
+                                   "out; left out: holdout 1); nothing was written.")
+    done = _cli("--db", str(store.path), "--out", str(tmp_path / "out"), "--level", "9")
+    assert str(done.exception) == (f"No rollouts in {store.path} match (every run; levels 9; holdout problems left "
+                                   "out); nothing was written.")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_says_what_it_wrote_and_what_it_left_out(store, tmp_path):
+    out = tmp_path / "out"
+    done = _cli("--db", str(store.path), "--out", str(out), "--format", "parquet", "--suite", "kernelbench",
+                "--stage", "speed", "--run-id", "a", "--problem", "L2/1", "--problem", "L1/24")
+    assert done.exit_code == 0, done.output
+    assert done.output.strip().endswith(
+        f"wrote 1 rows (1 correct) to {out} as parquet, with README.md; left out: holdout 1")
+    done = _cli("--db", str(store.path), "--out", str(tmp_path / "all"), "--include-holdout", "--correct-only")
+    assert done.output.strip().endswith("wrote 5 rows (5 correct) to " + str(tmp_path / "all")
+                                        + " as datasets, with README.md; left out: nothing")
