@@ -228,3 +228,133 @@ def test_torch_compute_during_a_launch_is_foreign_and_the_interpreters_own_steps
     assert any("ran during the launch of relu_kernel" in note for note in report["notes"])
     assert _flags([report]).flags == [Flag.LOW_KERNEL_SHARE.value, Flag.HACK.value]
     assert "in_launch" not in _forward(honest)["foreign"]
+
+
+# -- what the account sees of each writer and reader: whole reports, in this process --------------------------------
+# Each case a forward (played launches where a kernel runs); the report is what the child sends the worker.
+
+def _case_honest(a, x):
+    return [fake_relu(a, x, torch.empty_like(x))]
+def _case_reshaped_copy(a, x): return [fake_relu(a, x, torch.empty_like(x)).reshape(-1).clone().view(x.shape)]
+def _case_filled_then_copied(a, x):
+    y = torch.zeros_like(x)
+    y.copy_(x)
+    return [fake_relu(a, y, torch.empty_like(x))]
+def _case_numpy_rewrites(a, x):
+    out = fake_relu(a, x, torch.empty_like(x))
+    np.asarray(out)[:10] = 0.5
+    return [out]
+def _case_kernel_reads_numpy(a, x):
+    h = torch.from_numpy(np.asarray(x).copy())
+    return [fake_relu(a, h, torch.empty_like(x))]
+def _case_torch_on_output(a, x): return [fake_relu(a, x, torch.empty_like(x)).clamp(min=0.0)]
+def _case_item_of_torch(a, x):
+    x.amax().item()
+    return [fake_relu(a, x, torch.empty_like(x))]
+def _case_item_of_input(a, x):
+    x[0].item()
+    return [fake_relu(a, x, torch.empty_like(x))]
+def _case_from_python(a, x): return [torch.tensor([1.0, 2.0, 3.0])]
+def _case_never_written(a, x): return [torch.empty_like(x)]
+def _case_out_argument(a, x):
+    out = torch.empty_like(x)
+    torch.add(x, 1.0, out=out)
+    return [out]
+def _case_inplace_on_output(a, x):
+    out = fake_relu(a, x, torch.empty_like(x))
+    out.mul_(2.0)
+    return [out]
+def _case_filled_output(a, x):
+    out = torch.empty_like(x)
+    out.fill_(1.0)
+    return [out]
+def _case_copy_of_torch(a, x): return [(x * 2).clone()]
+def _case_kernel_loads_torch(a, x): return [fake_relu(a, x * 2, torch.empty_like(x))]
+def _case_masked_launch(a, x):
+    out = torch.zeros_like(x)
+    with a.launching("relu_kernel", (x, out), {}):
+        mask = np.arange(x.numel()) < 100
+        a.kernel_memory(_addresses(x), mask, 4, load=True, store=False)
+        a.kernel_memory(_addresses(out), mask, 4, load=False, store=True)
+    return [out]
+def _case_outside_launch(a, x):
+    out = torch.zeros_like(x)
+    a.kernel_memory(_addresses(x), None, 4, load=True, store=True)
+    return [out]
+def _case_one_load_over_two_tensors(a, x):
+    y = x.clone()
+    out = torch.empty_like(x)
+    with a.launching("relu_kernel", (x, y, out), {}):
+        a.kernel_memory(np.concatenate([_addresses(x), _addresses(y)]), None, 4, load=True, store=False)
+        with a.exempt(): np.asarray(out)[...] = 1.0
+        a.kernel_memory(_addresses(out), None, 4, load=False, store=True)
+    return [out]
+def _case_load_outside_any_tensor(a, x):
+    out = torch.empty_like(x)
+    far = np.arange(8, dtype=np.int64) * 4 + 4096
+    with a.launching("relu_kernel", (x, out), {}):
+        a.kernel_memory(far, None, 4, load=True, store=False)
+        with a.exempt(): np.asarray(out)[...] = 1.0
+        a.kernel_memory(_addresses(out), None, 4, load=False, store=True)
+    return [out]
+def _case_many_notes(a, x):
+    outs = [torch.tensor([float(i)]) for i in range(6)]
+    return outs
+
+
+NO_NUMPY = "in memory no tensor of the forward holds (NumPy's or another library's)"
+UNWRITTEN = "that no kernel or torch op of the forward wrote (uninitialised memory)"
+REPORTS = {
+    "honest": ({"relu_kernel": 512}, {}, {}, []),
+    "reshaped_copy": ({"relu_kernel": 512}, {}, {}, []),
+    "filled_then_copied": ({"relu_kernel": 512}, {}, {}, []),
+    "numpy_rewrites": ({"relu_kernel": 512}, {}, {"changed": 17, "output": 10}, [
+        "bytes changed outside any kernel or torch op (NumPy, Python or native code wrote them) (17)",
+        "output 0 (256 elements) holds elements that changed after they were accounted for (NumPy, Python or native "
+        "code wrote them) (10)"]),
+    "kernel_reads_numpy": ({"relu_kernel": 512}, {}, {"loaded": 256}, [f"relu_kernel read elements {UNWRITTEN} (256)"]),
+    "torch_on_output": ({"relu_kernel": 512}, {"clamp": 512}, {"output": 256},
+                        ["output 0 (256 elements) holds elements that PyTorch computed (clamp) (256)"]),
+    "item_of_torch": ({"relu_kernel": 512}, {"amax": 257}, {"scalar": 1},
+                      ["a Python number (.item()) was read from elements that PyTorch computed (amax) (1)"]),
+    "item_of_input": ({"relu_kernel": 512}, {}, {}, []),
+    "from_python": ({}, {}, {"output": 3}, [f"output 0 (3 elements) holds elements {NO_NUMPY} (3)"]),
+    "never_written": ({}, {}, {"output": 256}, [f"output 0 (256 elements) holds elements {UNWRITTEN} (256)"]),
+    "out_argument": ({}, {"add": 768}, {"output": 256},
+                     ["output 0 (256 elements) holds elements that PyTorch computed (add) (256)"]),
+    "inplace_on_output": ({"relu_kernel": 512}, {"mul_": 768}, {"output": 256},
+                          ["output 0 (256 elements) holds elements that PyTorch computed (mul_) (256)"]),
+    "filled_output": ({}, {}, {}, []),
+    "copy_of_torch": ({}, {"mul": 512}, {"output": 256},
+                      ["output 0 (256 elements) holds elements that PyTorch computed (mul) (256)"]),
+    "kernel_loads_torch": ({"relu_kernel": 512}, {"mul": 512}, {"loaded": 256},
+                           ["relu_kernel read elements that PyTorch computed (mul) (256)"]),
+    "masked_launch": ({"relu_kernel": 200}, {}, {}, []),
+    "outside_launch": ({}, {}, {}, []),
+    "one_load_over_two_tensors": ({"relu_kernel": 768}, {}, {}, []),
+    "load_outside_any_tensor": ({"relu_kernel": 264}, {}, {"loaded": 8}, [f"relu_kernel read elements {NO_NUMPY} (8)"]),
+    "many_notes": ({}, {}, {"output": 6}, [f"output {i} (1 elements) holds elements {NO_NUMPY} (1)" for i in range(4)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPORTS))
+def test_the_report_of_each_writer_and_reader(case):
+    """Copies, fills and the kernel's stores keep bytes accounted for; PyTorch's compute, NumPy's writes, memory torch
+    never allocated and memory never written do not, wherever they reach an output, a kernel's load or a Python
+    number. Work is elements moved (masked elements only) by the kernels and by torch's compute ops; at most
+    MAX_NOTES notes, every finding counted."""
+    kernels, torch_work, foreign, notes = REPORTS[case]
+    assert _forward(globals()[f"_case_{case}"]) == {"kernels": kernels, "torch": torch_work, "foreign": foreign,
+                                                    "notes": notes, "mode_lost": False}
+
+
+def test_the_summary_names_the_largest_torch_ops_and_the_first_notes():
+    report = {"kernels": {"relu_kernel": 10}, "torch": {"add": 5, "mul": 40, "exp": 20, "sum": 1},
+              "foreign": {"output": 2}, "notes": ["a (1)", "b (1)"]}
+    again = {"kernels": {"relu_kernel": 6}, "notes": ["a (1)", "c (1)", "d (1)", "e (1)"]}  # a note seen before
+    verdict = compute_account.judge([report, again], OWN)
+    assert verdict.summary == ("CPU work share of own kernels 0.195 (own 16, torch 66: mul 40, exp 20, add 5); "
+                               "foreign: a (1); b (1); c (1); d (1)")
+    assert verdict.foreign == 2
+    long = compute_account.judge([{"kernels": {"relu_kernel": 1}, "foreign": {"x": 1}, "notes": ["n" * 700]}], OWN)
+    assert len(long.summary) == 600

@@ -246,3 +246,152 @@ class TestTheFloor:
 
     def test_no_floor_is_said_and_flags_nothing(self):
         assert floors.floor_verdict("an unknown GPU", 0.001, 2.0) == (None, [], "no floor: an unknown GPU")
+
+
+# -- edges the mutation run found unguarded (bench/RESULTS.md, "Mutation testing") ----------------------------------
+
+
+def exact_walls(per_call_ms: float, mean_ms: float, reached_malloc: int | None = None) -> BlockWall:
+    """Walls whose per-call and mean times are exact in binary (CALLS calls)."""
+    wall = BlockWall()
+    diagnostics = {"calls_reaching_malloc": reached_malloc} if reached_malloc is not None else None
+    wall.add(per_call_ms * CALLS / 1000.0, CALLS, [mean_ms] * CALLS, diagnostics)
+    return wall
+
+
+class TestTheClockAtItsEdges:
+    @pytest.mark.parametrize("missing", ["kernel calls", "kernel times", "reference calls", "reference times"])
+    def test_any_side_without_calls_or_times_is_not_checked(self, missing):
+        kernel, reference = walls(1.8, 0.3), walls(1.8, 1.0)
+        side = kernel if missing.startswith("kernel") else reference
+        if missing.endswith("calls"):
+            side.calls = 0
+        else:
+            side.times_ms = []
+        assert clock_verdict(kernel, reference) == ([], "not checked: no timed calls on the worker's clock")
+
+    def test_an_implied_time_exactly_at_the_bound_agrees(self, monkeypatch):
+        from kernelbench_rl.evaluation.timing import decisions
+        monkeypatch.setattr(decisions, "HOST_CLOCK_SLACK_MS", 0.0)
+        # implied = 1.0 + 2.5 - 2.0 = 1.5 = HOST_CLOCK_RATIO x 1.0 reported
+        assert clock_verdict(exact_walls(2.5, 1.0), exact_walls(2.0, 1.0))[0] == []
+        assert clock_verdict(exact_walls(2.625, 1.0), exact_walls(2.0, 1.0))[0] == CLOCK_FLAGS
+
+    def test_the_allocators_slack_is_half_the_references_overhead_and_no_more(self, monkeypatch):
+        from kernelbench_rl.evaluation.timing import decisions
+        monkeypatch.setattr(decisions, "HOST_CLOCK_SLACK_MS", 0.0)
+        reference = exact_walls(2.0, 1.0)  # 1.0 ms of overhead a call: a slack of 0.5 ms over the bound of 1.5
+        asked = []
+
+        def confirm():
+            asked.append(1)
+            return True, "re-timed"
+
+        # implied 2.0 = the bound and the whole slack: the host re-timing is asked, and confirms
+        assert clock_verdict(exact_walls(3.0, 1.0, reached_malloc=CALLS), reference, confirm)[0] == []
+        assert asked == [1]
+        # implied 2.125: past the slack, flagged without asking
+        flags, note = clock_verdict(exact_walls(3.125, 1.0, reached_malloc=CALLS), reference, confirm)
+        assert flags == CLOCK_FLAGS and note.startswith("DISAGREES: ") and asked == [1]
+        # a reference with less overhead gives less slack: 0.25 ms of it, so 2.0 is past it
+        flags, _ = clock_verdict(exact_walls(2.5, 1.0, reached_malloc=CALLS), exact_walls(1.5, 1.0), confirm)
+        assert flags == CLOCK_FLAGS and asked == [1]
+
+    def test_the_allocator_note_counts_both_sides(self):
+        kernel = walls(0.8 + HOST_CLOCK_RATIO * 0.5 + HOST_CLOCK_SLACK_MS + 0.4, 0.5, reached_malloc=CALLS)
+        unknown = BlockWall()
+        unknown.add(1.8 * CALLS / 1000.0, CALLS, [1.0] * CALLS)  # the reference's child said nothing of cudaMalloc
+        assert unknown.reached_malloc is None
+        flags, note = clock_verdict(kernel, unknown)
+        assert flags == CLOCK_FLAGS
+        assert (f"(cudaMalloc reached {CALLS} times in its {CALLS} calls, the reference's 0 in {CALLS}; "
+                "not re-timed on the host clock)") in note
+        _, note = clock_verdict(kernel, walls(1.8, 1.0, reached_malloc=2))
+        assert f"the reference's 2 in {CALLS}" in note
+
+    def test_no_host_re_timing_is_said(self):
+        from kernelbench_rl.evaluation.timing.decisions import host_retiming_confirms
+        for host, events in ((None, 2.0), (2.0, None)):
+            assert host_retiming_confirms(host, events) == (
+                False, "no host re-timing to read (none, or its clock functions were replaced)")
+        assert host_retiming_confirms(2.0, 3.0) == (True, "2.00x on the host clock against 3.00x on the events")
+
+
+class TestBlockWalls:
+    def test_walls_add_up_over_blocks(self):
+        wall = BlockWall()
+        wall.add(0.01, 10, [0.5] * 10, {"calls_reaching_malloc": 0, "inputs_reaching_malloc": 0})
+        assert wall.reached_malloc == 0  # said, and none: not unknown
+        wall.add(0.03, 20, [1.0] * 20, {"calls_reaching_malloc": 3, "inputs_reaching_malloc": 1})
+        assert (wall.seconds, wall.calls, len(wall.times_ms), wall.reached_malloc) == (0.04, 30, 30, 4)
+        assert wall.per_call_ms == pytest.approx(40.0 / 30)
+        wall.add(0.01, 5, [1.0] * 5, {"calls_reaching_malloc": -1, "inputs_reaching_malloc": True})
+        assert wall.reached_malloc == 4  # nonsense counts are not read
+
+
+class TestTheProfileAtItsEdges:
+    def test_the_slack_keeps_tiny_differences_in_agreement(self):
+        from kernelbench_rl.evaluation.timing.decisions import profile_agrees_with_timing
+        # 5x the timed median, but only 0.04 ms more: within PROFILE_SLACK_MS
+        assert profile_agrees_with_timing(0.05, 0.01)[0] is False
+        # exactly the slack more (0.1 - 0.05 == 0.05): still agrees
+        assert profile_agrees_with_timing(0.1, 0.05) == (
+            False, "profiled 0.1000 ms of GPU work against 0.0500 ms timed (2.00x)")
+        assert profile_agrees_with_timing(0.2, 0.05)[0] is True
+        assert profile_agrees_with_timing(1.0, 0.0) == (False, "profiled 1.0000 ms of GPU work; nothing timed")
+
+    def test_a_cuda_candidate_is_credited_by_name_even_with_a_launch_record(self):
+        header = profile([["scale_kernel(float*, int)", 2, 600.0], ["cublasSgemm", 1, 400.0]], {})
+        judged = profile_verdict([header], CUDA_SOURCE, "cuda", 1.0)
+        assert (judged.launches, judged.share, judged.credit) == (2, 0.6, "by name, 1 profiled forward(s)")
+
+    def test_a_triton_profile_without_a_launch_record_is_credited_by_its_kernel_names(self):
+        header = profile([["relu_kernel", 1, 900.0], ["at::native::vectorized_elementwise_kernel", 1, 100.0]])
+        judged = profile_verdict([header], TRITON_SOURCE, "triton", 1.0)
+        assert (judged.launches, judged.share, judged.flags) == (1, 0.9, [])
+        assert judged.credit.startswith("by name")
+
+    def test_the_lowest_share_decides_whatever_the_launch_counts(self):
+        many_low = profile([["scale_kernel(float*, int)", 3, 200.0], ["cublasSgemm", 1, 800.0]])
+        one_high = profile([["scale_kernel(float*, int)", 1, 900.0], ["cublasSgemm", 1, 100.0]])
+        for forwards in ([many_low, one_high], [one_high, many_low]):
+            judged = profile_verdict(forwards, CUDA_SOURCE, "cuda", 1.0)
+            assert (judged.launches, judged.share) == (3, pytest.approx(0.2))
+            assert judged.kernel_rows is many_low["kernels"]
+
+    def test_a_forward_without_an_own_launch_is_worse_than_any_with_one(self):
+        launched_idle = profile([["scale_kernel(float*, int)", 1, 0.0], ["cublasSgemm", 1, 100.0]])  # share 0
+        none = profile([["cublasSgemm", 1, 100.0]])
+        for forwards in ([launched_idle, none], [none, launched_idle]):
+            judged = profile_verdict(forwards, CUDA_SOURCE, "cuda", 1.0)
+            assert judged.launches == 0 and judged.kernel_rows is none["kernels"]
+            assert judged.flags[:2] == [Flag.BACKEND_NOT_USED.value, Flag.HACK.value]
+
+    def test_rows_of_another_shape_count_nothing(self):
+        assert profiled_gpu_ms([["a", 1], ["b", 1, 500.0], "junk", ("c", 1, 7.0)]) == 0.5
+
+
+class TestTheFloorsFigures:
+    def test_every_figure_against_the_floor(self):
+        floor = a_floor(1.0)
+        figures = floors.speed_of_light(floor, 2.0, 4.0)
+        assert figures == {
+            "gpu": floor.gpu, "floor_ms": 1.0, "bound": "memory", "bytes": 2 << 20, "dram_bytes": 2 << 20,
+            "flops": 1 << 20, "arithmetic": floor.arithmetic,
+            "sol_fraction": 0.5, "achieved_bytes_per_s": (2 << 20) / 0.002, "achieved_flops_per_s": (1 << 20) / 0.002,
+            "reference_sol_fraction": 0.25, "reference_bytes_per_s": (2 << 20) / 0.004,
+            "reference_flops_per_s": (1 << 20) / 0.004, "below_floor": False}
+
+    @pytest.mark.parametrize("runtime_ms", [None, 0.0, -1.0])
+    def test_no_time_reads_no_figures_and_nothing_below_the_floor(self, runtime_ms):
+        figures = floors.speed_of_light(a_floor(1.0), runtime_ms, runtime_ms)
+        for key in ("sol_fraction", "achieved_bytes_per_s", "achieved_flops_per_s", "reference_sol_fraction",
+                    "reference_bytes_per_s", "reference_flops_per_s"):
+            assert figures[key] is None, key
+        assert figures["below_floor"] is False
+        assert floors.floor_verdict(a_floor(1.0), runtime_ms, 2.0)[1:] == ([], None)
+
+    def test_the_fraction_needs_both_times(self):
+        assert floors.sol_fraction(1.0, 4.0) == 0.25
+        for floor_ms, measured_ms in ((None, 1.0), (0.0, 1.0), (1.0, None), (1.0, 0.0), (1.0, -2.0)):
+            assert floors.sol_fraction(floor_ms, measured_ms) is None, (floor_ms, measured_ms)
