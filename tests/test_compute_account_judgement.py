@@ -358,3 +358,138 @@ def test_the_summary_names_the_largest_torch_ops_and_the_first_notes():
     assert verdict.foreign == 2
     long = compute_account.judge([{"kernels": {"relu_kernel": 1}, "foreign": {"x": 1}, "notes": ["n" * 700]}], OWN)
     assert len(long.summary) == 600
+
+
+# -- edges the mutation run found unguarded (bench/RESULTS.md, "Mutation testing") ----------------------------------
+
+
+def test_every_kernel_not_the_candidates_and_every_lost_mode_adds_up():
+    report = {"kernels": {"relu_kernel": 10, "lib_a": 5, "lib_b": 5}, "torch": {}, "foreign": {"output": 3},
+              "notes": ["n (3)"], "mode_lost": True}
+    verdict = compute_account.judge([report], OWN)
+    assert verdict.share == 0.5 and verdict.foreign == 4
+    assert verdict.summary == ("CPU work share of own kernels 0.500 (own 10, torch 0); foreign: n (3); the forward "
+                               "left the compute account's dispatch mode")
+
+
+def _launch(account, name="relu_kernel"):
+    return account.launching(name, (), {})
+
+
+def test_a_torch_op_during_a_launch_is_noted_by_name_and_counted_even_on_nothing():
+    def body(account, x):
+        out = fake_relu(account, x, torch.empty_like(x))
+        empty, target = torch.empty(0), torch.empty(0)
+        with _launch(account):
+            torch.add(empty, 1.0, out=target)  # no element moved: still one finding
+        return [out]
+
+    report = _forward(body)
+    assert report["foreign"] == {"in_launch": 1}
+    assert report["notes"] == ["PyTorch's add ran during the launch of relu_kernel (in a hook, a heuristic, the grid "
+                               "function or the kernel's body) (1)"]
+
+
+def test_torch_work_of_one_op_adds_up_over_calls():
+    def body(account, x):
+        out = fake_relu(account, x, torch.empty_like(x))
+        torch.sigmoid(x)
+        torch.sigmoid(x)
+        return [out]
+
+    assert _forward(body)["torch"] == {"sigmoid": 1024}
+
+
+def test_a_torch_write_to_part_of_a_tensor_leaves_the_rest_as_it_was():
+    def body(account, x):
+        out = fake_relu(account, x, torch.empty_like(x))
+        out[:10].add_(1.0)
+        return [out]
+
+    report = _forward(body)
+    assert report["foreign"] == {"output": 10}  # the ten PyTorch wrote, not the 246 the kernel did
+
+
+def test_a_copy_into_fresh_memory_is_accounted_for():
+    def body(account, x):
+        y = torch.empty_like(x)
+        y.copy_(x)
+        return [fake_relu(account, y, torch.empty_like(x))]
+
+    assert _forward(body)["foreign"] == {}
+
+
+def test_a_tensor_numpy_rewrote_is_no_finding_until_something_reads_it():
+    def body(account, x):
+        spare = x.clone()
+        np.asarray(spare)[...] = 0.25  # never read by a kernel or an op: no finding
+        torch.zeros_like(spare)
+        torch.empty_like(spare)
+        return [fake_relu(account, x, torch.empty_like(x))]
+
+    assert _forward(body)["foreign"] == {}
+
+
+def test_keyword_arguments_reach_the_op_inside_and_outside_the_account():
+    def body(account, x):
+        with account.exempt():
+            assert torch.zeros(3, dtype=torch.float64).dtype == torch.float64
+        assert torch.zeros(3, dtype=torch.float64).dtype == torch.float64
+        return [fake_relu(account, x, torch.empty_like(x))]
+
+    assert _forward(body)["foreign"] == {}
+
+
+def test_single_and_repeated_loads_are_each_counted():
+    def body(account, x):
+        y = x * 2  # PyTorch's
+        out = torch.zeros_like(x)
+        with _launch(account):
+            account.kernel_memory(_addresses(y)[:1], None, 4, load=True, store=False)  # one element
+            account.kernel_memory(_addresses(y), None, 4, load=True, store=False)
+            account.kernel_memory(_addresses(y), None, 4, load=True, store=True)  # a read-modify-write
+        return [out]
+
+    report = _forward(body)
+    assert report["kernels"] == {"relu_kernel": 1 + 256 + 2 * 256}
+    assert isinstance(report["kernels"]["relu_kernel"], int)
+    assert report["notes"] == ["relu_kernel read elements that PyTorch computed (mul) (513)"]
+
+
+def test_a_block_of_pointers_is_read_whole_under_its_mask():
+    def body(account, x):
+        out = torch.empty_like(x)
+        ptrs = _addresses(x).reshape(16, 16)
+        mask = np.ones((16, 1), dtype=bool)
+        mask[8:] = False  # the lower half of the rows
+        with _launch(account):
+            account.kernel_memory(ptrs, mask, 4, load=True, store=False)
+            with account.exempt():
+                np.asarray(out)[...] = 1.0
+            account.kernel_memory(_addresses(out).reshape(16, 16), np.ones((16, 16), dtype=bool), 4, load=False,
+                                  store=True)
+        return [out]
+
+    assert _forward(body) == {"kernels": {"relu_kernel": 128 + 256}, "torch": {}, "foreign": {}, "notes": [],
+                              "mode_lost": False}
+
+
+def test_a_load_running_past_the_end_of_a_tensor_is_foreign():
+    def body(account, x):
+        out = torch.empty_like(x)
+        last = np.array([x.data_ptr() + x.numel() * 4 - 2], dtype=np.int64)  # its last 2 bytes and 2 beyond
+        with _launch(account):
+            account.kernel_memory(last, None, 4, load=True, store=False)
+            with account.exempt():
+                np.asarray(out)[...] = 1.0
+            account.kernel_memory(_addresses(out), None, 4, load=False, store=True)
+        return [out]
+
+    assert _forward(body)["foreign"] == {"loaded": 1}
+
+
+def test_every_output_is_looked_at_past_one_that_is_no_tensor():
+    def body(account, x):
+        return [3, None, torch.empty_like(x)]
+
+    assert _forward(body)["foreign"] == {"output": 256}
