@@ -458,3 +458,28 @@ def test_a_long_note_is_cut_at_300_characters():
 
     found = sensitivity.audit(_runner(refuses, lambda: [torch.rand(256)]), [1, 2], 1e-4, 1e-4)
     assert len(found.notes[0]) == 300 and found.notes[0].startswith("no perturbation: no site moved")
+
+
+def test_the_note_lists_every_distinct_reason_or_none():
+    ignored = _runner(lambda x: x.shape[0] * torch.ones(3), lambda: [torch.rand(256)])
+    assert sensitivity.audit(ignored, [1, 2], 1e-4, 1e-4).notes[0] == (
+        "no perturbation: no site moved the reference's outputs by 4 tolerances")
+
+    def fragile(x):
+        if x.max() > 100.0:
+            raise ValueError("too large")
+        return torch.exp(x * 80.0)  # not finite past 1.1
+
+    found = sensitivity.audit(_runner(fragile, lambda: [torch.rand(256)]), [1, 2], 1e-4, 1e-4)
+    assert found.notes[0] == ("no perturbation: no site moved the reference's outputs by 4 tolerances (the reference "
+                              "is not finite; the reference raised ValueError)")
+
+
+def test_longer_sites_at_the_stronger_values_are_searched_at_those_values():
+    """Only values past 5 move this mean of 65,536 elements, and one element is not enough: the search for the
+    length runs at the strength that moves it."""
+    run = _runner(lambda x: torch.relu(x - 5.0).mean() + 1.0, lambda: [torch.rand(1 << 16)])
+    found = sensitivity.audit(run, [1, 2], 4e-4, 4e-4)
+    spec = found.perturbation["perturb"]
+    assert spec["strength"] == 16.0 and spec["length"] > 1, spec
+    _level_is_mildest(run, spec, run(1, None)[1], 4e-4, 4e-4)
