@@ -21,6 +21,14 @@ from kernelbench_rl.evaluation.worker import leftovers
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers and /proc are Linux's")
 
 
+def _state_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
 def _parents() -> dict[int, int]:
     """pid -> parent pid from /proc, read here (not by the module under test: the clean-up must not rest on it)."""
     found = {}
@@ -109,6 +117,36 @@ def _child(plan: str, report: int) -> None:
                     os._exit(0)
                 pids.append(pid)
             os.write(report, (" ".join(map(str, pids)) + "\n").encode())
+        elif plan == "a child that leaves the session, a zombie and a sleeper":
+            ready_r, ready_w = os.pipe()
+            left = os.fork()
+            if left == 0:  # leaves the child's session while the child lives: still its descendant
+                os.setsid()
+                os.write(ready_w, b"x")
+                time.sleep(30)
+                os._exit(0)
+            os.read(ready_r, 1)
+            zombie = os.fork()
+            if zombie == 0:
+                os._exit(0)  # never collected: the child does not wait
+            sleeper = os.fork()
+            if sleeper == 0:
+                time.sleep(30)
+                os._exit(0)
+            while _state_of(zombie) != "Z":
+                time.sleep(0.002)
+            os.write(report, f"{left} {zombie} {sleeper}\n".encode())
+        elif plan == "an orphan that died":
+            middle = os.fork()
+            if middle == 0:
+                orphan = os.fork()
+                if orphan == 0:
+                    while os.getppid() == middle:
+                        time.sleep(0.002)
+                    os._exit(0)  # adopted by the worker, then dead: a zombie the worker must collect
+                os.write(report, f"{orphan}\n".encode())
+                os._exit(0)
+            os.waitpid(middle, 0)
         elif plan == "dies leaving descendants":
             pids = []
             for _ in range(2):
@@ -244,3 +282,118 @@ def test_an_unmarked_process_the_worker_adopted_is_left_alone(subreaper):
     finally:
         os.kill(orphan, signal.SIGKILL)
         os.waitpid(orphan, 0)
+
+
+def test_what_left_the_session_under_a_live_child_is_its_own_and_zombies_are_not_counted(subreaper):
+    """A child's child that called setsid() while the child lives is still its descendant; one already dead (a zombie
+    the child never collected) is no live process to count."""
+    server, child, (left, zombie, sleeper) = _start("a child that leaves the session, a zombie and a sleeper")
+    try:
+        _settle(child, 5)
+        swept = leftovers.sweep(child)
+        assert (swept.descendants, swept.orphans) == (2, 0)
+        assert swept.pids == {left, sleeper}
+        assert not _alive(left) and not _alive(sleeper) and _alive(child)
+    finally:
+        _finish(server, child)
+
+
+def test_an_adopted_orphan_that_died_is_collected(subreaper):
+    server, child, (orphan,) = _start("an orphan that died")
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (_parents().get(orphan) == os.getpid() and _state_of(orphan) == "Z"):
+            time.sleep(0.005)
+        assert _state_of(orphan) == "Z"
+        swept = leftovers.sweep(child)
+        assert swept.pids == {orphan} and swept.total == 0  # nothing alive to count, the dead one collected
+        assert not os.path.exists(f"/proc/{orphan}")
+    finally:
+        _finish(server, child)
+
+
+def test_processes_found_in_later_rounds_are_counted_and_killed_too(subreaper, monkeypatch):
+    """A process the first look misses (made between the look and the stop) is found by the next round: every
+    round's finds are added up and all of them are killed."""
+    server, child, pids = _start("descendants in the session")
+    real, calls = leftovers._table, []
+
+    def first_look_misses_one():
+        table = real()
+        calls.append(1)
+        if len(calls) == 1:
+            table.pop(pids[1], None)
+        return table
+
+    monkeypatch.setattr(leftovers, "_table", first_look_misses_one)
+    try:
+        _settle(child, 4)
+        swept = leftovers.sweep(child)
+        assert len(calls) >= 3 and (swept.descendants, swept.orphans) == (2, 0)
+        assert set(pids) <= swept.pids and not any(_alive(pid) for pid in pids)
+    finally:
+        _finish(server, child)
+
+
+def test_the_process_table_reads_names_with_parentheses(subreaper):
+    """A process may name itself anything (prctl PR_SET_NAME), brackets and state letters included: its parent,
+    state and session are still read right."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ctypes.CDLL(None).prctl(15, b"x) Z 1 1 (", 0, 0, 0)  # PR_SET_NAME
+            os.write(ready_w, b"x")
+            time.sleep(30)
+        finally:
+            os._exit(0)
+    try:
+        os.read(ready_r, 1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _state_of(pid) != "S":
+            time.sleep(0.005)
+        assert leftovers._table()[pid] == (os.getpid(), "S", os.getsid(0))
+        assert leftovers._state(pid) == "S"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert leftovers._state(pid) == "" and leftovers.sandboxed(pid) is False  # gone
+
+
+def test_reaping_collects_dead_children_and_keeps_what_is_still_pending(subreaper, monkeypatch):
+    alive = os.fork()
+    if alive == 0:
+        time.sleep(30)
+        os._exit(0)
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    holder_r, holder_w = os.pipe()
+    holder = os.fork()
+    if holder == 0:  # makes two children and never collects them: zombies of another process
+        try:
+            first = os.fork()
+            if first == 0:
+                os._exit(0)
+            other = os.fork()
+            if other == 0:
+                os._exit(0)
+            os.write(holder_w, f"{first} {other}\n".encode())
+            time.sleep(30)
+        finally:
+            os._exit(0)
+    try:
+        zombies = [int(p) for p in os.read(holder_r, 64).split()]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(_state_of(p) == "Z" for p in [dead, *zombies]):
+            time.sleep(0.005)
+        assert leftovers.reap({alive, dead, *zombies}) == {alive, *zombies}
+        assert not os.path.exists(f"/proc/{dead}")
+        monkeypatch.setattr(leftovers, "_DEATH_WAIT_S", 5.0)
+        started = time.monotonic()
+        assert leftovers._wait_dead({dead, *zombies}) == []  # gone or dead: nothing to wait for
+        assert time.monotonic() - started < 1.0
+    finally:
+        for pid in (alive, holder):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
