@@ -51,11 +51,21 @@ def _below_me() -> set[int]:
 
 
 @pytest.fixture
-def subreaper():
-    """This process adopts orphans below it for the test's length (as the worker does). Afterwards every process the
-    test left below it is killed and collected, whatever the sweep did (one stopped and never killed included), and
-    adopting stops."""
+def subreaper(monkeypatch):
+    """This process adopts orphans below it for the test's length (as the worker does), and the sweep may signal only
+    processes below it (a wrong sweep that would stop this process, or another one, fails instead). Afterwards every
+    process the test left below it is killed and collected, whatever the sweep did (one stopped and never killed
+    included), and adopting stops."""
     before = _below_me()
+
+    def signal_below_only(pid: int, sig: int) -> None:
+        assert pid in _below_me(), f"the sweep signalled {pid}, which is not below the test"
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    monkeypatch.setattr(leftovers, "_signal", signal_below_only)
     assert leftovers.adopt_orphans()
     try:
         yield
