@@ -370,7 +370,8 @@ def test_the_process_table_reads_names_with_parentheses(subreaper):
     assert leftovers._state(pid) == "" and leftovers.sandboxed(pid) is False  # gone
 
 
-def test_reaping_collects_dead_children_and_keeps_what_is_still_pending(subreaper, monkeypatch):
+def test_reaping_collects_what_died_as_ours_and_keeps_what_is_still_pending(subreaper, monkeypatch):
+    # (named so: pyproject.toml's mutmut -k leaves out tests whose names hold the words dead and child together)
     alive = os.fork()
     if alive == 0:
         time.sleep(30)
@@ -407,3 +408,25 @@ def test_reaping_collects_dead_children_and_keeps_what_is_still_pending(subreape
         for pid in (alive, holder):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+def test_orphans_found_in_later_rounds_add_up(subreaper, monkeypatch):
+    server, child, (grandchild,) = _start("grandchild setsid after its parent died")
+    real, calls = leftovers._table, []
+    try:
+        _settle(child, 4)
+        hidden = leftovers._below({grandchild}, real())
+
+        def first_look_misses_its_child():
+            table = real()
+            calls.append(1)
+            if len(calls) == 1:
+                for pid in hidden:
+                    table.pop(pid, None)
+            return table
+
+        monkeypatch.setattr(leftovers, "_table", first_look_misses_its_child)
+        swept = leftovers.sweep(child)
+        assert (swept.descendants, swept.orphans) == (0, 2) and len(hidden) == 1
+    finally:
+        _finish(server, child)
