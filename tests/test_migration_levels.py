@@ -114,3 +114,29 @@ def test_nothing_but_the_suite_changed_and_the_migration_runs_once(migrated):
     assert migrated.fetchall("SELECT count(*) FROM problems") == [(len(ORIGINS) * len(LEVELS),)]
     assert migrated.fetchall("SELECT count(*) FROM eval_samples") == [(3 * len(LEVELS),)]
     assert migrated.fetchall("SELECT count(*) FROM schema_migrations WHERE version = ?", [SUITE_MIGRATION]) == [(1,)]
+
+
+def test_a_reward_follows_its_own_rollout_and_a_baseline_its_own_problem(tmp_path):
+    """Rows that share all but one key column (the run, the step, the turn; a problem's id with its source) take the
+    suite of their own row, never their neighbour's."""
+    path = tmp_path / "keys.duckdb"
+    old = Store(path, migrations=[m for m in MIGRATIONS if m[0] < SUITE_MIGRATION])
+    suites = ("kernelbench", "kernrl")
+    old.upsert("evaluations", [{"eval_key": suite, "problem_id": "L1/1",
+                                "result_json": json.dumps({"versions": {"suite": suite}})} for suite in suites])
+    keys = [(run, step, turn) for run in ("r1", "r2") for step in (1, 2) for turn in (0, 1)]
+    expected = {key: suites[sum(key[1:]) % 2 if key[0] == "r1" else 1 - sum(key[1:]) % 2] for key in keys}
+    old.upsert("rollouts", [{"run_id": run, "step": step, "problem_id": "L1/1", "sample_index": 0, "turn": turn,
+                             "level": 1, "eval_key": expected[(run, step, turn)]} for run, step, turn in keys])
+    old.upsert("rewards", [{"run_id": run, "step": step, "problem_id": "L1/1", "sample_index": 0, "turn": turn,
+                            "reward": 0.0} for run, step, turn in keys])
+    # one source under two ids: a level-2 problem of KernelBench and a level-4 one of the bundled kernrl set
+    old.upsert("problems", [{"problem_id": pid, "source_sha256": "same", "level": level, "number": 1, "name": "1_Op",
+                             "origin": "bundled"} for pid, level in (("L2/1", 2), ("L4/1", 4))])
+    old.upsert("baselines", [{"problem_id": pid, "source_sha256": "same", "precision": "fp32", "hardware": "h",
+                              "size": "small", "eager_ms": 1.0} for pid in ("L2/1", "L4/1")])
+    store = Store(path)
+    store.migrate()
+    rewards = {tuple(row[:3]): row[3] for row in store.fetchall("SELECT run_id, step, turn, suite FROM rewards")}
+    assert rewards == expected
+    assert dict(store.fetchall("SELECT problem_id, suite FROM baselines")) == {"L2/1": "kernelbench", "L4/1": "kernrl"}

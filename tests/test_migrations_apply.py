@@ -117,3 +117,28 @@ def test_the_schema_version_is_read_without_creating_or_migrating(tmp_path: Path
     assert newer.schema_version() == V2  # reading does not migrate
     assert newer.migrate() == ITEMS[0] and newer.schema_version() == ITEMS[0]
     assert Store(path).schema_version() == ITEMS[0]
+
+
+def test_a_store_that_knows_no_migration_refuses_any_file_with_one(tmp_path: Path) -> None:
+    path = tmp_path / "kb.duckdb"
+    Store(path, migrations=BASE[:1]).init()  # version 1 only
+    with pytest.raises(StoreVersionError, match=r"has schema version 1 but this kernelbench-rl knows only up to 0,"):
+        Store(path, migrations=[]).init()
+
+
+def test_the_schema_is_checked_once_per_store_not_on_every_write(tmp_path: Path, monkeypatch) -> None:
+    """A write turn costs an open of the file; the migration check is paid on the store's first one only."""
+    checks: list[int] = []
+    original = Store._migrate
+
+    def counted(self, con) -> None:
+        checks.append(1)
+        original(self, con)
+
+    monkeypatch.setattr(Store, "_migrate", counted)
+    store = Store(tmp_path / "kb.duckdb", migrations=[*BASE, ITEMS])
+    for n in range(3):
+        store.upsert("items", [{"item_id": str(n), "weight": 1.0}])
+    assert len(checks) == 1
+    Store(store.path, migrations=[*BASE, ITEMS]).upsert("items", [{"item_id": "x", "weight": 2.0}])
+    assert len(checks) == 2  # another store checks again: the file may have changed since

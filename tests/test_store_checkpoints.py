@@ -55,3 +55,24 @@ def test_the_newest_checkpoint_of_every_run_comes_with_its_configuration_most_re
         ("b", "step-1", {"run_id": "b"}), ("a", "step-10", {"run_id": "a"})]
     missing = Store(tmp_path / "none.duckdb")
     assert newest_per_run(missing) == [] and not missing.path.exists()  # nothing is created
+
+
+def test_a_missing_name_says_how_to_list_the_checkpoints(store: Store) -> None:
+    with pytest.raises(UserError) as caught:
+        resolve_checkpoint(store, "a", "step-7")
+    assert str(caught.value) == ("Run 'a' has no checkpoint named 'step-7'; `kernelbench-rl sql \"SELECT * FROM "
+                                 "checkpoints\"` lists them.")
+
+
+def test_reading_the_newest_checkpoints_writes_nothing_to_an_older_database(tmp_path: Path) -> None:
+    """The nightly evaluation's read of every run: an older file is neither migrated nor locked for writing."""
+    from kernelbench_rl.store.schema import MIGRATIONS
+
+    path = tmp_path / "old.duckdb"
+    old = Store(path, migrations=[m for m in MIGRATIONS if m[0] < 15])
+    old.upsert("runs", [{"run_id": "a", "kind": "train", "config_json": None}])
+    old.upsert("checkpoints", [{"run_id": "a", "name": "step-1", "step": 1, "sampler_path": "s"}])
+    version = old.schema_version()
+    assert version < MIGRATIONS[-1][0]
+    assert [(row.name, config) for row, config in newest_per_run(Store(path))] == [("step-1", {})]  # no config: {}
+    assert Store(path).schema_version() == version
