@@ -178,7 +178,7 @@ def test_a_row_takes_its_problems_names_and_level_and_the_evaluators_record(tmp_
         "L10_5_ChaCha20", "L10/5", 10, problem.name)
     assert kernrl["reference"] == problem.source and kernrl["backend"] == "triton"
     assert (kernrl["correct"], kernrl["speedup"], kernrl["hardware"]) == (True, 2.0, "H200")
-    assert json.loads(kernrl["versions"]) == {"suite": "kernrl", "torch": "9.9", "evaluator": EVALUATOR_VERSION}
+    assert kernrl["versions"] == json.dumps({"evaluator": EVALUATOR_VERSION, "suite": "kernrl", "torch": "9.9"})
     # no evaluation at all (a format failure): nothing correct, no speedup, the evaluator's version still told
     assert (plain["level"], plain["suite"], plain["correct"], plain["speedup"], plain["backend"]) == (
         1, "kernelbench", None, None, None)
@@ -232,3 +232,64 @@ def test_the_command_says_what_it_wrote_and_what_it_left_out(store, tmp_path):
     done = _cli("--db", str(store.path), "--out", str(tmp_path / "all"), "--include-holdout", "--correct-only")
     assert done.output.strip().endswith("wrote 5 rows (5 correct) to " + str(tmp_path / "all")
                                         + " as datasets, with README.md; left out: nothing")
+
+
+def test_an_export_never_writes_over_a_folder_unless_asked_and_its_card_names_the_database(store, tmp_path):
+    out = tmp_path / "out"
+    first = _cli("--db", str(store.path), "--out", str(out), "--run-id", "b")
+    assert first.exit_code == 0, first.output
+    assert f"from `{store.path}`" in (out / "README.md").read_text()
+    again = _cli("--db", str(store.path), "--out", str(out), "--run-id", "a")
+    assert isinstance(again.exception, UserError)
+    assert str(again.exception) == f"{out} already exists and is not empty; choose another --out or pass --overwrite."
+    replaced = _cli("--db", str(store.path), "--out", str(out), "--run-id", "a", "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    assert "wrote 4 rows (2 correct)" in replaced.output  # run a without its holdout row, two of them correct
+
+
+def test_an_export_folder_under_a_file_is_refused_naming_it(store, tmp_path):
+    (tmp_path / "plain").write_text("a file")
+    done = _cli("--db", str(store.path), "--out", str(tmp_path / "plain" / "out"))
+    assert str(done.exception).startswith(f"Could not write the export folder {tmp_path / 'plain' / 'out'}: ")
+
+
+def test_the_problems_root_given_is_where_rows_find_their_problem_and_split(store, tmp_path):
+    """A root holding only L1/19, L1/21 and L1/22: L1/24 is no problem of it (no name, no reference), and the split
+    is its own (of the two level-1 problems that can be held out, L1/19 being the prompt's example, one is)."""
+    from kernelbench_rl.problems import holdout_ids, load_problems
+    from kernelbench_rl.problems.loaders import BUNDLED_ROOT
+
+    root = tmp_path / "KernelBench"
+    (root / "level1").mkdir(parents=True)
+    for name in ("19_ReLU.py", "21_Sigmoid.py", "22_Tanh.py"):
+        (root / "level1" / name).write_text((BUNDLED_ROOT / "level1" / name).read_text())
+    [held] = holdout_ids(load_problems(str(root)), 0.2, 0)
+    out = tmp_path / "out"
+    done = _cli("--db", str(store.path), "--out", str(out), "--format", "parquet", "--include-holdout", "--level", "1",
+                "--problems-root", str(root))
+    assert done.exit_code == 0, done.output
+    from kernelbench_rl.trajectories import read_trajectories
+
+    rows = {(row["problem_id"], row["sample_index"]): row for row in read_trajectories(out)}
+    assert rows[("L1/24", 0)]["problem_name"] is None and rows[("L1/24", 0)]["holdout"] is False
+    assert held in ("L1/21", "L1/22")
+    assert {pid: rows[(pid, 0)]["holdout"] for pid in ("L1/19", "L1/21")} == {"L1/19": False, "L1/21": held == "L1/21"}
+    assert rows[("L1/19", 0)]["problem_name"] == "19_ReLU"
+
+
+@pytest.mark.parametrize("key", ["root", "kernelbench_root"])
+def test_a_runs_own_problem_source_gives_its_problems_and_split(tmp_path, key):
+    """The run's configured source (its `problems.root`, or `problems.kernelbench_root` of older configs), where this
+    machine has it: L1/21 is held out among L1/19, L1/21 and L1/22, and L1/24 is no problem of it."""
+    from kernelbench_rl.problems.loaders import BUNDLED_ROOT
+
+    root = tmp_path / "KernelBench"
+    (root / "level1").mkdir(parents=True)
+    for name in ("19_ReLU.py", "21_Sigmoid.py", "22_Tanh.py"):
+        (root / "level1" / name).write_text((BUNDLED_ROOT / "level1" / name).read_text())
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, pid, 0, 1, "kernelbench", "speed", True) for pid in ("L1/21", "L1/22", "L1/24")],
+          configs={"a": {"problems": {key: str(root)}}})
+    rows = {r["problem_id"]: r for r in trajectory_rows(store, TrajectoryFilter(include_holdout=True)).rows}
+    assert {pid: row["holdout"] for pid, row in rows.items()} == {"L1/21": True, "L1/22": False, "L1/24": False}
+    assert rows["L1/22"]["problem_name"] == "22_Tanh" and rows["L1/24"]["problem_name"] is None
