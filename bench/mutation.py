@@ -14,6 +14,9 @@ all, the verdict's comparison, reached by the most tests, came last), each with 
 mutmut forks every mutant's test run from a process that has already run torch: with torch's OpenMP thread pool
 started, a forked child's first parallel op waits forever, and every mutant that no early test killed was reported as a
 time-out after mutmut's wall limit. The runs get one OpenMP thread (OMP_NUM_THREADS=1), so no pool exists to inherit.
+polars' thread pool (rayon) hangs a forked child the same way, and it has no such setting: a child's first polars call
+(`Store.query`) after the parent made one waits forever for workers that were not forked, so the selection leaves out
+the tests that read through polars (pyproject.toml's -k).
 Starts afresh (mutants/ removed) unless --resume.
 
 mutmut mutates Python functions only; a migration's back-fill is SQL text in store/schema.py's MIGRATIONS. The
