@@ -259,7 +259,7 @@ def rewarded(result: dict[str, Any]) -> bool:
 # tests/hacks/test_speed_oracle.py holds the two to the same answer over every combination of flags.
 SPEED_DOUBT_FLAGS = frozenset({
     "low_kernel_share", "below_speed_of_light", "clock_disagrees", "backend_not_used", "input_mutated",
-    "profile_disagrees",
+    "profile_disagrees", "launches_disagree",
 })
 
 
