@@ -172,6 +172,10 @@ TARGETS: dict[str, list[str]] = {
         "kernelbench_rl.evaluation.timing.floor.x_speed_of_light__mutmut_*",
         "kernelbench_rl.evaluation.timing.floor.x_floor_verdict__mutmut_*",
     ],
+    "own launches (timing/decisions.py: launches_verdict, LaunchTally)": [
+        "kernelbench_rl.evaluation.timing.decisions.x_launches_verdict__mutmut_*",
+        "kernelbench_rl.evaluation.timing.decisions.x\u01c1LaunchTally\u01c1add__mutmut_*",
+    ],
 }
 COUNTED = ("killed", "survived", "timeout")  # the score's denominator; "no tests" is listed apart
 

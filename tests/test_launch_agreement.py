@@ -89,3 +89,33 @@ def test_the_flag_costs_the_whole_reward_under_every_preset(preset: str) -> None
                          flags=DISAGREE, error_category=ErrorCategory.OK)
     assert Flag.LAUNCHES_DISAGREE.value in DOUBT_FLAGS
     assert score(verdict, preset).reward == reward_floor(preset)
+
+
+def test_a_kernel_missing_from_one_profiled_forward_is_expected_at_none_per_forward() -> None:
+    # The profiled forward that launched a kernel least sets what the timed calls owe: none, where one never did
+    assert launches_verdict({"a": 53}, 53, [{"a": 1, "b": 1}, {"a": 1}]) == (
+        [], "own launches agree over 53 timed forwards (a, b)")
+
+
+def test_one_timed_forward_missing_its_only_launch_is_caught() -> None:
+    assert launches_verdict({}, 1, [{"k": 1}])[0] == DISAGREE
+
+
+def test_the_note_names_each_short_kernel_with_what_it_launched_and_owed() -> None:
+    flags, note = launches_verdict({"a": 52, "b": 10}, 53, [{"a": 1, "b": 1}])
+    assert flags == DISAGREE
+    assert note == ("the timed calls launched fewer own kernels than the profiled forward, over 53 forwards: "
+                    "a 52 of 53; b 10 of 53")
+
+
+def test_the_note_is_bounded() -> None:
+    names = {f"kernel_with_a_long_name_{i}": 1 for i in range(40)}
+    flags, note = launches_verdict({}, 53, [names])
+    assert flags == DISAGREE and len(note) == 300
+
+
+def test_a_block_of_no_forwards_adds_nothing_and_keeps_the_tally() -> None:
+    tally = LaunchTally()
+    tally.add({}, 0)
+    tally.add({"k": 5}, 5)
+    assert tally.launches == {"k": 5} and tally.forwards == 5
