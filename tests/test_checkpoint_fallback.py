@@ -351,3 +351,93 @@ def test_the_check_before_a_run_reads_sft_checkpoints_only_when_there_is_no_rl_o
     check_run_files(db, logs, "r1")
     store.upsert("sft_steps", [{"run_id": "other", "step": 1, "state_path": "x", "sampler_path": "y"}])
     check_run_files(db, logs, "fresh")  # another run's checkpoints are not this one's
+
+
+# -- what a damage says, in the words of the failure -----------------------------------------------------------
+def test_each_unreadable_file_is_told_with_the_readers_own_words(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "state", sealed=False)
+    (folder / META_FILE).write_text('{"base_model": "tiny"')
+    assert damage(str(folder), optimizer=True) == (f"{folder / META_FILE} is not valid JSON (Expecting ',' delimiter: "
+                                                   "line 1 column 22 (char 21))")
+    folder = make_folder(tmp_path / "weights", sealed=False)
+    (folder / ADAPTER_WEIGHTS).write_bytes((folder / ADAPTER_WEIGHTS).read_bytes()[:40])
+    assert damage(str(folder), optimizer=False) == (f"{folder / ADAPTER_WEIGHTS} cannot be read (Error while "
+                                                    "deserializing header: invalid header length)")
+    folder = make_folder(tmp_path / "optimizer", sealed=False)
+    (folder / OPTIMIZER_FILE).write_bytes((folder / OPTIMIZER_FILE).read_bytes()[:30])
+    assert damage(str(folder), optimizer=True).startswith(
+        f"{folder / OPTIMIZER_FILE} cannot be read (PytorchStreamReader failed reading zip archive")
+    folder = make_folder(tmp_path / "sums")
+    (folder / CHECKSUM_FILE).write_text("{not json")
+    assert damage(str(folder), optimizer=True) == (f"{folder / CHECKSUM_FILE} is not valid JSON (Expecting property "
+                                                   "name enclosed in double quotes: line 1 column 2 (char 1))")
+
+
+def test_a_listed_file_that_cannot_be_read_is_told(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "state", extra=True)
+    (folder / "trainer_state.json").unlink()
+    (folder / "trainer_state.json").mkdir()  # a folder where a file was
+    assert damage(str(folder), optimizer=True) == (f"{folder / 'trainer_state.json'} cannot be read ([Errno 21] Is a "
+                                                   f"directory: '{folder / 'trainer_state.json'}')")
+
+
+class Foreign:
+    """An object a weights-only load refuses: unpickling it could run any code."""
+
+
+def test_an_optimizer_state_that_needs_more_than_weights_to_load_is_damage(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "state", sealed=False)
+    torch.save({"state": {}, "param_groups": [], "extra": Foreign()}, folder / OPTIMIZER_FILE)
+    said = damage(str(folder), optimizer=True)
+    assert said is not None and said.startswith(f"{folder / OPTIMIZER_FILE} cannot be read (Weights only load failed")
+
+
+def test_a_write_failure_without_its_cause_says_what_to_do(tmp_path: Path) -> None:
+    error = _write_failed(tmp_path, "step-3", RuntimeError("[enforce fail]   file write failed"))
+    assert str(error) == (f"Could not write checkpoint step-3 in {tmp_path} ([enforce fail] file write failed): the "
+                          "disk or a file-size limit is likely full, so free some space and run the same command again.")
+
+
+def test_a_walk_without_a_listener_tells_stderr(tmp_path: Path, capsys) -> None:
+    rows = [checkpoint(tmp_path, 2), checkpoint(tmp_path, 1)]
+    garble_in_place(tmp_path / "step-2" / "state" / ADAPTER_WEIGHTS)
+    assert newest_intact(rows, tmp_path, what="checkpoint", run_id="r1")["step"] == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines()[0].startswith("run r1: the checkpoint of step 2 is damaged (")
+    assert err.splitlines()[1] == "run r1: resuming from checkpoint step 1, the newest intact one."
+
+
+def test_the_check_before_a_run_passes_over_a_damaged_checkpoint_without_a_word(tmp_path: Path, capsys) -> None:
+    db, logs = tmp_path / "kb.duckdb", tmp_path / "runs"
+    _rows(Store(db), "checkpoints", logs / "r1", [2, 1])
+    garble_in_place(logs / "r1" / "step-2" / "state" / ADAPTER_WEIGHTS)
+    capsys.readouterr()
+    check_run_files(db, logs, "r1")
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_check_before_a_run_makes_sure_of_both_folders_and_names_each(tmp_path: Path, monkeypatch) -> None:
+    import kernelbench_rl.store.files as files
+
+    made: list[tuple[Path, str]] = []
+    real = files.writable_folder
+    monkeypatch.setattr(files, "writable_folder", lambda path, what: (made.append((Path(path), what)),
+                                                                       real(path, what))[1])
+    db, logs = tmp_path / "db" / "kb.duckdb", tmp_path / "runs"
+    check_run_files(db, logs, "r1")
+    assert made == [(tmp_path / "db", "the database's folder"), (logs, "the logs' folder")]
+    # too little room where the logs go (and enough where the database is): the logs' folder is named
+    monkeypatch.setenv("KBRL_MIN_FREE_MB", "100")
+    real_usage = files.shutil.disk_usage
+
+    def usage(path):
+        found = real_usage(path)
+        return found._replace(free=2**20) if str(path).startswith(str(logs)) else found._replace(free=2**40)
+
+    monkeypatch.setattr(files.shutil, "disk_usage", usage)
+    with pytest.raises(DiskFullError, match=rf"^Only 1 MiB is free on the disk of {logs} \(before the run; at least "):
+        check_run_files(db, logs, "r1")
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda path: real_usage(path)._replace(free=2**20))
+    with pytest.raises(DiskFullError, match=rf"^Only 1 MiB is free on the disk of {db} \(before the run; at least "):
+        check_run_files(db, logs, "r1")

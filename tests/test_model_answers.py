@@ -177,7 +177,7 @@ def test_a_log_without_an_evaluation_records_nothing(store) -> None:
 def test_answering_before_settling_is_refused() -> None:
     model = ServedModel("openai:m", None, "run", "holdout", 0.7, 1.0)
     model.chat = SimpleNamespace()  # half settled
-    with pytest.raises(AssertionError, match=r"settle\(\) comes first"):
+    with pytest.raises(AssertionError, match=r"^settle\(\) comes first$"):
         model.answer([], lambda *a: [])
 
 
