@@ -441,3 +441,36 @@ def test_the_check_before_a_run_makes_sure_of_both_folders_and_names_each(tmp_pa
     monkeypatch.setattr(files.shutil, "disk_usage", lambda path: real_usage(path)._replace(free=2**20))
     with pytest.raises(DiskFullError, match=rf"^Only 1 MiB is free on the disk of {db} \(before the run; at least "):
         check_run_files(db, logs, "r1")
+
+
+def test_a_folder_sealed_again_after_a_new_save_stays_intact_and_subfolders_are_not_summed(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "state")
+    (folder / "logs").mkdir()  # a subfolder: no file to sum
+    save_file({"lora_A": torch.ones(8, 8)}, str(folder / ADAPTER_WEIGHTS))  # saved again under the same name
+    seal(folder)
+    sums = json.loads((folder / CHECKSUM_FILE).read_text())["sha256"]
+    assert set(sums) == set(FILES)  # neither its own checksums nor the subfolder
+    assert damage(str(folder), optimizer=True) is None
+
+
+def test_a_row_without_a_state_is_judged_on_its_sampler(tmp_path: Path) -> None:
+    rows = [checkpoint(tmp_path, 2), checkpoint(tmp_path, 1)]
+    rows[0] = {**rows[0], "state_path": None}
+    found, said = _walk(rows, tmp_path)
+    assert found["step"] == 2 and found["state_path"] is None and said == []
+    garble_in_place(tmp_path / "step-2" / "sampler" / ADAPTER_WEIGHTS)
+    found, _ = _walk(rows, tmp_path)
+    assert found["step"] == 1
+
+
+def test_a_state_saved_before_checksums_needs_its_optimizer_state(tmp_path: Path) -> None:
+    """Without checksums only the optimizer check tells that a training state lacks it."""
+    make_folder(tmp_path / "step-2" / "state", sealed=False)
+    make_folder(tmp_path / "step-2" / "sampler", optimizer=False, sealed=False)
+    rows = [{"step": 2, "state_path": "step-2/state", "sampler_path": "step-2/sampler"}, checkpoint(tmp_path, 1)]
+    assert _walk(rows, tmp_path)[0]["step"] == 2
+    (tmp_path / "step-2" / "state" / OPTIMIZER_FILE).unlink()
+    found, said = _walk(rows, tmp_path)
+    assert found["step"] == 1
+    assert said[0].startswith(f"run r1: the checkpoint of step 2 is damaged ({(tmp_path / 'step-2/state').resolve()}/"
+                              f"{OPTIMIZER_FILE} is missing)")
