@@ -377,8 +377,10 @@ def test_a_listed_file_that_cannot_be_read_is_told(tmp_path: Path) -> None:
     folder = make_folder(tmp_path / "state", extra=True)
     (folder / "trainer_state.json").unlink()
     (folder / "trainer_state.json").mkdir()  # a folder where a file was
-    assert damage(str(folder), optimizer=True) == (f"{folder / 'trainer_state.json'} cannot be read ([Errno 21] Is a "
-                                                   f"directory: '{folder / 'trainer_state.json'}')")
+    # The reader's words are cut at 120 characters, so how much of the path they repeat depends on where tmp lies.
+    told = damage(str(folder), optimizer=True)
+    assert told.startswith(f"{folder / 'trainer_state.json'} cannot be read ([Errno 21] Is a directory: '")
+    assert told.endswith(")")
 
 
 class Foreign:
