@@ -38,7 +38,8 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist load -p tests.fast_tier -m "not heavy"
 
-# Mutation testing of the verdict, reward, GRPO and resume code (bench/mutation.py; tens of minutes on 2 cores).
+# Mutation testing of the verdict, reward, GRPO and resume code, the evaluation's and the training's and store's
+# signals that feed the reward, and the migrations' back-fill SQL (bench/mutation.py; a few hours on 2 cores).
 mutation: $(STAMP)
 	$(PY) -m pip install -q 'mutmut==3.8.1'
 	$(PY) bench/mutation.py --out bench/results/mutation_cpu.json
