@@ -142,3 +142,14 @@ def test_the_schema_is_checked_once_per_store_not_on_every_write(tmp_path: Path,
     assert len(checks) == 1
     Store(store.path, migrations=[*BASE, ITEMS]).upsert("items", [{"item_id": "x", "weight": 2.0}])
     assert len(checks) == 2  # another store checks again: the file may have changed since
+
+
+def test_each_applied_migration_is_listed_under_the_column_names_a_reader_queries(tmp_path: Path) -> None:
+    """`kernelbench-rl sql "SELECT * FROM schema_migrations"` shows version, description and applied_at by those names
+    (as written, lower case), each row stamped when its migration was applied."""
+    store = Store(tmp_path / "kb.duckdb", migrations=[*BASE, ITEMS])
+    store.init()
+    rows = store.dicts("SELECT * FROM schema_migrations ORDER BY version")
+    assert [list(row) for row in rows] == [["version", "description", "applied_at"]] * len(rows)
+    assert [(row["version"], row["description"]) for row in rows] == [(v, d) for v, d, _ in [*BASE, ITEMS]]
+    assert all(row["applied_at"] is not None for row in rows)
