@@ -49,68 +49,78 @@ LONGEST_FILES = (
 # when HEAVY names its file, its class or itself, or when it is marked `alone` or `gpu`. What the lists miss, the fast
 # tier's guard (tests/fast_tier.py) catches: a test it runs that starts an interpreter, a pool or a server fails there,
 # naming what it started. tests/test_fast_tier.py checks every entry still names a file and a test.
-HEAVY_FIXTURES = frozenset({
-    "shared_cpu_pool",  # a warm evaluator pool (shared_evaluator borrows it)
-    "prefect_api",  # the session's Prefect API server (tests/prefect_session.py), as the flow files name it
-    "tiny_policy",  # a tiny local model built, saved and sampled from (tests/test_envs.py)
-})
-# Paths under tests/: "FILE" for the whole file, "FILE::NAME" for a test function or class of it (every parameter).
-HEAVY = (
-    # evaluator pools and sandbox children, in their own code or module fixtures
-    "test_borrowed_pool.py", "test_compute_account.py", "test_dask_evaluator.py", "test_eval_fastpath.py",
-    "test_eval_tempdirs.py", "test_evaluator.py", "test_evaluator_pool.py", "test_export.py", "test_floor_service.py",
-    "test_node_versions.py", "test_paired_reference.py", "test_pool_start.py", "test_problem_audit_inputs.py",
-    "test_sandbox_isolation.py", "test_solutions.py", "test_trace.py",
-    "hacks/test_bench_tools.py::test_a_cpu_run_of_the_mix_judges_each_candidate_and_reports_our_pool_alone",
-    "hacks/test_generated_classes.py::test_generated_case_earns_nothing",
-    "hacks/test_generated_classes.py::test_known_good_stays_correct_and_wrong_is_a_mismatch",
-    "hacks/test_hacks.py::test_exfiltration_candidate_finds_nothing",
-    "hacks/test_hacks.py::test_hack_earns_nothing_and_leaves_evaluator_healthy",
-    "hacks/test_hacks.py::test_runtime_layer_alone_stops_what_slips_past_the_static_policy",
-    "test_discriminating_inputs.py::test_a_problem_whose_every_input_set_zeros_pass_gets_no_verdict",
-    "test_fused_compare.py::test_fused_kernel_judges_as_the_torch_path_on_adversarial_outputs",
-    "test_kernel_provenance.py::test_the_child_counts_launches_of_the_candidates_own_triton_functions_only",
-    "test_kernrl_solutions.py::test_solutions_match_kernrl_problem_files",
-    "test_sensitivity.py::test_partial_work_passes_the_problems_own_inputs_without_the_sensitivity_seeds",
-    "test_timing_fidelity.py::TestStopped",
-    "test_unobservable_calls.py::test_every_forward_sees_the_same_stack_whatever_the_call_is_for",
-    # servers (Prefect, the environment's, serve) and processes killed or signalled on purpose
-    "test_crashed_runs.py", "test_deployment.py", "test_env_requests.py", "test_fault_matrix.py",
-    "test_faults_damage.py", "test_faults_env.py", "test_faults_prefect.py", "test_faults_stops.py",
-    "test_flow_resume.py", "test_flows.py", "test_kernrl_client.py", "test_openai_bad_answers.py",
-    "test_openai_policy.py", "test_openenv_server.py", "test_openenv_service.py", "test_prefect_home.py",
-    "test_run_ownership.py", "test_serve.py", "test_store_processes.py",
-    "test_leftover_sweep.py",  # forks a candidate's stand-ins and lets the sweep stop and kill them
-    # subprocesses of our CLI, bench/ scripts and examples/
-    "test_cli_imports.py", "test_cli_problems.py", "test_cosmetics.py", "test_cpu_profile.py",
-    "test_damage_checksums.py", "test_eval_cli.py", "test_gpu_tests_row.py", "test_kernelbench_sweep.py",
-    "test_trl_integration.py", "test_unwritable_outputs.py",
-    "test_cli_exit_codes.py::test_serve_on_a_taken_port_exits_busy_as_its_help_says",
-    "test_cli_options.py::test_a_problem_limit_below_one_is_refused",
-    "test_cli_options.py::test_retrieve_refuses_a_top_k_below_one",
-    "test_cli_sql.py::test_sql_gets_in_while_another_process_writes",
-    "test_cli_sql.py::test_the_installed_command_prints_rows_and_exits_non_zero_on_errors",
-    "test_config.py::test_pipeline_checks_its_inputs_before_any_stage",
-    "test_config.py::test_train_cli_reports_a_bad_key_in_one_sentence",
-    "test_grpo_batch.py::test_bad_input_exits_2_with_one_sentence",
-    "test_grpo_batch.py::test_cpu_dry_run_on_bundled_problems",
-    "test_kernrl_problems.py::test_a_prefix_of_several_ids_names_them_and_a_wrong_name_is_unknown",
-    "test_kernrl_problems.py::test_eval_dir_maps_files_named_by_kernrl_ids",
-    "test_problem_floor.py::test_problems_show_floor_prints_json_for_relu_at_real_size",
-    "test_problem_floor.py::test_profile_needs_a_gpu_and_says_so_in_one_sentence",
-    "test_problem_suites.py::test_eval_model_takes_problems_root",
-    "test_problem_suites.py::test_ids_print_in_their_suites_form",
-    "test_rag_verify.py::test_our_relu_solution_is_reverified_and_only_it_enters_a_verified_only_index",
-    # long in this process: training loops, a tiny model's training and sampling, index builds, every problem at its
-    # small size, real-size inputs
-    "test_async_training.py", "test_checkpoint_eval.py", "test_cli_train_progress.py", "test_cookbook_controls.py",
-    "test_rag_retrieval.py", "test_rl_resume.py", "test_rl_step_bench.py", "test_sft.py", "test_small_sizes.py",
-    "test_training.py", "test_policy_local.py",
-    "test_kernelbench_parity.py::test_same_init_inputs_and_input_shapes_at_real_size",
-    "test_curriculum.py::test_earlier_levels_keep_their_share_of_the_problems",
-    "test_curriculum.py::test_loop_records_promotions_and_a_resumed_run_keeps_its_stage",
-    "test_kernrl_problems.py::test_small_sizes_keep_every_reference_fast_on_the_cpu",
-)
+HEAVY_FIXTURES = {  # each fixture, and the kind of HEAVY_GROUPS its cost is
+    "shared_cpu_pool": "evaluator pools and sandbox children",  # a warm evaluator pool (shared_evaluator borrows it)
+    # the session's Prefect API server (tests/prefect_session.py), as the flow files name it
+    "prefect_api": "servers and processes killed or signalled on purpose",
+    "tiny_policy": "long in this process",  # a tiny local model built, saved and sampled from (tests/test_envs.py)
+}
+# Paths under tests/: "FILE" for the whole file, "FILE::NAME" for a test function or class of it (every parameter),
+# by what makes them heavy (the key is the kind `tests/cpu_profile.py` reports their CPU under).
+HEAVY_GROUPS: dict[str, tuple[str, ...]] = {
+    "evaluator pools and sandbox children": (  # in their own code or module fixtures
+        "test_borrowed_pool.py", "test_compute_account.py", "test_dask_evaluator.py", "test_eval_fastpath.py",
+        "test_eval_tempdirs.py", "test_evaluator.py", "test_evaluator_pool.py", "test_export.py", "test_floor_service.py",
+        "test_node_versions.py", "test_paired_reference.py", "test_pool_start.py", "test_problem_audit_inputs.py",
+        "test_sandbox_isolation.py", "test_solutions.py", "test_trace.py",
+        "hacks/test_bench_tools.py::test_a_cpu_run_of_the_mix_judges_each_candidate_and_reports_our_pool_alone",
+        "hacks/test_generated_classes.py::test_generated_case_earns_nothing",
+        "hacks/test_generated_classes.py::test_known_good_stays_correct_and_wrong_is_a_mismatch",
+        "hacks/test_hacks.py::test_exfiltration_candidate_finds_nothing",
+        "hacks/test_hacks.py::test_hack_earns_nothing_and_leaves_evaluator_healthy",
+        "hacks/test_hacks.py::test_runtime_layer_alone_stops_what_slips_past_the_static_policy",
+        "test_discriminating_inputs.py::test_a_problem_whose_every_input_set_zeros_pass_gets_no_verdict",
+        "test_fused_compare.py::test_fused_kernel_judges_as_the_torch_path_on_adversarial_outputs",
+        "test_kernel_provenance.py::test_the_child_counts_launches_of_the_candidates_own_triton_functions_only",
+        "test_kernrl_solutions.py::test_solutions_match_kernrl_problem_files",
+        "test_sensitivity.py::test_partial_work_passes_the_problems_own_inputs_without_the_sensitivity_seeds",
+        "test_timing_fidelity.py::TestStopped",
+        "test_unobservable_calls.py::test_every_forward_sees_the_same_stack_whatever_the_call_is_for",
+    ),
+    # servers (Prefect's, the environment's, serve's)
+    "servers and processes killed or signalled on purpose": (
+        "test_crashed_runs.py", "test_deployment.py", "test_env_requests.py", "test_fault_matrix.py",
+        "test_faults_damage.py", "test_faults_env.py", "test_faults_prefect.py", "test_faults_stops.py",
+        "test_flow_resume.py", "test_flows.py", "test_kernrl_client.py", "test_openai_bad_answers.py",
+        "test_openai_policy.py", "test_openenv_server.py", "test_openenv_service.py", "test_prefect_home.py",
+        "test_run_ownership.py", "test_serve.py", "test_store_processes.py",
+        "test_leftover_sweep.py",  # forks a candidate's stand-ins and lets the sweep stop and kill them
+    ),
+    "subprocesses of the CLI, bench/ and examples/": (
+        "test_cli_imports.py", "test_cli_problems.py", "test_cosmetics.py", "test_cpu_profile.py",
+        "test_damage_checksums.py", "test_eval_cli.py", "test_gpu_tests_row.py", "test_kernelbench_sweep.py",
+        "test_trl_integration.py", "test_unwritable_outputs.py",
+        "test_cli_exit_codes.py::test_serve_on_a_taken_port_exits_busy_as_its_help_says",
+        "test_cli_options.py::test_a_problem_limit_below_one_is_refused",
+        "test_cli_options.py::test_retrieve_refuses_a_top_k_below_one",
+        "test_cli_sql.py::test_sql_gets_in_while_another_process_writes",
+        "test_cli_sql.py::test_the_installed_command_prints_rows_and_exits_non_zero_on_errors",
+        "test_config.py::test_pipeline_checks_its_inputs_before_any_stage",
+        "test_config.py::test_train_cli_reports_a_bad_key_in_one_sentence",
+        "test_grpo_batch.py::test_bad_input_exits_2_with_one_sentence",
+        "test_grpo_batch.py::test_cpu_dry_run_on_bundled_problems",
+        "test_kernrl_problems.py::test_a_prefix_of_several_ids_names_them_and_a_wrong_name_is_unknown",
+        "test_kernrl_problems.py::test_eval_dir_maps_files_named_by_kernrl_ids",
+        "test_problem_floor.py::test_problems_show_floor_prints_json_for_relu_at_real_size",
+        "test_problem_floor.py::test_profile_needs_a_gpu_and_says_so_in_one_sentence",
+        "test_problem_suites.py::test_eval_model_takes_problems_root",
+        "test_problem_suites.py::test_ids_print_in_their_suites_form",
+        "test_rag_verify.py::test_our_relu_solution_is_reverified_and_only_it_enters_a_verified_only_index",
+    ),
+    # training loops, a tiny model's training and sampling, index builds, every problem at its small size, real-size
+    # inputs
+    "long in this process": (
+        "test_async_training.py", "test_checkpoint_eval.py", "test_cli_train_progress.py", "test_cookbook_controls.py",
+        "test_rag_retrieval.py", "test_rl_resume.py", "test_rl_step_bench.py", "test_sft.py", "test_small_sizes.py",
+        "test_training.py", "test_policy_local.py",
+        "test_kernelbench_parity.py::test_same_init_inputs_and_input_shapes_at_real_size",
+        "test_curriculum.py::test_earlier_levels_keep_their_share_of_the_problems",
+        "test_curriculum.py::test_loop_records_promotions_and_a_resumed_run_keeps_its_stage",
+        "test_kernrl_problems.py::test_small_sizes_keep_every_reference_fast_on_the_cpu",
+    ),
+}
+HEAVY = tuple(entry for entries in HEAVY_GROUPS.values() for entry in entries)
+
 TESTS_DIR = Path(__file__).resolve().parent
 
 
@@ -123,10 +133,23 @@ def heavy_reason(nodeid_path: str, names, fixture_names, marker_names) -> str | 
     listed = {nodeid_path, *(f"{nodeid_path}::{name}" for name in names)}.intersection(HEAVY)
     if listed:
         return f"{min(listed)} is in HEAVY"
-    used = sorted(HEAVY_FIXTURES.intersection(fixture_names))
+    used = sorted(set(HEAVY_FIXTURES).intersection(fixture_names))
     if used:
         return "uses " + ", ".join(used)
     return None
+
+
+def heavy_kind(reason: str | None) -> str:
+    """The kind of cost a heavy_reason names: a key of HEAVY_GROUPS, "marked alone" or "marked gpu", or the fast tier
+    (None)."""
+    if reason is None:
+        return "fast tier: starts nothing"
+    if reason.startswith("marked "):
+        return reason
+    if reason.endswith(" is in HEAVY"):
+        entry = reason.removesuffix(" is in HEAVY")
+        return next(kind for kind, entries in HEAVY_GROUPS.items() if entry in entries)
+    return HEAVY_FIXTURES[reason.removeprefix("uses ").split(", ")[0]]
 
 
 def pytest_itemcollected(item):

@@ -3,7 +3,7 @@
 A pytest plugin, off unless asked for, and its report:
 
     PYTEST_ADDOPTS="-p tests.cpu_profile" CPU_PROFILE_OUT=/tmp/cpu make test
-    .venv/bin/python tests/cpu_profile.py /tmp/cpu          # files and tests by CPU, then by time spent waiting
+    .venv/bin/python tests/cpu_profile.py /tmp/cpu          # CPU by what tests start, files and tests by CPU, waiting
 
 Each pytest process (each xdist worker, the alone part) moves itself into a cgroup of its own (cgroup v1 `cpuacct`,
 where the process may create one: root on this project's CI and development machines), so a test's CPU counts its
@@ -75,14 +75,16 @@ def pytest_configure(config) -> None:
 def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - pytest's hook signature
     clock = _state["clock"]
     wall, cpu = time.monotonic(), clock.cpu_s()
-    _state["open"] = (item.nodeid, wall, cpu)
+    heavy = item.get_closest_marker("heavy")
+    _state["open"] = (item.nodeid, wall, cpu, heavy.kwargs.get("reason", "heavy") if heavy is not None else None)
     return None
 
 
 def pytest_runtest_logfinish(nodeid, location) -> None:  # noqa: ARG001
     opened = _state.pop("open", None)
     if opened and opened[0] == nodeid:
-        _state["rows"][nodeid] = [round(time.monotonic() - opened[1], 3), round(_state["clock"].cpu_s() - opened[2], 3)]
+        _state["rows"][nodeid] = [round(time.monotonic() - opened[1], 3), round(_state["clock"].cpu_s() - opened[2], 3),
+                                  opened[3]]
 
 
 def pytest_sessionfinish(session) -> None:  # noqa: ARG001
@@ -116,24 +118,35 @@ def pytest_unconfigure(config) -> None:  # noqa: ARG001
 
 
 def report(folder: Path, top: int = 25) -> str:
-    """Files and tests by CPU, then tests by waiting, over every pytest process's file in `folder`."""
+    """CPU by what the tests start (the fast tier, each kind of heavy test), files and tests by CPU, then tests by
+    waiting, over every pytest process's file in `folder`."""
+    from conftest import heavy_kind  # tests/ is on the path: this runs as `python tests/cpu_profile.py` or from tests
     records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     if not records:
         return f"no profile in {folder} (run pytest with -p tests.cpu_profile and CPU_PROFILE_OUT={folder})"
     tests = {k: v for r in records for k, v in r["tests"].items()}
     files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
-    for nodeid, (wall, cpu) in tests.items():
+    kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    for nodeid, (wall, cpu, *reason) in tests.items():
+        row = kinds[heavy_kind(reason[0]) if reason else "(not recorded)"]
+        row[0] += wall
+        row[1] += cpu
+        row[2] += 1
         row = files[nodeid.split("::")[0]]
         row[0] += wall
         row[1] += cpu
         row[2] += 1
     lines = [f"{r['worker']}: {r['wall_s']} s wall, {r['cpu_s']} CPU-s ({r['source']})" for r in records]
     lines.append(f"all tests: {sum(v[1] for v in tests.values()):.0f} CPU-s, {sum(v[0] for v in tests.values()):.0f} s wall")
+    total = sum(v[1] for v in kinds.values()) or 1.0
+    lines.append("\nby what the tests start (tests/conftest.py: HEAVY_GROUPS, HEAVY_FIXTURES):")
+    for name, (wall, cpu, n) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        lines.append(f"  {cpu:7.1f} CPU-s {100 * cpu / total:3.0f}% {wall:7.1f} s wall {n:5d} tests  {name}")
     lines.append(f"\nfiles by CPU (top {top}):")
     for name, (wall, cpu, n) in sorted(files.items(), key=lambda kv: -kv[1][1])[:top]:
         lines.append(f"  {cpu:7.1f} CPU-s {wall:7.1f} s wall {n:4d} tests  {name}")
     lines.append(f"\ntests by waiting, wall minus CPU (top {top}):")
-    for nodeid, (wall, cpu) in sorted(tests.items(), key=lambda kv: -(kv[1][0] - kv[1][1]))[:top]:
+    for nodeid, (wall, cpu, *_) in sorted(tests.items(), key=lambda kv: -(kv[1][0] - kv[1][1]))[:top]:
         lines.append(f"  {wall - cpu:7.1f} s waiting ({wall:.1f} s wall, {cpu:.1f} CPU-s)  {nodeid}")
     return "\n".join(lines)
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HEAVY, HEAVY_FIXTURES, TESTS_DIR, heavy_reason
+from conftest import HEAVY, HEAVY_FIXTURES, HEAVY_GROUPS, TESTS_DIR, heavy_kind, heavy_reason
 
 from tests.fast_tier import HeavyStart, _Guard, guarded, heavy_command
 
@@ -91,6 +91,23 @@ def test_a_test_is_heavy_by_its_fixtures_its_marks_or_its_entry():
     assert heavy_reason("hacks/test_hacks.py", ["test_hack_earns_nothing_and_leaves_evaluator_healthy"], [], set())
 
 
+def test_each_reason_has_one_kind_the_profile_reports_its_cpu_under():
+    assert heavy_kind(None) == "fast tier: starts nothing"
+    assert heavy_kind("marked alone") == "marked alone"
+    assert heavy_kind(heavy_reason("test_evaluator.py", ["test_a"], [], set())) == "evaluator pools and sandbox children"
+    assert heavy_kind(heavy_reason("test_serve.py", ["test_a"], [], set())) == \
+        "servers and processes killed or signalled on purpose"
+    assert heavy_kind(heavy_reason("test_training.py", ["test_a"], ["tiny_policy"], set())) == "long in this process"
+    # by its first fixture in name order, where a test uses several
+    assert heavy_kind(heavy_reason("test_x.py", ["test_a"], ["shared_cpu_pool", "prefect_api"], set())) == \
+        "servers and processes killed or signalled on purpose"
+    for kind, entries in HEAVY_GROUPS.items():  # every entry of every group, whole files and single tests
+        for entry in entries:
+            file, _, name = entry.partition("::")
+            assert heavy_kind(heavy_reason(file, [name or "test_any"], [], set())) == kind
+    assert set(HEAVY_FIXTURES.values()) <= set(HEAVY_GROUPS)
+
+
 def test_every_heavy_entry_names_a_file_and_a_test_or_class_in_it():
     """A stale entry would let a renamed heavy test back into the fast tier unnoticed by this list."""
     stale = []
@@ -112,7 +129,7 @@ def test_every_heavy_entry_names_a_file_and_a_test_or_class_in_it():
 def test_no_test_of_this_run_uses_a_heavy_fixture_without_the_mark(request):
     """In `make test` every test is here and the heavy ones carry the mark; in `make test-fast` none of them is."""
     unmarked = [item.nodeid for item in request.session.items
-                if HEAVY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+                if set(HEAVY_FIXTURES).intersection(getattr(item, "fixturenames", ()))
                 and item.get_closest_marker("heavy") is None]
     assert not unmarked, unmarked[:10]
     assert request.node.get_closest_marker("heavy") is None
