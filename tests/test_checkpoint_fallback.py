@@ -476,3 +476,27 @@ def test_a_state_saved_before_checksums_needs_its_optimizer_state(tmp_path: Path
     assert found["step"] == 1
     assert said[0].startswith(f"run r1: the checkpoint of step 2 is damaged ({(tmp_path / 'step-2/state').resolve()}/"
                               f"{OPTIMIZER_FILE} is missing)")
+
+
+def test_an_optimizer_state_saved_on_a_gpu_reads_as_intact_on_a_machine_without_one(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """The check before a run may run where no GPU is (a login node, the CPU): a state whose tensors were saved on a
+    GPU is read onto the CPU, not taken for damage. The save is made here as a GPU's would be (its storages tagged
+    cuda:0)."""
+    import torch.serialization
+
+    folder = make_folder(tmp_path / "state", sealed=False)
+    with monkeypatch.context() as patched:
+        patched.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save({"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 1e-4}]}, folder / OPTIMIZER_FILE)
+    seal(folder)
+    assert damage(str(folder), optimizer=True) is None
+
+
+def test_the_check_before_a_run_passes_over_a_damaged_sft_checkpoint_without_a_word(tmp_path: Path, capsys) -> None:
+    db, logs = tmp_path / "kb.duckdb", tmp_path / "runs"
+    _rows(Store(db), "sft_steps", logs / "r1", [2, 1])
+    garble_in_place(logs / "r1" / "step-2" / "state" / ADAPTER_WEIGHTS)
+    capsys.readouterr()
+    check_run_files(db, logs, "r1")
+    assert capsys.readouterr() == ("", "")
