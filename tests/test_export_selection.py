@@ -293,3 +293,119 @@ def test_a_runs_own_problem_source_gives_its_problems_and_split(tmp_path, key):
     rows = {r["problem_id"]: r for r in trajectory_rows(store, TrajectoryFilter(include_holdout=True)).rows}
     assert {pid: row["holdout"] for pid, row in rows.items()} == {"L1/21": True, "L1/22": False, "L1/24": False}
     assert rows["L1/22"]["problem_name"] == "22_Tanh" and rows["L1/24"]["problem_name"] is None
+
+
+def test_a_problem_filter_finds_a_row_whose_problem_is_not_here_by_its_level_and_number_in_its_own_suite(tmp_path):
+    """Rows whose problem this machine's source lacks (KernelBench's L1/999, kernrl's L10/999, L2/999 written before
+    suites were recorded) are still found by an id in any form naming their level and number, kernrl's form naming
+    kernrl's rows only; another level or number, or an id longer than any, names none of them."""
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, "L1/999", 0, 1, "kernelbench", "speed", True),
+                  ("a", 0, "L10/999", 0, 10, "kernrl", "speed", True),
+                  ("a", 0, "L2/999", 0, 2, None, "speed", True)])
+    assert picked(store, problems=["L1/999"]) == [("a", 0, "L1/999", 0)]
+    assert picked(store, problems=["L10/999"]) == picked(store, problems=["L10_999"]) == [("a", 0, "L10/999", 0)]
+    assert picked(store, problems=["L2/999"]) == [("a", 0, "L2/999", 0)]
+    assert picked(store, problems=["L1_999"]) == picked(store, problems=["L2_999"]) == []  # not kernrl's
+    assert picked(store, problems=["L1/998", "L999/1", "L9/999", "L999/999"]) == []
+    assert picked(store, problems=["L" + "1" * 200]) == []
+
+
+def test_kernrls_suite_and_a_limit_of_one_are_taken(store, tmp_path):
+    out = tmp_path / "out"
+    done = _cli("--db", str(store.path), "--out", str(out), "--suite", "kernrl", "--include-holdout", "--limit", "1")
+    assert done.exit_code == 0, done.output
+    assert done.output.strip().endswith(
+        f"wrote 1 rows (0 correct) to {out} as datasets, with README.md; left out: over_limit 1")
+
+
+def test_the_command_called_as_a_function_has_the_clis_defaults(store, tmp_path, capsys):
+    """Every row but the holdout ones, correct or not, as a datasets folder, never over an existing one."""
+    from kernelbench_rl.commands.export import export_command
+    from kernelbench_rl.trajectories import read_trajectories
+
+    out = tmp_path / "out"
+    export_command(out=out, db=store.path)
+    assert capsys.readouterr().out.strip() == (
+        f"wrote 5 rows (3 correct) to {out} as datasets, with README.md; left out: holdout 2")
+    assert (out / "state.json").exists() and len(read_trajectories(out)) == 5
+    with pytest.raises(UserError, match="already exists and is not empty"):
+        export_command(out=out, db=store.path)
+
+
+@pytest.mark.parametrize("args, summary", [
+    (["--problem", "L1/19"], "wrote 2 rows (1 correct) to {out} as datasets, with README.md; left out: nothing"),
+    (["--suite", "kernrl"], "wrote 1 rows (0 correct) to {out} as datasets, with README.md; left out: holdout 1"),
+    (["--stage", "compile"], "wrote 1 rows (1 correct) to {out} as datasets, with README.md; left out: holdout 1"),
+    (["--limit", "2"], "wrote 2 rows (1 correct) to {out} as datasets, with README.md; left out: holdout 2, over_limit 3"),
+])
+def test_each_of_the_commands_filters_or_its_limit_alone_narrows_what_it_writes_and_says_so(store, tmp_path, args, summary):
+    out = tmp_path / "out"
+    done = _cli("--db", str(store.path), "--out", str(out), *args)
+    assert done.exit_code == 0, done.output
+    assert done.output.strip().endswith(summary.format(out=out))
+
+
+def test_a_verdict_stored_without_its_record_keeps_its_correctness_and_publishes_no_speedup(tmp_path):
+    """An evaluations row with no result_json (nothing to read the flags from): its correct column is published as
+    it is, its speedup is not (no verdict to say it counts)."""
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, "L1/19", 0, 1, "kernelbench", "speed", True), ("a", 0, "L1/19", 1, 1, "kernelbench", "speed",
+                                                                          False)])
+    store.fetchall("UPDATE evaluations SET result_json = NULL")
+    rows = trajectory_rows(store, TrajectoryFilter()).rows
+    assert [(row["correct"], row["speedup"], row["backend"]) for row in rows] == [(True, None, None), (False, None, None)]
+
+
+def test_a_row_whose_problem_is_not_here_keeps_what_it_recorded_and_no_more(tmp_path):
+    """L1/999 and L3/999 are no problems of the source: a row's own level is published (None where it recorded
+    none), its problem in our id form, with no name or reference."""
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, "L1/999", 0, 1, "kernelbench", "speed", True),
+                  ("a", 0, "L3/999", 0, None, "kernelbench", "speed", True)])
+    rows = trajectory_rows(store, TrajectoryFilter()).rows
+    assert [(r["problem"], r["level"], r["problem_name"], r["reference"]) for r in rows] == [
+        ("L1/999", 1, None, None), ("L3/999", None, None, None)]
+
+
+def test_a_verdict_record_that_is_no_object_is_published_as_none(tmp_path):
+    """A result_json that parses but is no object (a list): no speedup, the correct column as stored, and the
+    versions only the evaluator's."""
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, "L1/19", 0, 1, "kernelbench", "speed", True)])
+    store.fetchall("UPDATE evaluations SET result_json = '[1, 2]'")
+    [row] = trajectory_rows(store, TrajectoryFilter()).rows
+    assert (row["correct"], row["speedup"], json.loads(row["versions"])) == (True, None, {"evaluator": EVALUATOR_VERSION})
+
+
+def test_a_runs_problem_source_missing_here_falls_back_to_the_root_given_not_the_bundled_set(tmp_path):
+    """The run's configured source is gone; the root given (only L1/19, L1/21, L1/22) is where its rows find their
+    problems: L1/24 is none of them (no name), though the bundled set has it."""
+    from kernelbench_rl.problems.loaders import BUNDLED_ROOT
+
+    root = tmp_path / "KernelBench"
+    (root / "level1").mkdir(parents=True)
+    for name in ("19_ReLU.py", "21_Sigmoid.py", "22_Tanh.py"):
+        (root / "level1" / name).write_text((BUNDLED_ROOT / "level1" / name).read_text())
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, pid, 0, 1, "kernelbench", "speed", True) for pid in ("L1/22", "L1/24")],
+          configs={"a": {"problems": {"root": str(tmp_path / "gone")}}})
+    rows = trajectory_rows(store, TrajectoryFilter(include_holdout=True), problems_root=str(root)).rows
+    assert {r["problem_id"]: r["problem_name"] for r in rows} == {"L1/22": "22_Tanh", "L1/24": None}
+
+
+def test_a_run_with_no_rollouts_is_told_in_one_whole_sentence(store):
+    with pytest.raises(UserError) as caught:
+        trajectory_rows(store, TrajectoryFilter(run_ids=["c"]))
+    assert str(caught.value) == (f"No rollouts of run c in {store.path}; `kernelbench-rl sql \"SELECT DISTINCT run_id "
+                                 "FROM rollouts\"` lists the runs.")
+
+
+def test_a_kernrl_row_never_takes_kernelbenchs_problem_of_the_same_id(tmp_path):
+    """kernrl's L1/19 exported where only KernelBench's L1/19 is at hand (the bundled set): another problem, so the
+    row publishes no name or reference rather than KernelBench's."""
+    store = Store(tmp_path / "kb.duckdb")
+    write(store, [("a", 0, "L1/19", 0, 1, "kernrl", "speed", True), ("a", 0, "L1/19", 1, 1, "kernelbench", "speed", True)])
+    rows = trajectory_rows(store, TrajectoryFilter()).rows
+    assert [(r["suite"], r["problem_name"], r["reference"] is None) for r in rows] == [
+        ("kernrl", None, True), ("kernelbench", "19_ReLU", False)]
