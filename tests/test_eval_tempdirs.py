@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelbench_rl.evaluation.front import pool as pool_module
 from kernelbench_rl.evaluation.front.pool import WorkerPool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +54,21 @@ def test_a_killed_workers_folder_goes_when_it_is_replaced_and_a_closed_pool_leav
     finally:
         pool.close()
     assert wait_until(lambda: not evaluator_folders(private_tmp), 120), evaluator_folders(private_tmp)
+
+
+def test_a_worker_killed_past_its_stop_grace_leaves_no_folder_once_the_pool_has_closed(private_tmp: Path,
+                                                                                         monkeypatch) -> None:
+    """A worker too busy (or too starved of CPU) to stop within the grace is killed, and cannot remove its root."""
+    monkeypatch.setattr(pool_module, "STOP_GRACE_S", 0.5)
+    pool = WorkerPool("cpu", num_workers=1)
+    try:
+        pool.wait_ready()
+        stuck = pool.worker_pids[0]
+        assert any(f"-{stuck}-" in name for name in evaluator_folders(private_tmp))
+        os.kill(stuck, signal.SIGSTOP)  # it cannot read the stop request: past the grace, the pool kills it
+    finally:
+        pool.close()
+    assert not evaluator_folders(private_tmp)  # at once: nothing left for a later pool to sweep
 
 
 def test_a_killed_orchestrators_folders_are_swept_by_the_next_pool(private_tmp: Path) -> None:

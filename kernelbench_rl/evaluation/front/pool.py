@@ -10,6 +10,7 @@ never the kernel's fault. A worker whose reference phase runs past its budget is
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -31,6 +32,7 @@ from kernelbench_rl.evaluation.sandbox.sandbox import scrubbed_env
 PACKAGE_PARENT = startup.PACKAGE_PARENT
 MAX_ATTEMPTS = 2  # the first try and one retry
 READY_TIMEOUT_S = 180.0
+STOP_GRACE_S = 10.0  # a closing pool's wait for each worker's orderly stop before it kills the worker
 
 
 @dataclass
@@ -123,14 +125,20 @@ class WorkerProcess:
         except (OSError, ValueError):
             pass
 
-    def wait_stopped(self, timeout_s: float = 10.0) -> None:
-        """After ask_to_stop: wait for the orderly stop, kill what is left."""
+    def wait_stopped(self, timeout_s: float | None = None) -> bool:
+        """After ask_to_stop: wait for the orderly stop (STOP_GRACE_S), kill what is left. False when it had to be
+        killed: then its root is still on disk (a worker removes its own only when it stops in order)."""
         try:
-            self.proc.wait(timeout=timeout_s)
+            self.proc.wait(timeout=STOP_GRACE_S if timeout_s is None else timeout_s)
+            stopped = True
         except subprocess.TimeoutExpired:
-            pass
+            stopped = False
         self.kill()
+        if not stopped:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10.0)  # reaped, so a sweep sees its owner gone
         self.log.close()
+        return stopped
 
 
 @dataclass
@@ -359,8 +367,9 @@ class WorkerPool:
         workers = [slot.worker for slot in self.slots if slot.worker is not None]
         for worker in workers:  # every worker stops at once (each tears its children down), then each is waited for
             worker.ask_to_stop()
-        for worker in workers if wait else ():
-            worker.wait_stopped()
+        killed = [worker for worker in workers if wait and not worker.wait_stopped()]
+        if killed:  # a worker past its stop grace left its root (its candidates' folders): this pool removes it
+            tempdirs.sweep_stale()
         for slot in self.slots:
             for job in list(slot.inflight.values()):
                 if not job.future.done():
