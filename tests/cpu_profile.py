@@ -128,14 +128,10 @@ def report(folder: Path, top: int = 25) -> str:
     files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     kinds: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     for nodeid, (wall, cpu, *reason) in tests.items():
-        row = kinds[heavy_kind(reason[0]) if reason else "(not recorded)"]
-        row[0] += wall
-        row[1] += cpu
-        row[2] += 1
-        row = files[nodeid.split("::")[0]]
-        row[0] += wall
-        row[1] += cpu
-        row[2] += 1
+        for row in (kinds[heavy_kind(reason[0]) if reason else "(not recorded)"], files[nodeid.split("::")[0]]):
+            row[0] += wall
+            row[1] += cpu
+            row[2] += 1
     lines = [f"{r['worker']}: {r['wall_s']} s wall, {r['cpu_s']} CPU-s ({r['source']})" for r in records]
     lines.append(f"all tests: {sum(v[1] for v in tests.values()):.0f} CPU-s, {sum(v[0] for v in tests.values()):.0f} s wall")
     total = sum(v[1] for v in kinds.values()) or 1.0

@@ -234,6 +234,17 @@ def test_the_command_says_what_it_wrote_and_what_it_left_out(store, tmp_path):
                                         + " as datasets, with README.md; left out: nothing")
 
 
+def three_problem_root(tmp_path):
+    """A KernelBench-laid-out root holding only L1/19, L1/21 and L1/22 (copied from the bundled set)."""
+    from kernelbench_rl.problems.loaders import BUNDLED_ROOT
+
+    root = tmp_path / "KernelBench"
+    (root / "level1").mkdir(parents=True)
+    for name in ("19_ReLU.py", "21_Sigmoid.py", "22_Tanh.py"):
+        (root / "level1" / name).write_text((BUNDLED_ROOT / "level1" / name).read_text())
+    return root
+
+
 def test_an_export_never_writes_over_a_folder_unless_asked_and_its_card_names_the_database(store, tmp_path):
     out = tmp_path / "out"
     first = _cli("--db", str(store.path), "--out", str(out), "--run-id", "b")
@@ -257,12 +268,7 @@ def test_the_problems_root_given_is_where_rows_find_their_problem_and_split(stor
     """A root holding only L1/19, L1/21 and L1/22: L1/24 is no problem of it (no name, no reference), and the split
     is its own (of the two level-1 problems that can be held out, L1/19 being the prompt's example, one is)."""
     from kernelbench_rl.problems import holdout_ids, load_problems
-    from kernelbench_rl.problems.loaders import BUNDLED_ROOT
-
-    root = tmp_path / "KernelBench"
-    (root / "level1").mkdir(parents=True)
-    for name in ("19_ReLU.py", "21_Sigmoid.py", "22_Tanh.py"):
-        (root / "level1" / name).write_text((BUNDLED_ROOT / "level1" / name).read_text())
+    root = three_problem_root(tmp_path)
     [held] = holdout_ids(load_problems(str(root)), 0.2, 0)
     out = tmp_path / "out"
     done = _cli("--db", str(store.path), "--out", str(out), "--format", "parquet", "--include-holdout", "--level", "1",
@@ -281,12 +287,7 @@ def test_the_problems_root_given_is_where_rows_find_their_problem_and_split(stor
 def test_a_runs_own_problem_source_gives_its_problems_and_split(tmp_path, key):
     """The run's configured source (its `problems.root`, or `problems.kernelbench_root` of older configs), where this
     machine has it: L1/21 is held out among L1/19, L1/21 and L1/22, and L1/24 is no problem of it."""
-    from kernelbench_rl.problems.loaders import BUNDLED_ROOT
-
-    root = tmp_path / "KernelBench"
-    (root / "level1").mkdir(parents=True)
-    for name in ("19_ReLU.py", "21_Sigmoid.py", "22_Tanh.py"):
-        (root / "level1" / name).write_text((BUNDLED_ROOT / "level1" / name).read_text())
+    root = three_problem_root(tmp_path)
     store = Store(tmp_path / "kb.duckdb")
     write(store, [("a", 0, pid, 0, 1, "kernelbench", "speed", True) for pid in ("L1/21", "L1/22", "L1/24")],
           configs={"a": {"problems": {key: str(root)}}})
@@ -381,12 +382,7 @@ def test_a_verdict_record_that_is_no_object_is_published_as_none(tmp_path):
 def test_a_runs_problem_source_missing_here_falls_back_to_the_root_given_not_the_bundled_set(tmp_path):
     """The run's configured source is gone; the root given (only L1/19, L1/21, L1/22) is where its rows find their
     problems: L1/24 is none of them (no name), though the bundled set has it."""
-    from kernelbench_rl.problems.loaders import BUNDLED_ROOT
-
-    root = tmp_path / "KernelBench"
-    (root / "level1").mkdir(parents=True)
-    for name in ("19_ReLU.py", "21_Sigmoid.py", "22_Tanh.py"):
-        (root / "level1" / name).write_text((BUNDLED_ROOT / "level1" / name).read_text())
+    root = three_problem_root(tmp_path)
     store = Store(tmp_path / "kb.duckdb")
     write(store, [("a", 0, pid, 0, 1, "kernelbench", "speed", True) for pid in ("L1/22", "L1/24")],
           configs={"a": {"problems": {"root": str(tmp_path / "gone")}}})

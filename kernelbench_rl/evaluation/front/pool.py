@@ -125,11 +125,11 @@ class WorkerProcess:
         except (OSError, ValueError):
             pass
 
-    def wait_stopped(self, timeout_s: float | None = None) -> bool:
+    def wait_stopped(self) -> bool:
         """After ask_to_stop: wait for the orderly stop (STOP_GRACE_S), kill what is left. False when it had to be
         killed: then its root is still on disk (a worker removes its own only when it stops in order)."""
         try:
-            self.proc.wait(timeout=STOP_GRACE_S if timeout_s is None else timeout_s)
+            self.proc.wait(timeout=STOP_GRACE_S)
             stopped = True
         except subprocess.TimeoutExpired:
             stopped = False
@@ -367,8 +367,8 @@ class WorkerPool:
         workers = [slot.worker for slot in self.slots if slot.worker is not None]
         for worker in workers:  # every worker stops at once (each tears its children down), then each is waited for
             worker.ask_to_stop()
-        killed = [worker for worker in workers if wait and not worker.wait_stopped()]
-        if killed:  # a worker past its stop grace left its root (its candidates' folders): this pool removes it
+        stopped_in_order = [worker.wait_stopped() for worker in workers] if wait else []  # each one waited for
+        if not all(stopped_in_order):  # a worker past its stop grace left its root (its candidates' folders): swept
             tempdirs.sweep_stale()
         for slot in self.slots:
             for job in list(slot.inflight.values()):
